@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* BPF-only helpers of magnet: constants vmlinux.h lacks (they are macros in
+ * the kernel) and small readers of kernel structures. */
+#ifndef MAGNET_BPF_H
+#define MAGNET_BPF_H
+
+#define AF_INET 2
+#define AF_INET6 10
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+
+#define TCP_ESTABLISHED_ 1
+#define TCP_TIME_WAIT_ 6
+#define TCP_CLOSE_ 7
+#define TCP_NEW_SYN_RECV_ 12
+
+#define TCPHDR_FIN 0x01
+#define TCPHDR_SYN 0x02
+
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1FFF
+
+#define BPF_SOCK_OPS_TCP_CONNECT_CB_ 3
+#define BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB_ 4
+#define BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB_ 5
+#define BPF_SOCK_OPS_HDR_OPT_LEN_CB_ 14
+
+#define FILTERED ((__u64)-1)
+
+#ifndef likely
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#endif
+
+static __always_inline int seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+#endif

@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+func init() {
+	subcommands = append(subcommands)
+}

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package event is magnet's event catalogue: every event type's id, name,
+// group, the kernel hook it comes from and what it measures. The binary
+// layouts come from bpf/events.h through the Go types bpf2go generates; this
+// package only names and describes them.
+package event
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Type is an event type id, as in enum mg_type of bpf/events.h.
+type Type uint8
+
+// Event type ids. They are written into every trace's dictionary, so a
+// reader never depends on these constants, but they must not be renumbered.
+const (
+	SockSend    Type = 1
+	SockRecv    Type = 2
+	TCPSend     Type = 3
+	TCPXmit     Type = 4
+	TCPRcv      Type = 5
+	TCPState    Type = 6
+	TCPRetrans  Type = 7
+	IPSend      Type = 8
+	IPRecv      Type = 9
+	DevQueue    Type = 10
+	DevXmit     Type = 11
+	DevRecv     Type = 12
+	Drop        Type = 13
+	ConnOpen    Type = 14
+	ConnClose   Type = 15
+	SchedSwitch Type = 16
+	SchedWakeup Type = 17
+	SchedFork   Type = 18
+	SchedExit   Type = 19
+	Lost        Type = 20
+	Headers     Type = 21
+	Task        Type = 22
+	Iface       Type = 23
+	// NumTypes bounds the per-type counters in BPF (MG_NTYPES).
+	NumTypes = 32
+)
+
+// Group is a set of event types enabled together (enum mg_group).
+type Group uint32
+
+// Event groups.
+const (
+	GroupSock     Group = 1 << 0
+	GroupTCP      Group = 1 << 1
+	GroupTCPState Group = 1 << 2
+	GroupIP       Group = 1 << 3
+	GroupDev      Group = 1 << 4
+	GroupDrop     Group = 1 << 5
+	GroupConn     Group = 1 << 6
+	GroupSched    Group = 1 << 7
+	GroupHeaders  Group = 1 << 8
+)
+
+// DefaultGroups is what `magnet record` records without --events: every
+// network layer, connection lifecycle, TCP state and drops.
+const DefaultGroups = GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn
+
+var groupNames = []struct {
+	name string
+	g    Group
+	help string
+}{
+	{"sock", GroupSock, "socket layer: sock_send, sock_recv"},
+	{"tcp", GroupTCP, "TCP: tcp_send, tcp_xmit, tcp_rcv, tcp_retrans"},
+	{"tcpstate", GroupTCPState, "TCP state snapshots: tcp_state"},
+	{"ip", GroupIP, "IP layer: ip_send, ip_recv"},
+	{"dev", GroupDev, "device layer: dev_queue, dev_xmit, dev_recv"},
+	{"drop", GroupDrop, "packet drops with the kernel's reason: drop"},
+	{"conn", GroupConn, "connection lifecycle: conn_open, conn_close (always on)"},
+	{"sched", GroupSched, "scheduler (opt-in): sched_switch, sched_wakeup, sched_fork, sched_exit"},
+	{"headers", GroupHeaders, "packet headers at the device (opt-in): headers"},
+}
+
+// ParseGroups parses a comma-separated --events value. "default" stands for
+// DefaultGroups and "all" for every group; a leading "-" removes a group
+// ("default,-dev"). Connection lifecycle is always included, because every
+// other event needs it to be attributed.
+func ParseGroups(s string) (Group, error) {
+	var g Group
+	if strings.TrimSpace(s) == "" {
+		return DefaultGroups, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		remove := strings.HasPrefix(part, "-")
+		part = strings.TrimPrefix(part, "-")
+		var v Group
+		switch part {
+		case "default":
+			v = DefaultGroups
+		case "all":
+			v = AllGroups()
+		default:
+			found := false
+			for _, gn := range groupNames {
+				if gn.name == part {
+					v, found = gn.g, true
+				}
+			}
+			if !found {
+				return 0, fmt.Errorf("unknown event group %q (want %s)", part, strings.Join(GroupNames(), ", "))
+			}
+		}
+		if remove {
+			g &^= v
+		} else {
+			g |= v
+		}
+	}
+	return g | GroupConn, nil
+}
+
+// AllGroups returns every group.
+func AllGroups() Group {
+	var g Group
+	for _, gn := range groupNames {
+		g |= gn.g
+	}
+	return g
+}
+
+// GroupNames lists the group names accepted by ParseGroups.
+func GroupNames() []string {
+	var out []string
+	for _, gn := range groupNames {
+		out = append(out, gn.name)
+	}
+	return append(out, "default", "all")
+}
+
+// GroupHelp describes each group, one per line, for --help.
+func GroupHelp() string {
+	var b strings.Builder
+	for _, gn := range groupNames {
+		fmt.Fprintf(&b, "  %-9s %s\n", gn.name, gn.help)
+	}
+	return b.String()
+}
+
+// Names returns the names of the groups in g.
+func (g Group) Names() []string {
+	var out []string
+	for _, gn := range groupNames {
+		if g&gn.g != 0 {
+			out = append(out, gn.name)
+		}
+	}
+	return out
+}
+
+// String joins the group names with commas.
+func (g Group) String() string { return strings.Join(g.Names(), ",") }
+
+// Info describes one event type.
+type Info struct {
+	Type  Type
+	Name  string
+	Group Group
+	// Hook is the kernel hook that produces it; Measures says what it means.
+	Hook     string
+	Measures string
+}
+
+// Catalogue lists every event type in id order.
+var Catalogue = []Info{
+	{SockSend, "sock_send", GroupSock, "tp_btf/sock_send_length", "bytes the application handed to a TCP or UDP socket in one send call (size < 0: the call's error)"},
+	{SockRecv, "sock_recv", GroupSock, "tp_btf/sock_recv_length", "bytes the application took from a socket in one receive call (MSG_PEEK excluded)"},
+	{TCPSend, "tcp_send", GroupTCP, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
+	{TCPXmit, "tcp_xmit", GroupTCP, "sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
+	{TCPRcv, "tcp_rcv", GroupTCP, "tp_btf/tcp_probe", "a segment arriving at an established TCP socket from IP: seq, ack, payload bytes"},
+	{TCPState, "tcp_state", GroupTCPState, "tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state", "snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits (once per srtt, and on every loss-recovery change)"},
+	{TCPRetrans, "tcp_retrans", GroupTCP, "tp_btf/tcp_retransmit_skb", "a segment TCP retransmits (size < 0: the transmit error)"},
+	{IPSend, "ip_send", GroupIP, "cgroup_skb/egress", "an IP packet leaving a socket (before fragmentation): id, TTL, TOS, length"},
+	{IPRecv, "ip_recv", GroupIP, "cgroup_skb/ingress", "an IP packet reaching a socket (after reassembly): id, TTL, TOS, length"},
+	{DevQueue, "dev_queue", GroupDev, "tp_btf/net_dev_queue", "a packet queued to a device's qdisc"},
+	{DevXmit, "dev_xmit", GroupDev, "tp_btf/net_dev_start_xmit", "a packet handed to the device driver"},
+	{DevRecv, "dev_recv", GroupDev, "tp_btf/netif_receive_skb", "a packet the device layer receives (after GRO)"},
+	{Drop, "drop", GroupDrop, "tp_btf/kfree_skb", "a packet freed with a drop reason (enum skb_drop_reason)"},
+	{ConnOpen, "conn_open", GroupConn, "first sight of a socket at any hook", "a TCP or UDP socket magnet has not seen before: protocol, addresses, ports"},
+	{ConnClose, "conn_close", GroupConn, "tp_btf/inet_sock_set_state (TCP_CLOSE), cgroup/sock_release (UDP)", "a connection ends: bytes acked and received, retransmits"},
+	{SchedSwitch, "sched_switch", GroupSched, "tp_btf/sched_switch", "a context switch: prev is the event's task, next in the fields"},
+	{SchedWakeup, "sched_wakeup", GroupSched, "tp_btf/sched_wakeup", "a task is woken"},
+	{SchedFork, "sched_fork", GroupSched, "tp_btf/sched_process_fork", "a task forks"},
+	{SchedExit, "sched_exit", GroupSched, "tp_btf/sched_process_exit", "a task exits"},
+	{Lost, "lost", GroupConn, "ring buffer full", "events dropped because a ring buffer was full: how many, of which types, on which CPU, between which times"},
+	{Headers, "headers", GroupHeaders, "tp_btf/net_dev_start_xmit, netif_receive_skb", "the first 128 bytes of a packet at the device, from its link-layer header"},
+	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
+	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
+}
+
+// ByType returns the catalogue entry of t.
+func ByType(t Type) (Info, bool) {
+	for _, in := range Catalogue {
+		if in.Type == t {
+			return in, true
+		}
+	}
+	return Info{}, false
+}
+
+// ByName returns the catalogue entry named name.
+func ByName(name string) (Info, bool) {
+	for _, in := range Catalogue {
+		if in.Name == name {
+			return in, true
+		}
+	}
+	return Info{}, false
+}
+
+// TypesIn returns the event types of the groups in g, sorted by id.
+func TypesIn(g Group) []Type {
+	var out []Type
+	for _, in := range Catalogue {
+		if in.Group&g != 0 {
+			out = append(out, in.Type)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package probe loads magnet's BPF programs (bpf/magnet.bpf.c) and attaches
+// each to its kernel hook. A hook this kernel lacks, or a program its
+// verifier refuses, makes only that hook's events unavailable: Load says
+// which and why, and the rest keep working.
+package probe
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+)
+
+// Hook is one BPF program and the kernel hook it attaches to.
+type Hook struct {
+	Program string      // program name in bpf/magnet.bpf.c
+	Kind    string      // tp_btf, sockops, cgroup_skb, cgroup_sock
+	Target  string      // tracepoint name or cgroup attach point
+	Groups  event.Group // the program is attached when any of these is enabled
+	Events  []string    // events it produces
+}
+
+// Hooks lists every hook magnet uses.
+var Hooks = []Hook{
+	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
+	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
+	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCP, []string{"tcp_send"}},
+	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn, []string{"tcp_xmit", "conn_open"}},
+	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState, []string{"tcp_rcv", "tcp_state"}},
+	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
+	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn, []string{"conn_open", "conn_close", "tcp_state"}},
+	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn, []string{"conn_close"}},
+	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
+	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
+	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
+	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
+	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
+	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop, []string{"drop"}},
+	{"sched_switch", "tp_btf", "sched_switch", event.GroupSched, []string{"sched_switch"}},
+	{"sched_wakeup", "tp_btf", "sched_wakeup", event.GroupSched, []string{"sched_wakeup"}},
+	{"sched_process_fork", "tp_btf", "sched_process_fork", event.GroupSched, []string{"sched_fork"}},
+	{"sched_process_exit", "tp_btf", "sched_process_exit", event.GroupSched, []string{"sched_exit"}},
+}
+
+// HookStatus says whether a hook serves its events on this kernel.
+type HookStatus struct {
+	Hook
+	Available bool   `json:"available"`
+	Attached  bool   `json:"attached"`
+	Reason    string `json:"reason,omitempty"` // why not, when not
+}
+
+// Filters restrict what is recorded; zero values mean "any".
+type Filters struct {
+	NetNS    uint32 // network namespace inode
+	Port     uint16 // local or remote port
+	TGID     uint32 // process id
+	CgroupID uint64 // cgroup2 id: the cgroup and its descendants
+}
+
+// Options configure Load.
+type Options struct {
+	Groups       event.Group
+	Filters      Filters
+	BufferBytes  int // events ring; a power of two, at least one page
+	ControlBytes int // control ring
+	SelfTGID     uint32
+}
+
+// ErrPermission is returned when the caller lacks the privileges to load BPF.
+var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root)")
+
+// Probe is a loaded and attached set of magnet's programs. Close detaches
+// and unloads them; the caller must call it.
+type Probe struct {
+	Events   *ebpf.Map // ring buffer of data events
+	Control  *ebpf.Map // ring buffer of connection lifecycle
+	Counters *ebpf.Map // per-CPU produced/lost counters per type
+	Lost     *ebpf.Map // per-CPU losses not yet reported in the stream
+	Status   []HookStatus
+	coll     *ebpf.Collection
+	links    []link.Link
+	mask     *ebpf.Variable
+}
+
+// Load loads the programs the enabled groups need and attaches them.
+func Load(opts Options) (*Probe, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadMagnet()
+	if err != nil {
+		return nil, fmt.Errorf("parse bpf object: %w", err)
+	}
+	spec.Maps["events"].MaxEntries = uint32(opts.BufferBytes)
+	spec.Maps["control"].MaxEntries = uint32(opts.ControlBytes)
+	set := func(name string, v any) error {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+		return nil
+	}
+	// Wake the reader once a ring is an eighth full; it also polls.
+	for _, kv := range []struct {
+		name string
+		v    any
+	}{
+		{"filter_netns", opts.Filters.NetNS},
+		{"filter_port", opts.Filters.Port},
+		{"filter_tgid", opts.Filters.TGID},
+		{"filter_cgroup", opts.Filters.CgroupID},
+		{"self_tgid", opts.SelfTGID},
+		{"events_wakeup", uint64(opts.BufferBytes / 8)},
+		{"control_wakeup", uint64(opts.ControlBytes / 8)},
+		{"events_mask", uint32(opts.Groups)},
+	} {
+		if err := set(kv.name, kv.v); err != nil {
+			return nil, err
+		}
+	}
+
+	status := CheckHooks()
+	cgroupRoot, cgErr := Cgroup2Root()
+	for i := range status {
+		st := &status[i]
+		if st.Groups&opts.Groups == 0 {
+			st.Reason = "not enabled"
+		}
+		if st.Available && st.Kind != "tp_btf" && cgErr != nil {
+			st.Available, st.Reason = false, cgErr.Error()
+		}
+		if !st.Available || st.Groups&opts.Groups == 0 {
+			delete(spec.Programs, st.Program)
+		}
+	}
+
+	// A program the verifier refuses is dropped and the rest loaded again.
+	var coll *ebpf.Collection
+	for attempt := 0; ; attempt++ {
+		coll, err = ebpf.NewCollection(spec)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, os.ErrPermission) && os.Geteuid() != 0 {
+			return nil, ErrPermission
+		}
+		name := failedProgram(err, spec)
+		if name == "" || attempt > len(Hooks) {
+			return nil, fmt.Errorf("load bpf programs: %s", firstLine(err))
+		}
+		delete(spec.Programs, name)
+		for i := range status {
+			if status[i].Program == name {
+				status[i].Available, status[i].Reason = false, "verifier refused: "+firstLine(err)
+			}
+		}
+	}
+
+	p := &Probe{
+		Events:   coll.Maps["events"],
+		Control:  coll.Maps["control"],
+		Counters: coll.Maps["counters"],
+		Lost:     coll.Maps["lost_states"],
+		coll:     coll,
+		mask:     coll.Variables["events_mask"],
+	}
+	for i := range status {
+		st := &status[i]
+		prog := coll.Programs[st.Program]
+		if prog == nil {
+			continue
+		}
+		l, err := attach(st.Hook, prog, cgroupRoot)
+		if err != nil {
+			st.Reason = "attach: " + firstLine(err)
+			continue
+		}
+		st.Attached = true
+		p.links = append(p.links, l)
+	}
+	p.Status = status
+	return p, nil
+}
+
+func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
+	switch h.Kind {
+	case "tp_btf":
+		return link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+	case "sockops":
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: ebpf.AttachCGroupSockOps, Program: prog})
+	case "cgroup_skb":
+		at := ebpf.AttachCGroupInetEgress
+		if h.Target == "ingress" {
+			at = ebpf.AttachCGroupInetIngress
+		}
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: at, Program: prog})
+	case "cgroup_sock":
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: ebpf.AttachCgroupInetSockRelease, Program: prog})
+	}
+	return nil, fmt.Errorf("unknown hook kind %q", h.Kind)
+}
+
+// SetGroups changes the enabled event groups while the programs run.
+// Programs of groups not attached at Load stay detached.
+func (p *Probe) SetGroups(g event.Group) error {
+	return p.mask.Set(uint32(g))
+}
+
+// Detach stops every program, so no more events are produced; the maps
+// stay readable until Close.
+func (p *Probe) Detach() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	p.links = nil
+}
+
+// Close detaches and unloads everything.
+func (p *Probe) Close() error {
+	p.Detach()
+	p.coll.Close()
+	return nil
+}
+
+// CheckHooks reports, without loading anything, which hooks this kernel
+// offers: each tracepoint must exist in the kernel's BTF.
+func CheckHooks() []HookStatus {
+	kernel, kerr := btf.LoadKernelSpec()
+	var out []HookStatus
+	for _, h := range Hooks {
+		st := HookStatus{Hook: h, Available: true}
+		switch h.Kind {
+		case "tp_btf":
+			if kerr != nil {
+				st.Available, st.Reason = false, "kernel BTF unavailable: "+firstLine(kerr)
+				break
+			}
+			var fn *btf.Typedef
+			if err := kernel.TypeByName("btf_trace_"+h.Target, &fn); err != nil {
+				st.Available, st.Reason = false, "tracepoint "+h.Target+" not in this kernel"
+			}
+		case "sockops", "cgroup_skb", "cgroup_sock":
+			if _, err := Cgroup2Root(); err != nil {
+				st.Available, st.Reason = false, err.Error()
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Cgroup2Root finds where the cgroup2 hierarchy is mounted.
+func Cgroup2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("find cgroup2: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts ... - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 && fields[3] == "/" {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup2 mount: mount one (mount -t cgroup2 none /sys/fs/cgroup/unified) to trace sockets and IP")
+}
+
+// failedProgram names the program a load error is about.
+func failedProgram(err error, spec *ebpf.CollectionSpec) string {
+	msg := err.Error()
+	for name := range spec.Programs {
+		if strings.Contains(msg, "program "+name+":") || strings.Contains(msg, "program "+name+" ") {
+			return name
+		}
+	}
+	return ""
+}
+
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// Layouts maps each event type the BPF side writes to the Go mirror of its
+// C struct, from which the trace dictionary is built.
+func Layouts() map[event.Type]reflect.Type {
+	return map[event.Type]reflect.Type{
+		event.SockSend:    reflect.TypeOf(magnetMgHdr{}),
+		event.SockRecv:    reflect.TypeOf(magnetMgHdr{}),
+		event.TCPSend:     reflect.TypeOf(magnetMgTcpSend{}),
+		event.TCPXmit:     reflect.TypeOf(magnetMgTcpXmit{}),
+		event.TCPRcv:      reflect.TypeOf(magnetMgTcpRcv{}),
+		event.TCPState:    reflect.TypeOf(magnetMgTcpState{}),
+		event.TCPRetrans:  reflect.TypeOf(magnetMgTcpRetrans{}),
+		event.IPSend:      reflect.TypeOf(magnetMgIp{}),
+		event.IPRecv:      reflect.TypeOf(magnetMgIp{}),
+		event.DevQueue:    reflect.TypeOf(magnetMgDev{}),
+		event.DevXmit:     reflect.TypeOf(magnetMgDev{}),
+		event.DevRecv:     reflect.TypeOf(magnetMgDev{}),
+		event.Drop:        reflect.TypeOf(magnetMgDrop{}),
+		event.ConnOpen:    reflect.TypeOf(magnetMgConnOpen{}),
+		event.ConnClose:   reflect.TypeOf(magnetMgConnClose{}),
+		event.SchedSwitch: reflect.TypeOf(magnetMgSchedSwitch{}),
+		event.SchedWakeup: reflect.TypeOf(magnetMgSchedWakeup{}),
+		event.SchedFork:   reflect.TypeOf(magnetMgSchedFork{}),
+		event.SchedExit:   reflect.TypeOf(magnetMgSchedExit{}),
+		event.Lost:        reflect.TypeOf(magnetMgLost{}),
+		event.Headers:     reflect.TypeOf(magnetMgHeaders{}),
+		event.Task:        reflect.TypeOf(magnetMgTaskRec{}),
+		event.Iface:       reflect.TypeOf(magnetMgIface{}),
+	}
+}
+
+// TaskPrefixSize is the size of struct mg_task, which precedes every event
+// in the ring buffers and is not written to traces.
+var TaskPrefixSize = int(reflect.TypeOf(magnetMgTask{}).Size())
+
+// CountersOf sums the per-CPU produced and lost counters by event type.
+func (p *Probe) CountersOf() (produced, lost [event.NumTypes]uint64, err error) {
+	var percpu []magnetMgCounters
+	if err := p.Counters.Lookup(uint32(0), &percpu); err != nil {
+		return produced, lost, fmt.Errorf("read counters: %w", err)
+	}
+	for _, c := range percpu {
+		for i := range produced {
+			produced[i] += c.Produced[i]
+			lost[i] += c.Lost[i]
+		}
+	}
+	return produced, lost, nil
+}
+
+// PendingLoss is what one CPU lost on one ring and has not yet reported in
+// the stream.
+type PendingLoss struct {
+	CPU     int
+	Ring    uint32
+	FirstNs uint64
+	LastNs  uint64
+	Counts  [event.NumTypes]uint32
+}
+
+// PendingLosses reads the losses not yet written as `lost` records; after
+// Detach they are final.
+func (p *Probe) PendingLosses() ([]PendingLoss, error) {
+	var out []PendingLoss
+	for ring := uint32(0); ring < 2; ring++ {
+		var percpu []magnetLostState
+		if err := p.Lost.Lookup(ring, &percpu); err != nil {
+			return nil, fmt.Errorf("read pending losses: %w", err)
+		}
+		for cpu, ls := range percpu {
+			var total uint32
+			for _, n := range ls.Counts {
+				total += n
+			}
+			if total == 0 {
+				continue
+			}
+			out = append(out, PendingLoss{CPU: cpu, Ring: ring, FirstNs: ls.FirstNs, LastNs: ls.LastNs, Counts: ls.Counts})
+		}
+	}
+	return out, nil
+}
