@@ -97,7 +97,8 @@ struct conn_info {
 	__u32 last_retrans;
 	__u8 selected;
 	__u8 proto;
-	__u8 _pad[6];
+	__u8 closed; /* conn_close written: late packets stay attributed */
+	__u8 _pad[5];
 };
 
 struct {
@@ -393,6 +394,8 @@ static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process,
 	if (ci) {
 		if (ci->selected)
 			return cookie;
+		if (ci->closed)
+			return FILTERED;
 		/* The pid filter can only be judged in the owner's context. */
 		if (!(process && filter_tgid && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))
 			return FILTERED;
@@ -664,7 +667,11 @@ static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64
 		r->ev._pad[0] = r->ev._pad[1] = r->ev._pad[2] = 0;
 		SUBMIT_CONTROL(r);
 	}
-	bpf_map_delete_elem(&conns, &cookie);
+	/* Kept (the LRU map ages it out) so that the last ACKs and a reused
+	 * cookie lookup do not announce the connection again. */
+	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (ci)
+		ci->closed = 1;
 }
 
 SEC("tp_btf/inet_sock_set_state")
@@ -684,7 +691,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		return 0;
 	}
 	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
-	if (!ci)
+	if (!ci || ci->closed)
 		return 0;
 	conn = ci->selected ? cookie : 0;
 	if (conn && enabled(MG_G_TCPSTATE))
@@ -708,7 +715,7 @@ int udp_release(struct bpf_sock *ctx)
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);
 	ci = bpf_map_lookup_elem(&conns, &cookie);
-	if (!ci)
+	if (!ci || ci->closed)
 		return 1;
 	now = bpf_ktime_get_ns();
 	if (!ci->selected) {
@@ -718,6 +725,31 @@ int udp_release(struct bpf_sock *ctx)
 	sk = (struct sock *)bpf_cast_to_kern_ctx(ctx);
 	emit_conn_close(sk, cookie, now);
 	return 1;
+}
+
+/*
+ * A UDP socket bound to a port is announced at bind time, so that the
+ * first datagram it receives is attributed at the device layer already.
+ */
+static __always_inline int udp_bound(struct bpf_sock *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP_)
+		return 1;
+	conn_of((struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1,
+		bpf_ktime_get_ns());
+	return 1;
+}
+
+SEC("cgroup/post_bind4")
+int udp_bind4(struct bpf_sock *ctx)
+{
+	return udp_bound(ctx);
+}
+
+SEC("cgroup/post_bind6")
+int udp_bind6(struct bpf_sock *ctx)
+{
+	return udp_bound(ctx);
 }
 
 /*

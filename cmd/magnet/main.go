@@ -13,7 +13,9 @@ import (
 
 func main() {
 	if err := cli.NewRoot().Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "magnet: %v\n", err)
+		if !cli.Silent(err) {
+			fmt.Fprintf(os.Stderr, "magnet: %v\n", err)
+		}
 		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -2,6 +2,13 @@
 
 package cli
 
+import (
+	"github.com/magnet-tracer/magnet/internal/cli/parse"
+	"github.com/magnet-tracer/magnet/internal/cli/record"
+	"github.com/magnet-tracer/magnet/internal/cli/status"
+	workloadcmd "github.com/magnet-tracer/magnet/internal/cli/workload"
+)
+
 func init() {
-	subcommands = append(subcommands)
+	subcommands = append(subcommands, record.New, parse.New, status.New, workloadcmd.New)
 }

@@ -11,23 +11,20 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// ExitError carries a specific process exit code with an error.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// ExitCode returns the process exit code for err: the code of an ExitError,
-// else 1.
+// ExitCode returns the process exit code for err: its own, when it carries
+// one (a recorded command's status), else 1.
 func ExitCode(err error) int {
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		return ee.Code
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
 	}
 	return 1
+}
+
+// Silent reports whether err needs no message (the exit status says it all).
+func Silent(err error) bool {
+	var s interface{ Silent() bool }
+	return errors.As(err, &s) && s.Silent()
 }
 
 // NewRoot builds the magnet command tree.

@@ -20,7 +20,8 @@ type magnetConnInfo struct {
 	LastRetrans  uint32
 	Selected     uint8
 	Proto        uint8
-	Pad          [6]uint8
+	Closed       uint8
+	Pad          [5]uint8
 }
 
 type magnetFragKey struct {
@@ -503,6 +504,8 @@ const (
 	magnetProgTcpRetransmitSkb = "tcp_retransmit_skb"
 	magnetProgTcpSegments      = "tcp_segments"
 	magnetProgTcpSendmsgLocked = "tcp_sendmsg_locked"
+	magnetProgUdpBind4         = "udp_bind4"
+	magnetProgUdpBind6         = "udp_bind6"
 	magnetProgUdpRelease       = "udp_release"
 	magnetVarT0                = "_t0"
 	magnetVarT1                = "_t1"
@@ -596,6 +599,8 @@ type magnetProgramSpecs struct {
 	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.ProgramSpec `ebpf:"tcp_segments"`
 	TcpSendmsgLocked *ebpf.ProgramSpec `ebpf:"tcp_sendmsg_locked"`
+	UdpBind4         *ebpf.ProgramSpec `ebpf:"udp_bind4"`
+	UdpBind6         *ebpf.ProgramSpec `ebpf:"udp_bind6"`
 	UdpRelease       *ebpf.ProgramSpec `ebpf:"udp_release"`
 }
 
@@ -751,6 +756,8 @@ type magnetPrograms struct {
 	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.Program `ebpf:"tcp_segments"`
 	TcpSendmsgLocked *ebpf.Program `ebpf:"tcp_sendmsg_locked"`
+	UdpBind4         *ebpf.Program `ebpf:"udp_bind4"`
+	UdpBind6         *ebpf.Program `ebpf:"udp_bind6"`
 	UdpRelease       *ebpf.Program `ebpf:"udp_release"`
 }
 
@@ -773,6 +780,8 @@ func (p *magnetPrograms) Close() error {
 		p.TcpRetransmitSkb,
 		p.TcpSegments,
 		p.TcpSendmsgLocked,
+		p.UdpBind4,
+		p.UdpBind6,
 		p.UdpRelease,
 	)
 }

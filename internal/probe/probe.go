@@ -41,6 +41,8 @@ var Hooks = []Hook{
 	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
 	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn, []string{"conn_open", "conn_close", "tcp_state"}},
 	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn, []string{"conn_close"}},
+	{"udp_bind4", "cgroup_sock", "post_bind4", event.GroupConn, []string{"conn_open"}},
+	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
 	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
 	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
@@ -206,7 +208,14 @@ func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 		}
 		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: at, Program: prog})
 	case "cgroup_sock":
-		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: ebpf.AttachCgroupInetSockRelease, Program: prog})
+		at := ebpf.AttachCgroupInetSockRelease
+		switch h.Target {
+		case "post_bind4":
+			at = ebpf.AttachCGroupInet4PostBind
+		case "post_bind6":
+			at = ebpf.AttachCGroupInet6PostBind
+		}
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: at, Program: prog})
 	}
 	return nil, fmt.Errorf("unknown hook kind %q", h.Kind)
 }

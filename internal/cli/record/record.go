@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package record is the `magnet record` command.
+package record
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// New returns the record command.
+func New() *cobra.Command {
+	var (
+		output, events, buffer, cgroup, netns, readyFile string
+		pid, port                                        int
+		duration                                         time.Duration
+		quiet                                            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
+		Short: "Record network-stack events into a trace file",
+		Long: `Record every step of data through the network stack into a trace file.
+
+Runs until COMMAND exits, --duration ends, or SIGINT/SIGTERM; then it drains
+everything still buffered and closes the file. With COMMAND, only the command
+and its children are recorded (they run in a cgroup of their own).
+
+Event groups (--events, comma-separated; "-group" removes one):
+` + event.GroupHelp(),
+		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
+  sudo magnet record -o host.mgt --duration 30s --port 5201
+  sudo magnet record -o all.mgt --events default,sched,headers --duration 5s`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() > 0 || (cmd.ArgsLenAtDash() < 0 && len(args) > 0) {
+				return fmt.Errorf("record: unexpected argument %q (put the command to record after --)", args[0])
+			}
+			if output == "" {
+				return fmt.Errorf("record: an output file is required (-o FILE)")
+			}
+			groups, err := event.ParseGroups(events)
+			if err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+			bufBytes, err := ParseSize(buffer)
+			if err != nil {
+				return fmt.Errorf("record: --buffer: %w", err)
+			}
+			if duration < 0 {
+				return fmt.Errorf("record: --duration must be positive")
+			}
+			cfg := record.Config{
+				Output:      output,
+				Groups:      groups,
+				Filters:     record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port},
+				BufferBytes: bufBytes,
+				Duration:    duration,
+				Command:     args,
+			}
+			if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
+				cfg.Live = os.Stderr
+			}
+			if readyFile != "" {
+				cfg.Ready = func() { _ = os.WriteFile(readyFile, []byte("ready\n"), 0o644) }
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := record.Run(ctx, cfg)
+			if cfg.Live != nil {
+				fmt.Fprint(os.Stderr, "\r\033[K")
+			}
+			if res != nil && !quiet {
+				printSummary(res)
+			}
+			if err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+			if res.ExitCode != 0 {
+				return &exitStatus{res.ExitCode}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "", "trace file to write")
+	f.StringVarP(&events, "events", "e", "default", "event groups to record")
+	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size (power of two; K/M/G suffixes)")
+	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
+	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
+	f.StringVar(&cgroup, "cgroup", "", "record only sockets and tasks of this cgroup2 (path) and its descendants")
+	f.StringVar(&netns, "netns", "", "record only this network namespace (name under /run/netns, or a path)")
+	f.IntVar(&port, "port", 0, "record only connections with this local or remote port")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no live status line and no summary")
+	f.StringVar(&readyFile, "ready-file", "", "write this file once the probes are attached (for scripts and tests)")
+	return cmd
+}
+
+// exitStatus passes the recorded command's exit code on as magnet's.
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
+func (e *exitStatus) ExitCode() int { return e.code }
+func (e *exitStatus) Silent() bool  { return true }
+
+func printSummary(res *record.Result) {
+	fmt.Fprintf(os.Stderr, "magnet: recorded %s\n", res.Output)
+	var parts []string
+	var total uint64
+	for _, name := range record.SortedCounts(res.Events) {
+		if name == "task" || name == "iface" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", name, res.Events[name]))
+		if name != "lost" {
+			total += res.Events[name]
+		}
+	}
+	fmt.Fprintf(os.Stderr, "  events: %d (%s)\n", total, strings.Join(parts, ", "))
+	if res.Lost > 0 {
+		var lp []string
+		for _, name := range record.SortedCounts(res.LostBy) {
+			lp = append(lp, fmt.Sprintf("%s %d", name, res.LostBy[name]))
+		}
+		fmt.Fprintf(os.Stderr, "  lost:   %d (%s); a bigger --buffer or fewer --events helps\n", res.Lost, strings.Join(lp, ", "))
+	} else {
+		fmt.Fprintf(os.Stderr, "  lost:   0\n")
+	}
+	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
+	if total > 0 {
+		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))
+	}
+	fmt.Fprintln(os.Stderr)
+	for _, h := range res.Hooks {
+		if !h.Attached && h.Reason != "not enabled" {
+			fmt.Fprintf(os.Stderr, "  unavailable: %s (%s): %s\n", strings.Join(h.Events, ", "), h.Kind+"/"+h.Target, h.Reason)
+		}
+	}
+	if res.Truncated {
+		fmt.Fprintln(os.Stderr, "  the trace was cut short; it is readable up to its last complete block")
+	}
+}
+
+// ParseSize parses a byte size: a number with an optional K, M or G suffix
+// (KiB, MiB, GiB alike, powers of 1024).
+func ParseSize(s string) (int, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	mult := 1
+	for _, suf := range []struct {
+		s string
+		m int
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, suf.s) {
+			t, mult = strings.TrimSuffix(t, suf.s), suf.m
+			break
+		}
+	}
+	var n int
+	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != t {
+		return 0, fmt.Errorf("bad size %q (want e.g. 8MiB)", s)
+	}
+	if n > (1<<31)/mult {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	if err := record.CheckBufferSize(n * mult); err != nil {
+		return 0, err
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package status is the `magnet status` command: what this kernel offers,
+// and what running recorders are doing (MAGNeT's /proc/net/magnet).
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+type report struct {
+	Hooks     []probe.HookStatus `json:"hooks"`
+	Recorders []record.Status    `json:"recorders"`
+}
+
+// New returns the status command.
+func New() *cobra.Command {
+	var asJSON bool
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show which hooks this kernel offers and what running recorders are doing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep := report{Hooks: probe.CheckHooks()}
+			recs, err := record.ReadStatuses(dir)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			rep.Recorders = recs
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "EVENTS\tHOOK\tSTATE")
+			for _, h := range rep.Hooks {
+				state := "available"
+				if !h.Available {
+					state = "unavailable: " + h.Reason
+				}
+				fmt.Fprintf(tw, "%s\t%s/%s\t%s\n", strings.Join(h.Events, ","), h.Kind, h.Target, state)
+			}
+			tw.Flush()
+			fmt.Fprintln(out)
+			if len(recs) == 0 {
+				fmt.Fprintln(out, "no recorder running")
+				return nil
+			}
+			for _, s := range recs {
+				fill := 0.0
+				if s.BufferBytes > 0 {
+					fill = 100 * float64(s.BufferUsed) / float64(s.BufferBytes)
+				}
+				fmt.Fprintf(out, "recorder pid %d -> %s (since %s)\n", s.PID, s.Output, s.Started.Format("2006-01-02 15:04:05"))
+				fmt.Fprintf(out, "  events:   %s\n", strings.Join(s.Events, ","))
+				if len(s.Filters) > 0 {
+					fmt.Fprintf(out, "  filters:  %v\n", s.Filters)
+				}
+				if len(s.Command) > 0 {
+					fmt.Fprintf(out, "  command:  %s\n", strings.Join(s.Command, " "))
+				}
+				fmt.Fprintf(out, "  buffer:   %d bytes, %.1f%% full\n", s.BufferBytes, fill)
+				fmt.Fprintf(out, "  recorded: %d events, %d bytes written\n", s.Recorded, s.Written)
+				fmt.Fprintf(out, "  lost:     %d events\n", s.Lost)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&dir, "status-dir", record.DefaultStatusDir, "where recorders publish their status")
+	return cmd
+}

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package workloadcmd
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// run executes "magnet workload args..." in process with out as stdout.
+func run(out io.Writer, args ...string) error {
+	root := &cobra.Command{Use: "magnet", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(New())
+	root.SetArgs(append([]string{"workload"}, args...))
+	root.SetOut(out)
+	root.SetErr(io.Discard)
+	return root.Execute()
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--proto", "sctp", "--listen", "127.0.0.1:0"}, `workload: unknown protocol "sctp" (want tcp or udp)`},
+		{[]string{"send", "--proto", "sctp", "--to", "127.0.0.1:9"}, `workload: unknown protocol "sctp" (want tcp or udp)`},
+		{[]string{"serve"}, "workload: --listen ADDR is required"},
+		{[]string{"send"}, "workload: --to ADDR is required"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--flood", "1s", "--count", "5"}, "workload: --flood cannot be combined with --count or --interval"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--count", "0"}, "workload: --count and --size must be positive"},
+		{[]string{"send", "--proto", "udp", "--to", "127.0.0.1:9", "--size", "70000"}, "workload: --size 70000 exceeds the udp limit of 65507 bytes"},
+	} {
+		err := run(io.Discard, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestServeSend(t *testing.T) {
+	for _, proto := range []string{"tcp", "udp"} {
+		t.Run(proto, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			done := make(chan error, 1)
+			go func() {
+				err := run(pw, "serve", "--proto", proto, "--listen", "127.0.0.1:0", "--count", "10", "--size", "1000")
+				pw.CloseWithError(err)
+				done <- err
+			}()
+			lines := bufio.NewScanner(pr)
+			if !lines.Scan() {
+				t.Fatalf("serve printed nothing: %v", <-done)
+			}
+			addr, ok := strings.CutPrefix(lines.Text(), "listening ")
+			if !ok {
+				t.Fatalf("first line %q, want listening ADDR", lines.Text())
+			}
+
+			var sent bytes.Buffer
+			if err := run(&sent, "send", "--proto", proto, "--to", addr, "--count", "10", "--size", "1000", "--interval", "1ms"); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := sent.String(), "sent 10000 bytes in 10 messages\n"; got != want {
+				t.Errorf("send printed %q, want %q", got, want)
+			}
+			if !lines.Scan() {
+				t.Fatalf("serve printed no result: %v", <-done)
+			}
+			if got := lines.Text(); !strings.HasPrefix(got, "received 10000 bytes in ") || !strings.HasSuffix(got, " reads") {
+				t.Errorf("serve printed %q", got)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestFloodSizeDefault(t *testing.T) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(pw, "serve", "--listen", "127.0.0.1:0")
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("serve printed nothing: %v", <-done)
+	}
+	addr := strings.TrimPrefix(lines.Text(), "listening ")
+	var sent bytes.Buffer
+	if err := run(&sent, "send", "--to", addr, "--flood", "50ms"); err != nil {
+		t.Fatal(err)
+	}
+	var n, msgs int64
+	if _, err := fmt.Sscanf(sent.String(), "sent %d bytes in %d messages", &n, &msgs); err != nil || msgs == 0 || n != 64*msgs {
+		t.Errorf("flood printed %q (%v), want 64-byte messages", sent.String(), err)
+	}
+	lines.Scan()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package export turns traces into text and tables: the tab-separated event
+// listing of `magnet parse` and the connection table. It resolves what the
+// trace stores once (a thread's pid and command, an interface's name, a
+// connection's addresses) for every event that refers to it.
+package export
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// Columns are the fixed columns of the text listing, in order; a last
+// column, fields, holds the event-specific fields as name=value pairs.
+var Columns = []string{"time", "cpu", "pid", "tid", "comm", "netns", "conn", "event", "size", "fields"}
+
+// TimeFormat selects how the time column is written.
+type TimeFormat int
+
+const (
+	// TimeRelative is seconds since the first record, with nanoseconds.
+	TimeRelative TimeFormat = iota
+	// TimeAbsolute is wall-clock time, RFC 3339 with nanoseconds, UTC.
+	TimeAbsolute
+	// TimeRaw is the kernel's CLOCK_MONOTONIC in nanoseconds.
+	TimeRaw
+)
+
+// ParseTimeFormat parses rel, abs or raw.
+func ParseTimeFormat(s string) (TimeFormat, error) {
+	switch s {
+	case "rel", "relative", "":
+		return TimeRelative, nil
+	case "abs", "absolute", "wall":
+		return TimeAbsolute, nil
+	case "raw", "ns":
+		return TimeRaw, nil
+	}
+	return 0, fmt.Errorf("unknown time format %q (want rel, abs or raw)", s)
+}
+
+type task struct {
+	pid  uint32
+	comm string
+}
+
+// Resolver keeps what earlier records said about threads and interfaces.
+type Resolver struct {
+	hdr    *trace.Header
+	tasks  map[uint32]task
+	ifaces map[uint64]string
+	start  uint64
+}
+
+// NewResolver prepares to resolve records of the trace with header h.
+func NewResolver(h *trace.Header) *Resolver {
+	return &Resolver{hdr: h, tasks: map[uint32]task{}, ifaces: map[uint64]string{}}
+}
+
+// Observe takes note of metadata records (task, iface) and reports whether
+// rec is one.
+func (rs *Resolver) Observe(rec trace.Record) bool {
+	if rs.start == 0 {
+		rs.start = rec.Time()
+	}
+	switch rec.Type.Name {
+	case "task":
+		pid, _ := rec.Uint("pid")
+		comm, _ := rec.Str("comm")
+		rs.tasks[rec.TID()] = task{uint32(pid), comm}
+		return true
+	case "iface":
+		idx, _ := rec.Uint("ifindex")
+		name, _ := rec.Str("name")
+		rs.ifaces[uint64(rec.NetNS())<<32|idx] = name
+		return true
+	}
+	return false
+}
+
+// Task returns the pid and command name of thread tid.
+func (rs *Resolver) Task(tid uint32) (uint32, string, bool) {
+	t, ok := rs.tasks[tid]
+	return t.pid, t.comm, ok
+}
+
+// TextOptions configure WriteText.
+type TextOptions struct {
+	Time TimeFormat
+	// Meta includes the metadata records (task, iface) as lines.
+	Meta bool
+	// Filter, if set, selects the records to print.
+	Filter func(trace.Record) bool
+}
+
+// WriteText writes the trace read by r as tab-separated text, one event a
+// line, after a header line. It stops at the first error, after writing
+// every record before it.
+func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	defer bw.Flush()
+	if _, err := bw.WriteString(strings.Join(Columns, "\t") + "\n"); err != nil {
+		return err
+	}
+	rs := NewResolver(r.Header())
+	var line []byte
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return bw.Flush()
+		}
+		if err != nil {
+			bw.Flush()
+			return err
+		}
+		if rs.Observe(rec) && !opts.Meta {
+			continue
+		}
+		if opts.Filter != nil && !opts.Filter(rec) {
+			continue
+		}
+		line = rs.AppendLine(line[:0], rec, opts.Time)
+		if _, err := bw.Write(line); err != nil {
+			return err
+		}
+	}
+}
+
+// AppendLine appends rec's text line, newline included.
+func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte {
+	b = rs.appendTime(b, rec.Time(), tf)
+	b = append(b, '\t')
+	b = strconv.AppendUint(b, uint64(rec.CPU()), 10)
+	b = append(b, '\t')
+	t, ok := rs.tasks[rec.TID()]
+	if ok {
+		b = strconv.AppendUint(b, uint64(t.pid), 10)
+	} else {
+		b = append(b, '-')
+	}
+	b = append(b, '\t')
+	b = strconv.AppendUint(b, uint64(rec.TID()), 10)
+	b = append(b, '\t')
+	if ok && t.comm != "" {
+		b = append(b, sanitize(t.comm)...)
+	} else {
+		b = append(b, '-')
+	}
+	b = append(b, '\t')
+	b = strconv.AppendUint(b, uint64(rec.NetNS()), 10)
+	b = append(b, '\t')
+	if c := rec.Conn(); c != 0 {
+		b = strconv.AppendUint(b, c, 10)
+	} else {
+		b = append(b, '-')
+	}
+	b = append(b, '\t')
+	b = append(b, rec.Type.Name...)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, int64(rec.Size()), 10)
+	b = append(b, '\t')
+	b = rs.appendFields(b, rec)
+	return append(b, '\n')
+}
+
+func (rs *Resolver) appendTime(b []byte, ns uint64, tf TimeFormat) []byte {
+	switch tf {
+	case TimeRaw:
+		return strconv.AppendUint(b, ns, 10)
+	case TimeAbsolute:
+		wall := time.Unix(0, int64(ns)+rs.hdr.Clock.WallOffsetNs).UTC()
+		return wall.AppendFormat(b, "2006-01-02T15:04:05.000000000Z")
+	}
+	d := int64(ns) - int64(rs.start)
+	if d < 0 {
+		b = append(b, '-')
+		d = -d
+	}
+	b = strconv.AppendInt(b, d/1e9, 10)
+	b = append(b, '.')
+	frac := strconv.AppendInt(nil, d%1e9, 10)
+	for i := len(frac); i < 9; i++ {
+		b = append(b, '0')
+	}
+	return append(b, frac...)
+}
+
+// appendFields writes the event-specific fields as name=value, separated by
+// spaces; enums by name, addresses as text, interfaces with their names.
+func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
+	t := rec.Type
+	first := true
+	sep := func() {
+		if !first {
+			b = append(b, ' ')
+		}
+		first = false
+	}
+	switch t.Name {
+	case "tcp_xmit", "tcp_rcv", "tcp_retrans":
+		sep()
+		b = append(b, "tcpflags="...)
+		b = append(b, TCPFlags(rec.Flags())...)
+	}
+	v4 := true
+	if fam, ok := rec.Uint("family"); ok && fam == 6 {
+		v4 = false
+	}
+	caplen := -1
+	if n, ok := rec.Uint("caplen"); ok {
+		caplen = int(n)
+	}
+	var lostTypes []string
+	for _, f := range t.Fields {
+		if t.Name == "lost" && strings.HasPrefix(f.Name, "n_") {
+			if n, ok := rec.Uint(f.Name); ok && n > 0 {
+				lostTypes = append(lostTypes, f.Name[2:]+":"+strconv.FormatUint(n, 10))
+			}
+			continue
+		}
+		sep()
+		b = append(b, f.Name...)
+		b = append(b, '=')
+		switch {
+		case f.Kind == "ip":
+			a, _ := rec.Addr(f.Name, v4)
+			b = a.AppendTo(b)
+		case f.Kind == "str":
+			s, _ := rec.Str(f.Name)
+			if s == "" {
+				s = "-"
+			}
+			b = append(b, sanitize(s)...)
+		case f.Kind == "bytes":
+			raw, _ := rec.Bytes(f.Name)
+			if caplen >= 0 && caplen <= len(raw) {
+				raw = raw[:caplen]
+			}
+			b = hex.AppendEncode(b, raw)
+		case f.Enum() != "":
+			v, _ := rec.Uint(f.Name)
+			if name, ok := rs.hdr.EnumName(f, v); ok {
+				b = append(b, name...)
+			} else {
+				b = strconv.AppendUint(b, v, 10)
+			}
+		case f.Kind == "i":
+			v, _ := rec.Int(f.Name)
+			b = strconv.AppendInt(b, v, 10)
+		default:
+			v, _ := rec.Uint(f.Name)
+			b = strconv.AppendUint(b, v, 10)
+			if f.Name == "ifindex" {
+				if name, ok := rs.ifaces[uint64(rec.NetNS())<<32|v]; ok {
+					b = append(b, " iface="...)
+					b = append(b, sanitize(name)...)
+				}
+			}
+		}
+	}
+	if t.Name == "lost" {
+		sep()
+		b = append(b, "types="...)
+		b = append(b, strings.Join(lostTypes, ",")...)
+	}
+	if first {
+		b = append(b, '-')
+	}
+	return b
+}
+
+// TCPFlags renders TCP flags as tcpdump does: S, F, P, R, U, E, W, and "."
+// for ACK.
+func TCPFlags(f uint8) string {
+	var s []byte
+	for _, fl := range []struct {
+		bit uint8
+		c   byte
+	}{{0x02, 'S'}, {0x01, 'F'}, {0x08, 'P'}, {0x04, 'R'}, {0x20, 'U'}, {0x40, 'E'}, {0x80, 'W'}, {0x10, '.'}} {
+		if f&fl.bit != 0 {
+			s = append(s, fl.c)
+		}
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return string(s)
+}
+
+// sanitize keeps a text column a single token: tabs, spaces and control
+// characters in command names become '_'.
+func sanitize(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// Endpoint formats an address and port as addr:port ([addr]:port for IPv6).
+func Endpoint(a netip.Addr, port uint16) string {
+	return netip.AddrPortFrom(a, port).String()
+}

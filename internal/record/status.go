@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/probe"
+)
+
+// DefaultStatusDir holds one status file per running recorder, which
+// `magnet status` reads: MAGNeT's /proc/net/magnet, as files.
+const DefaultStatusDir = "/run/magnet"
+
+// Status is what a running recorder publishes about itself.
+type Status struct {
+	PID         int                `json:"pid"`
+	Output      string             `json:"output"`
+	Started     time.Time          `json:"started"`
+	Updated     time.Time          `json:"updated"`
+	Events      []string           `json:"events"`
+	Filters     map[string]string  `json:"filters,omitempty"`
+	Command     []string           `json:"command,omitempty"`
+	BufferBytes int                `json:"buffer_bytes"`
+	BufferUsed  int                `json:"buffer_used"`
+	Recorded    uint64             `json:"recorded"`
+	Lost        uint64             `json:"lost"`
+	Written     int64              `json:"bytes_written"`
+	Hooks       []probe.HookStatus `json:"hooks"`
+}
+
+type statusFile struct {
+	path string
+	st   Status
+	r    *recorder
+}
+
+func newStatusFile(cfg Config, p *probe.Probe, r *recorder) *statusFile {
+	s := &statusFile{r: r, st: Status{
+		PID: os.Getpid(), Output: cfg.Output, Started: time.Now(), Events: cfg.Groups.Names(),
+		Filters: filterSettings(cfg.Filters), Command: cfg.Command, BufferBytes: cfg.BufferBytes, Hooks: p.Status,
+	}}
+	if abs, err := filepath.Abs(cfg.Output); err == nil {
+		s.st.Output = abs
+	}
+	if err := os.MkdirAll(cfg.StatusDir, 0o755); err == nil {
+		s.path = filepath.Join(cfg.StatusDir, fmt.Sprintf("record-%d.json", os.Getpid()))
+		s.update()
+	}
+	return s
+}
+
+// update rewrites the file atomically (write, then rename).
+func (s *statusFile) update() {
+	if s.path == "" {
+		return
+	}
+	s.st.Updated = time.Now()
+	s.st.BufferUsed = s.r.events.AvailableBytes()
+	s.st.Recorded = s.r.total.Load()
+	s.st.Lost = s.r.lost.Load()
+	s.st.Written = s.r.w.Bytes()
+	data, err := json.MarshalIndent(&s.st, "", "  ")
+	if err != nil {
+		return
+	}
+	tmp := s.path + ".tmp"
+	if os.WriteFile(tmp, data, 0o644) == nil {
+		_ = os.Rename(tmp, s.path)
+	}
+}
+
+func (s *statusFile) remove() {
+	if s.path != "" {
+		os.Remove(s.path)
+	}
+}
+
+// ReadStatuses returns the status of every recorder running on this host;
+// files left by recorders that died are removed.
+func ReadStatuses(dir string) ([]Status, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "record-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Status
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var st Status
+		if json.Unmarshal(data, &st) != nil {
+			continue
+		}
+		if st.PID <= 0 || !alive(st.PID) {
+			os.Remove(p)
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package trace reads and writes magnet's trace files.
+//
+// A trace file is self-describing: a short binary preamble, a JSON header
+// that carries the recording's facts and the dictionary of event types, then
+// blocks of fixed-size binary records, then an end block with a JSON
+// summary. Records are stored in the byte order of the machine that wrote
+// them; a Reader translates them into the native byte order of the machine
+// that reads them. docs/FORMAT.md describes the layout byte by byte.
+//
+// A file without an end block was cut short (the recorder was killed, the
+// machine lost power or the disk filled up). Such a file is still readable:
+// the Reader returns every record of every complete block and reports where
+// the cut-short data begins.
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// FormatName is the value of Header.Format in every trace file.
+const FormatName = "magnet-trace"
+
+// Version is the format version this package writes and the only one it reads.
+const Version = 1
+
+// CommonSize is the size in bytes of the common header every record starts with.
+const CommonSize = 32
+
+// MaxRecordSize is the largest record size a dictionary may declare.
+const MaxRecordSize = 64 << 10
+
+// Field kinds. An enum field's kind is KindEnumPrefix followed by the name of
+// its table in Header.Enums, for example "enum:drop_reason".
+const (
+	KindUint       = "u"     // unsigned integer of 1, 2, 4 or 8 bytes, writer byte order
+	KindInt        = "i"     // signed integer of 1, 2, 4 or 8 bytes, writer byte order
+	KindStr        = "str"   // text padded with NUL bytes
+	KindIP         = "ip"    // 16-byte address in network byte order
+	KindBytes      = "bytes" // raw bytes, never swapped
+	KindEnumPrefix = "enum:" // unsigned integer whose names are in Header.Enums
+)
+
+// CommonFields is the layout of the 32-byte header every record starts with.
+// It is fixed by the BPF side (bpf/events.h). Writers copy it into
+// Header.Common so that readers in other languages need nothing hard-coded,
+// and this package's Reader rejects a file whose Header.Common differs.
+var CommonFields = []Field{
+	{Name: "time_ns", Offset: 0, Size: 8, Kind: KindUint},
+	{Name: "conn", Offset: 8, Size: 8, Kind: KindUint},
+	{Name: "tid", Offset: 16, Size: 4, Kind: KindUint},
+	{Name: "size", Offset: 20, Size: 4, Kind: KindInt},
+	{Name: "netns", Offset: 24, Size: 4, Kind: KindUint},
+	{Name: "cpu", Offset: 28, Size: 2, Kind: KindUint},
+	{Name: "type", Offset: 30, Size: 1, Kind: KindUint},
+	{Name: "flags", Offset: 31, Size: 1, Kind: KindUint},
+}
+
+// Offsets of the common header fields that this package reads directly.
+const (
+	offTime  = 0
+	offConn  = 8
+	offTID   = 16
+	offSize  = 20
+	offNetNS = 24
+	offCPU   = 28
+	offType  = 30
+	offFlags = 31
+)
+
+// Header is the JSON header of a trace file: the facts of the recording and
+// the dictionary that gives the layout of every record.
+type Header struct {
+	Format      string                       `json:"format"` // always FormatName
+	Version     int                          `json:"version"`
+	Clock       Clock                        `json:"clock"`
+	Host        string                       `json:"host"`
+	Kernel      string                       `json:"kernel"`
+	Arch        string                       `json:"arch"`
+	CPUs        int                          `json:"cpus"`
+	CPUModel    string                       `json:"cpu_model"`
+	StartWallNs int64                        `json:"start_wall_ns"` // wall-clock ns since the Unix epoch when recording started
+	Settings    Settings                     `json:"settings"`
+	Common      []Field                      `json:"common"`          // layout of the common record header
+	Types       []EventType                  `json:"types"`           // the event dictionary
+	Enums       map[string]map[string]string `json:"enums,omitempty"` // enum name → decimal value → name
+	Extra       map[string]any               `json:"extra,omitempty"` // room for later additions
+}
+
+// Clock describes the clock that stamped the records' time_ns.
+type Clock struct {
+	Source       string `json:"source"`                       // e.g. "CLOCK_MONOTONIC" (bpf_ktime_get_ns)
+	ResolutionNs int64  `json:"resolution_ns"`                // from clock_getres
+	WallOffsetNs int64  `json:"wall_offset_ns"`               // wall-clock ns since the Unix epoch = time_ns + WallOffsetNs
+	Kernel       string `json:"kernel_clocksource,omitempty"` // e.g. "tsc"
+}
+
+// Settings records how the trace was taken.
+type Settings struct {
+	Events      []string          `json:"events"`
+	Filters     map[string]string `json:"filters,omitempty"`
+	BufferBytes int               `json:"buffer_bytes"`
+	Command     []string          `json:"command,omitempty"`
+}
+
+// EventType is one entry of the event dictionary.
+type EventType struct {
+	ID     uint8   `json:"id"`     // the byte at offset 30 of each record of this type
+	Name   string  `json:"name"`   // e.g. "tcp_xmit"
+	Group  string  `json:"group"`  // e.g. "tcp"
+	Size   int     `json:"size"`   // whole record size in bytes, common header included; a multiple of 8
+	Fields []Field `json:"fields"` // event-specific fields; offsets count from the record start
+}
+
+// Field describes one field of a record.
+type Field struct {
+	Name   string `json:"name"`
+	Offset int    `json:"offset"` // from the start of the record
+	Size   int    `json:"size"`   // in bytes
+	Kind   string `json:"kind"`   // one of the Kind constants, or "enum:NAME"
+}
+
+// Enum returns the name of f's enum table when f is an enum field, and ""
+// otherwise.
+func (f Field) Enum() string {
+	name, ok := strings.CutPrefix(f.Kind, KindEnumPrefix)
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// isInteger reports whether f holds an integer in the writer's byte order,
+// which is the case for the kinds "u", "i" and "enum:NAME".
+func (f Field) isInteger() bool {
+	return f.Kind == KindUint || f.Kind == KindInt || strings.HasPrefix(f.Kind, KindEnumPrefix)
+}
+
+// TypeByID returns the dictionary entry with the given id, or nil.
+func (h *Header) TypeByID(id uint8) *EventType {
+	for i := range h.Types {
+		if h.Types[i].ID == id {
+			return &h.Types[i]
+		}
+	}
+	return nil
+}
+
+// TypeByName returns the dictionary entry with the given name, or nil.
+func (h *Header) TypeByName(name string) *EventType {
+	for i := range h.Types {
+		if h.Types[i].Name == name {
+			return &h.Types[i]
+		}
+	}
+	return nil
+}
+
+// EnumName returns the name of value v of enum field f, looked up in
+// h.Enums. It reports false when f is not an enum field or the value has no
+// name.
+func (h *Header) EnumName(f Field, v uint64) (string, bool) {
+	table, ok := h.Enums[f.Enum()]
+	if !ok {
+		return "", false
+	}
+	name, ok := table[fmt.Sprint(v)]
+	return name, ok
+}
+
+// Field returns the field with the given name: one of t's own fields or one
+// of CommonFields.
+func (t *EventType) Field(name string) (Field, bool) {
+	for _, f := range t.Fields {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	for _, f := range CommonFields {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// validate checks everything a Reader relies on: the format name and
+// version, the common header layout and the dictionary.
+func (h *Header) validate() error {
+	if h.Format != FormatName {
+		return fmt.Errorf("format is %q, want %q", h.Format, FormatName)
+	}
+	if h.Version != Version {
+		return fmt.Errorf("version is %d, want %d", h.Version, Version)
+	}
+	if len(h.Common) != len(CommonFields) {
+		return errors.New("common record header differs from format version 1")
+	}
+	for i, f := range h.Common {
+		if f != CommonFields[i] {
+			return fmt.Errorf("common field %q differs from format version 1", f.Name)
+		}
+	}
+	return validateTypes(h.Types)
+}
+
+// validateTypes checks the dictionary: unique ids and names, sizes that are
+// multiples of 8 and at least CommonSize, and fields that lie inside the
+// record, after the common header, with a known kind and a size that suits it.
+func validateTypes(types []EventType) error {
+	var seenID [256]bool
+	seenName := make(map[string]bool, len(types))
+	for i := range types {
+		t := &types[i]
+		if t.Name == "" {
+			return fmt.Errorf("event type %d has no name", t.ID)
+		}
+		if seenID[t.ID] {
+			return fmt.Errorf("event type id %d is used twice", t.ID)
+		}
+		seenID[t.ID] = true
+		if seenName[t.Name] {
+			return fmt.Errorf("event type name %q is used twice", t.Name)
+		}
+		seenName[t.Name] = true
+		if t.Size < CommonSize || t.Size > MaxRecordSize || t.Size%8 != 0 {
+			return fmt.Errorf("event type %s: size %d is not a multiple of 8 between %d and %d", t.Name, t.Size, CommonSize, MaxRecordSize)
+		}
+		fieldNames := make(map[string]bool, len(t.Fields))
+		for _, f := range t.Fields {
+			if err := validateField(t, f); err != nil {
+				return fmt.Errorf("event type %s: %w", t.Name, err)
+			}
+			if fieldNames[f.Name] {
+				return fmt.Errorf("event type %s: field %q is declared twice", t.Name, f.Name)
+			}
+			fieldNames[f.Name] = true
+		}
+	}
+	return nil
+}
+
+func validateField(t *EventType, f Field) error {
+	if f.Name == "" {
+		return fmt.Errorf("field at offset %d has no name", f.Offset)
+	}
+	for _, c := range CommonFields {
+		if c.Name == f.Name {
+			return fmt.Errorf("field %q repeats a common header field", f.Name)
+		}
+	}
+	if f.Offset < CommonSize || f.Size <= 0 || f.Offset > t.Size-f.Size {
+		return fmt.Errorf("field %s (offset %d, size %d) lies outside bytes %d to %d of the record", f.Name, f.Offset, f.Size, CommonSize, t.Size)
+	}
+	switch {
+	case f.isInteger():
+		if f.Kind == KindEnumPrefix {
+			return fmt.Errorf("field %s: enum kind without a table name", f.Name)
+		}
+		if f.Size != 1 && f.Size != 2 && f.Size != 4 && f.Size != 8 {
+			return fmt.Errorf("field %s: integer size %d is not 1, 2, 4 or 8", f.Name, f.Size)
+		}
+	case f.Kind == KindIP:
+		if f.Size != 16 {
+			return fmt.Errorf("field %s: ip size %d is not 16", f.Name, f.Size)
+		}
+	case f.Kind == KindStr, f.Kind == KindBytes:
+	default:
+		return fmt.Errorf("field %s: unknown kind %q", f.Name, f.Kind)
+	}
+	return nil
+}
+
+// Summary is the JSON payload of the end block.
+type Summary struct {
+	EndWallNs int64             `json:"end_wall_ns"` // wall-clock ns since the Unix epoch when recording ended
+	Events    map[string]uint64 `json:"events"`      // records in the file, by type name
+	Lost      uint64            `json:"lost"`        // events the kernel dropped before they reached the file
+	Blocks    uint64            `json:"blocks"`      // data blocks in the file
+	Extra     map[string]any    `json:"extra,omitempty"`
+}

@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+)
+
+// readChunk bounds how much a Reader allocates ahead of the data it has
+// actually read, so that a length field claiming megabytes in a short file
+// costs nothing.
+const readChunk = 64 << 10
+
+// Reader reads a trace file record by record.
+type Reader struct {
+	br     *bufio.Reader
+	closer io.Closer // the file opened by Open, or nil
+	off    int64     // file offset of the next byte br returns
+
+	hdr   Header
+	order binary.ByteOrder
+	swap  bool
+	idx   *typeIndex
+
+	block    []byte // payload of the current block, records checked
+	blockOff int64  // file offset of block[0]
+	pos      int    // offset in block of the next record
+
+	done      bool  // no more records: end block seen or file cut short
+	err       error // sticky error
+	truncated bool
+	truncOff  int64
+	summary   *Summary
+}
+
+// Open opens the trace file at path and reads its header. The caller must
+// call Close.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	r, err := NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open trace %s: %w", path, err)
+	}
+	r.closer = f
+	return r, nil
+}
+
+// NewReader reads the preamble and header of a trace from rd and returns a
+// Reader positioned at the first record. Errors about the content are
+// *FormatError values that name the file offset. Close on the returned
+// Reader does not close rd.
+func NewReader(rd io.Reader) (*Reader, error) {
+	r := &Reader{br: bufio.NewReaderSize(rd, 64<<10)}
+	if err := r.readHeader(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close closes the file opened by Open. For a Reader made by NewReader it
+// does nothing.
+func (r *Reader) Close() error {
+	if r.closer == nil {
+		return nil
+	}
+	err := r.closer.Close()
+	r.closer = nil
+	return err
+}
+
+// Header returns the file's header. The caller must not modify it.
+func (r *Reader) Header() *Header { return &r.hdr }
+
+// ByteOrder returns the byte order the file was written in. Records
+// returned by Next are always in native byte order.
+func (r *Reader) ByteOrder() binary.ByteOrder { return r.order }
+
+// Truncated reports, after Next has returned io.EOF, whether the file was
+// cut short (it has no end block), and if so the file offset where the
+// incomplete data begins. Everything before that offset has been returned.
+func (r *Reader) Truncated() (bool, int64) { return r.truncated, r.truncOff }
+
+// Summary returns the summary from the end block once Next has returned
+// io.EOF, or nil if the file was cut short.
+func (r *Reader) Summary() *Summary { return r.summary }
+
+// Next returns the next record, in native byte order. It returns io.EOF
+// after the last record, both at the end block and where a cut-short file
+// ends; Truncated tells the two apart. Records come block by block: the
+// records of a damaged block are never returned, and the error names the
+// block's offset.
+//
+// The returned Record's Data aliases the Reader's buffer and is valid only
+// until the next call to Next; copy it to keep it.
+func (r *Reader) Next() (Record, error) {
+	for r.pos >= len(r.block) {
+		if r.err != nil {
+			return Record{}, r.err
+		}
+		if r.done {
+			return Record{}, io.EOF
+		}
+		if err := r.readBlock(); err != nil {
+			r.err = err
+			r.block, r.pos = nil, 0
+			return Record{}, err
+		}
+	}
+	// readBlock has checked every record of the block, so the type is
+	// known and the record fits.
+	id := r.block[r.pos+offType]
+	t := r.idx.types[id]
+	data := r.block[r.pos : r.pos+t.Size : r.pos+t.Size]
+	if r.swap {
+		swapRecord(data, r.idx.swaps[id])
+	}
+	rec := Record{Type: t, Data: data, Offset: r.blockOff + int64(r.pos)}
+	r.pos += t.Size
+	return rec, nil
+}
+
+// readFull reads n bytes into buf[:0], growing buf as data arrives rather
+// than all at once. It returns io.ErrUnexpectedEOF or io.EOF when the data
+// ends early, as io.ReadFull does.
+func (r *Reader) readFull(buf []byte, n int) ([]byte, error) {
+	buf = buf[:0]
+	for len(buf) < n {
+		chunk := min(n-len(buf), readChunk)
+		buf = growLen(buf, chunk)
+		got, err := io.ReadFull(r.br, buf[len(buf)-chunk:])
+		r.off += int64(got)
+		if err != nil {
+			buf = buf[:len(buf)-chunk+got]
+			if err == io.EOF && len(buf) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// growLen extends b by n bytes, reallocating if needed.
+func growLen(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, max(2*cap(b), len(b)+n))
+	copy(nb, b)
+	return nb
+}
+
+func isEOF(err error) bool {
+	return err == io.EOF || err == io.ErrUnexpectedEOF
+}
+
+func (r *Reader) readHeader() error {
+	var pre [preambleSize]byte
+	got, err := io.ReadFull(r.br, pre[:])
+	r.off += int64(got)
+	if got < len(fileMagic) || !bytes.Equal(pre[:8], fileMagic[:]) {
+		if err != nil && !isEOF(err) {
+			return fmt.Errorf("read preamble: %w", err)
+		}
+		return formatError(ErrNotTrace, 0, "not a magnet trace (bad magic at offset 0)")
+	}
+	if err != nil {
+		if isEOF(err) {
+			return formatError(ErrCorrupt, r.off, "trace ends at offset %d inside the %d-byte preamble", r.off, preambleSize)
+		}
+		return fmt.Errorf("read preamble: %w", err)
+	}
+	switch {
+	case binary.LittleEndian.Uint32(pre[8:12]) == endianMark:
+		r.order = binary.LittleEndian
+	case binary.BigEndian.Uint32(pre[8:12]) == endianMark:
+		r.order = binary.BigEndian
+	default:
+		return formatError(ErrNotTrace, 8, "not a magnet trace (bad endian mark %#08x at offset 8)", binary.BigEndian.Uint32(pre[8:12]))
+	}
+	r.swap = isBigEndian(r.order) != nativeIsBig
+	if v := r.order.Uint16(pre[12:14]); v != Version {
+		return formatError(ErrVersion, 12, "unsupported trace format version %d at offset 12 (this magnet reads version %d)", v, Version)
+	}
+	hdrLen := r.order.Uint32(pre[16:20])
+	if hdrLen > MaxHeaderBytes {
+		return formatError(ErrCorrupt, 16, "header length %d at offset 16 exceeds the limit of %d bytes", hdrLen, MaxHeaderBytes)
+	}
+	hdrCRC := r.order.Uint32(pre[20:24])
+
+	js, err := r.readFull(nil, int(hdrLen))
+	if err != nil {
+		if isEOF(err) {
+			return formatError(ErrCorrupt, r.off, "trace ends at offset %d inside the %d-byte header at offset %d", r.off, hdrLen, preambleSize)
+		}
+		return fmt.Errorf("read header: %w", err)
+	}
+	if sum := crc32.Checksum(js, castagnoli); sum != hdrCRC {
+		return formatError(ErrCorrupt, preambleSize, "header checksum mismatch at offset %d (stored %08x, computed %08x)", preambleSize, hdrCRC, sum)
+	}
+	if err := json.Unmarshal(js, &r.hdr); err != nil {
+		return formatError(ErrCorrupt, preambleSize, "bad header JSON at offset %d: %v", preambleSize, err)
+	}
+	if err := r.hdr.validate(); err != nil {
+		return formatError(ErrCorrupt, preambleSize, "invalid header at offset %d: %v", preambleSize, err)
+	}
+	r.idx = newTypeIndex(r.hdr.Types)
+
+	// Zero padding up to the first block. A file that ends inside it was
+	// cut short before its first block.
+	padOff := r.off
+	pad, err := r.readFull(make([]byte, 0, 8), int(pad8(r.off)))
+	if err != nil {
+		if isEOF(err) {
+			r.cutShort(padOff)
+			return nil
+		}
+		return fmt.Errorf("read header: %w", err)
+	}
+	for i, b := range pad {
+		if b != 0 {
+			return formatError(ErrCorrupt, padOff+int64(i), "non-zero header padding at offset %d", padOff+int64(i))
+		}
+	}
+	return nil
+}
+
+func (r *Reader) cutShort(off int64) {
+	r.done, r.truncated, r.truncOff = true, true, off
+}
+
+// readBlock reads the next block. For a data block it checks the checksum
+// and every record before any record is returned. For the end block it reads
+// the summary and marks the Reader done; likewise when the file ends.
+func (r *Reader) readBlock() error {
+	start := r.off
+	var h [blockHeaderSize]byte
+	got, err := io.ReadFull(r.br, h[:])
+	r.off += int64(got)
+	if err != nil {
+		if isEOF(err) {
+			r.cutShort(start)
+			return nil
+		}
+		return fmt.Errorf("read block at offset %d: %w", start, err)
+	}
+	if h == [blockHeaderSize]byte{} {
+		// File systems can leave a zero-filled tail after a crash: the
+		// file's size was updated but its last data never reached the disk.
+		r.cutShort(start)
+		return nil
+	}
+	var magic [4]byte
+	copy(magic[:], h[0:4])
+	payloadLen := r.order.Uint32(h[4:8])
+	count := r.order.Uint32(h[8:12])
+	crc := r.order.Uint32(h[12:16])
+
+	switch magic {
+	case dataMagic:
+	case endMagic:
+		return r.readEnd(start, payloadLen, count, crc)
+	default:
+		return formatError(ErrCorrupt, start, "corrupt block at offset %d: bad block magic %q", start, magic[:])
+	}
+	if payloadLen > MaxBlockBytes {
+		return formatError(ErrCorrupt, start, "corrupt block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, MaxBlockBytes)
+	}
+	payloadOff := r.off
+	payload, err := r.readFull(r.block[:0], int(payloadLen))
+	if err != nil {
+		if isEOF(err) {
+			r.block, r.pos = payload[:0], 0
+			r.cutShort(start)
+			return nil
+		}
+		return fmt.Errorf("read block at offset %d: %w", start, err)
+	}
+	if sum := crc32.Checksum(payload, castagnoli); sum != crc {
+		return formatError(ErrCorrupt, start, "corrupt block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum)
+	}
+	var n uint32
+	for pos := 0; pos < len(payload); n++ {
+		recOff := payloadOff + int64(pos)
+		if len(payload)-pos < CommonSize {
+			return formatError(ErrCorrupt, start, "corrupt block at offset %d: record at offset %d runs past the end of the block", start, recOff)
+		}
+		id := payload[pos+offType]
+		t := r.idx.types[id]
+		if t == nil {
+			return formatError(ErrCorrupt, recOff, "unknown event type %d at offset %d", id, recOff)
+		}
+		if t.Size > len(payload)-pos {
+			return formatError(ErrCorrupt, start, "corrupt block at offset %d: %s record at offset %d runs past the end of the block", start, t.Name, recOff)
+		}
+		pos += t.Size
+	}
+	if n != count {
+		return formatError(ErrCorrupt, start, "corrupt block at offset %d: block holds %d records, its header says %d", start, n, count)
+	}
+	r.block, r.pos, r.blockOff = payload, 0, payloadOff
+	return nil
+}
+
+// maxSummaryBytes caps the length of the end block's JSON payload.
+const maxSummaryBytes = MaxHeaderBytes
+
+func (r *Reader) readEnd(start int64, payloadLen, count, crc uint32) error {
+	if payloadLen > maxSummaryBytes {
+		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, maxSummaryBytes)
+	}
+	if count != 0 {
+		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: record count is %d, want 0", start, count)
+	}
+	js, err := r.readFull(nil, int(payloadLen))
+	if err != nil {
+		if isEOF(err) {
+			r.cutShort(start)
+			return nil
+		}
+		return fmt.Errorf("read end block at offset %d: %w", start, err)
+	}
+	if sum := crc32.Checksum(js, castagnoli); sum != crc {
+		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum)
+	}
+	var s Summary
+	if err := json.Unmarshal(js, &s); err != nil {
+		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: bad summary JSON: %v", start, err)
+	}
+	if _, err := r.br.Peek(1); err == nil {
+		return formatError(ErrCorrupt, r.off, "trailing data at offset %d after the end block", r.off)
+	} else if !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read after end block at offset %d: %w", r.off, err)
+	}
+	r.summary = &s
+	r.done = true
+	return nil
+}

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package trace
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync/atomic"
+)
+
+// WriterOptions tunes a Writer. The zero value is ready to use.
+type WriterOptions struct {
+	// ByteOrder is the byte order of the file. Nil means the native byte
+	// order, which is what the recorder uses; a foreign order exists so
+	// that tests can produce a foreign-endian trace.
+	ByteOrder binary.ByteOrder
+	// BlockSize is the payload size in bytes at which a block is written
+	// out. Zero means DefaultBlockSize. A block holds at least one record,
+	// so a record larger than BlockSize gets a block of its own.
+	BlockSize int
+}
+
+// Writer writes a trace file. It is not safe for concurrent use, except
+// for Bytes.
+//
+// Every block is built in memory and handed to the underlying writer in one
+// Write call, so a file cut short by a crash ends in a block that is either
+// complete or detectably incomplete.
+type Writer struct {
+	w         io.Writer
+	order     binary.ByteOrder
+	swap      bool
+	idx       *typeIndex
+	blockSize int
+
+	block   []byte // block header room followed by the payload so far
+	records uint32 // records in block
+	first   uint64 // smallest time_ns in block
+	last    uint64 // largest time_ns in block
+
+	fileFirst, fileLast uint64 // time range of the whole file
+	anyRecord           bool
+	blocks              uint64
+	counts              [256]uint64 // records written, by type id
+
+	written atomic.Int64
+	err     error // sticky: once a write fails or Close succeeds, every call returns it
+}
+
+// NewWriter writes the preamble and the header h to w and returns a Writer
+// for the records. It fills in h's Format, Version and Common fields on a
+// copy; h itself is not modified. The Writer does not close w.
+func NewWriter(w io.Writer, h *Header, opts WriterOptions) (*Writer, error) {
+	hdr := *h
+	hdr.Format = FormatName
+	hdr.Version = Version
+	hdr.Common = append([]Field(nil), CommonFields...)
+	hdr.Types = append([]EventType(nil), h.Types...)
+	if err := validateTypes(hdr.Types); err != nil {
+		return nil, fmt.Errorf("new trace writer: %w", err)
+	}
+	if opts.BlockSize < 0 || opts.BlockSize > MaxBlockBytes {
+		return nil, fmt.Errorf("new trace writer: block size %d is not between 0 and %d", opts.BlockSize, MaxBlockBytes)
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
+	order := opts.ByteOrder
+	if order == nil {
+		order = binary.NativeEndian
+	}
+	js, err := json.Marshal(&hdr)
+	if err != nil {
+		return nil, fmt.Errorf("new trace writer: encode header: %w", err)
+	}
+	if len(js) > MaxHeaderBytes {
+		return nil, fmt.Errorf("new trace writer: header is %d bytes, more than the limit of %d", len(js), MaxHeaderBytes)
+	}
+
+	tw := &Writer{
+		w:         w,
+		order:     order,
+		swap:      isBigEndian(order) != nativeIsBig,
+		idx:       newTypeIndex(hdr.Types),
+		blockSize: opts.BlockSize,
+	}
+	tw.block = make([]byte, blockHeaderSize, blockHeaderSize+min(opts.BlockSize, DefaultBlockSize))
+
+	n := int64(preambleSize + len(js))
+	buf := make([]byte, preambleSize, n+pad8(n))
+	copy(buf[0:8], fileMagic[:])
+	order.PutUint32(buf[8:12], endianMark)
+	order.PutUint16(buf[12:14], Version)
+	order.PutUint16(buf[14:16], 0)
+	order.PutUint32(buf[16:20], uint32(len(js)))
+	order.PutUint32(buf[20:24], crc32.Checksum(js, castagnoli))
+	buf = append(buf, js...)
+	buf = append(buf, make([]byte, pad8(n))...)
+	if err := tw.writeOut(buf); err != nil {
+		return nil, fmt.Errorf("new trace writer: write header: %w", err)
+	}
+	return tw, nil
+}
+
+// Write adds one record to the current block and writes the block out when
+// it is full. rec is in native byte order and must be exactly as long as its
+// type's Size; the type is the byte at offset 30. Write copies rec.
+func (w *Writer) Write(rec []byte) error {
+	if w.err != nil {
+		return fmt.Errorf("write record: %w", w.err)
+	}
+	if len(rec) < CommonSize {
+		return fmt.Errorf("write record: record is %d bytes, shorter than the %d-byte common header", len(rec), CommonSize)
+	}
+	id := rec[offType]
+	t := w.idx.types[id]
+	if t == nil {
+		return fmt.Errorf("write record: unknown event type %d", id)
+	}
+	if len(rec) != t.Size {
+		return fmt.Errorf("write record: %s record is %d bytes, want %d", t.Name, len(rec), t.Size)
+	}
+	if w.records > 0 && len(w.block)-blockHeaderSize+len(rec) > w.blockSize {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+
+	ts := binary.NativeEndian.Uint64(rec[offTime:])
+	if w.records == 0 {
+		w.first, w.last = ts, ts
+	}
+	w.first, w.last = min(w.first, ts), max(w.last, ts)
+	if !w.anyRecord {
+		w.fileFirst, w.fileLast, w.anyRecord = ts, ts, true
+	}
+	w.fileFirst, w.fileLast = min(w.fileFirst, ts), max(w.fileLast, ts)
+
+	start := len(w.block)
+	w.block = append(w.block, rec...)
+	if w.swap {
+		swapRecord(w.block[start:], w.idx.swaps[id])
+	}
+	w.records++
+	w.counts[id]++
+
+	if len(w.block)-blockHeaderSize >= w.blockSize {
+		return w.Flush()
+	}
+	return nil
+}
+
+// Flush writes the current block out now, if it holds any records. The
+// recorder calls it periodically so that a crash loses at most the records
+// of the last interval.
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return fmt.Errorf("flush trace: %w", w.err)
+	}
+	if w.records == 0 {
+		return nil
+	}
+	payload := w.block[blockHeaderSize:]
+	w.putBlockHeader(w.block[:blockHeaderSize], dataMagic, payload, w.records, w.first, w.last)
+	if err := w.writeOut(w.block); err != nil {
+		return fmt.Errorf("flush trace: %w", err)
+	}
+	w.blocks++
+	w.block = w.block[:blockHeaderSize]
+	w.records = 0
+	return nil
+}
+
+// Close flushes the current block and writes the end block with summary s.
+// The Writer fills in the summary's Blocks and Events from what it wrote;
+// s itself is not modified and may be nil. Close does not close the
+// underlying writer.
+func (w *Writer) Close(s *Summary) error {
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("close trace: %w", err)
+	}
+	var sum Summary
+	if s != nil {
+		sum = *s
+	}
+	sum.Blocks = w.blocks
+	sum.Events = make(map[string]uint64)
+	for id, n := range w.counts {
+		if n > 0 {
+			sum.Events[w.idx.types[id].Name] = n
+		}
+	}
+	js, err := json.Marshal(&sum)
+	if err != nil {
+		return fmt.Errorf("close trace: encode summary: %w", err)
+	}
+	buf := make([]byte, blockHeaderSize, blockHeaderSize+len(js))
+	buf = append(buf, js...)
+	w.putBlockHeader(buf[:blockHeaderSize], endMagic, js, 0, w.fileFirst, w.fileLast)
+	if err := w.writeOut(buf); err != nil {
+		return fmt.Errorf("close trace: %w", err)
+	}
+	w.err = errWriterDone
+	return nil
+}
+
+// Bytes returns the number of bytes written to the underlying writer so
+// far. It is safe to call from any goroutine.
+func (w *Writer) Bytes() int64 {
+	return w.written.Load()
+}
+
+func (w *Writer) putBlockHeader(h []byte, magic [4]byte, payload []byte, records uint32, first, last uint64) {
+	copy(h[0:4], magic[:])
+	w.order.PutUint32(h[4:8], uint32(len(payload)))
+	w.order.PutUint32(h[8:12], records)
+	w.order.PutUint32(h[12:16], crc32.Checksum(payload, castagnoli))
+	w.order.PutUint64(h[16:24], first)
+	w.order.PutUint64(h[24:32], last)
+}
+
+// writeOut hands buf to the underlying writer in one call. A failure is
+// sticky: the file now ends in an incomplete block, and nothing more may be
+// appended to it.
+func (w *Writer) writeOut(buf []byte) error {
+	n, err := w.w.Write(buf)
+	w.written.Add(int64(n))
+	if err == nil && n != len(buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		w.err = err
+	}
+	return err
+}

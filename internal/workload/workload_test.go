@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package workload
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// serve starts ServeBytes on a loopback port and returns its address and a
+// channel with its outcome.
+func serve(t *testing.T, ctx context.Context, proto string, want int64) (string, <-chan outcome) {
+	t.Helper()
+	addrc := make(chan string, 1)
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := ServeBytes(ctx, proto, "127.0.0.1:0", want, func(a net.Addr) { addrc <- a.String() })
+		done <- outcome{r, err}
+	}()
+	select {
+	case a := <-addrc:
+		return a, done
+	case o := <-done:
+		t.Fatalf("serve %s: %v", proto, o.err)
+	}
+	return "", nil
+}
+
+type outcome struct {
+	r   Result
+	err error
+}
+
+func TestSendServe(t *testing.T) {
+	for _, proto := range []string{"tcp", "udp"} {
+		t.Run(proto, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			spec := Spec{Proto: proto, Count: 10, Size: 1000, Interval: time.Millisecond}
+			addr, done := serve(t, ctx, proto, 10*1000)
+
+			sent, err := Send(ctx, addr, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent.Bytes != 10000 || sent.Messages != 10 {
+				t.Errorf("sent %d bytes in %d messages, want 10000 in 10", sent.Bytes, sent.Messages)
+			}
+			if d := sent.End.Sub(sent.Start); d < 9*time.Millisecond {
+				t.Errorf("10 messages 1ms apart took %v, want at least 9ms", d)
+			}
+			o := <-done
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.r.Bytes != 10000 {
+				t.Errorf("server got %d bytes, want 10000", o.r.Bytes)
+			}
+			if proto == "udp" && o.r.Messages != 10 {
+				t.Errorf("server got %d datagrams, want 10", o.r.Messages)
+			}
+		})
+	}
+}
+
+func TestSendDefaultsAndSchedule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, done := serve(t, ctx, "tcp", 0)
+	// 20 messages at 5ms: the schedule is fixed at the start, so the total
+	// is close to 19 intervals, not 19 intervals plus the write times.
+	sent, err := Send(ctx, addr, Spec{Proto: "tcp", Count: 20, Interval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Bytes != 20*DefaultSize {
+		t.Errorf("sent %d bytes, want %d", sent.Bytes, 20*DefaultSize)
+	}
+	if d := sent.End.Sub(sent.Start); d < 95*time.Millisecond || d > 2*time.Second {
+		t.Errorf("20 messages 5ms apart took %v", d)
+	}
+	if o := <-done; o.err != nil || o.r.Bytes != 20*DefaultSize {
+		t.Errorf("server: %d bytes, %v", o.r.Bytes, o.err)
+	}
+}
+
+func TestUDPServeIdle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, done := serve(t, ctx, "udp", 0) // no target: ends after 2s idle
+	if _, err := Send(ctx, addr, Spec{Proto: "udp", Count: 3, Size: 100}); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || o.r.Bytes != 300 || o.r.Messages != 3 {
+		t.Errorf("server: %d bytes in %d datagrams, %v; want 300 in 3", o.r.Bytes, o.r.Messages, o.err)
+	}
+}
+
+func TestFlood(t *testing.T) {
+	for _, proto := range []string{"tcp", "udp"} {
+		t.Run(proto, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			addr, done := serve(t, ctx, proto, 0)
+			r, err := Flood(ctx, proto, addr, 64, 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Messages < 1000 || r.Bytes != int64(r.Messages)*64 {
+				t.Errorf("flood sent %d bytes in %d messages", r.Bytes, r.Messages)
+			}
+			t.Logf("%s flood: %d messages in %v", proto, r.Messages, r.End.Sub(r.Start).Round(time.Millisecond))
+			if proto == "udp" {
+				cancel() // don't wait for the idle timeout
+			}
+			o := <-done
+			if proto == "tcp" && (o.err != nil || o.r.Bytes != r.Bytes) {
+				t.Errorf("server got %d bytes, %v; want %d", o.r.Bytes, o.err, r.Bytes)
+			}
+			if proto == "udp" && (o.r.Bytes == 0 || o.r.Bytes > r.Bytes) {
+				t.Errorf("server got %d of %d bytes", o.r.Bytes, r.Bytes)
+			}
+		})
+	}
+}
+
+func TestServeCancel(t *testing.T) {
+	for _, proto := range []string{"tcp", "udp"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, done := serve(t, ctx, proto, 0)
+		cancel()
+		select {
+		case o := <-done:
+			if !errors.Is(o.err, context.Canceled) {
+				t.Errorf("%s: cancelled Serve returned %v", proto, o.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Serve ignores cancellation", proto)
+		}
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Send(ctx, "127.0.0.1:9", Spec{Proto: "sctp"}); !errors.Is(err, ErrUnknownProtocol) {
+		t.Errorf("sctp: %v", err)
+	} else if got, want := err.Error(), `unknown protocol "sctp" (want tcp or udp)`; got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+	if _, err := Send(ctx, "127.0.0.1:9", Spec{Proto: "udp", Size: MaxDatagram + 1}); err == nil {
+		t.Error("oversized datagram accepted")
+	}
+	if _, err := Serve(ctx, "icmp", "127.0.0.1:0", nil); !errors.Is(err, ErrUnknownProtocol) {
+		t.Errorf("icmp: %v", err)
+	}
+	if _, err := Flood(ctx, "tcp", "127.0.0.1:9", 0, time.Second); err == nil {
+		t.Error("zero-size flood accepted")
+	}
+}
