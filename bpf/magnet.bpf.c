@@ -541,12 +541,12 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
 	srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
 	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
 	retrans = BPF_CORE_READ(tp, retrans_out);
-	/* A snapshot per smoothed RTT, and whenever loss recovery changes
-	 * something, keeps the series faithful at a fraction of the cost of one
-	 * per ACK. */
+	/* A snapshot per smoothed RTT (at most one per 4 ms), and whenever loss
+	 * recovery changes something, keeps the series faithful at a fraction
+	 * of the cost of one per ACK: on a LAN, srtt is tens of microseconds. */
 	gap = (__u64)srtt_us * 1000;
-	if (gap < 1000000)
-		gap = 1000000;
+	if (gap < 4000000)
+		gap = 4000000;
 	if (!force && ci->last_state_ns && now - ci->last_state_ns < gap &&
 	    ssthresh == ci->last_ssthresh && retrans == ci->last_retrans)
 		return;
