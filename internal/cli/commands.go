@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"github.com/magnet-tracer/magnet/internal/cli/demo"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
@@ -10,5 +11,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, demo.New, status.New, workloadcmd.New)
 }

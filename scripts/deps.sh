@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs what building and testing magnet needs on Debian/Ubuntu: clang and
+# LLVM (BPF compiler), libbpf headers, iproute2 (namespaces, tc) and Go.
+set -euo pipefail
+need=()
+command -v clang >/dev/null || need+=(clang)
+command -v llvm-strip >/dev/null || need+=(llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v ip >/dev/null || need+=(iproute2)
+command -v tc >/dev/null || need+=(iproute2)
+command -v go >/dev/null || need+=(golang-go)
+if [ ${#need[@]} -gt 0 ]; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian's Go may be older than go.mod asks for: let the go command fetch
+# the toolchain go.mod names from the module proxy.
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
