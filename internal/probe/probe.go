@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -78,6 +79,9 @@ type Options struct {
 	BufferBytes  int // events ring; a power of two, at least one page
 	ControlBytes int // control ring
 	SelfTGID     uint32
+	// Disable lists programs not to load, as if this kernel lacked their
+	// hooks (for testing the fallback, and for working around a bad hook).
+	Disable []string
 }
 
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
@@ -138,6 +142,9 @@ func Load(opts Options) (*Probe, error) {
 		st := &status[i]
 		if st.Groups&opts.Groups == 0 {
 			st.Reason = "not enabled"
+		}
+		if slices.Contains(opts.Disable, st.Program) {
+			st.Available, st.Reason = false, "disabled"
 		}
 		if st.Available && st.Kind != "tp_btf" && cgErr != nil {
 			st.Available, st.Reason = false, cgErr.Error()

@@ -67,6 +67,8 @@ type Config struct {
 	FlushEvery time.Duration
 	// StatusDir holds the status file `magnet status` reads.
 	StatusDir string
+	// DisableHooks lists BPF programs not to load (see probe.Options).
+	DisableHooks []string
 }
 
 // Result is what a recording did.
@@ -137,6 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		BufferBytes:  cfg.BufferBytes,
 		ControlBytes: ControlBufferBytes,
 		SelfTGID:     uint32(os.Getpid()),
+		Disable:      cfg.DisableHooks,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ func New() *cobra.Command {
 		pid, port                                        int
 		duration                                         time.Duration
 		quiet                                            bool
+		disable                                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -60,12 +61,13 @@ Event groups (--events, comma-separated; "-group" removes one):
 				return fmt.Errorf("record: --duration must be positive")
 			}
 			cfg := record.Config{
-				Output:      output,
-				Groups:      groups,
-				Filters:     record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port},
-				BufferBytes: bufBytes,
-				Duration:    duration,
-				Command:     args,
+				Output:       output,
+				Groups:       groups,
+				Filters:      record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port},
+				BufferBytes:  bufBytes,
+				Duration:     duration,
+				Command:      args,
+				DisableHooks: disable,
 			}
 			if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Live = os.Stderr
@@ -102,6 +104,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.IntVar(&port, "port", 0, "record only connections with this local or remote port")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no live status line and no summary")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once the probes are attached (for scripts and tests)")
+	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (names as in `magnet status --json`), as if the kernel lacked them")
 	return cmd
 }
 

@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// ftp runs the FTP pattern with count messages over proto and waits for
+// the server to have everything.
+func ftp(t *testing.T, lab *netlab.Lab, proto string, port, count int) {
+	t.Helper()
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	srv, srvOut := serve(t, lab, lab.Server, "--proto", proto, "--listen", addr, "--count", fmt.Sprint(count), "--size", "10240")
+	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", proto, "--to", addr,
+		"--count", fmt.Sprint(count), "--size", "10240", "--interval", "5ms"))
+	srvOut.Scan()
+	srv.Wait()
+}
+
+// TestSchedEvents: the opt-in sched group, for a recorded command.
+func TestSchedEvents(t *testing.T) {
+	needRoot(t)
+	rec := startRecording(t, record.Config{
+		Groups:  event.DefaultGroups | event.GroupSched,
+		Command: []string{"sh", "-c", "sleep 0.05; sleep 0.05"},
+	})
+	<-rec.done
+	if rec.err != nil {
+		t.Fatal(rec.err)
+	}
+	res := rec.res
+	for _, name := range []string{"sched_switch", "sched_wakeup", "sched_fork", "sched_exit"} {
+		if res.Events[name] == 0 {
+			t.Errorf("no %s events for a command that forks and sleeps (events %v)", name, res.Events)
+		}
+	}
+	// Every forked child of the command exits within the recording.
+	r, err := trace.Open(rec.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	forked, exited := map[uint64]bool{}, map[uint32]bool{}
+	for {
+		rc, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rc.Type.Name {
+		case "sched_fork":
+			c, _ := rc.Uint("child_tid")
+			forked[c] = true
+		case "sched_exit":
+			exited[rc.TID()] = true
+		}
+	}
+	for c := range forked {
+		if !exited[uint32(c)] {
+			t.Errorf("child %d forked but no sched_exit", c)
+		}
+	}
+}
+
+// TestHeadersEvents: the opt-in headers group snaps each packet's first
+// bytes at the device, from the Ethernet header.
+func TestHeadersEvents(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mghdr"})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Groups: event.DefaultGroups | event.GroupHeaders, Filters: record.Filters{Port: port}})
+	ftp(t, lab, "tcp", port, 5)
+	res := rec.stop(t)
+	if res.Events["headers"] != res.Events["dev_xmit"]+res.Events["dev_recv"] {
+		t.Errorf("headers %d, want one per dev_xmit + dev_recv (%d + %d)", res.Events["headers"], res.Events["dev_xmit"], res.Events["dev_recv"])
+	}
+	r, err := trace.Open(rec.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	server := lab.Server.Addr.As4()
+	seen := 0
+	for {
+		rc, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Type.Name != "headers" {
+			continue
+		}
+		caplen, _ := rc.Uint("caplen")
+		data, _ := rc.Bytes("data")
+		if caplen < 14+20+20 || caplen > 128 {
+			t.Fatalf("caplen %d", caplen)
+		}
+		if et := binary.BigEndian.Uint16(data[12:14]); et != 0x0800 {
+			t.Fatalf("ethertype %#x, want IPv4", et)
+		}
+		src, dst := [4]byte(data[26:30]), [4]byte(data[30:34])
+		if src != server && dst != server {
+			t.Fatalf("packet %v -> %v does not involve the server %v", src, dst, server)
+		}
+		seen++
+	}
+	if seen == 0 {
+		t.Fatal("no headers records")
+	}
+}
+
+// TestDropsAndNetnsFilter: datagrams to a port nobody listens on are
+// dropped with the kernel's reason, NO_SOCKET; --netns keeps only the
+// server's namespace.
+func TestDropsAndNetnsFilter(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgdrop"})
+	rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Server.NS}})
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, uniquePort())
+	// The ICMP port-unreachable answer makes a later send fail: how many
+	// datagrams left does not matter, each that arrives must be dropped.
+	_ = lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "udp", "--to", addr,
+		"--count", "5", "--size", "100", "--interval", "1ms").Run()
+	rec.stop(t)
+	h, evs, _ := readTrace(t, rec.path)
+	for _, e := range evs {
+		if e.name != "task" && e.netns != lab.Server.NetNSInode {
+			t.Fatalf("%s in netns %d, filter was %d", e.name, e.netns, lab.Server.NetNSInode)
+		}
+	}
+	reasons := h.Enums["drop_reason"]
+	r, err := trace.Open(rec.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	noSocket, arrived := 0, 0
+	for {
+		rc, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Type.Name == "dev_recv" && rc.Size() == 100+8+20 {
+			arrived++
+		}
+		if rc.Type.Name == "drop" {
+			v, _ := rc.Uint("reason")
+			if reasons[fmt.Sprint(v)] == "NO_SOCKET" {
+				noSocket++
+			}
+		}
+	}
+	if arrived == 0 || noSocket != arrived {
+		t.Errorf("%d NO_SOCKET drops for %d datagrams that arrived", noSocket, arrived)
+	}
+}
+
+// TestPIDFilter records one process: its connection and nothing else.
+func TestPIDFilter(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgpid"})
+	port := uniquePort()
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
+	// The client waits for a line on stdin, then execs the sender: its pid
+	// is known before it makes a socket.
+	client := lab.Command(lab.Client, "sh", "-c", "read go; exec "+magnetBin+" workload send --proto tcp --to "+addr+" --count 10 --size 10240 --interval 1ms")
+	stdin, err := client.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Process.Kill()
+	// ip netns exec execs sh in place, so the pid is the sender's.
+	rec := startRecording(t, record.Config{Filters: record.Filters{PID: client.Process.Pid}})
+	fmt.Fprintln(stdin, "go")
+	if err := client.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	srvOut.Scan()
+	srv.Wait()
+	rec.stop(t)
+	_, evs, _ := readTrace(t, rec.path)
+	cs := conns(t, rec.path)
+	if len(cs) != 1 || cs[0].NetNS != lab.Client.NetNSInode || int(cs[0].Remote.Port()) != port {
+		t.Fatalf("want only the client's connection, got %+v", cs)
+	}
+	if s := count(evs, "sock_send", cs[0].ID); s.n != 10 || s.sum != 102400 {
+		t.Errorf("sock_send %d events %d bytes, want 10, 102400", s.n, s.sum)
+	}
+}
+
+// TestMissingHook: without one hook, its events are missing, reported, and
+// the rest recorded as usual.
+func TestMissingHook(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgmiss"})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, DisableHooks: []string{"tcp_probe"}})
+	ftp(t, lab, "tcp", port, 5)
+	res := rec.stop(t)
+	if res.Events["tcp_rcv"] != 0 {
+		t.Errorf("tcp_rcv recorded without its hook")
+	}
+	for _, name := range []string{"sock_send", "sock_recv", "tcp_xmit", "ip_send", "ip_recv", "dev_xmit", "dev_recv"} {
+		if res.Events[name] == 0 {
+			t.Errorf("no %s events with tcp_probe missing", name)
+		}
+	}
+	found := false
+	for _, h := range res.Hooks {
+		if h.Program == "tcp_probe" {
+			found = !h.Attached && h.Reason != ""
+		}
+	}
+	if !found {
+		t.Errorf("tcp_probe not reported unavailable")
+	}
+	h, _, _ := readTrace(t, rec.path)
+	if hooks, _ := h.Extra["hooks"].(map[string]any); !strings.HasPrefix(fmt.Sprint(hooks["tp_btf/tcp_probe"]), "unavailable") {
+		t.Errorf("trace header does not say tcp_probe was unavailable: %v", h.Extra["hooks"])
+	}
+}
+
+// TestDiskFull: the output's file system fills up; the recording stops with
+// a clear error and what was written stays readable.
+func TestDiskFull(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgfull"})
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	port := uniquePort()
+	path := filepath.Join(dir, "full.mgt")
+	rec := startRecording(t, record.Config{Output: path, Filters: record.Filters{Port: port}})
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
+	cli := lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "2s", "--size", "256")
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("client: %v %s", err, out)
+	}
+	srvOut.Scan()
+	srv.Wait()
+	<-rec.done
+	if rec.err == nil || !strings.Contains(rec.err.Error(), "no space left on device") {
+		t.Fatalf("record error = %v, want no space left on device", rec.err)
+	}
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		_, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading the trace of a full disk: %v", err)
+		}
+		n++
+	}
+	if cut, _ := r.Truncated(); !cut || n == 0 {
+		t.Fatalf("want a cut-short trace with records, got cut=%v records=%d", cut, n)
+	}
+	rec.err = nil // the expected error; let cleanup pass
+}
+
