@@ -290,4 +290,3 @@ func TestDiskFull(t *testing.T) {
 	}
 	rec.err = nil // the expected error; let cleanup pass
 }
-
