@@ -33,6 +33,10 @@ const volatile __u64 control_wakeup = 1;
  * programs run, without losing the groups that stay enabled. */
 volatile __u32 events_mask = 0;
 
+/* Set when fentry/__tcp_transmit_skb is attached: it then reports tcp_xmit
+ * instead of sockops. */
+volatile __u8 xmit_by_fentry = 0;
+
 /* Never read by BPF: these keep the types in BTF so bpf2go emits them. */
 struct mg_hdr _t0 = {};
 struct mg_tcp_send _t1 = {};
@@ -752,6 +756,29 @@ int udp_bind6(struct bpf_sock *ctx)
 	return udp_bound(ctx);
 }
 
+static __always_inline void emit_tcp_xmit(struct sock *sk, struct sk_buff *skb, __u64 conn,
+					 __u32 snd_nxt, __u64 now)
+{
+	struct { struct mg_task task; struct mg_tcp_xmit ev; } *r;
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
+	__u32 seq = BPF_CORE_READ(cb, seq);
+	__u32 end_seq = BPF_CORE_READ(cb, end_seq);
+	__u16 tflags = BPF_CORE_READ(cb, tcp_flags);
+	__s32 len = end_seq - seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
+	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
+
+	r = RESERVE_EVENT(struct mg_tcp_xmit, MG_TCP_XMIT, now);
+	if (!r)
+		return;
+	fill(&r->task, &r->ev.hdr, MG_TCP_XMIT, now, conn, len, sk_netns(sk));
+	r->ev.hdr.flags = tflags;
+	r->ev.seq = seq;
+	r->ev.gso_segs = segs ? segs : 1;
+	r->ev.retrans = len > 0 && seq_before(seq, snd_nxt);
+	r->ev._pad = 0;
+	SUBMIT_EVENT(r);
+}
+
 /*
  * sockops: enable the per-segment header callbacks on every TCP socket as it
  * connects or is accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each
@@ -770,8 +797,9 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-							 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+		if (!xmit_by_fentry)
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		k = bpf_cast_to_kern_ctx(skops);
 		sk = k->sk;
 		if (sk)
@@ -783,7 +811,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	default:
 		return 1;
 	}
-	if (!enabled(MG_G_TCP))
+	if (!enabled(MG_G_TCP) || xmit_by_fentry)
 		return 1;
 	k = bpf_cast_to_kern_ctx(skops);
 	skb = k->skb;
@@ -796,25 +824,29 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	if (conn == FILTERED || !conn)
 		return 1;
 
-	struct { struct mg_task task; struct mg_tcp_xmit ev; } *r;
-	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
-	__u32 seq = BPF_CORE_READ(cb, seq);
-	__u32 end_seq = BPF_CORE_READ(cb, end_seq);
-	__u16 tflags = BPF_CORE_READ(cb, tcp_flags);
-	__s32 len = end_seq - seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
-	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
-
-	r = RESERVE_EVENT(struct mg_tcp_xmit, MG_TCP_XMIT, now);
-	if (!r)
-		return 1;
-	fill(&r->task, &r->ev.hdr, MG_TCP_XMIT, now, conn, len, sk_netns(sk));
-	r->ev.hdr.flags = tflags;
-	r->ev.seq = seq;
-	r->ev.gso_segs = segs ? segs : 1;
-	r->ev.retrans = len > 0 && seq_before(seq, skops->snd_nxt);
-	r->ev._pad = 0;
-	SUBMIT_EVENT(r);
+	emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
 	return 1;
+}
+
+/*
+ * Where the kernel allows fentry, tcp_xmit comes from __tcp_transmit_skb
+ * itself: it needs no per-socket flag, so it also sees connections that
+ * existed before recording started. The recorder then sets xmit_by_fentry
+ * and sockops stops reporting segments.
+ */
+SEC("fentry/__tcp_transmit_skb")
+int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
+{
+	__u64 now, conn;
+
+	if (!enabled(MG_G_TCP) || !xmit_by_fentry)
+		return 0;
+	now = bpf_ktime_get_ns();
+	conn = conn_of(sk, bpf_get_socket_cookie(sk), 0, now);
+	if (conn == FILTERED || !conn)
+		return 0;
+	emit_tcp_xmit(sk, skb, conn, BPF_CORE_READ((struct tcp_sock *)sk, snd_nxt), now);
+	return 0;
 }
 
 /* ---------------------------------------------------------------- */

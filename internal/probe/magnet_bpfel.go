@@ -504,6 +504,7 @@ const (
 	magnetProgTcpRetransmitSkb = "tcp_retransmit_skb"
 	magnetProgTcpSegments      = "tcp_segments"
 	magnetProgTcpSendmsgLocked = "tcp_sendmsg_locked"
+	magnetProgTcpXmitFentry    = "tcp_xmit_fentry"
 	magnetProgUdpBind4         = "udp_bind4"
 	magnetProgUdpBind6         = "udp_bind6"
 	magnetProgUdpRelease       = "udp_release"
@@ -538,6 +539,7 @@ const (
 	magnetVarFilterPort        = "filter_port"
 	magnetVarFilterTgid        = "filter_tgid"
 	magnetVarSelfTgid          = "self_tgid"
+	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
 // loadMagnet returns the embedded CollectionSpec for magnet.
@@ -599,6 +601,7 @@ type magnetProgramSpecs struct {
 	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.ProgramSpec `ebpf:"tcp_segments"`
 	TcpSendmsgLocked *ebpf.ProgramSpec `ebpf:"tcp_sendmsg_locked"`
+	TcpXmitFentry    *ebpf.ProgramSpec `ebpf:"tcp_xmit_fentry"`
 	UdpBind4         *ebpf.ProgramSpec `ebpf:"udp_bind4"`
 	UdpBind6         *ebpf.ProgramSpec `ebpf:"udp_bind6"`
 	UdpRelease       *ebpf.ProgramSpec `ebpf:"udp_release"`
@@ -653,6 +656,7 @@ type magnetVariableSpecs struct {
 	FilterPort    *ebpf.VariableSpec `ebpf:"filter_port"`
 	FilterTgid    *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
+	XmitByFentry  *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
 // magnetObjects contains all objects after they have been loaded into the kernel.
@@ -733,6 +737,7 @@ type magnetVariables struct {
 	FilterPort    *ebpf.Variable `ebpf:"filter_port"`
 	FilterTgid    *ebpf.Variable `ebpf:"filter_tgid"`
 	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
+	XmitByFentry  *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 
 // magnetPrograms contains all programs after they have been loaded into the kernel.
@@ -756,6 +761,7 @@ type magnetPrograms struct {
 	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.Program `ebpf:"tcp_segments"`
 	TcpSendmsgLocked *ebpf.Program `ebpf:"tcp_sendmsg_locked"`
+	TcpXmitFentry    *ebpf.Program `ebpf:"tcp_xmit_fentry"`
 	UdpBind4         *ebpf.Program `ebpf:"udp_bind4"`
 	UdpBind6         *ebpf.Program `ebpf:"udp_bind6"`
 	UdpRelease       *ebpf.Program `ebpf:"udp_release"`
@@ -780,6 +786,7 @@ func (p *magnetPrograms) Close() error {
 		p.TcpRetransmitSkb,
 		p.TcpSegments,
 		p.TcpSendmsgLocked,
+		p.TcpXmitFentry,
 		p.UdpBind4,
 		p.UdpBind6,
 		p.UdpRelease,

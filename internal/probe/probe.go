@@ -37,6 +37,8 @@ var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCP, []string{"tcp_send"}},
+	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
+	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP, []string{"tcp_xmit"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn, []string{"tcp_xmit", "conn_open"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState, []string{"tcp_rcv", "tcp_state"}},
 	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
@@ -197,15 +199,44 @@ func Load(opts Options) (*Probe, error) {
 		}
 		st.Attached = true
 		p.links = append(p.links, l)
+		if st.Program == "tcp_xmit_fentry" {
+			// Attached before sockops (Hooks order), which then stands back.
+			if err := coll.Variables["xmit_by_fentry"].Set(uint8(1)); err != nil {
+				l.Close()
+				p.links = p.links[:len(p.links)-1]
+				st.Attached, st.Reason = false, "enable: "+firstLine(err)
+			}
+		}
 	}
 	p.Status = status
 	return p, nil
+}
+
+// ServedBy says, for each event, which hook produces it: the first in Hooks
+// order that is attached (or, before anything is loaded, available), so a
+// preferred hook (fentry) wins over its fallback.
+func ServedBy(status []HookStatus) map[string]string {
+	loaded := slices.ContainsFunc(status, func(st HookStatus) bool { return st.Attached })
+	out := map[string]string{}
+	for _, st := range status {
+		if loaded && !st.Attached || !loaded && !st.Available {
+			continue
+		}
+		for _, ev := range st.Events {
+			if _, ok := out[ev]; !ok {
+				out[ev] = st.Kind + "/" + st.Target
+			}
+		}
+	}
+	return out
 }
 
 func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 	switch h.Kind {
 	case "tp_btf":
 		return link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+	case "fentry":
+		return link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceFEntry})
 	case "sockops":
 		return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: ebpf.AttachCGroupSockOps, Program: prog})
 	case "cgroup_skb":
@@ -266,6 +297,19 @@ func CheckHooks() []HookStatus {
 			if err := kernel.TypeByName("btf_trace_"+h.Target, &fn); err != nil {
 				st.Available, st.Reason = false, "tracepoint "+h.Target+" not in this kernel"
 			}
+		case "fentry":
+			if kerr != nil {
+				st.Available, st.Reason = false, "kernel BTF unavailable: "+firstLine(kerr)
+				break
+			}
+			var fn *btf.Func
+			if err := kernel.TypeByName(h.Target, &fn); err != nil {
+				st.Available, st.Reason = false, "function "+h.Target+" not in this kernel's BTF"
+				break
+			}
+			if err := tryLoad(h.Program); err != nil {
+				st.Available, st.Reason = false, err.Error()
+			}
 		case "sockops", "cgroup_skb", "cgroup_sock":
 			if _, err := Cgroup2Root(); err != nil {
 				st.Available, st.Reason = false, err.Error()
@@ -274,6 +318,35 @@ func CheckHooks() []HookStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// tryLoad loads one program (and the maps it uses, made small) to learn
+// whether this kernel accepts it: fentry is refused on some kernels (e.g.
+// under lockdown) although its target exists.
+func tryLoad(program string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("not known: testing needs root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadMagnet()
+	if err != nil {
+		return err
+	}
+	for name := range spec.Programs {
+		if name != program {
+			delete(spec.Programs, name)
+		}
+	}
+	spec.Maps["events"].MaxEntries = uint32(os.Getpagesize())
+	spec.Maps["control"].MaxEntries = uint32(os.Getpagesize())
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return fmt.Errorf("refused by this kernel: %s", firstLine(err))
+	}
+	coll.Close()
+	return nil
 }
 
 // Cgroup2Root finds where the cgroup2 hierarchy is mounted.
@@ -312,7 +385,8 @@ func firstLine(err error) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return s
+	// cilium/ebpf's hint is wrong here: the limit was already removed.
+	return strings.TrimSuffix(s, " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)")
 }
 
 // Layouts maps each event type the BPF side writes to the Go mirror of its

@@ -60,7 +60,7 @@ func buildHeader(cfg Config, hooks []probe.HookStatus) (*trace.Header, error) {
 		}
 		hookInfo[hs.Kind+"/"+hs.Target] = state
 	}
-	h.Extra = map[string]any{"hooks": hookInfo}
+	h.Extra = map[string]any{"hooks": hookInfo, "served_by": probe.ServedBy(hooks)}
 	return h, nil
 }
 

@@ -12,12 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
 
 type report struct {
 	Hooks     []probe.HookStatus `json:"hooks"`
+	ServedBy  map[string]string  `json:"served_by"`
 	Recorders []record.Status    `json:"recorders"`
 }
 
@@ -31,6 +33,7 @@ func New() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := report{Hooks: probe.CheckHooks()}
+			rep.ServedBy = probe.ServedBy(rep.Hooks)
 			recs, err := record.ReadStatuses(dir)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
@@ -50,6 +53,17 @@ func New() *cobra.Command {
 					state = "unavailable: " + h.Reason
 				}
 				fmt.Fprintf(tw, "%s\t%s/%s\t%s\n", strings.Join(h.Events, ","), h.Kind, h.Target, state)
+			}
+			tw.Flush()
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "EVENT\tSERVED BY")
+			for _, in := range event.Catalogue {
+				if by := rep.ServedBy[in.Name]; by != "" {
+					fmt.Fprintf(tw, "%s\t%s\n", in.Name, by)
+				} else if in.Hook != "recorder" && in.Name != "lost" && in.Name != "iface" {
+					fmt.Fprintf(tw, "%s\t%s\n", in.Name, "unavailable")
+				}
 			}
 			tw.Flush()
 			fmt.Fprintln(out)
