@@ -39,7 +39,6 @@ volatile __u8 xmit_by_fentry = 0;
 
 /* Never read by BPF: these keep the types in BTF so bpf2go emits them. */
 struct mg_hdr _t0 = {};
-struct mg_tcp_send _t1 = {};
 struct mg_tcp_xmit _t2 = {};
 struct mg_tcp_rcv _t3 = {};
 struct mg_tcp_state _t4 = {};
@@ -503,7 +502,7 @@ SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb,
 	     int size_goal)
 {
-	struct { struct mg_task task; struct mg_tcp_send ev; } *r;
+	struct { struct mg_task task; struct mg_hdr ev; } *r;
 	__u64 now, conn;
 	__u32 left, room;
 
@@ -519,12 +518,12 @@ int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_
 		room = size_goal - BPF_CORE_READ(skb, len);
 	if ((__s32)room <= 0)
 		room = size_goal;
-	r = RESERVE_EVENT(struct mg_tcp_send, MG_TCP_SEND, now);
+	r = RESERVE_EVENT(struct mg_hdr, MG_TCP_SEND, now);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_TCP_SEND, now, conn, left < room ? left : room, sk_netns(sk));
-	r->ev.size_goal = size_goal;
-	r->ev.msg_left = left;
+	/* What this step of tcp_sendmsg_locked can take: the room left in the
+	 * tail skb (or a new one), bounded by what the call has left. */
+	fill(&r->task, &r->ev, MG_TCP_SEND, now, conn, left < room ? left : room, sk_netns(sk));
 	SUBMIT_EVENT(r);
 	return 0;
 }

@@ -369,23 +369,6 @@ type magnetMgTcpRetrans struct {
 	Pad   [3]uint8
 }
 
-type magnetMgTcpSend struct {
-	_   structs.HostLayout
-	Hdr struct {
-		_      structs.HostLayout
-		TimeNs uint64
-		Conn   uint64
-		Tid    uint32
-		Size   int32
-		Netns  uint32
-		Cpu    uint16
-		Type   uint8
-		Flags  uint8
-	}
-	SizeGoal uint32
-	MsgLeft  uint32
-}
-
 type magnetMgTcpState struct {
 	_   structs.HostLayout
 	Hdr struct {
@@ -509,7 +492,6 @@ const (
 	magnetProgUdpBind6         = "udp_bind6"
 	magnetProgUdpRelease       = "udp_release"
 	magnetVarT0                = "_t0"
-	magnetVarT1                = "_t1"
 	magnetVarT10               = "_t10"
 	magnetVarT11               = "_t11"
 	magnetVarT12               = "_t12"
@@ -626,7 +608,6 @@ type magnetMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type magnetVariableSpecs struct {
 	T0            *ebpf.VariableSpec `ebpf:"_t0"`
-	T1            *ebpf.VariableSpec `ebpf:"_t1"`
 	T10           *ebpf.VariableSpec `ebpf:"_t10"`
 	T11           *ebpf.VariableSpec `ebpf:"_t11"`
 	T12           *ebpf.VariableSpec `ebpf:"_t12"`
@@ -707,7 +688,6 @@ func (m *magnetMaps) Close() error {
 // It can be passed to loadMagnetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type magnetVariables struct {
 	T0            *ebpf.Variable `ebpf:"_t0"`
-	T1            *ebpf.Variable `ebpf:"_t1"`
 	T10           *ebpf.Variable `ebpf:"_t10"`
 	T11           *ebpf.Variable `ebpf:"_t11"`
 	T12           *ebpf.Variable `ebpf:"_t12"`

@@ -395,7 +395,7 @@ func Layouts() map[event.Type]reflect.Type {
 	return map[event.Type]reflect.Type{
 		event.SockSend:    reflect.TypeOf(magnetMgHdr{}),
 		event.SockRecv:    reflect.TypeOf(magnetMgHdr{}),
-		event.TCPSend:     reflect.TypeOf(magnetMgTcpSend{}),
+		event.TCPSend:     reflect.TypeOf(magnetMgHdr{}),
 		event.TCPXmit:     reflect.TypeOf(magnetMgTcpXmit{}),
 		event.TCPRcv:      reflect.TypeOf(magnetMgTcpRcv{}),
 		event.TCPState:    reflect.TypeOf(magnetMgTcpState{}),
