@@ -259,3 +259,29 @@ func TestStatusWithoutRecorder(t *testing.T) {
 		}
 	}
 }
+
+// TestSIGTERMClosesCleanly: SIGTERM drains and closes the trace; it parses
+// with no cut-short warning.
+func TestSIGTERMClosesCleanly(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	out, ready := filepath.Join(dir, "term.mgt"), filepath.Join(dir, "ready")
+	rec := exec.Command(bin, "record", "-o", out, "--ready-file", ready)
+	var e bytes.Buffer
+	rec.Stderr = &e
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec.Process.Signal(syscall.SIGTERM)
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("record after SIGTERM: %v\n%s", err, e.String())
+	}
+	if !strings.Contains(e.String(), "lost:") || !strings.Contains(e.String(), "file:") {
+		t.Errorf("no summary after SIGTERM:\n%s", e.String())
+	}
+	r := magnet(t, "parse", out)
+	if r.code != 0 || strings.Contains(r.stderr, "cut short") {
+		t.Fatalf("parse after SIGTERM: code %d, %s", r.code, r.stderr)
+	}
+}
