@@ -100,8 +100,10 @@ struct conn_info {
 	__u32 last_retrans;
 	__u8 selected;
 	__u8 proto;
-	__u8 closed; /* conn_close written: late packets stay attributed */
-	__u8 _pad[5];
+	__u8 closed;   /* conn_close written: late packets stay attributed */
+	__u8 eligible; /* passes the netns, port and cgroup filters */
+	__u16 lport;   /* as first seen: the kernel zeroes it before TCP_CLOSE */
+	__u16 _pad;
 };
 
 struct {
@@ -360,6 +362,17 @@ static __always_inline void forget_tuple(const struct sock_addrs *a)
 	bpf_map_delete_elem(&tuples, &k);
 }
 
+/* Forget a closing socket's tuple, under the local port it had when first
+ * seen (TCP has already released it when the socket reaches TCP_CLOSE). */
+static __always_inline void forget_conn_tuple(struct sock_addrs *a, __u64 cookie)
+{
+	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
+
+	if (ci && ci->lport)
+		a->lport = ci->lport;
+	forget_tuple(a);
+}
+
 static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, __u64 now)
 {
 	struct { struct mg_task task; struct mg_conn_open ev; } *r;
@@ -397,7 +410,7 @@ static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process,
 	if (ci) {
 		if (ci->selected)
 			return cookie;
-		if (ci->closed)
+		if (ci->closed || !ci->eligible)
 			return FILTERED;
 		/* The pid filter can only be judged in the owner's context. */
 		if (!(process && filter_tgid && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))
@@ -408,18 +421,22 @@ static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process,
 		return cookie;
 	}
 	read_addrs(sk, &a);
+	/* Other sockets (ping, raw) are not connections: their packets pass
+	 * as unattributed. */
 	if (a.proto != IPPROTO_TCP_ && a.proto != IPPROTO_UDP_)
-		return FILTERED;
+		return 0;
 	if (filter_netns && a.netns != filter_netns)
 		sel = 0;
 	if (filter_port && a.lport != filter_port && a.rport != filter_port)
 		sel = 0;
 	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(sk, sk_cgrp_data.cgroup)))
 		sel = 0;
+	fresh.eligible = sel;
 	if (filter_tgid && !(process && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))
 		sel = 0;
 	fresh.selected = sel;
 	fresh.proto = a.proto;
+	fresh.lport = a.lport;
 	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	remember_tuple(&a, cookie);
 	if (sel)
@@ -653,7 +670,7 @@ static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64
 	struct sock_addrs a;
 
 	read_addrs(sk, &a);
-	forget_tuple(&a);
+	forget_conn_tuple(&a, cookie);
 	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now);
 	if (r) {
 		fill(&r->task, &r->ev.hdr, MG_CONN_CLOSE, now, cookie, 0, a.netns);
@@ -699,10 +716,15 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	conn = ci->selected ? cookie : 0;
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
-	if (conn)
+	if (conn) {
 		emit_conn_close(sk, cookie, now);
-	else
+	} else {
+		struct sock_addrs a;
+
+		read_addrs(sk, &a);
+		forget_conn_tuple(&a, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
+	}
 	return 0;
 }
 
@@ -721,11 +743,15 @@ int udp_release(struct bpf_sock *ctx)
 	if (!ci || ci->closed)
 		return 1;
 	now = bpf_ktime_get_ns();
+	sk = (struct sock *)bpf_cast_to_kern_ctx(ctx);
 	if (!ci->selected) {
+		struct sock_addrs a;
+
+		read_addrs(sk, &a);
+		forget_conn_tuple(&a, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 		return 1;
 	}
-	sk = (struct sock *)bpf_cast_to_kern_ctx(ctx);
 	emit_conn_close(sk, cookie, now);
 	return 1;
 }
@@ -915,6 +941,23 @@ int ip_ingress(struct __sk_buff *ctx)
 /* ---------------------------------------------------------------- */
 /* device */
 
+/* The socket a packet belongs to: connected, else bound to the local
+ * address only, else bound to the wildcard address. */
+static __always_inline __u64 *lookup_tuple(struct tuple *k)
+{
+	__u64 *c = bpf_map_lookup_elem(&tuples, k);
+
+	if (c)
+		return c;
+	__builtin_memset(k->raddr, 0, 16);
+	k->rport = 0;
+	c = bpf_map_lookup_elem(&tuples, k);
+	if (c)
+		return c;
+	__builtin_memset(k->laddr, 0, 16);
+	return bpf_map_lookup_elem(&tuples, k);
+}
+
 /*
  * Find the connection of a packet from its headers at l3 (IPv4/IPv6).
  * ingress says whether the packet arrives (then the socket's local end is
@@ -959,13 +1002,7 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 		}
 		k.lport = __builtin_bswap16(ingress ? ports[1] : ports[0]);
 		k.rport = __builtin_bswap16(ingress ? ports[0] : ports[1]);
-		c = bpf_map_lookup_elem(&tuples, &k);
-		if (!c) {
-			/* An unconnected socket: bound to a local end only. */
-			__builtin_memset(k.raddr, 0, 16);
-			k.rport = 0;
-			c = bpf_map_lookup_elem(&tuples, &k);
-		}
+		c = lookup_tuple(&k);
 		if (c && (frag & IP_MF))
 			bpf_map_update_elem(&frags, &fk, c, BPF_ANY);
 		return c ? *c : 0;
@@ -989,12 +1026,7 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 		}
 		k.lport = __builtin_bswap16(ingress ? ports[1] : ports[0]);
 		k.rport = __builtin_bswap16(ingress ? ports[0] : ports[1]);
-		c = bpf_map_lookup_elem(&tuples, &k);
-		if (!c) {
-			__builtin_memset(k.raddr, 0, 16);
-			k.rport = 0;
-			c = bpf_map_lookup_elem(&tuples, &k);
-		}
+		c = lookup_tuple(&k);
 		return c ? *c : 0;
 	}
 	return 0;
@@ -1077,7 +1109,9 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		conn = conn_from_headers(l3, l3proto, netns, ingress);
 		if (conn) {
 			struct conn_info *ci = bpf_map_lookup_elem(&conns, &conn);
-			if (ci && !ci->selected)
+			if (!ci)
+				conn = 0; /* a stale tuple: not announced, not ours */
+			else if (!ci->selected)
 				conn = FILTERED;
 		}
 	}
@@ -1164,7 +1198,7 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 	r->ev.reason = reason;
 	r->ev.ifindex = ifindex;
 	r->ev.l3proto = __builtin_bswap16(BPF_CORE_READ(skb, protocol));
-	r->ev.l4proto = sk ? BPF_CORE_READ(sk, sk_protocol) : 0;
+	r->ev.l4proto = sk && sk_is_full(sk) ? BPF_CORE_READ(sk, sk_protocol) : 0;
 	__builtin_memset(r->ev._pad, 0, sizeof(r->ev._pad));
 	SUBMIT_EVENT(r);
 	return 0;

@@ -233,3 +233,13 @@ func TestSnake(t *testing.T) {
 		}
 	}
 }
+
+func TestParseGroupsLeadingRemoval(t *testing.T) {
+	g, err := ParseGroups("-dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := DefaultGroups &^ GroupDev; g != want {
+		t.Fatalf("ParseGroups(-dev) = %s, want %s", g, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,7 @@ type Conn struct {
 // any, comes with the table built so far.
 func Conns(r *trace.Reader) ([]*Conn, uint64, error) {
 	var start uint64
+	started := false
 	rs := NewResolver(r.Header())
 	byID := map[uint64]*Conn{}
 	var order []*Conn
@@ -60,8 +62,8 @@ func Conns(r *trace.Reader) ([]*Conn, uint64, error) {
 		if err != nil {
 			break
 		}
-		if start == 0 {
-			start = rec.Time()
+		if !started {
+			start, started = rec.Time(), true
 		}
 		if rs.Observe(rec) || rec.Conn() == 0 {
 			continue
@@ -113,34 +115,76 @@ func Conns(r *trace.Reader) ([]*Conn, uint64, error) {
 
 // pairConns links the two ends of a connection recorded on one host (or in
 // two namespaces of it): same protocol, each one's local is the other's
-// remote.
+// remote. A tuple can recur (a port reused later, the same addresses in two
+// namespaces), so each end pairs with the unpaired candidate opened nearest
+// in time. A UDP server bound without a remote pairs with its clients' first.
 func pairConns(cs []*Conn) {
 	type key struct {
 		proto         string
 		local, remote netip.AddrPort
 	}
-	idx := map[key]*Conn{}
+	idx := map[key][]*Conn{}
 	for _, c := range cs {
-		if c.Local.Port() != 0 && c.Remote.Port() != 0 {
-			idx[key{c.Proto, c.Local, c.Remote}] = c
+		if c.Local.Port() != 0 {
+			idx[key{c.Proto, c.Local, c.Remote}] = append(idx[key{c.Proto, c.Local, c.Remote}], c)
 		}
+	}
+	nearest := func(c *Conn, cands []*Conn) *Conn {
+		var best *Conn
+		for _, p := range cands {
+			if p == c || p.Peer != 0 {
+				continue
+			}
+			if best == nil || absDiff(p.OpenNs, c.OpenNs) < absDiff(best.OpenNs, c.OpenNs) {
+				best = p
+			}
+		}
+		return best
 	}
 	for _, c := range cs {
 		if c.Peer != 0 || c.Remote.Port() == 0 {
 			continue
 		}
-		if p, ok := idx[key{c.Proto, c.Remote, c.Local}]; ok && p != c {
-			c.Peer, p.Peer = p.ID, c.ID
-			continue
+		p := nearest(c, idx[key{c.Proto, c.Remote, c.Local}])
+		if p == nil {
+			// An unconnected server: bound to the address, or to the wildcard.
+			unbound := netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+			if c.Local.Addr().Is6() {
+				unbound = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
+			}
+			p = nearest(c, idx[key{c.Proto, c.Remote, unbound}])
+			if p == nil {
+				wild := netip.AddrPortFrom(unbound.Addr(), c.Remote.Port())
+				p = nearest(c, idx[key{c.Proto, wild, unbound}])
+			}
+			if p != nil && p.Proto != "udp" {
+				p = nil // a TCP listener is not the peer: its accepted socket is
+			}
 		}
-		// An unconnected (UDP) server socket: bound locally, no remote.
-		for _, p := range cs {
-			if p != c && p.Peer == 0 && p.Proto == c.Proto && p.Local == c.Remote && p.Remote.Port() == 0 {
-				c.Peer, p.Peer = p.ID, c.ID
-				break
+		if p != nil {
+			c.Peer = p.ID
+			if p.Remote.Port() != 0 {
+				p.Peer = c.ID
+			} else if p.Peer == 0 {
+				p.Peer = c.ID // an unconnected server: paired with its first client
 			}
 		}
 	}
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+// endpoint prints "-" for an end never announced (its conn_open lost).
+func endpoint(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return "-"
+	}
+	return ap.String()
 }
 
 func protoName(p uint64) string {
@@ -157,6 +201,7 @@ func protoName(p uint64) string {
 func WriteConns(w io.Writer, cs []*Conn, start uint64) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join([]string{"conn", "proto", "local", "remote", "netns", "pid", "comm", "peer", "open", "close", "events", "app_sent", "app_recv"}, "\t"))
+	cs = slices.Clone(cs)
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].OpenNs < cs[j].OpenNs })
 	rel := func(ns uint64) string {
 		if ns == 0 {
@@ -178,7 +223,7 @@ func WriteConns(w io.Writer, cs []*Conn, start uint64) error {
 			proto = "?"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n",
-			c.ID, proto, c.Local, c.Remote, c.NetNS, c.PID, sanitize(comm), peer, rel(c.OpenNs), rel(c.CloseNs), c.Events, c.SentApp, c.RecvApp)
+			c.ID, proto, endpoint(c.Local), endpoint(c.Remote), c.NetNS, c.PID, sanitize(comm), peer, rel(c.OpenNs), rel(c.CloseNs), c.Events, c.SentApp, c.RecvApp)
 	}
 	return tw.Flush()
 }

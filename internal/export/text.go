@@ -56,10 +56,11 @@ type task struct {
 
 // Resolver keeps what earlier records said about threads and interfaces.
 type Resolver struct {
-	hdr    *trace.Header
-	tasks  map[uint32]task
-	ifaces map[uint64]string
-	start  uint64
+	hdr     *trace.Header
+	tasks   map[uint32]task
+	ifaces  map[uint64]string
+	start   uint64
+	started bool
 }
 
 // NewResolver prepares to resolve records of the trace with header h.
@@ -70,8 +71,8 @@ func NewResolver(h *trace.Header) *Resolver {
 // Observe takes note of metadata records (task, iface) and reports whether
 // rec is one.
 func (rs *Resolver) Observe(rec trace.Record) bool {
-	if rs.start == 0 {
-		rs.start = rec.Time()
+	if !rs.started {
+		rs.start, rs.started = rec.Time(), true
 	}
 	switch rec.Type.Name {
 	case "task":
@@ -88,8 +89,12 @@ func (rs *Resolver) Observe(rec trace.Record) bool {
 	return false
 }
 
-// Task returns the pid and command name of thread tid.
+// Task returns the pid and command name of thread tid. Thread 0 is each
+// CPU's idle task, interrupted by softirq work.
 func (rs *Resolver) Task(tid uint32) (uint32, string, bool) {
+	if tid == 0 {
+		return 0, "swapper", true
+	}
 	t, ok := rs.tasks[tid]
 	return t.pid, t.comm, ok
 }
@@ -142,17 +147,20 @@ func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte
 	b = append(b, '\t')
 	b = strconv.AppendUint(b, uint64(rec.CPU()), 10)
 	b = append(b, '\t')
-	t, ok := rs.tasks[rec.TID()]
+	pid, comm, ok := rs.Task(rec.TID())
+	if rec.Type.Name == "lost" {
+		ok = false // counted per CPU, not by a task
+	}
 	if ok {
-		b = strconv.AppendUint(b, uint64(t.pid), 10)
+		b = strconv.AppendUint(b, uint64(pid), 10)
 	} else {
 		b = append(b, '-')
 	}
 	b = append(b, '\t')
 	b = strconv.AppendUint(b, uint64(rec.TID()), 10)
 	b = append(b, '\t')
-	if ok && t.comm != "" {
-		b = append(b, sanitize(t.comm)...)
+	if ok && comm != "" {
+		b = append(b, sanitize(comm)...)
 	} else {
 		b = append(b, '-')
 	}
@@ -260,7 +268,7 @@ func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
 		default:
 			v, _ := rec.Uint(f.Name)
 			b = strconv.AppendUint(b, v, 10)
-			if f.Name == "ifindex" {
+			if f.Name == "ifindex" && t.Name != "iface" {
 				if name, ok := rs.ifaces[uint64(rec.NetNS())<<32|v]; ok {
 					b = append(b, " iface="...)
 					b = append(b, sanitize(name)...)

@@ -21,7 +21,9 @@ type magnetConnInfo struct {
 	Selected     uint8
 	Proto        uint8
 	Closed       uint8
-	Pad          [5]uint8
+	Eligible     uint8
+	Lport        uint16
+	Pad          uint16
 }
 
 type magnetFragKey struct {

@@ -148,7 +148,7 @@ func Load(opts Options) (*Probe, error) {
 		if slices.Contains(opts.Disable, st.Program) {
 			st.Available, st.Reason = false, "disabled"
 		}
-		if st.Available && st.Kind != "tp_btf" && cgErr != nil {
+		if st.Available && (strings.HasPrefix(st.Kind, "cgroup") || st.Kind == "sockops") && cgErr != nil {
 			st.Available, st.Reason = false, cgErr.Error()
 		}
 		if !st.Available || st.Groups&opts.Groups == 0 {

@@ -331,7 +331,8 @@ func (r *recorder) handle(raw []byte) error {
 	var k taskKey
 	k.pid = binary.NativeEndian.Uint32(raw[0:4])
 	copy(k.comm[:], raw[8:24])
-	if old, ok := r.tasks[tid]; !ok || old != k {
+	// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
+	if old, ok := r.tasks[tid]; tid != 0 && (!ok || old != k) {
 		r.tasks[tid] = k
 		if err := r.writeTask(rec, tid, k); err != nil {
 			return err

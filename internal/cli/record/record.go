@@ -57,6 +57,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err != nil {
 				return fmt.Errorf("record: --buffer: %w", err)
 			}
+			if cgroup != "" && len(args) > 0 {
+				return fmt.Errorf("record: --cgroup and a command cannot be combined (the command gets a cgroup of its own)")
+			}
 			if duration < 0 {
 				return fmt.Errorf("record: --duration must be positive")
 			}
