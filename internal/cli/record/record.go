@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
 
@@ -146,9 +147,25 @@ func printSummary(res *record.Result) {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))
 	}
 	fmt.Fprintln(os.Stderr)
+	served := probe.ServedBy(res.Hooks)
 	for _, h := range res.Hooks {
-		if !h.Attached && h.Reason != "not enabled" {
-			fmt.Fprintf(os.Stderr, "  unavailable: %s (%s): %s\n", strings.Join(h.Events, ", "), h.Kind+"/"+h.Target, h.Reason)
+		if h.Attached || h.Reason == "not enabled" {
+			continue
+		}
+		var lost, fallback []string
+		for _, ev := range h.Events {
+			if by := served[ev]; by != "" {
+				fallback = append(fallback, ev+" from "+by)
+			} else {
+				lost = append(lost, ev)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "  hook %s/%s unavailable: %s\n", h.Kind, h.Target, h.Reason)
+		if len(lost) > 0 {
+			fmt.Fprintf(os.Stderr, "    not recorded: %s\n", strings.Join(lost, ", "))
+		}
+		if len(fallback) > 0 {
+			fmt.Fprintf(os.Stderr, "    instead: %s\n", strings.Join(fallback, ", "))
 		}
 	}
 	if res.Truncated {
