@@ -48,20 +48,8 @@ func TestSchedEvents(t *testing.T) {
 		}
 	}
 	// Every forked child of the command exits within the recording.
-	r, err := trace.Open(rec.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	forked, exited := map[uint64]bool{}, map[uint32]bool{}
-	for {
-		rc, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachRecord(t, rec.path, func(rc trace.Record) {
 		switch rc.Type.Name {
 		case "sched_fork":
 			c, _ := rc.Uint("child_tid")
@@ -69,7 +57,7 @@ func TestSchedEvents(t *testing.T) {
 		case "sched_exit":
 			exited[rc.TID()] = true
 		}
-	}
+	})
 	for c := range forked {
 		if !exited[uint32(c)] {
 			t.Errorf("child %d forked but no sched_exit", c)
@@ -89,23 +77,11 @@ func TestHeadersEvents(t *testing.T) {
 	if res.Events["headers"] != res.Events["dev_xmit"]+res.Events["dev_recv"] {
 		t.Errorf("headers %d, want one per dev_xmit + dev_recv (%d + %d)", res.Events["headers"], res.Events["dev_xmit"], res.Events["dev_recv"])
 	}
-	r, err := trace.Open(rec.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	server := lab.Server.Addr.As4()
 	seen := 0
-	for {
-		rc, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachRecord(t, rec.path, func(rc trace.Record) {
 		if rc.Type.Name != "headers" {
-			continue
+			return
 		}
 		caplen, _ := rc.Uint("caplen")
 		data, _ := rc.Bytes("data")
@@ -120,7 +96,7 @@ func TestHeadersEvents(t *testing.T) {
 			t.Fatalf("packet %v -> %v does not involve the server %v", src, dst, server)
 		}
 		seen++
-	}
+	})
 	if seen == 0 {
 		t.Fatal("no headers records")
 	}
@@ -146,20 +122,8 @@ func TestDropsAndNetnsFilter(t *testing.T) {
 		}
 	}
 	reasons := h.Enums["drop_reason"]
-	r, err := trace.Open(rec.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	noSocket, arrived := 0, 0
-	for {
-		rc, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachRecord(t, rec.path, func(rc trace.Record) {
 		if rc.Type.Name == "dev_recv" && rc.Size() == 100+8+20 {
 			arrived++
 		}
@@ -169,7 +133,7 @@ func TestDropsAndNetnsFilter(t *testing.T) {
 				noSocket++
 			}
 		}
-	}
+	})
 	if arrived == 0 || noSocket != arrived {
 		t.Errorf("%d NO_SOCKET drops for %d datagrams that arrived", noSocket, arrived)
 	}
@@ -289,4 +253,24 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("want a cut-short trace with records, got cut=%v records=%d", cut, n)
 	}
 	rec.err = nil // the expected error; let cleanup pass
+}
+
+// eachRecord calls fn for every record of the trace at path.
+func eachRecord(t *testing.T, path string, fn func(trace.Record)) {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		rc, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(rc)
+	}
 }
