@@ -15,6 +15,9 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# pyarrow reads magnet's Parquet exports back in the tests.
+python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow 2>/dev/null ||
+	{ command -v pip3 >/dev/null || { apt-get install -y -qq python3-pip >/dev/null; }; python3 -m pip install --quiet --break-system-packages pyarrow; }
 # Debian's Go may be older than go.mod asks for: let the go command fetch
 # the toolchain go.mod names from the module proxy.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"

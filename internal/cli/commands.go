@@ -4,6 +4,7 @@ package cli
 
 import (
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
+	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
@@ -11,5 +12,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, demo.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, exportcmd.New, demo.New, status.New, workloadcmd.New)
 }

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main_test
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// exportFixture is the committed big-endian trace; parse gives the truth
+// the exports are compared with.
+const exportFixture = "../../testdata/bigendian.mgt"
+
+// parsedEvents returns (event, size) of every event line of magnet parse.
+func parsedEvents(t *testing.T) [][2]string {
+	t.Helper()
+	r := magnet(t, "parse", exportFixture)
+	if r.code != 0 {
+		t.Fatalf("parse: %s", r.stderr)
+	}
+	var out [][2]string
+	for i, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if i == 0 {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		out = append(out, [2]string{f[7], f[8]})
+	}
+	return out
+}
+
+func TestExportDelimitedAndJSONL(t *testing.T) {
+	want := parsedEvents(t)
+	dir := t.TempDir()
+	for _, format := range []string{"csv", "tsv"} {
+		out := filepath.Join(dir, "x."+format)
+		if r := magnet(t, "export", exportFixture, "--format", format, "-o", out); r.code != 0 {
+			t.Fatalf("export %s: %s", format, r.stderr)
+		}
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr := csv.NewReader(f)
+		if format == "tsv" {
+			cr.Comma = '\t'
+		}
+		rows, err := cr.ReadAll()
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s does not read back: %v", format, err)
+		}
+		col := map[string]int{}
+		for i, name := range rows[0] {
+			col[name] = i
+		}
+		if len(rows)-1 != len(want) {
+			t.Fatalf("%s: %d rows, parse has %d events", format, len(rows)-1, len(want))
+		}
+		for i, row := range rows[1:] {
+			if row[col["event"]] != want[i][0] || row[col["size"]] != want[i][1] {
+				t.Fatalf("%s row %d: %s/%s, parse says %v", format, i, row[col["event"]], row[col["size"]], want[i])
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "x.conns."+format)); err != nil {
+			t.Errorf("no connection table beside the %s export: %v", format, err)
+		}
+	}
+	out := filepath.Join(dir, "x.jsonl")
+	if r := magnet(t, "export", exportFixture, "--format", "jsonl", "-o", out); r.code != 0 {
+		t.Fatalf("export jsonl: %s", r.stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	i := 0
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("jsonl line %d: %v", i, err)
+		}
+		size, ok := row["size"].(float64)
+		if !ok || row["event"] != want[i][0] || strconv.Itoa(int(size)) != want[i][1] {
+			t.Fatalf("jsonl line %d: %v, parse says %v", i, row, want[i])
+		}
+		if _, ok := row["time_ns"].(float64); !ok {
+			t.Fatalf("jsonl time_ns is not a number: %v", row["time_ns"])
+		}
+		i++
+	}
+	if i != len(want) {
+		t.Fatalf("jsonl: %d lines, parse has %d events", i, len(want))
+	}
+}
+
+// TestExportParquet reads the Parquet export back with pyarrow.
+func TestExportParquet(t *testing.T) {
+	if err := exec.Command("python3", "-c", "import pyarrow.parquet").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("pyarrow is missing on CI (scripts/deps.sh installs it): %v", err)
+		}
+		t.Skip("pyarrow not installed (python3 -m pip install pyarrow)")
+	}
+	want := parsedEvents(t)
+	out := filepath.Join(t.TempDir(), "x.parquet")
+	if r := magnet(t, "export", exportFixture, "--format", "parquet", "-o", out); r.code != 0 {
+		t.Fatalf("export parquet: %s", r.stderr)
+	}
+	script := `
+import json, sys, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+print(json.dumps({"rows": t.num_rows,
+  "types": {f.name: str(f.type) for f in t.schema},
+  "events": t.column("event").to_pylist(), "sizes": t.column("size").to_pylist()}))
+c = pq.read_table(sys.argv[2])
+print(c.num_rows)
+`
+	cmd := exec.Command("python3", "-c", script, out, strings.TrimSuffix(out, ".parquet")+".conns.parquet")
+	res, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pyarrow: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res)), "\n")
+	var got struct {
+		Rows   int               `json:"rows"`
+		Types  map[string]string `json:"types"`
+		Events []string          `json:"events"`
+		Sizes  []int64           `json:"sizes"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Rows != len(want) {
+		t.Fatalf("parquet has %d rows, parse %d events", got.Rows, len(want))
+	}
+	for col, typ := range map[string]string{"time_ns": "int64", "cpu": "uint64", "event": "string", "size": "int64", "seq": "uint64", "laddr": "string"} {
+		if got.Types[col] != typ {
+			t.Errorf("parquet column %s is %s, want %s", col, got.Types[col], typ)
+		}
+	}
+	for i := range want {
+		if got.Events[i] != want[i][0] || strconv.FormatInt(got.Sizes[i], 10) != want[i][1] {
+			t.Fatalf("parquet row %d: %s/%d, parse says %v", i, got.Events[i], got.Sizes[i], want[i])
+		}
+	}
+	if n, _ := strconv.Atoi(lines[1]); n == 0 {
+		t.Errorf("the parquet connection table is empty")
+	}
+}
+
+func TestExportBadInput(t *testing.T) {
+	dir := t.TempDir()
+	oneLineError(t, magnet(t, "export", exportFixture, "--format", "xlsx", "-o", filepath.Join(dir, "x")), `unknown format "xlsx"`)
+	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv"), "output file is required")
+	oneLineError(t, magnet(t, "export", filepath.Join(dir, "missing.mgt"), "--format", "csv", "-o", filepath.Join(dir, "x.csv")), "no such file")
+	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv", "-o", "/proc/nope/x.csv"), "create output")
+}

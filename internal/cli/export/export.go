@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package exportcmd is the `magnet export` command.
+package exportcmd
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// New returns the export command.
+func New() *cobra.Command {
+	var format, output, connsOut string
+	var noConns bool
+	cmd := &cobra.Command{
+		Use:   "export TRACE... --format tsv|csv|jsonl|parquet -o OUT",
+		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
+		Long: `Export the events of one or more traces as one table: the columns trace,
+time_ns (wall clock, ns since the Unix epoch, so several traces share one
+timeline), cpu, pid, tid, comm, netns, conn, event, size, then every event
+field (empty where an event has none). The connection table goes beside it,
+in the same format: OUT with ".conns" before its extension.`,
+		Example: `  magnet export ftp.mgt --format parquet -o ftp.parquet   # and ftp.conns.parquet
+  magnet export sender.mgt receiver.mgt --format csv -o both.csv
+  duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := export.CheckFormat(format); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if output == "" {
+				return fmt.Errorf("export: an output file is required (-o FILE, or - for standard output)")
+			}
+			if output == "-" && connsOut == "" {
+				noConns = true
+			}
+			// Open every trace first: a bad one fails before anything is written.
+			var srcs []export.TableSource
+			var headers []*trace.Header
+			defer func() {
+				for _, s := range srcs {
+					s.Reader.Close()
+				}
+			}()
+			for _, path := range args {
+				r, err := trace.Open(path)
+				if err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+				srcs = append(srcs, export.TableSource{Name: filepath.Base(path), Reader: r})
+				headers = append(headers, r.Header())
+			}
+			t := export.NewTable(headers)
+			if err := writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+				rw, err := export.NewRowWriter(format, t, w)
+				if err != nil {
+					return err
+				}
+				if err := export.WriteTable(t, srcs, rw); err != nil {
+					rw.Close()
+					return err
+				}
+				return rw.Close()
+			}); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			for _, s := range srcs {
+				if cut, off := s.Reader.Truncated(); cut {
+					fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d; exported up to its last complete block\n", s.Name, off)
+				}
+			}
+			if noConns {
+				return nil
+			}
+			if connsOut == "" {
+				connsOut = connsPath(output)
+			}
+			return writeConns(connsOut, format, args, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl or parquet")
+	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
+	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
+	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
+	return cmd
+}
+
+// connsPath inserts ".conns" before the extension: ftp.csv -> ftp.conns.csv.
+func connsPath(out string) string {
+	ext := filepath.Ext(out)
+	return strings.TrimSuffix(out, ext) + ".conns" + ext
+}
+
+func writeConns(path, format string, traces []string, stdout io.Writer) error {
+	t := export.ConnTable()
+	return writeFile(path, stdout, func(w io.Writer) error {
+		rw, err := export.NewRowWriter(format, t, w)
+		if err != nil {
+			return err
+		}
+		for _, p := range traces {
+			r, err := trace.Open(p)
+			if err != nil {
+				rw.Close()
+				return err
+			}
+			cs, _, err := export.Conns(r)
+			off := r.Header().Clock.WallOffsetNs
+			r.Close()
+			if err != nil {
+				rw.Close()
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			for _, c := range cs {
+				if err := rw.WriteRow(export.ConnRow(filepath.Base(p), c, off)); err != nil {
+					rw.Close()
+					return err
+				}
+			}
+		}
+		return rw.Close()
+	})
+}
+
+// writeFile creates path (or uses stdout for "-") and runs fn on it; the
+// error names the file.
+func writeFile(path string, stdout io.Writer, fn func(io.Writer) error) error {
+	if path == "-" {
+		return fn(stdout)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}

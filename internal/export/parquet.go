@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package export
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// parquetWriter writes the table as one Parquet file with typed, optional
+// columns (int64, uint64, UTF-8 strings), which pandas, polars and DuckDB
+// read directly.
+type parquetWriter struct {
+	w      *parquet.Writer
+	leaf   []int // parquet leaf column index -> table column
+	kinds  []ColumnKind
+	batch  []parquet.Row
+	values []parquet.Value
+}
+
+const parquetBatch = 4096
+
+func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
+	group := parquet.Group{}
+	for _, c := range t.Columns {
+		var n parquet.Node
+		switch c.Kind {
+		case KindInt:
+			n = parquet.Int(64)
+		case KindUint:
+			n = parquet.Uint(64)
+		default:
+			n = parquet.String()
+		}
+		group[c.Name] = parquet.Optional(n)
+	}
+	schema := parquet.NewSchema("magnet", group)
+	pw := &parquetWriter{w: parquet.NewWriter(out, schema)}
+	// A group's leaves are ordered by name: map each to its table column.
+	for _, path := range schema.Columns() {
+		i, ok := t.index[path[0]]
+		if !ok {
+			return nil, fmt.Errorf("parquet schema: unknown column %q", path[0])
+		}
+		pw.leaf = append(pw.leaf, i)
+	}
+	for _, c := range t.Columns {
+		pw.kinds = append(pw.kinds, c.Kind)
+	}
+	return pw, nil
+}
+
+func (p *parquetWriter) WriteRow(row []Value) error {
+	start := len(p.values)
+	for li, ti := range p.leaf {
+		v := row[ti]
+		var pv parquet.Value
+		def := 1
+		switch {
+		case v.Null:
+			pv, def = parquet.NullValue(), 0
+		case p.kinds[ti] == KindInt:
+			pv = parquet.Int64Value(v.Int)
+		case p.kinds[ti] == KindUint:
+			pv = parquet.Int64Value(int64(v.Uint))
+		default:
+			pv = parquet.ByteArrayValue([]byte(v.Str))
+		}
+		p.values = append(p.values, pv.Level(0, def, li))
+	}
+	p.batch = append(p.batch, parquet.Row(p.values[start:]))
+	if len(p.batch) >= parquetBatch {
+		return p.flush()
+	}
+	return nil
+}
+
+func (p *parquetWriter) flush() error {
+	if len(p.batch) == 0 {
+		return nil
+	}
+	if _, err := p.w.WriteRows(p.batch); err != nil {
+		return fmt.Errorf("write parquet: %w", err)
+	}
+	p.batch, p.values = p.batch[:0], p.values[:0]
+	return nil
+}
+
+func (p *parquetWriter) Close() error {
+	if err := p.flush(); err != nil {
+		return err
+	}
+	return p.w.Close()
+}

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package export
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// NewRowWriter returns a writer of rows of t in format (tsv, csv, jsonl or
+// parquet) to w. Close flushes; it does not close w.
+func NewRowWriter(format string, t *Table, w io.Writer) (RowWriter, error) {
+	switch format {
+	case "csv", "tsv":
+		return newDelimited(format, t, w)
+	case "jsonl":
+		return &jsonlWriter{t: t, w: bufio.NewWriterSize(w, 256<<10)}, nil
+	case "parquet":
+		return newParquetWriter(t, w)
+	}
+	return nil, CheckFormat(format)
+}
+
+// delimitedWriter writes CSV (RFC 4180) or TSV with a header line; a null
+// cell is empty.
+type delimitedWriter struct {
+	t   *Table
+	cw  *csv.Writer
+	rec []string
+}
+
+func newDelimited(format string, t *Table, w io.Writer) (*delimitedWriter, error) {
+	cw := csv.NewWriter(w)
+	if format == "tsv" {
+		cw.Comma = '\t'
+	}
+	names := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		names[i] = c.Name
+	}
+	if err := cw.Write(names); err != nil {
+		return nil, err
+	}
+	return &delimitedWriter{t: t, cw: cw, rec: make([]string, len(t.Columns))}, nil
+}
+
+func (d *delimitedWriter) WriteRow(row []Value) error {
+	for i, v := range row {
+		d.rec[i] = v.String(d.t.Columns[i].Kind)
+	}
+	return d.cw.Write(d.rec)
+}
+
+func (d *delimitedWriter) Close() error {
+	d.cw.Flush()
+	return d.cw.Error()
+}
+
+// jsonlWriter writes one JSON object per row, columns in table order, nulls
+// left out, numbers as numbers.
+type jsonlWriter struct {
+	t   *Table
+	w   *bufio.Writer
+	buf []byte
+}
+
+func (j *jsonlWriter) WriteRow(row []Value) error {
+	b := append(j.buf[:0], '{')
+	first := true
+	for i, v := range row {
+		if v.Null {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = strconv.AppendQuote(b, j.t.Columns[i].Name)
+		b = append(b, ':')
+		switch j.t.Columns[i].Kind {
+		case KindInt:
+			b = strconv.AppendInt(b, v.Int, 10)
+		case KindUint:
+			b = strconv.AppendUint(b, v.Uint, 10)
+		default:
+			s, err := json.Marshal(v.Str)
+			if err != nil {
+				return fmt.Errorf("encode %s: %w", j.t.Columns[i].Name, err)
+			}
+			b = append(b, s...)
+		}
+	}
+	b = append(b, '}', '\n')
+	j.buf = b
+	_, err := j.w.Write(b)
+	return err
+}
+
+func (j *jsonlWriter) Close() error { return j.w.Flush() }
+
+// ConnColumns are the columns of the connection table export.
+var ConnColumns = []Column{
+	{"trace", KindString}, {"conn", KindUint}, {"proto", KindString}, {"local", KindString}, {"remote", KindString},
+	{"netns", KindUint}, {"pid", KindUint}, {"comm", KindString}, {"peer", KindUint}, {"open_ns", KindInt},
+	{"close_ns", KindInt}, {"events", KindUint}, {"app_bytes_sent", KindInt}, {"app_bytes_received", KindInt},
+}
+
+// ConnRow turns a connection of trace name into a row of ConnColumns;
+// times are wall-clock ns.
+func ConnRow(name string, c *Conn, wallOffset int64) []Value {
+	null := Value{Null: true}
+	peer, closed := null, null
+	if c.Peer != 0 {
+		peer = Value{Uint: c.Peer}
+	}
+	if c.CloseNs != 0 {
+		closed = Value{Int: int64(c.CloseNs) + wallOffset}
+	}
+	return []Value{
+		{Str: name}, {Uint: c.ID}, {Str: c.Proto}, {Str: endpoint(c.Local)}, {Str: endpoint(c.Remote)},
+		{Uint: uint64(c.NetNS)}, {Uint: uint64(c.PID)}, {Str: c.Comm}, peer, {Int: int64(c.OpenNs) + wallOffset},
+		closed, {Uint: c.Events}, {Int: c.SentApp}, {Int: c.RecvApp},
+	}
+}
+
+// ConnTable is the table of ConnColumns.
+func ConnTable() *Table {
+	t := &Table{Columns: ConnColumns, index: map[string]int{}}
+	for i, c := range t.Columns {
+		t.index[c.Name] = i
+	}
+	return t
+}
