@@ -103,6 +103,34 @@ func TestExportDelimitedAndJSONL(t *testing.T) {
 	}
 }
 
+// TestExportULM checks the NetLogger lines: DATE, HOST, PROG, NL.EVNT and
+// one line per event.
+func TestExportULM(t *testing.T) {
+	want := parsedEvents(t)
+	r := magnet(t, "export", exportFixture, "--format", "ulm", "-o", "-")
+	if r.code != 0 {
+		t.Fatalf("export ulm: %s", r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d ULM lines, parse has %d events", len(lines), len(want))
+	}
+	for i, line := range lines {
+		kv := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				t.Fatalf("line %d: field %q is not KEY=VALUE", i, f)
+			}
+			kv[k] = v
+		}
+		if len(kv["DATE"]) != len("20060102150405.000000") || kv["HOST"] != "zbox" || kv["PROG"] != "magnet" ||
+			kv["NL.EVNT"] != want[i][0] || kv["MAGNET.SIZE"] != want[i][1] {
+			t.Fatalf("line %d: %v, parse says %v", i, kv, want[i])
+		}
+	}
+}
+
 // TestExportParquet reads the Parquet export back with pyarrow.
 func TestExportParquet(t *testing.T) {
 	if err := exec.Command("python3", "-c", "import pyarrow.parquet").Run(); err != nil {

@@ -32,7 +32,7 @@ type Column struct {
 // whom. time_ns is wall-clock time (ns since the Unix epoch), so rows of
 // several traces share one timeline.
 var fixedColumns = []Column{
-	{"trace", KindString}, {"time_ns", KindInt}, {"cpu", KindUint}, {"pid", KindUint}, {"tid", KindUint},
+	{"trace", KindString}, {"host", KindString}, {"time_ns", KindInt}, {"cpu", KindUint}, {"pid", KindUint}, {"tid", KindUint},
 	{"comm", KindString}, {"netns", KindUint}, {"conn", KindUint}, {"event", KindString}, {"size", KindInt},
 }
 
@@ -141,6 +141,7 @@ func (t *Table) fill(row []Value, name string, h *trace.Header, rs *Resolver, re
 	pid, comm, ok := rs.Task(rec.TID())
 	set := func(col string, v Value) { row[t.index[col]] = v }
 	set("trace", Value{Str: name})
+	set("host", Value{Str: h.Host})
 	set("time_ns", Value{Int: int64(rec.Time()) + h.Clock.WallOffsetNs})
 	set("cpu", Value{Uint: uint64(rec.CPU())})
 	if ok && rec.Type.Name != "lost" {
@@ -219,7 +220,7 @@ func (v Value) String(k ColumnKind) string {
 }
 
 // Formats lists the export formats WriteFormat accepts.
-var Formats = []string{"tsv", "csv", "jsonl", "parquet"}
+var Formats = []string{"tsv", "csv", "jsonl", "parquet", "ulm"}
 
 // CheckFormat validates a --format value.
 func CheckFormat(f string) error {

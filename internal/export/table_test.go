@@ -24,7 +24,7 @@ func TestNewTableColumns(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	got := strings.Join(names, ",")
-	want := "trace,time_ns,cpu,pid,tid,comm,netns,conn,event,size,x,state,b_x,addr,tcpflags"
+	want := "trace,host,time_ns,cpu,pid,tid,comm,netns,conn,event,size,x,state,b_x,addr,tcpflags"
 	if got != want {
 		t.Fatalf("columns\n got %s\nwant %s", got, want)
 	}

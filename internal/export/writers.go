@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // NewRowWriter returns a writer of rows of t in format (tsv, csv, jsonl or
@@ -21,6 +23,8 @@ func NewRowWriter(format string, t *Table, w io.Writer) (RowWriter, error) {
 		return &jsonlWriter{t: t, w: bufio.NewWriterSize(w, 256<<10)}, nil
 	case "parquet":
 		return newParquetWriter(t, w)
+	case "ulm":
+		return &ulmWriter{t: t, w: bufio.NewWriterSize(w, 256<<10)}, nil
 	}
 	return nil, CheckFormat(format)
 }
@@ -135,3 +139,47 @@ func ConnTable() *Table {
 	}
 	return t
 }
+
+// ulmWriter writes NetLogger Universal Logger Message lines, as MAGNET 2.0
+// fed its NLV viewer: DATE (UTC, microseconds), HOST, PROG, LVL, NL.EVNT,
+// then every non-null column as MAGNET.<NAME>=value. Values with spaces are
+// quoted.
+type ulmWriter struct {
+	t   *Table
+	w   *bufio.Writer
+	buf []byte
+}
+
+func (u *ulmWriter) WriteRow(row []Value) error {
+	col := func(name string) Value { return row[u.t.index[name]] }
+	ts := time.Unix(0, col("time_ns").Int).UTC()
+	b := append(u.buf[:0], "DATE="...)
+	b = ts.AppendFormat(b, "20060102150405.000000")
+	b = append(b, " HOST="...)
+	b = appendULMValue(b, col("host").Str)
+	b = append(b, " PROG=magnet LVL=Usage NL.EVNT="...)
+	b = appendULMValue(b, col("event").Str)
+	for i, v := range row {
+		name := u.t.Columns[i].Name
+		if v.Null || name == "host" || name == "event" || name == "time_ns" {
+			continue
+		}
+		b = append(b, " MAGNET."...)
+		b = append(b, strings.ToUpper(name)...)
+		b = append(b, '=')
+		b = appendULMValue(b, v.String(u.t.Columns[i].Kind))
+	}
+	b = append(b, '\n')
+	u.buf = b
+	_, err := u.w.Write(b)
+	return err
+}
+
+func appendULMValue(b []byte, s string) []byte {
+	if s == "" || strings.ContainsAny(s, " \t\n\"=") {
+		return strconv.AppendQuote(b, s)
+	}
+	return append(b, s...)
+}
+
+func (u *ulmWriter) Close() error { return u.w.Flush() }

@@ -21,7 +21,7 @@ func New() *cobra.Command {
 	var format, output, connsOut string
 	var noConns bool
 	cmd := &cobra.Command{
-		Use:   "export TRACE... --format tsv|csv|jsonl|parquet -o OUT",
+		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -39,7 +39,8 @@ in the same format: OUT with ".conns" before its extension.`,
 			if output == "" {
 				return fmt.Errorf("export: an output file is required (-o FILE, or - for standard output)")
 			}
-			if output == "-" && connsOut == "" {
+			// ULM is an event log: conn_open lines carry the connections.
+			if output == "-" && connsOut == "" || format == "ulm" {
 				noConns = true
 			}
 			// Open every trace first: a bad one fails before anything is written.
@@ -87,7 +88,7 @@ in the same format: OUT with ".conns" before its extension.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl or parquet")
+	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet or ulm (NetLogger)")
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
