@@ -10,6 +10,7 @@ command -v llvm-strip >/dev/null || need+=(llvm)
 command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
 command -v go >/dev/null || need+=(golang-go)
+command -v tshark >/dev/null || need+=(tshark) # reads the pcapng export in the tests
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
 // exportFixture is the committed big-endian trace; parse gives the truth
@@ -192,4 +194,63 @@ func TestExportBadInput(t *testing.T) {
 	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv"), "output file is required")
 	oneLineError(t, magnet(t, "export", filepath.Join(dir, "missing.mgt"), "--format", "csv", "-o", filepath.Join(dir, "x.csv")), "no such file")
 	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv", "-o", "/proc/nope/x.csv"), "create output")
+}
+
+// TestExportPcapng records packets with the headers group and opens the
+// pcapng export with tshark: every packet, with its interface and comment.
+func TestExportPcapng(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("tshark"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is missing on CI (scripts/deps.sh installs it)")
+		}
+		t.Skip("tshark not installed (apt-get install tshark)")
+	}
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgpcap"})
+	dir := t.TempDir()
+	trace, ready := filepath.Join(dir, "h.mgt"), filepath.Join(dir, "ready")
+	port := 40000 + os.Getpid()%10000
+	rec := exec.Command(bin, "record", "-q", "-o", trace, "--events", "default,headers", "--port", strconv.Itoa(port), "--ready-file", ready)
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { rec.Process.Kill(); rec.Wait() }()
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	addr := lab.Server.Addr.String() + ":" + strconv.Itoa(port)
+	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	so, _ := srv.StdoutPipe()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	sc := bufio.NewScanner(so)
+	sc.Scan()
+	if out, err := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--count", "5", "--size", "1000", "--interval", "1ms").CombinedOutput(); err != nil {
+		t.Fatalf("client: %v %s", err, out)
+	}
+	sc.Scan()
+	srv.Wait()
+	rec.Process.Signal(os.Interrupt)
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	headers := strings.Count(magnet(t, "parse", "--events", "headers", trace).stdout, "\theaders\t")
+	out := filepath.Join(dir, "h.pcapng")
+	if r := magnet(t, "export", trace, "--format", "pcapng", "-o", out); r.code != 0 {
+		t.Fatalf("export pcapng: %s", r.stderr)
+	}
+	res, err := exec.Command("tshark", "-r", out, "-T", "fields", "-e", "frame.interface_name", "-e", "tcp.dstport", "-e", "frame.comment").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res)), "\n")
+	if headers == 0 || len(lines) != headers {
+		t.Fatalf("tshark reads %d packets, the trace has %d headers records", len(lines), headers)
+	}
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		if len(f) < 3 || (f[0] != "veth0" && f[0] != "veth1") || !strings.Contains(f[2], "conn=") {
+			t.Fatalf("tshark line %q: want interface veth0/veth1 and a magnet comment", l)
+		}
+	}
 }

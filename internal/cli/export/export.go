@@ -21,7 +21,7 @@ func New() *cobra.Command {
 	var format, output, connsOut string
 	var noConns bool
 	cmd := &cobra.Command{
-		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm -o OUT",
+		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -59,6 +59,15 @@ in the same format: OUT with ".conns" before its extension.`,
 				srcs = append(srcs, export.TableSource{Name: filepath.Base(path), Reader: r})
 				headers = append(headers, r.Header())
 			}
+			if format == "pcapng" {
+				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+					n, err := export.WritePcapng(w, srcs)
+					if err == nil && n == 0 {
+						fmt.Fprintln(os.Stderr, "magnet: warning: no packets: record with --events default,headers to capture them")
+					}
+					return err
+				})
+			}
 			t := export.NewTable(headers)
 			if err := writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
 				rw, err := export.NewRowWriter(format, t, w)
@@ -88,7 +97,7 @@ in the same format: OUT with ".conns" before its extension.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet or ulm (NetLogger)")
+	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet, ulm (NetLogger) or pcapng (packets of the headers group)")
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
