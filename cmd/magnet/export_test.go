@@ -254,3 +254,57 @@ func TestExportPcapng(t *testing.T) {
 		}
 	}
 }
+
+// TestReportFTPPattern: the demo's FTP pattern, reported. The application
+// layer shows exactly 100 sends of 10,240 bytes, 20 ms apart on average.
+func TestReportFTPPattern(t *testing.T) {
+	needRoot(t)
+	out := filepath.Join(t.TempDir(), "demo.mgt")
+	if r := magnet(t, "demo", "-o", out); r.code != 0 {
+		t.Fatalf("demo: %s", r.stderr)
+	}
+	r := magnet(t, "report", "--json", out)
+	if r.code != 0 {
+		t.Fatalf("report: %s", r.stderr)
+	}
+	var rep struct {
+		Connections []struct {
+			Conn struct {
+				Remote string `json:"remote"`
+			} `json:"conn"`
+			Layers []struct {
+				Layer   string `json:"layer"`
+				Count   int    `json:"count"`
+				Bytes   int64  `json:"bytes"`
+				Spacing struct {
+					Mean float64 `json:"mean"`
+				} `json:"spacing_us"`
+				Size struct {
+					Mean float64 `json:"mean"`
+					P99  float64 `json:"p99"`
+				} `json:"size_bytes"`
+			} `json:"layers"`
+		} `json:"connections"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rep.Connections {
+		for _, l := range c.Layers {
+			if l.Layer != "sock_send" {
+				continue
+			}
+			found = true
+			if l.Count != 100 || l.Bytes != 1024000 || l.Size.Mean != 10240 {
+				t.Errorf("sock_send: %d sends, %d bytes, mean %v; want 100, 1024000, 10240", l.Count, l.Bytes, l.Size.Mean)
+			}
+			if d := l.Spacing.Mean - 20000; d < -2000 || d > 2000 {
+				t.Errorf("mean spacing %.0f µs, want 20000 ± 2000", l.Spacing.Mean)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no sock_send layer in the report: %s", r.stdout)
+	}
+}

@@ -7,10 +7,11 @@ import (
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
+	"github.com/magnet-tracer/magnet/internal/cli/report"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
 	workloadcmd "github.com/magnet-tracer/magnet/internal/cli/workload"
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, exportcmd.New, demo.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, exportcmd.New, demo.New, status.New, workloadcmd.New)
 }

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// Layers are the events of the modulation table, in the order data passes
+// them: down the sender's stack, then up the receiver's.
+var Layers = []string{"sock_send", "tcp_send", "tcp_xmit", "ip_send", "dev_queue", "dev_xmit", "dev_recv", "ip_recv", "tcp_rcv", "sock_recv"}
+
+// dataOnly marks layers where events without payload (pure ACKs, failed
+// calls) are left out, so sizes and spacing describe the data.
+var dataOnly = map[string]bool{"sock_send": true, "sock_recv": true, "tcp_send": true, "tcp_xmit": true, "tcp_rcv": true}
+
+// Summary is a distribution as reported.
+type Summary struct {
+	Mean   float64 `json:"mean"`
+	Median float64 `json:"median"`
+	P99    float64 `json:"p99"`
+	CV     float64 `json:"cv"`
+}
+
+func summarise(d *Dist) Summary {
+	return Summary{Mean: d.Mean(), Median: d.Quantile(0.5), P99: d.Quantile(0.99), CV: d.CV()}
+}
+
+// LayerStats is one row of the modulation table: how many events a layer
+// saw, their sizes (bytes) and the spacing between them (microseconds).
+type LayerStats struct {
+	Layer     string  `json:"layer"`
+	Count     uint64  `json:"count"`
+	Bytes     int64   `json:"bytes"`
+	Size      Summary `json:"size_bytes"`
+	Spacing   Summary `json:"spacing_us"`
+	LostNear  uint64  `json:"lost,omitempty"` // events of this type lost in the trace: figures may be off
+	size, gap Dist
+}
+
+// ConnReport is the modulation of one connection.
+type ConnReport struct {
+	Trace  string        `json:"trace"`
+	Conn   *export.Conn  `json:"conn"`
+	Layers []*LayerStats `json:"layers"`
+}
+
+// Report is the modulation of every connection and of the host.
+type Report struct {
+	Traces   []string      `json:"traces"`
+	Conns    []*ConnReport `json:"connections"`
+	Host     []*LayerStats `json:"host"`
+	Lost     uint64        `json:"lost"`
+	Warnings []string      `json:"warnings,omitempty"`
+}
+
+// reorderWindow re-sorts events this far apart in file order: the recorder
+// writes rings in drain order, so events of different CPUs can be slightly
+// out of time order.
+const reorderWindow = 256
+
+type key struct {
+	src  int
+	conn uint64
+	typ  string
+}
+
+type timeHeap []uint64
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// series accumulates one (connection, layer): sizes directly, spacing
+// through a small reorder window.
+type series struct {
+	st      *LayerStats
+	pending timeHeap
+	last    uint64
+	started bool
+}
+
+func (s *series) add(t uint64, size int32) {
+	s.st.Count++
+	if size > 0 {
+		s.st.Bytes += int64(size)
+	}
+	s.st.size.Add(float64(size))
+	heap.Push(&s.pending, t)
+	if len(s.pending) > reorderWindow {
+		s.emit(heap.Pop(&s.pending).(uint64))
+	}
+}
+
+func (s *series) emit(t uint64) {
+	if s.started {
+		s.st.gap.Add(float64(t-s.last) / 1e3)
+	}
+	s.last, s.started = t, true
+}
+
+func (s *series) finish() {
+	for len(s.pending) > 0 {
+		s.emit(heap.Pop(&s.pending).(uint64))
+	}
+	s.st.Size = summarise(&s.st.size)
+	s.st.Spacing = summarise(&s.st.gap)
+}
+
+// Modulation reads the traces and builds the report. onlyConn, if not 0,
+// keeps one connection. The error, if any, comes with what was read.
+func Modulation(paths []string, onlyConn uint64) (*Report, error) {
+	rep := &Report{}
+	perConn := map[key]*series{}
+	host := map[string]*series{}
+	lostBy := map[string]uint64{}
+	layer := map[string]bool{}
+	for _, l := range Layers {
+		layer[l] = true
+	}
+	var conns [][]*export.Conn
+	for si, path := range paths {
+		rep.Traces = append(rep.Traces, path)
+		cs, err := connTable(path)
+		conns = append(conns, cs)
+		if err != nil {
+			return rep, err
+		}
+		r, err := trace.Open(path)
+		if err != nil {
+			return rep, err
+		}
+		rs := export.NewResolver(r.Header())
+		for {
+			rec, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				r.Close()
+				return rep, fmt.Errorf("%s: %w", path, err)
+			}
+			if rs.Observe(rec) {
+				continue
+			}
+			name := rec.Type.Name
+			if name == "lost" {
+				for _, f := range rec.Type.Fields {
+					if n, ok := rec.Uint(f.Name); ok && len(f.Name) > 2 && f.Name[:2] == "n_" {
+						lostBy[f.Name[2:]] += n
+						rep.Lost += n
+					}
+				}
+				continue
+			}
+			if !layer[name] || dataOnly[name] && rec.Size() <= 0 {
+				continue
+			}
+			c := rec.Conn()
+			if onlyConn != 0 && c != onlyConn {
+				continue
+			}
+			if c != 0 {
+				k := key{si, c, name}
+				s := perConn[k]
+				if s == nil {
+					s = &series{st: &LayerStats{Layer: name}}
+					perConn[k] = s
+				}
+				s.add(rec.Time(), rec.Size())
+			}
+			h := host[name]
+			if h == nil {
+				h = &series{st: &LayerStats{Layer: name}}
+				host[name] = h
+			}
+			h.add(rec.Time(), rec.Size())
+		}
+		if cut, off := r.Truncated(); cut {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", path, off))
+		}
+		r.Close()
+	}
+	for _, s := range perConn {
+		s.finish()
+	}
+	for _, s := range host {
+		s.finish()
+	}
+	for si, cs := range conns {
+		for _, c := range cs {
+			if onlyConn != 0 && c.ID != onlyConn {
+				continue
+			}
+			cr := &ConnReport{Trace: paths[si], Conn: c}
+			for _, l := range Layers {
+				if s := perConn[key{si, c.ID, l}]; s != nil {
+					s.st.LostNear = lostBy[l]
+					cr.Layers = append(cr.Layers, s.st)
+				}
+			}
+			if len(cr.Layers) > 0 {
+				rep.Conns = append(rep.Conns, cr)
+			}
+		}
+	}
+	// Busiest connections first.
+	sort.SliceStable(rep.Conns, func(i, j int) bool { return busiest(rep.Conns[i]) > busiest(rep.Conns[j]) })
+	for _, l := range Layers {
+		if s := host[l]; s != nil {
+			s.st.LostNear = lostBy[l]
+			rep.Host = append(rep.Host, s.st)
+		}
+	}
+	if rep.Lost > 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d events were lost (ring buffer full): counts, bytes and spacing of the layers marked lost may be off", rep.Lost))
+	}
+	return rep, nil
+}
+
+func busiest(c *ConnReport) int64 {
+	var b int64
+	for _, l := range c.Layers {
+		if l.Bytes > b {
+			b = l.Bytes
+		}
+	}
+	return b
+}
+
+func connTable(path string) ([]*export.Conn, error) {
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cs, _, err := export.Conns(r)
+	if err != nil {
+		return cs, fmt.Errorf("%s: %w", path, err)
+	}
+	return cs, nil
+}

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"math"
+	"testing"
+)
+
+func TestDist(t *testing.T) {
+	var d Dist
+	for i := 1; i <= 1000; i++ {
+		d.Add(float64(i))
+	}
+	d.Add(0)
+	d.Add(-3) // counts as zero
+	if d.N != 1002 || d.Sum != 500500 || d.Min != 0 || d.Max != 1000 {
+		t.Fatalf("count/sum/min/max = %d %v %v %v", d.N, d.Sum, d.Min, d.Max)
+	}
+	if want := 500500.0 / 1002; math.Abs(d.Mean()-want) > 1e-9 {
+		t.Fatalf("mean %v, want %v", d.Mean(), want)
+	}
+	for _, c := range []struct{ q, want float64 }{{0.5, 500}, {0.99, 990}, {0.1, 99}} {
+		if got := d.Quantile(c.q); math.Abs(got-c.want)/c.want > 0.011 {
+			t.Errorf("q%.2f = %v, want %v within 1%%", c.q, got, c.want)
+		}
+	}
+	if d.Quantile(0.001) != 0 {
+		t.Errorf("lowest quantile %v, want 0 (two zeros)", d.Quantile(0.001))
+	}
+	var c Dist
+	for i := 0; i < 10; i++ {
+		c.Add(20000)
+	}
+	if c.CV() != 0 || c.Quantile(0.5) != 20000 || c.Stddev() != 0 {
+		t.Errorf("constant series: cv %v median %v", c.CV(), c.Quantile(0.5))
+	}
+	var e Dist
+	if e.Quantile(0.5) != 0 || e.Mean() != 0 || e.CV() != 0 {
+		t.Errorf("empty dist not zero")
+	}
+}
+
+func TestSeriesReordersWithinWindow(t *testing.T) {
+	s := &series{st: &LayerStats{Layer: "x"}}
+	// Times slightly out of order, as two CPUs' records come from the ring.
+	for _, tm := range []uint64{1000, 3000, 2000, 4000, 6000, 5000} {
+		s.add(tm, 10)
+	}
+	s.finish()
+	if s.st.Count != 6 || s.st.Bytes != 60 || s.st.gap.N != 5 || s.st.gap.Min != 1 || s.st.gap.Max != 1 {
+		t.Fatalf("spacing after reordering: n %d min %v max %v (µs)", s.st.gap.N, s.st.gap.Min, s.st.gap.Max)
+	}
+}
