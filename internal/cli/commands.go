@@ -5,6 +5,7 @@ package cli
 import (
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
+	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/report"
@@ -13,5 +14,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, exportcmd.New, demo.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, exportcmd.New, hostcheckcmd.New, demo.New, status.New, workloadcmd.New)
 }
