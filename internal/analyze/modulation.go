@@ -133,6 +133,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 		layer[l] = true
 	}
 	var conns [][]*export.Conn
+	var steps []float64 // per trace: the recording host's clock step, ns
 	for si, path := range paths {
 		rep.Traces = append(rep.Traces, path)
 		cs, err := connTable(path)
@@ -190,6 +191,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 			}
 			h.add(rec.Time(), rec.Size())
 		}
+		steps = append(steps, clockStep(r.Header()))
 		if cut, off := r.Truncated(); cut {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", path, off))
 		}
@@ -201,6 +203,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	for _, s := range host {
 		s.finish()
 	}
+	rep.Warnings = append(rep.Warnings, hostWarnings(paths, steps, perConn)...)
 	for si, cs := range conns {
 		for _, c := range cs {
 			if onlyConn != 0 && c.ID != onlyConn {
@@ -253,4 +256,34 @@ func connTable(path string) ([]*export.Conn, error) {
 		return cs, fmt.Errorf("%s: %w", path, err)
 	}
 	return cs, nil
+}
+
+// clockStep is the clock step the recording host measured (magnet
+// hostcheck, in the trace header), or 0 when unknown.
+func clockStep(h *trace.Header) float64 {
+	lim, ok := h.Extra["host_limits"].(map[string]any)
+	if !ok {
+		return 0
+	}
+	step, _ := lim["clock_step_ns"].(float64)
+	return step
+}
+
+// hostWarnings says when a trace asks more of its host than the host can
+// give: events closer together than the recording host's clock step, whose
+// spacing is then the clock's, not the network's.
+func hostWarnings(paths []string, steps []float64, perConn map[key]*series) []string {
+	var out []string
+	seen := map[key]bool{}
+	for k, s := range perConn {
+		step := steps[k.src]
+		sk := key{src: k.src, typ: k.typ}
+		if step <= 0 || seen[sk] || s.st.gap.N == 0 || s.st.gap.Min*1e3 >= step {
+			continue
+		}
+		seen[sk] = true
+		out = append(out, fmt.Sprintf("%s: %s events as close as %.0f ns, below this host's clock step of %.0f ns: their spacing is the clock's, not the network's", paths[k.src], k.typ, s.st.gap.Min*1e3, step))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -52,3 +52,24 @@ func TestSeriesReordersWithinWindow(t *testing.T) {
 		t.Fatalf("spacing after reordering: n %d min %v max %v (µs)", s.st.gap.N, s.st.gap.Min, s.st.gap.Max)
 	}
 }
+
+func TestHostWarnings(t *testing.T) {
+	close := &series{st: &LayerStats{Layer: "dev_xmit"}}
+	for _, tm := range []uint64{1000, 1010, 5000} {
+		close.add(tm, 100)
+	}
+	close.finish()
+	far := &series{st: &LayerStats{Layer: "sock_send"}}
+	for _, tm := range []uint64{1000, 9000} {
+		far.add(tm, 100)
+	}
+	far.finish()
+	per := map[key]*series{{0, 1, "dev_xmit"}: close, {0, 1, "sock_send"}: far}
+	got := hostWarnings([]string{"a.mgt"}, []float64{21}, per)
+	if len(got) != 1 || got[0] != "a.mgt: dev_xmit events as close as 10 ns, below this host's clock step of 21 ns: their spacing is the clock's, not the network's" {
+		t.Fatalf("warnings %q", got)
+	}
+	if got := hostWarnings([]string{"a.mgt"}, []float64{0}, per); len(got) != 0 {
+		t.Fatalf("unknown clock step must not warn: %q", got)
+	}
+}

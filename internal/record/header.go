@@ -4,6 +4,7 @@ package record
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -61,6 +63,12 @@ func buildHeader(cfg Config, hooks []probe.HookStatus) (*trace.Header, error) {
 		hookInfo[hs.Kind+"/"+hs.Target] = state
 	}
 	h.Extra = map[string]any{"hooks": hookInfo, "served_by": probe.ServedBy(hooks)}
+	// What this host can measure (magnet hostcheck --quick), so that an
+	// analysis can say when a trace asks more of its host than it gives.
+	if hc, err := hostcheck.Run(context.Background(), hostcheck.Options{Quick: true}); err == nil {
+		h.Extra["hostcheck"] = hc
+		h.Extra["host_limits"] = hc.Limits()
+	}
 	return h, nil
 }
 

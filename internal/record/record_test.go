@@ -250,8 +250,11 @@ func TestFTPPatternTCP(t *testing.T) {
 	srv.Wait()
 	res := rec.stop(t)
 
-	_, evs, sum := readTrace(t, rec.path)
+	h, evs, sum := readTrace(t, rec.path)
 	cs := conns(t, rec.path)
+	if lim, ok := h.Extra["host_limits"].(map[string]any); !ok || lim["clock_step_ns"].(float64) <= 0 {
+		t.Errorf("trace header lacks the host's measured limits: %v", h.Extra["host_limits"])
+	}
 	client, server := ends(t, cs, lab, port)
 	t.Logf("client conn %d, server conn %d; events %v", client.ID, server.ID, res.Events)
 
