@@ -4,7 +4,6 @@ package record
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -23,7 +22,7 @@ import (
 
 // buildHeader describes this host, its clock and the recording's settings,
 // so that a trace can be read anywhere, later, without magnet's source.
-func buildHeader(cfg Config, hooks []probe.HookStatus) (*trace.Header, error) {
+func buildHeader(cfg Config, hooks []probe.HookStatus, hc *hostcheck.Report) (*trace.Header, error) {
 	types, err := event.Dictionary(probe.Layouts())
 	if err != nil {
 		return nil, fmt.Errorf("build event dictionary: %w", err)
@@ -65,7 +64,7 @@ func buildHeader(cfg Config, hooks []probe.HookStatus) (*trace.Header, error) {
 	h.Extra = map[string]any{"hooks": hookInfo, "served_by": probe.ServedBy(hooks)}
 	// What this host can measure (magnet hostcheck --quick), so that an
 	// analysis can say when a trace asks more of its host than it gives.
-	if hc, err := hostcheck.Run(context.Background(), hostcheck.Options{Quick: true}); err == nil {
+	if hc != nil {
 		h.Extra["hostcheck"] = hc
 		h.Extra["host_limits"] = hc.Limits()
 	}

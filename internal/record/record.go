@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -133,6 +134,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		kf.CgroupID = cg.id
 	}
 
+	// Measured before the probes load: its loopback sends must not appear
+	// in the trace.
+	hc, _ := hostcheck.Run(ctx, hostcheck.Options{Quick: true})
+
 	p, err := probe.Load(probe.Options{
 		Groups:       cfg.Groups,
 		Filters:      kf,
@@ -146,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer p.Close()
 
-	hdr, err := buildHeader(cfg, p.Status)
+	hdr, err := buildHeader(cfg, p.Status, hc)
 	if err != nil {
 		return nil, err
 	}
