@@ -272,6 +272,14 @@ func TestReportFTPPattern(t *testing.T) {
 			Conn struct {
 				Remote string `json:"remote"`
 			} `json:"conn"`
+			SendBuffer *struct {
+				Max   int64 `json:"max_bytes"`
+				Min   int64 `json:"min_bytes"`
+				Final int64 `json:"final_bytes"`
+			} `json:"send_buffer"`
+			Throughput *struct {
+				App float64 `json:"app_bps_first_to_last"`
+			} `json:"throughput"`
 			Layers []struct {
 				Layer   string `json:"layer"`
 				Count   int    `json:"count"`
@@ -301,6 +309,16 @@ func TestReportFTPPattern(t *testing.T) {
 			}
 			if d := l.Spacing.Mean - 20000; d < -2000 || d > 2000 {
 				t.Errorf("mean spacing %.0f µs, want 20000 ± 2000", l.Spacing.Mean)
+			}
+			// The send buffer never goes negative and drains when all is
+			// acknowledged.
+			sb := c.SendBuffer
+			if sb == nil || sb.Min < 0 || sb.Final != 0 || sb.Max <= 0 || sb.Max > 1024000 {
+				t.Errorf("send buffer %+v: want min >= 0, final 0, 0 < max <= 1024000", sb)
+			}
+			// 10,240 bytes every 20 ms is 4.1 Mbit/s.
+			if c.Throughput == nil || c.Throughput.App < 3.9e6 || c.Throughput.App > 4.3e6 {
+				t.Errorf("application throughput %+v, want ~4.1 Mbit/s", c.Throughput)
 			}
 		}
 	}

@@ -47,18 +47,23 @@ type LayerStats struct {
 
 // ConnReport is the modulation of one connection.
 type ConnReport struct {
-	Trace  string        `json:"trace"`
-	Conn   *export.Conn  `json:"conn"`
-	Layers []*LayerStats `json:"layers"`
+	Trace      string            `json:"trace"`
+	Conn       *export.Conn      `json:"conn"`
+	Layers     []*LayerStats     `json:"layers"`
+	SendBuffer *SendBuffer       `json:"send_buffer,omitempty"`
+	Throughput *Throughput       `json:"throughput,omitempty"`
+	TCP        *TCPStats         `json:"tcp,omitempty"`
+	Drops      map[string]uint64 `json:"drops,omitempty"`
 }
 
 // Report is the modulation of every connection and of the host.
 type Report struct {
-	Traces   []string      `json:"traces"`
-	Conns    []*ConnReport `json:"connections"`
-	Host     []*LayerStats `json:"host"`
-	Lost     uint64        `json:"lost"`
-	Warnings []string      `json:"warnings,omitempty"`
+	Traces   []string          `json:"traces"`
+	Conns    []*ConnReport     `json:"connections"`
+	Host     []*LayerStats     `json:"host"`
+	Lost     uint64            `json:"lost"`
+	Drops    map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
+	Warnings []string          `json:"warnings,omitempty"`
 }
 
 // reorderWindow re-sorts events this far apart in file order: the recorder
@@ -126,6 +131,8 @@ func (s *series) finish() {
 func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	rep := &Report{}
 	perConn := map[key]*series{}
+	details := map[key]*connDetail{}
+	rep.Drops = map[string]uint64{}
 	host := map[string]*series{}
 	lostBy := map[string]uint64{}
 	layer := map[string]bool{}
@@ -159,6 +166,24 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				continue
 			}
 			name := rec.Type.Name
+			if name == "drop" {
+				f, _ := rec.Type.Field("reason")
+				v, _ := rec.Uint("reason")
+				reason, ok := r.Header().EnumName(f, v)
+				if !ok {
+					reason = "reason " + itoa(v)
+				}
+				rep.Drops[reason]++
+			}
+			if c := rec.Conn(); c != 0 && (onlyConn == 0 || c == onlyConn) {
+				dk := key{si, c, ""}
+				d := details[dk]
+				if d == nil {
+					d = newConnDetail()
+					details[dk] = d
+				}
+				d.observe(r.Header(), rec)
+			}
 			if name == "lost" {
 				for _, f := range rec.Type.Fields {
 					if n, ok := rec.Uint(f.Name); ok && len(f.Name) > 2 && f.Name[:2] == "n_" {
@@ -210,6 +235,21 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				continue
 			}
 			cr := &ConnReport{Trace: paths[si], Conn: c}
+			if d := details[key{si, c.ID, ""}]; d != nil {
+				d.finish(c.OpenNs, c.CloseNs)
+				if d.sbStarted {
+					cr.SendBuffer = &d.sb
+				}
+				if d.tp.AppBytes > 0 || d.tp.WireBytes > 0 {
+					cr.Throughput = &d.tp
+				}
+				if d.tcp.Snapshots > 0 || d.tcp.RetransSegs > 0 || d.tcp.RetransEvents > 0 {
+					cr.TCP = &d.tcp
+				}
+				if len(d.drops) > 0 {
+					cr.Drops = d.drops
+				}
+			}
 			for _, l := range Layers {
 				if s := perConn[key{si, c.ID, l}]; s != nil {
 					s.st.LostNear = lostBy[l]

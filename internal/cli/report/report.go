@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -52,10 +54,14 @@ are left out at the socket and TCP layers.`,
 				}
 				fmt.Fprintln(out)
 				writeLayers(out, c.Layers)
+				writeDetails(out, c)
 			}
 			if conn == 0 && len(rep.Host) > 0 {
 				fmt.Fprintln(out, "\nhost (all connections)")
 				writeLayers(out, rep.Host)
+				if len(rep.Drops) > 0 {
+					fmt.Fprintf(out, "  drops: %s\n", counts(rep.Drops))
+				}
 			}
 			return nil
 		},
@@ -77,4 +83,45 @@ func writeLayers(w io.Writer, ls []*analyze.LayerStats) {
 			l.Size.Mean, l.Size.Median, l.Size.P99, l.Spacing.Mean, l.Spacing.Median, l.Spacing.P99, l.Spacing.CV, lost)
 	}
 	tw.Flush()
+}
+
+func writeDetails(w io.Writer, c *analyze.ConnReport) {
+	if sb := c.SendBuffer; sb != nil {
+		fmt.Fprintf(w, "  send buffer: max %d B, mean %.0f B (time-weighted), median %.0f B, p99 %.0f B of %d samples; %d B unacknowledged at the end\n",
+			sb.Max, sb.Mean, sb.Median, sb.P99, sb.Samples, sb.Final)
+	}
+	if tp := c.Throughput; tp != nil {
+		fmt.Fprintf(w, "  throughput: application %s, wire %s (first to last byte)", mbps(tp.AppFirstLast), mbps(tp.WireFirstLast))
+		if tp.AppOpenClose > 0 || tp.WireOpenClose > 0 {
+			fmt.Fprintf(w, "; application %s, wire %s (open to close)", mbps(tp.AppOpenClose), mbps(tp.WireOpenClose))
+		}
+		fmt.Fprintln(w)
+	}
+	if t := c.TCP; t != nil {
+		fmt.Fprintf(w, "  tcp: cwnd mean %.1f max %.0f segments, srtt mean %.0f max %.0f µs, ssthresh %d; retransmitted %d segments (%d B), %d tcp_retrans events\n",
+			t.CwndMean, t.CwndMax, t.SrttMeanUs, t.SrttMaxUs, t.SsthreshLast, t.RetransSegs, t.RetransBytes, t.RetransEvents)
+	}
+	if len(c.Drops) > 0 {
+		fmt.Fprintf(w, "  drops: %s\n", counts(c.Drops))
+	}
+}
+
+func mbps(bps float64) string {
+	if bps == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
+}
+
+func counts(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// SendBuffer is the send-buffer occupancy of a connection over time: bytes
+// the application has written minus bytes the peer has acknowledged
+// (MAGNeT Fig. 13), sampled at every send and every ACK.
+type SendBuffer struct {
+	Samples uint64  `json:"samples"`
+	Max     int64   `json:"max_bytes"`
+	Mean    float64 `json:"mean_bytes"` // time-weighted
+	Median  float64 `json:"median_bytes"`
+	P99     float64 `json:"p99_bytes"`
+	Final   int64   `json:"final_bytes"` // 0 when everything written was acknowledged
+	Min     int64   `json:"min_bytes"`
+}
+
+// Throughput is a connection's rate at the application and at the wire,
+// computed both ways MAGNeT's users met: as FTP does (first to last byte)
+// and as magnetd did (open to close), in bits per second.
+type Throughput struct {
+	AppBytes      int64   `json:"app_bytes"`
+	WireBytes     int64   `json:"wire_bytes"`
+	AppFirstLast  float64 `json:"app_bps_first_to_last"`
+	WireFirstLast float64 `json:"wire_bps_first_to_last"`
+	AppOpenClose  float64 `json:"app_bps_open_to_close,omitempty"`
+	WireOpenClose float64 `json:"wire_bps_open_to_close,omitempty"`
+}
+
+// TCPStats summarises tcp_state snapshots and retransmissions.
+type TCPStats struct {
+	Snapshots      uint64  `json:"snapshots"`
+	CwndMean       float64 `json:"cwnd_mean"`
+	CwndMax        float64 `json:"cwnd_max"`
+	SrttMeanUs     float64 `json:"srtt_mean_us"`
+	SrttMaxUs      float64 `json:"srtt_max_us"`
+	SsthreshLast   uint64  `json:"ssthresh_last"`
+	RetransSegs    uint64  `json:"retransmitted_segments"`
+	RetransBytes   int64   `json:"retransmitted_bytes"`
+	RetransEvents  uint64  `json:"tcp_retrans_events"`
+	cwnd, srtt     Dist
+	haveSsthresh   bool
+	ssthreshLatest uint64
+}
+
+// connDetail follows one connection through the trace.
+type connDetail struct {
+	// send buffer
+	written      int64 // bytes known written: max(sends returned, data sent)
+	appWritten   int64
+	isn          uint32
+	haveISN      bool
+	acked        int64
+	lastSample   uint64
+	lastOcc      int64
+	occ          Dist
+	weighted     float64
+	span         uint64
+	sb           SendBuffer
+	sbStarted    bool
+	appFirst     uint64
+	appLast      uint64
+	wireFirst    uint64
+	wireLast     uint64
+	tp           Throughput
+	tcp          TCPStats
+	drops        map[string]uint64
+	appIsRecv    bool
+	haveAppBytes bool
+}
+
+func newConnDetail() *connDetail {
+	return &connDetail{drops: map[string]uint64{}}
+}
+
+// observe takes one record of the connection.
+func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
+	t := rec.Time()
+	size := int64(rec.Size())
+	switch rec.Type.Name {
+	case "sock_send":
+		if size > 0 {
+			d.appWritten += size
+			if d.appWritten > d.written {
+				d.written = d.appWritten
+				d.sample(t)
+			}
+			d.app(t, size, false)
+		}
+	case "sock_recv":
+		if size > 0 {
+			d.app(t, size, true)
+		}
+	case "tcp_xmit":
+		seq, _ := rec.Uint("seq")
+		if rec.Flags()&0x02 != 0 && !d.haveISN { // SYN: data starts after it
+			d.isn, d.haveISN = uint32(seq)+1, true
+		}
+		if r, _ := rec.Uint("retrans"); r == 1 {
+			d.tcp.RetransSegs++
+			d.tcp.RetransBytes += size
+		}
+		// sock_send is reported when the call returns, often after TCP sent
+		// (and the peer acknowledged) its data: what TCP has sent is a
+		// lower bound of what the application has written.
+		if d.haveISN && size > 0 {
+			if hi := int64(uint32(seq) - d.isn + uint32(size)); hi > d.written && hi < 1<<31 {
+				d.written = hi
+				d.sample(t)
+			}
+		}
+	case "tcp_rcv":
+		ack, _ := rec.Uint("ack")
+		if d.haveISN && rec.Flags()&0x10 != 0 {
+			a := int64(uint32(ack) - d.isn)
+			if a > d.acked && a < 1<<31 {
+				d.acked = a
+				d.sample(t)
+			}
+		}
+	case "tcp_state":
+		cwnd, _ := rec.Uint("cwnd")
+		srtt, _ := rec.Uint("srtt_us")
+		ss, _ := rec.Uint("ssthresh")
+		d.tcp.Snapshots++
+		d.tcp.cwnd.Add(float64(cwnd))
+		d.tcp.srtt.Add(float64(srtt))
+		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = ss, true
+	case "tcp_retrans":
+		d.tcp.RetransEvents++
+	case "dev_xmit", "dev_recv":
+		d.wire(t, size)
+	case "drop":
+		reason, _ := rec.Uint("reason")
+		f, _ := rec.Type.Field("reason")
+		name, ok := h.EnumName(f, reason)
+		if !ok {
+			name = "reason " + itoa(reason)
+		}
+		d.drops[name]++
+	}
+}
+
+func (d *connDetail) sample(t uint64) {
+	occ := d.written - d.acked
+	if occ < 0 {
+		occ = 0
+	}
+	if d.sbStarted && t > d.lastSample {
+		d.weighted += float64(d.lastOcc) * float64(t-d.lastSample)
+		d.span += t - d.lastSample
+	}
+	if !d.sbStarted || occ < d.sb.Min {
+		d.sb.Min = occ
+	}
+	if occ > d.sb.Max {
+		d.sb.Max = occ
+	}
+	d.sbStarted = true
+	d.lastSample, d.lastOcc = t, occ
+	d.sb.Samples++
+	d.occ.Add(float64(occ))
+}
+
+func (d *connDetail) app(t uint64, size int64, recv bool) {
+	// A connection's application rate is that of its first data direction:
+	// what a sender sent, or what a receiver read.
+	if !d.haveAppBytes {
+		d.appFirst, d.appIsRecv, d.haveAppBytes = t, recv, true
+	}
+	if recv != d.appIsRecv {
+		return
+	}
+	d.tp.AppBytes += size
+	d.appLast = t
+}
+
+func (d *connDetail) wire(t uint64, size int64) {
+	if d.tp.WireBytes == 0 {
+		d.wireFirst = t
+	}
+	d.tp.WireBytes += size
+	d.wireLast = t
+}
+
+// finish computes the summaries; open and close are the connection's
+// lifetime (close 0 when it did not end in the trace).
+func (d *connDetail) finish(open, close uint64) {
+	if d.sbStarted {
+		d.sb.Final = d.lastOcc
+		if d.span > 0 {
+			d.sb.Mean = d.weighted / float64(d.span)
+		} else {
+			d.sb.Mean = float64(d.lastOcc)
+		}
+		d.sb.Median = d.occ.Quantile(0.5)
+		d.sb.P99 = d.occ.Quantile(0.99)
+	}
+	rate := func(bytes int64, from, to uint64) float64 {
+		if to <= from || bytes == 0 {
+			return 0
+		}
+		return float64(bytes) * 8 / (float64(to-from) / 1e9)
+	}
+	d.tp.AppFirstLast = rate(d.tp.AppBytes, d.appFirst, d.appLast)
+	d.tp.WireFirstLast = rate(d.tp.WireBytes, d.wireFirst, d.wireLast)
+	if close > open {
+		d.tp.AppOpenClose = rate(d.tp.AppBytes, open, close)
+		d.tp.WireOpenClose = rate(d.tp.WireBytes, open, close)
+	}
+	d.tcp.CwndMean, d.tcp.CwndMax = d.tcp.cwnd.Mean(), d.tcp.cwnd.Max
+	d.tcp.SrttMeanUs, d.tcp.SrttMaxUs = d.tcp.srtt.Mean(), d.tcp.srtt.Max
+	d.tcp.SsthreshLast = d.tcp.ssthreshLatest
+}
+
+func itoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}
