@@ -21,6 +21,10 @@ var Layers = []string{"sock_send", "tcp_send", "tcp_xmit", "ip_send", "dev_queue
 // calls) are left out, so sizes and spacing describe the data.
 var dataOnly = map[string]bool{"sock_send": true, "sock_recv": true, "tcp_send": true, "tcp_xmit": true, "tcp_rcv": true}
 
+// hopTypes are the events "where time goes" follows.
+var hopTypes = map[string]bool{"tcp_xmit": true, "ip_send": true, "dev_queue": true, "dev_xmit": true,
+	"dev_recv": true, "ip_recv": true, "tcp_rcv": true, "sock_recv": true}
+
 // Summary is a distribution as reported.
 type Summary struct {
 	Mean   float64 `json:"mean"`
@@ -54,6 +58,8 @@ type ConnReport struct {
 	Throughput *Throughput       `json:"throughput,omitempty"`
 	TCP        *TCPStats         `json:"tcp,omitempty"`
 	Drops      map[string]uint64 `json:"drops,omitempty"`
+	Hops       []*HopStats       `json:"hops,omitempty"`
+	Receive    *TimeShare        `json:"receive_time,omitempty"`
 }
 
 // Report is the modulation of every connection and of the host.
@@ -132,6 +138,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	rep := &Report{}
 	perConn := map[key]*series{}
 	details := map[key]*connDetail{}
+	hops := map[key]*hopTracker{}
 	rep.Drops = map[string]uint64{}
 	host := map[string]*series{}
 	lostBy := map[string]uint64{}
@@ -147,6 +154,10 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 		conns = append(conns, cs)
 		if err != nil {
 			return rep, err
+		}
+		tcp := map[uint64]bool{}
+		for _, c := range cs {
+			tcp[c.ID] = c.Proto == "tcp"
 		}
 		r, err := trace.Open(path)
 		if err != nil {
@@ -183,6 +194,15 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 					details[dk] = d
 				}
 				d.observe(r.Header(), rec)
+				if tcp[c] && hopTypes[name] {
+					ht := hops[dk]
+					if ht == nil {
+						ht = newHopTracker()
+						hops[dk] = ht
+					}
+					seq, _ := rec.Uint("seq")
+					ht.add(hopEvent{t: rec.Time(), typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
+				}
 			}
 			if name == "lost" {
 				for _, f := range rec.Type.Fields {
@@ -249,6 +269,9 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				if len(d.drops) > 0 {
 					cr.Drops = d.drops
 				}
+			}
+			if ht := hops[key{si, c.ID, ""}]; ht != nil {
+				cr.Hops, cr.Receive = ht.finish()
 			}
 			for _, l := range Layers {
 				if s := perConn[key{si, c.ID, l}]; s != nil {

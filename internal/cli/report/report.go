@@ -104,6 +104,18 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 	if len(c.Drops) > 0 {
 		fmt.Fprintf(w, "  drops: %s\n", counts(c.Drops))
 	}
+	if len(c.Hops) > 0 {
+		fmt.Fprintln(w, "  where time goes (per segment, µs):")
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "    hop\tsegments\tmean\tmedian\tp99\t")
+		for _, h := range c.Hops {
+			fmt.Fprintf(tw, "    %s\t%d\t%.1f\t%.1f\t%.1f\t\n", h.Hop, h.Count, h.Delay.Mean, h.Delay.Median, h.Delay.P99)
+		}
+		tw.Flush()
+	}
+	if r := c.Receive; r != nil {
+		fmt.Fprintf(w, "  receive path: %.0f%% of the time from device to application was spent waiting in the socket for the reader\n", 100*r.SocketShare)
+	}
 }
 
 func mbps(bps float64) string {

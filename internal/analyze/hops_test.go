@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import "testing"
+
+func TestHopTracker(t *testing.T) {
+	h := newHopTracker()
+	us := uint64(1000)
+	evs := []hopEvent{
+		// Active open: the SYN-ACK reaches IP but never tcp_rcv.
+		{t: 0, typ: "tcp_xmit", flags: 0x02},
+		{t: 1 * us, typ: "ip_send"}, {t: 2 * us, typ: "dev_queue"}, {t: 3 * us, typ: "dev_xmit"},
+		{t: 10 * us, typ: "dev_recv"}, {t: 11 * us, typ: "ip_recv"},
+		{t: 12 * us, typ: "tcp_xmit", flags: 0x10},
+		{t: 13 * us, typ: "ip_send"}, {t: 15 * us, typ: "dev_queue"}, {t: 18 * us, typ: "dev_xmit"},
+		// Two data segments arrive while the socket is owned; one coalesced
+		// tcp_rcv carries both (1000 + 1000 bytes).
+		{t: 20 * us, typ: "dev_recv"}, {t: 21 * us, typ: "ip_recv"},
+		{t: 22 * us, typ: "dev_recv"}, {t: 24 * us, typ: "ip_recv"},
+		{t: 30 * us, typ: "tcp_rcv", seq: 500, size: 2000, flags: 0x18},
+		// The reader takes 1500 bytes, then the rest.
+		{t: 40 * us, typ: "sock_recv", size: 1500},
+		{t: 50 * us, typ: "sock_recv", size: 500},
+	}
+	for _, e := range evs {
+		h.add(e)
+	}
+	hops, share := h.finish()
+	got := map[string][2]float64{}
+	for _, s := range hops {
+		got[s.Hop] = [2]float64{float64(s.Count), s.d.Sum}
+	}
+	want := map[string][2]float64{
+		"tcp_xmit→ip_send":   {2, 1 + 1},
+		"ip_send→dev_queue":  {2, 1 + 2},
+		"dev_queue→dev_xmit": {2, 1 + 3},
+		"dev_recv→ip_recv":   {2, 1 + 2}, // the SYN-ACK is left out
+		"ip_recv→tcp_rcv":    {2, 9 + 6}, // both coalesced packets end at the tcp_rcv
+		"tcp_rcv→sock_recv":  {1, 20},    // the segment's last byte is read at 50 µs
+	}
+	for hop, w := range want {
+		if got[hop] != w {
+			t.Errorf("%s: count, sum µs = %v, want %v", hop, got[hop], w)
+		}
+	}
+	// Receive: from the first packet's device arrival (20) to the read (50).
+	if share == nil || share.ReceiveUs != 30 || share.SocketWaitUs != 20 {
+		t.Fatalf("receive time share %+v, want 30 µs with 20 µs in the socket", share)
+	}
+}
