@@ -325,4 +325,28 @@ func TestReportFTPPattern(t *testing.T) {
 	if !found {
 		t.Fatalf("no sock_send layer in the report: %s", r.stdout)
 	}
+	// Every plot of the trace renders, with its series.
+	for kind, series := range map[string][]string{
+		"modulation": {"application sends", "device transmits"}, "sendbuf": {"occupancy"},
+		"bandwidth": {"application", "wire (device)"}, "cwnd": {"cwnd", "ssthresh (clipped)"},
+		"srtt": {"srtt"}, "layers": {"tcp_xmit→ip_send"},
+	} {
+		svg := filepath.Join(filepath.Dir(out), kind+".svg")
+		if r := magnet(t, "plot", out, "--kind", kind, "-o", svg); r.code != 0 {
+			t.Fatalf("plot %s: %s", kind, r.stderr)
+		}
+		data, err := os.ReadFile(svg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range series {
+			if !strings.Contains(string(data), `data-name="`+s+`"`) {
+				t.Errorf("plot %s lacks series %q", kind, s)
+			}
+		}
+		if strings.Contains(string(data), "no data in this trace") {
+			t.Errorf("plot %s is empty", kind)
+		}
+	}
+	oneLineError(t, magnet(t, "plot", out, "--kind", "pie", "-o", filepath.Join(filepath.Dir(out), "x.svg")), `unknown plot kind "pie"`)
 }

@@ -71,6 +71,9 @@ type connDetail struct {
 	drops        map[string]uint64
 	appIsRecv    bool
 	haveAppBytes bool
+	// For plots: occupancy samples (s since start, bytes), when set.
+	start             uint64
+	sbTrace, sbTraceY *[]float64
 }
 
 func newConnDetail() *connDetail {
@@ -164,6 +167,10 @@ func (d *connDetail) sample(t uint64) {
 	d.lastSample, d.lastOcc = t, occ
 	d.sb.Samples++
 	d.occ.Add(float64(occ))
+	if d.sbTrace != nil {
+		*d.sbTrace = append(*d.sbTrace, float64(int64(t)-int64(d.start))/1e9)
+		*d.sbTraceY = append(*d.sbTraceY, float64(occ))
+	}
 }
 
 func (d *connDetail) app(t uint64, size int64, recv bool) {

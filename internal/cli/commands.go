@@ -7,6 +7,7 @@ import (
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
+	plotcmd "github.com/magnet-tracer/magnet/internal/cli/plot"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/report"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
@@ -14,5 +15,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, exportcmd.New, hostcheckcmd.New, demo.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, demo.New, status.New, workloadcmd.New)
 }

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// Kinds are the time series `magnet plot` draws.
+var Kinds = []string{"modulation", "sendbuf", "bandwidth", "cwnd", "srtt", "layers", "sched"}
+
+// Named is one series of points.
+type Named struct {
+	Name    string
+	X, Y    []float64
+	Scatter bool
+}
+
+// Figure is what a plot shows: series and their axis labels.
+type Figure struct {
+	Title, XLabel, YLabel string
+	Series                []Named
+	Conn                  uint64
+}
+
+// connSeries collects one connection's raw points (times in ns).
+type connSeries struct {
+	appT, wireT        []uint64
+	appB, wireB        []int64
+	sendT, sendB       []float64 // sock_send time (s), size
+	xmitT, xmitB       []float64 // dev_xmit time (s), size
+	stateT, cwnd, ss   []float64
+	srtt               []float64
+	detail             *connDetail
+	hops               *hopTracker
+	appIsRecv, haveApp bool
+	appBytes           int64
+	sbT, sbY           []float64
+}
+
+// Plot builds the figure of kind for connection conn (0: the connection
+// that moved the most application bytes) of the first trace in paths.
+// window is the sliding window of the bandwidth series.
+func Plot(paths []string, kind string, conn uint64, window time.Duration) (*Figure, error) {
+	if !contains(Kinds, kind) {
+		return nil, fmt.Errorf("unknown plot kind %q (want %v)", kind, Kinds)
+	}
+	path := paths[0]
+	cs, err := connTable(path)
+	if err != nil {
+		return nil, err
+	}
+	tcp := map[uint64]bool{}
+	for _, c := range cs {
+		tcp[c.ID] = c.Proto == "tcp"
+	}
+	r, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	h := r.Header()
+	rs := export.NewResolver(h)
+	per := map[uint64]*connSeries{}
+	var start uint64
+	started := false
+	perCPU := map[uint16][]float64{} // sched: switch times (s)
+	get := func(c uint64) *connSeries {
+		s := per[c]
+		if s == nil {
+			s = &connSeries{detail: newConnDetail(), hops: newHopTracker()}
+			s.detail.sbTrace = &s.sbT
+			s.detail.sbTraceY = &s.sbY
+			per[c] = s
+		}
+		return s
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if !started {
+			start, started = rec.Time(), true
+		}
+		if rs.Observe(rec) {
+			continue
+		}
+		t := rec.Time()
+		ts := float64(int64(t)-int64(start)) / 1e9
+		name := rec.Type.Name
+		if name == "sched_switch" {
+			perCPU[rec.CPU()] = append(perCPU[rec.CPU()], ts)
+			continue
+		}
+		c := rec.Conn()
+		if c == 0 || conn != 0 && c != conn {
+			continue
+		}
+		s := get(c)
+		s.detail.start = start
+		s.detail.observe(h, rec)
+		if tcp[c] && hopTypes[name] {
+			seq, _ := rec.Uint("seq")
+			s.hops.add(hopEvent{t: t, typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
+		}
+		size := int64(rec.Size())
+		switch name {
+		case "sock_send", "sock_recv":
+			if size <= 0 {
+				break
+			}
+			recv := name == "sock_recv"
+			if !s.haveApp {
+				s.appIsRecv, s.haveApp = recv, true
+			}
+			if recv == s.appIsRecv {
+				s.appT, s.appB = append(s.appT, t), append(s.appB, size)
+				s.appBytes += size
+			}
+			if !recv {
+				s.sendT, s.sendB = append(s.sendT, ts), append(s.sendB, float64(size))
+			}
+		case "dev_xmit", "dev_recv":
+			s.wireT, s.wireB = append(s.wireT, t), append(s.wireB, size)
+			if name == "dev_xmit" {
+				s.xmitT, s.xmitB = append(s.xmitT, ts), append(s.xmitB, float64(size))
+			}
+		case "tcp_state":
+			cw, _ := rec.Uint("cwnd")
+			ss, _ := rec.Uint("ssthresh")
+			rtt, _ := rec.Uint("srtt_us")
+			s.stateT = append(s.stateT, ts)
+			s.cwnd = append(s.cwnd, float64(cw))
+			s.ss = append(s.ss, float64(ss))
+			s.srtt = append(s.srtt, float64(rtt)/1e3)
+		}
+	}
+	fig := &Figure{XLabel: "time since the trace began (s)"}
+	if kind == "sched" {
+		fig.Title = "context switches: time between switches per CPU"
+		fig.YLabel = "time since the previous switch on this CPU (µs)"
+		cpus := make([]int, 0, len(perCPU))
+		for c := range perCPU {
+			cpus = append(cpus, int(c))
+		}
+		sort.Ints(cpus)
+		for _, c := range cpus {
+			ts := perCPU[uint16(c)]
+			n := Named{Name: "cpu " + strconv.Itoa(c), Scatter: true}
+			for i := 1; i < len(ts); i++ {
+				n.X = append(n.X, ts[i])
+				n.Y = append(n.Y, (ts[i]-ts[i-1])*1e6)
+			}
+			fig.Series = append(fig.Series, n)
+		}
+		return fig, nil
+	}
+	if conn == 0 {
+		for id, s := range per {
+			if conn == 0 || s.appBytes > per[conn].appBytes || s.appBytes == per[conn].appBytes && id < conn {
+				conn = id
+			}
+		}
+	}
+	s := per[conn]
+	if s == nil {
+		return nil, fmt.Errorf("connection %d has no events in %s", conn, path)
+	}
+	fig.Conn = conn
+	label := fmt.Sprintf("connection %d", conn)
+	switch kind {
+	case "modulation":
+		fig.Title = label + ": what the application sent vs what reached the wire"
+		fig.YLabel = "size (bytes)"
+		fig.Series = []Named{{Name: "application sends", X: s.sendT, Y: s.sendB, Scatter: true},
+			{Name: "device transmits", X: s.xmitT, Y: s.xmitB, Scatter: true}}
+	case "sendbuf":
+		fig.Title = label + ": send-buffer occupancy (written − acknowledged)"
+		fig.YLabel = "bytes"
+		xs := make([]float64, len(s.sbT))
+		for i, t := range s.sbT {
+			xs[i] = t
+		}
+		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY}}
+	case "bandwidth":
+		if window <= 0 {
+			window = defaultWindow(s.appT, s.wireT)
+		}
+		fig.Title = fmt.Sprintf("%s: throughput over a sliding window of %v", label, window)
+		fig.YLabel = "rate (Mbit/s)"
+		ax, ay := slidingRate(s.appT, s.appB, window, start)
+		wx, wy := slidingRate(s.wireT, s.wireB, window, start)
+		fig.Series = []Named{{Name: "application", X: ax, Y: ay}, {Name: "wire (device)", X: wx, Y: wy}}
+	case "cwnd":
+		fig.Title = label + ": congestion window and slow-start threshold"
+		fig.YLabel = "segments"
+		ss := make([]float64, len(s.ss))
+		for i, v := range s.ss {
+			ss[i] = math.Min(v, 2*maxOf(s.cwnd)+10) // "infinite" ssthresh stays on the chart
+		}
+		fig.Series = []Named{{Name: "cwnd", X: s.stateT, Y: s.cwnd}, {Name: "ssthresh (clipped)", X: s.stateT, Y: ss}}
+	case "srtt":
+		fig.Title = label + ": smoothed round-trip time"
+		fig.YLabel = "srtt (ms)"
+		fig.Series = []Named{{Name: "srtt", X: s.stateT, Y: s.srtt}}
+	case "layers":
+		fig.Title = label + ": per-hop delay (cumulative distribution)"
+		fig.XLabel = "delay (µs, log10)"
+		fig.YLabel = "fraction of segments"
+		hops, _ := s.hops.finish()
+		for _, hs := range hops {
+			x, y := hs.d.CDF()
+			for i := range x {
+				x[i] = math.Log10(math.Max(x[i], 0.01))
+			}
+			fig.Series = append(fig.Series, Named{Name: hs.Hop, X: x, Y: y})
+		}
+	}
+	return fig, nil
+}
+
+// slidingRate gives, at each event, the bytes of the events within the
+// window ending there, as Mbit/s (x in seconds since start).
+func slidingRate(ts []uint64, bs []int64, window time.Duration, start uint64) ([]float64, []float64) {
+	idx := make([]int, len(ts))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return ts[idx[a]] < ts[idx[b]] })
+	var xs, ys []float64
+	var sum int64
+	lo := 0
+	w := uint64(window)
+	for _, i := range idx {
+		sum += bs[i]
+		for ts[idx[lo]]+w < ts[i] {
+			sum -= bs[idx[lo]]
+			lo++
+		}
+		if ts[i]-ts[idx[0]] < w {
+			continue // the first window is not full yet
+		}
+		xs = append(xs, float64(ts[i]-start)/1e9)
+		ys = append(ys, float64(sum)*8/window.Seconds()/1e6)
+	}
+	return xs, ys
+}
+
+func defaultWindow(a, b []uint64) time.Duration {
+	var lo, hi uint64
+	for _, ts := range [][]uint64{a, b} {
+		for _, t := range ts {
+			if lo == 0 || t < lo {
+				lo = t
+			}
+			if t > hi {
+				hi = t
+			}
+		}
+	}
+	w := time.Duration(hi-lo) / 50
+	return max(w.Round(time.Millisecond), 10*time.Millisecond)
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// CDF returns the distribution's cumulative curve from its histogram:
+// bucket upper bounds and the fraction of values at or below them.
+func (d *Dist) CDF() ([]float64, []float64) {
+	if d.N == 0 {
+		return nil, nil
+	}
+	keys := make([]int32, 0, len(d.buckets))
+	for k := range d.buckets {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	var xs, ys []float64
+	seen := d.zeros
+	if seen > 0 {
+		xs, ys = append(xs, 0), append(ys, float64(seen)/float64(d.N))
+	}
+	for _, k := range keys {
+		seen += d.buckets[k]
+		xs = append(xs, math.Exp(float64(k+1)*logBase))
+		ys = append(ys, float64(seen)/float64(d.N))
+	}
+	return xs, ys
+}

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package plotcmd is the `magnet plot` command.
+package plotcmd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/plot"
+)
+
+// New returns the plot command.
+func New() *cobra.Command {
+	var kind, output string
+	var conn uint64
+	var window time.Duration
+	cmd := &cobra.Command{
+		Use:   "plot TRACE --kind KIND -o FILE.svg",
+		Short: "Draw a chart of a trace (SVG), without external tools",
+		Long: `Draw one chart of a trace:
+  modulation  application sends vs device transmits: size against time (MAGNeT Fig. 12)
+  sendbuf     send-buffer occupancy over time (Fig. 13)
+  bandwidth   application and wire throughput over a sliding window (Fig. 6/7)
+  cwnd        congestion window and slow-start threshold
+  srtt        smoothed round-trip time
+  layers      per-hop delay distributions (CDF)
+  sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --events default,sched)
+The connection is the one that moved the most application bytes unless --conn says otherwise.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output == "" {
+				return fmt.Errorf("plot: an output file is required (-o FILE.svg)")
+			}
+			if ext := strings.ToLower(filepath.Ext(output)); ext != ".svg" {
+				return fmt.Errorf("plot: %s: only .svg output is supported", output)
+			}
+			fig, err := analyze.Plot(args, kind, conn, window)
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			f, err := os.Create(output)
+			if err != nil {
+				return fmt.Errorf("plot: create output: %w", err)
+			}
+			if err := Chart(fig).WriteSVG(f); err != nil {
+				f.Close()
+				return fmt.Errorf("plot: %w", err)
+			}
+			return f.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&kind, "kind", "k", "bandwidth", strings.Join(analyze.Kinds, ", "))
+	f.StringVarP(&output, "output", "o", "", "SVG file to write")
+	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
+	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")
+	return cmd
+}
+
+// Chart turns an analysis figure into a drawable chart.
+func Chart(fig *analyze.Figure) *plot.Chart {
+	c := &plot.Chart{Title: fig.Title, XLabel: fig.XLabel, YLabel: fig.YLabel}
+	for _, s := range fig.Series {
+		c.Series = append(c.Series, plot.Series{Name: s.Name, X: s.X, Y: s.Y, Points: s.Scatter})
+	}
+	return c
+}

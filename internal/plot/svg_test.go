@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package plot
+
+import (
+	"encoding/xml"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestTicksAndNumbers(t *testing.T) {
+	if got := ticks(0, 1, 5); !reflect.DeepEqual(got, []float64{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1}) {
+		t.Errorf("ticks(0,1) = %v", got)
+	}
+	if got := ticks(3, 97, 8); !reflect.DeepEqual(got, []float64{20, 40, 60, 80}) {
+		t.Errorf("ticks(3,97) = %v", got)
+	}
+	for v, want := range map[float64]string{0: "0", 1.5: "1.5", 20000: "20k", 2.5e6: "2.5M", 1e9: "1G", 0.25: "0.25"} {
+		if got := num(v); got != want {
+			t.Errorf("num(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+// TestWriteSVG: well-formed XML, one element per series, labels escaped.
+func TestWriteSVG(t *testing.T) {
+	c := &Chart{Title: "a < b", XLabel: "time (s)", YLabel: "bytes", Series: []Series{
+		{Name: "app", X: []float64{0, 1, 2}, Y: []float64{1, 4, 2}},
+		{Name: "wire", X: []float64{0.5, 1.5}, Y: []float64{3, 3}, Points: true},
+	}}
+	var b strings.Builder
+	if err := c.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(strings.NewReader(b.String()))
+	names := []string{}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed SVG: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			for _, a := range se.Attr {
+				if a.Name.Local == "data-name" {
+					names = append(names, a.Value)
+				}
+			}
+		}
+	}
+	if !reflect.DeepEqual(names, []string{"app", "wire"}) {
+		t.Errorf("series %v", names)
+	}
+	if !strings.Contains(b.String(), "a &lt; b") || strings.Count(b.String(), "<circle") != 2 {
+		t.Errorf("title not escaped or markers missing")
+	}
+	var empty strings.Builder
+	(&Chart{Title: "x"}).WriteSVG(&empty)
+	if !strings.Contains(empty.String(), "no data") {
+		t.Errorf("empty chart does not say so")
+	}
+}
