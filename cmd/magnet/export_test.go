@@ -349,4 +349,16 @@ func TestReportFTPPattern(t *testing.T) {
 		}
 	}
 	oneLineError(t, magnet(t, "plot", out, "--kind", "pie", "-o", filepath.Join(filepath.Dir(out), "x.svg")), `unknown plot kind "pie"`)
+	// The HTML report: tables and every plot, inline.
+	page := filepath.Join(filepath.Dir(out), "report.html")
+	if r := magnet(t, "report", out, "--html", page); r.code != 0 {
+		t.Fatalf("report --html: %s", r.stderr)
+	}
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "<svg"); n != 7 || !strings.Contains(string(data), "<td>sock_send</td><td>100</td><td>1024000</td>") {
+		t.Errorf("HTML report: %d plots (want 7) or no sock_send row", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -20,6 +21,7 @@ import (
 func New() *cobra.Command {
 	var conn uint64
 	var asJSON bool
+	var htmlOut string
 	cmd := &cobra.Command{
 		Use:   "report TRACE... [--conn ID] [--json]",
 		Short: "Show how each layer of the stack reshapes what the application sent (modulation)",
@@ -36,6 +38,22 @@ are left out at the socket and TCP layers.`,
 				return fmt.Errorf("report: %w", err)
 			}
 			out := cmd.OutOrStdout()
+			if htmlOut != "" {
+				f, err := os.Create(htmlOut)
+				if err != nil {
+					return fmt.Errorf("report: create output: %w", err)
+				}
+				if err := writeHTML(f, rep, args, conn); err != nil {
+					f.Close()
+					return fmt.Errorf("report: %w", err)
+				}
+				if err := f.Close(); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				if !asJSON {
+					return nil
+				}
+			}
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -68,6 +86,7 @@ are left out at the socket and TCP layers.`,
 	}
 	cmd.Flags().Uint64Var(&conn, "conn", 0, "report only this connection id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&htmlOut, "html", "", "write one self-contained HTML page with the tables and every plot")
 	return cmd
 }
 
