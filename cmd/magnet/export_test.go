@@ -349,6 +349,12 @@ func TestReportFTPPattern(t *testing.T) {
 		}
 	}
 	oneLineError(t, magnet(t, "plot", out, "--kind", "pie", "-o", filepath.Join(filepath.Dir(out), "x.svg")), `unknown plot kind "pie"`)
+	// Perfetto: slices per hop on per-layer tracks, chained by flows.
+	pf := filepath.Join(filepath.Dir(out), "demo.json")
+	if r := magnet(t, "export", out, "--format", "perfetto", "-o", pf); r.code != 0 {
+		t.Fatalf("export perfetto: %s", r.stderr)
+	}
+	checkPerfetto(t, pf)
 	// The HTML report: tables and every plot, inline.
 	page := filepath.Join(filepath.Dir(out), "report.html")
 	if r := magnet(t, "report", out, "--html", page); r.code != 0 {
@@ -360,5 +366,61 @@ func TestReportFTPPattern(t *testing.T) {
 	}
 	if n := strings.Count(string(data), "<svg"); n != 7 || !strings.Contains(string(data), "<td>sock_send</td><td>100</td><td>1024000</td>") {
 		t.Errorf("HTML report: %d plots (want 7) or no sock_send row", n)
+	}
+}
+
+// checkPerfetto reads a Chrome/Perfetto JSON trace back and checks that the
+// sender's segments are followed down the stack: a chain of three slices
+// (tcp_xmit→ip_send, ip_send→dev_queue, dev_queue→dev_xmit) joined by flows.
+func checkPerfetto(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Ph      string         `json:"ph"`
+			Name    string         `json:"name"`
+			Ts      float64        `json:"ts"`
+			Dur     float64        `json:"dur"`
+			BindID  uint64         `json:"bind_id"`
+			FlowIn  bool           `json:"flow_in"`
+			FlowOut bool           `json:"flow_out"`
+			Args    map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("perfetto JSON does not parse: %v", err)
+	}
+	chains := map[uint64][]string{}
+	procs, threads := 0, 0
+	for _, e := range doc.TraceEvents {
+		switch e.Ph {
+		case "M":
+			if e.Name == "process_name" {
+				procs++
+			}
+			if e.Name == "thread_name" {
+				threads++
+			}
+		case "X":
+			if e.Dur < 0 {
+				t.Fatalf("slice %s has negative duration", e.Name)
+			}
+			if len(chains[e.BindID]) > 0 && !e.FlowIn {
+				t.Fatalf("slice %s continues segment %d without flow_in", e.Name, e.BindID)
+			}
+			chains[e.BindID] = append(chains[e.BindID], e.Name)
+		}
+	}
+	full := 0
+	for _, c := range chains {
+		if strings.Join(c, ",") == "tcp_xmit→ip_send,ip_send→dev_queue,dev_queue→dev_xmit" {
+			full++
+		}
+	}
+	if procs != 1 || threads < 6 || full < 100 {
+		t.Fatalf("perfetto: %d processes, %d tracks, %d full sender chains (want 1, >= 6, >= 100)", procs, threads, full)
 	}
 }

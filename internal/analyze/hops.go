@@ -55,7 +55,8 @@ func (h *hopHeap) Pop() any {
 // on the receiver, when it reached the device.
 type pending struct {
 	t, devT uint64
-	end     int64 // receiver: stream offset just past the segment's data
+	end     int64  // receiver: stream offset just past the segment's data
+	seg     uint64 // which segment: numbered where it enters a side
 }
 
 // hopTracker matches one TCP connection's segments across layers. Each
@@ -73,6 +74,9 @@ type hopTracker struct {
 	// (tcp_probe) does not fire: packets before the handshake's ACK are
 	// not queued for it.
 	synSent, established bool
+	// OnHop, if set, is told of every matched hop of every segment.
+	OnHop func(hop string, from, to uint64, seg uint64)
+	segs  uint64
 }
 
 func newHopTracker() *hopTracker {
@@ -116,7 +120,8 @@ func (h *hopTracker) step(e hopEvent) {
 	}
 	switch e.typ {
 	case "tcp_xmit", "dev_recv":
-		h.queues[e.typ] = append(h.queues[e.typ], pending{t: e.t, devT: e.t})
+		h.segs++
+		h.queues[e.typ] = append(h.queues[e.typ], pending{t: e.t, devT: e.t, seg: h.segs})
 		return
 	case "sock_recv":
 		if e.size <= 0 {
@@ -125,7 +130,7 @@ func (h *hopTracker) step(e hopEvent) {
 		h.consumed += int64(e.size)
 		q := h.queues["sock"]
 		for len(q) > 0 && q[0].end <= h.consumed {
-			h.record("tcp_rcv→sock_recv", e.t, q[0].t)
+			h.record("tcp_rcv→sock_recv", e.t, q[0].t, q[0].seg)
 			h.share.SocketWaitUs += float64(e.t-q[0].t) / 1e3
 			h.share.ReceiveUs += float64(e.t-q[0].devT) / 1e3
 			q = q[1:]
@@ -147,7 +152,7 @@ func (h *hopTracker) step(e hopEvent) {
 	}
 	p := q[0]
 	h.queues[nx.from] = q[1:]
-	h.record(nx.hop, e.t, p.t)
+	h.record(nx.hop, e.t, p.t, p.seg)
 	p.t = e.t
 	if e.typ != "dev_xmit" {
 		h.queues[e.typ] = append(h.queues[e.typ], p)
@@ -162,9 +167,11 @@ func (h *hopTracker) tcpRcv(e hopEvent) {
 	q := h.queues["ip_recv"]
 	n := 0
 	devT := e.t
+	var seg uint64
 	for n < len(q) && q[n].t <= e.t {
-		h.record("ip_recv→tcp_rcv", e.t, q[n].t)
+		h.record("ip_recv→tcp_rcv", e.t, q[n].t, q[n].seg)
 		devT = min(devT, q[n].devT)
+		seg = q[n].seg // the coalesced segment goes on as the last one
 		n++
 	}
 	h.queues["ip_recv"] = q[n:]
@@ -176,12 +183,15 @@ func (h *hopTracker) tcpRcv(e hopEvent) {
 		h.isn, h.haveISN = e.seq, true
 	}
 	end := int64(e.seq-h.isn) + int64(e.size)
-	h.queues["sock"] = append(h.queues["sock"], pending{t: e.t, devT: devT, end: end})
+	h.queues["sock"] = append(h.queues["sock"], pending{t: e.t, devT: devT, end: end, seg: seg})
 }
 
-func (h *hopTracker) record(hop string, to, from uint64) {
+func (h *hopTracker) record(hop string, to, from, seg uint64) {
 	if to < from {
 		to = from
+	}
+	if h.OnHop != nil {
+		h.OnHop(hop, from, to, seg)
 	}
 	s := h.stats[hop]
 	s.Count++

@@ -220,7 +220,7 @@ func (v Value) String(k ColumnKind) string {
 }
 
 // Formats lists the export formats WriteFormat accepts.
-var Formats = []string{"tsv", "csv", "jsonl", "parquet", "ulm", "pcapng"}
+var Formats = []string{"tsv", "csv", "jsonl", "parquet", "ulm", "pcapng", "perfetto"}
 
 // CheckFormat validates a --format value.
 func CheckFormat(f string) error {

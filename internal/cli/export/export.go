@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -21,7 +22,7 @@ func New() *cobra.Command {
 	var format, output, connsOut string
 	var noConns bool
 	cmd := &cobra.Command{
-		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng -o OUT",
+		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -58,6 +59,12 @@ in the same format: OUT with ".conns" before its extension.`,
 				}
 				srcs = append(srcs, export.TableSource{Name: filepath.Base(path), Reader: r})
 				headers = append(headers, r.Header())
+			}
+			if format == "perfetto" {
+				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+					_, err := analyze.WritePerfetto(w, args)
+					return err
+				})
 			}
 			if format == "pcapng" {
 				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
@@ -97,7 +104,7 @@ in the same format: OUT with ".conns" before its extension.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet, ulm (NetLogger) or pcapng (packets of the headers group)")
+	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet, ulm (NetLogger), pcapng (packets of the headers group) or perfetto (Chrome JSON trace)")
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
