@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
@@ -272,5 +274,60 @@ func eachRecord(t *testing.T, path string, fn func(trace.Record)) {
 			t.Fatal(err)
 		}
 		fn(rc)
+	}
+}
+
+// TestStopMidFlood stops a recording while a flood fills a large ring:
+// everything still buffered is drained, so recorded + lost == produced.
+func TestStopMidFlood(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgmid"})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, BufferBytes: 64 << 20})
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
+	cli := lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "2s", "--size", "64")
+	stdout, err := cli.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cli.Process.Kill(); cli.Wait() }()
+	// Stop once the flood is well under way: the trace file has grown.
+	waitForSize(t, rec.path, 1<<20)
+	res := rec.stop(t)
+	io.Copy(io.Discard, stdout)
+	cli.Wait()
+	srvOut.Scan()
+	srv.Wait()
+	var recorded uint64
+	for name, n := range res.Events {
+		if name != "task" && name != "lost" {
+			recorded += n
+		}
+	}
+	var produced uint64
+	for _, n := range res.Produced {
+		produced += n
+	}
+	if recorded+res.Lost != produced {
+		t.Fatalf("recorded %d + lost %d != produced %d", recorded, res.Lost, produced)
+	}
+	t.Logf("stopped mid-flood: %d recorded, %d lost, %d produced", recorded, res.Lost, produced)
+}
+
+func waitForSize(t *testing.T, path string, size int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if fi, err := os.Stat(path); err == nil && fi.Size() >= size {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach %d bytes", path, size)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

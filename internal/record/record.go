@@ -323,6 +323,22 @@ func (r *recorder) drainControl(pending []byte) error {
 	}
 }
 
+// drainAll empties both rings once nothing produces any more: drain stops
+// after a batch once its deadline has passed, so loop until both are empty.
+func (r *recorder) drainAll() error {
+	for {
+		if err := r.drain(r.control, 0); err != nil {
+			return err
+		}
+		if err := r.drain(r.events, 0); err != nil {
+			return err
+		}
+		if r.events.AvailableBytes() == 0 && r.control.AvailableBytes() == 0 {
+			return nil
+		}
+	}
+}
+
 // handle writes one ring record: a task record first when its thread is new
 // or renamed, then the event without its struct mg_task prefix.
 func (r *recorder) handle(raw []byte) error {
@@ -393,12 +409,7 @@ func (r *recorder) finish(res *Result) error {
 	r.probe.Detach()
 	var err error
 	if r.writeErr == nil {
-		if err = r.drain(r.control, 0); err == nil {
-			err = r.drain(r.events, 0)
-		}
-		if err == nil {
-			err = r.drain(r.control, 0)
-		}
+		err = r.drainAll()
 	}
 	produced, lostBy, cerr := r.probe.CountersOf()
 	if cerr != nil && err == nil {
