@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package bench measures what tracing costs: a saturating transfer between
+// two network namespaces, run with nothing loaded, with magnet's probes
+// loaded but not drained, with `magnet record` on either side, with tcpdump
+// on either veth and with bpftrace, interleaved so that drift hits every
+// configuration alike. It also measures the kernel and user-side cost per
+// event and sweeps the ring-buffer size against losses.
+//
+// Everything here needs root, iproute2 and a built magnet binary (the
+// workloads run as `magnet workload` inside the namespaces).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// Configuration names, in the order the issue lists them.
+const (
+	Baseline        = "baseline"
+	Loaded          = "loaded"
+	RecordSender    = "record-sender"
+	RecordReceiver  = "record-receiver"
+	TcpdumpSender   = "tcpdump-sender"
+	TcpdumpReceiver = "tcpdump-receiver"
+	Bpftrace        = "bpftrace"
+)
+
+// AllConfigs lists every configuration.
+var AllConfigs = []string{Baseline, Loaded, RecordSender, RecordReceiver, TcpdumpSender, TcpdumpReceiver, Bpftrace}
+
+// AllLinks are the link rates of the full run in Mbit/s; 0 is unlimited.
+var AllLinks = []int{0, 1000, 100}
+
+// SweepBuffers are the ring sizes of the loss sweep: powers of 4 from 64 KiB
+// to 64 MiB, plus the default 8 MiB.
+var SweepBuffers = []int{64 << 10, 256 << 10, 1 << 20, 4 << 20, record.DefaultBufferBytes, 16 << 20, 64 << 20}
+
+// BulkSize is the message size of the saturating transfer.
+const BulkSize = 65536
+
+// SmallSize is the message size of the small-message sweep workloads.
+const SmallSize = 64
+
+// Options configure Run.
+type Options struct {
+	Magnet   string        // the magnet binary that runs the workloads
+	Reps     int           // repetitions of each configuration
+	Duration time.Duration // each transfer
+	Links    []int         // Mbit/s, 0 = unlimited
+	Configs  []string
+	Sweep    bool // the loss sweep and the maximum zero-loss event rate
+	Cost     bool // per-event kernel (bpf_stats) and user-side cost
+	// SweepDuration is each sweep transfer; Duration if 0.
+	SweepDuration time.Duration
+	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
+	// (whole packets) otherwise.
+	TcpdumpSnaplen int
+	Command        string    // the command line, for the report
+	Note           string    // put in the report's header (e.g. reduced settings)
+	Log            io.Writer // progress, one line per run; nil = quiet
+}
+
+// Report is everything one bench run measured.
+type Report struct {
+	Command  string       `json:"command"`
+	Note     string       `json:"note,omitempty"`
+	Date     time.Time    `json:"date"`
+	Machine  Machine      `json:"machine"`
+	Settings Settings     `json:"settings"`
+	Links    []LinkResult `json:"links"`
+	Cost     *CostResult  `json:"cost,omitempty"`
+	Sweep    *SweepResult `json:"sweep,omitempty"`
+	Goals    []Goal       `json:"goals"`
+}
+
+// Settings echo the options that shaped the numbers.
+type Settings struct {
+	Reps           int      `json:"reps"`
+	DurationS      float64  `json:"duration_s"`
+	Links          []int    `json:"links_mbit"`
+	Configs        []string `json:"configs"`
+	Workload       string   `json:"workload"`
+	CPUSource      string   `json:"cpu_source"`
+	TcpdumpSnaplen int      `json:"tcpdump_snaplen,omitempty"`
+}
+
+// LinkResult holds every configuration's figures on one link.
+type LinkResult struct {
+	RateMbit int            `json:"rate_mbit"` // 0 = unlimited
+	Configs  []ConfigResult `json:"configs"`
+}
+
+// ConfigResult summarizes the repetitions of one configuration on one link.
+type ConfigResult struct {
+	Name           string  `json:"name"`
+	Skipped        string  `json:"skipped,omitempty"` // why it did not run
+	Runs           []Trial `json:"runs,omitempty"`
+	ThroughputMbit Stat    `json:"throughput_mbit"`
+	ReductionPct   Stat    `json:"reduction_pct"` // vs the baseline of the same repetition
+	SenderCPUPct   Stat    `json:"sender_cpu_pct"`
+	ReceiverCPUPct Stat    `json:"receiver_cpu_pct"`
+	TracerCPUPct   Stat    `json:"tracer_cpu_pct"`
+	Events         Stat    `json:"events"`
+	Lost           Stat    `json:"lost"`
+	BytesPerPacket Stat    `json:"bytes_per_packet"`
+}
+
+// Trial is one transfer under one configuration.
+type Trial struct {
+	Rep            int     `json:"rep"`
+	Transfer       Xfer    `json:"transfer"`
+	ThroughputMbit float64 `json:"throughput_mbit"`
+	Tracer         Traced  `json:"tracer"`
+}
+
+// Xfer is what the workload processes did.
+type Xfer struct {
+	Proto         string  `json:"proto"`
+	Size          int     `json:"size"`
+	SentBytes     int64   `json:"sent_bytes"`
+	Messages      int64   `json:"messages"`
+	RecvBytes     int64   `json:"recv_bytes"`
+	WallS         float64 `json:"wall_s"`
+	SenderCPUS    float64 `json:"sender_cpu_s"`
+	ReceiverCPUS  float64 `json:"receiver_cpu_s"`
+	LinkPackets   uint64  `json:"link_packets"` // both directions, from the veth counters
+	SenderTxPkts  uint64  `json:"sender_tx_packets"`
+	ReceiverTxPkt uint64  `json:"receiver_tx_packets"`
+}
+
+// Traced is what the tracer of a run did.
+type Traced struct {
+	Events   uint64  `json:"events"`             // recorded (written) events
+	Produced uint64  `json:"produced,omitempty"` // magnet: events the BPF side produced
+	Lost     uint64  `json:"lost"`               // magnet: ring full; bpftrace: "Lost N events"
+	Drops    uint64  `json:"drops,omitempty"`    // tcpdump: dropped by kernel
+	Bytes    int64   `json:"bytes"`              // trace file size
+	CPUS     float64 `json:"cpu_s"`              // the tracer's user-side CPU time
+}
+
+// ErrNotRoot is returned when the bench cannot build its namespaces or load
+// BPF.
+var ErrNotRoot = errors.New("need root (network namespaces and BPF)")
+
+// Run runs the bench. Progress goes to opts.Log.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := netlab.Available(); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "magnet-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("make work dir: %w", err)
+	}
+	defer os.RemoveAll(work)
+
+	b := &bencher{opts: opts, work: work, port: 20000}
+	rep := &Report{
+		Command: opts.Command,
+		Note:    opts.Note,
+		Date:    time.Now().UTC(),
+		Machine: readMachine(),
+		Settings: Settings{
+			Reps: opts.Reps, DurationS: opts.Duration.Seconds(), Links: opts.Links, Configs: opts.Configs,
+			Workload:       fmt.Sprintf("magnet workload send --flood %v --size %d (TCP), against magnet workload serve", opts.Duration, BulkSize),
+			CPUSource:      "rusage (utime+stime) of each workload process from wait4, i.e. /proc/<pid>/stat utime+stime at exit; in-process recorder: getrusage(RUSAGE_SELF) from probes attached to recording closed",
+			TcpdumpSnaplen: opts.TcpdumpSnaplen,
+		},
+	}
+	for _, rate := range opts.Links {
+		lr, err := b.link(ctx, rate)
+		if err != nil {
+			return nil, err
+		}
+		rep.Links = append(rep.Links, *lr)
+	}
+	if opts.Cost || opts.Sweep {
+		lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 0})
+		if err != nil {
+			return nil, err
+		}
+		defer lab.Close()
+		if opts.Cost {
+			b.logf("cost: per-event kernel and user-side cost (bpf_stats)")
+			if rep.Cost, err = b.cost(ctx, lab, rep.Machine.MHz); err != nil {
+				return nil, fmt.Errorf("cost: %w", err)
+			}
+		}
+		if opts.Sweep {
+			if rep.Sweep, err = b.sweep(ctx, lab); err != nil {
+				return nil, fmt.Errorf("sweep: %w", err)
+			}
+		}
+		if err := lab.Close(); err != nil {
+			return nil, err
+		}
+	}
+	rep.Goals = evaluate(rep)
+	return rep, nil
+}
+
+func (o *Options) check() error {
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	if o.Magnet == "" {
+		return errors.New("no magnet binary to run the workloads")
+	}
+	if o.Reps <= 0 {
+		return fmt.Errorf("reps %d: want at least 1", o.Reps)
+	}
+	if o.Duration < 100*time.Millisecond {
+		return fmt.Errorf("duration %v: want at least 100ms", o.Duration)
+	}
+	if o.SweepDuration == 0 {
+		o.SweepDuration = o.Duration
+	}
+	for _, r := range o.Links {
+		if r < 0 {
+			return fmt.Errorf("link rate %d: want 0 (unlimited) or a positive Mbit/s", r)
+		}
+	}
+	for _, c := range o.Configs {
+		if !slices.Contains(AllConfigs, c) {
+			return fmt.Errorf("unknown configuration %q (want %s)", c, strings.Join(AllConfigs, ","))
+		}
+	}
+	return nil
+}
+
+type bencher struct {
+	opts Options
+	work string
+	port int
+	seq  int
+}
+
+func (b *bencher) logf(format string, args ...any) {
+	if b.opts.Log != nil {
+		fmt.Fprintf(b.opts.Log, format+"\n", args...)
+	}
+}
+
+// nextPort gives every transfer a port of its own, so that no run waits for
+// a previous one's TIME_WAIT or sees its stragglers.
+func (b *bencher) nextPort() int {
+	b.port++
+	if b.port > 60000 {
+		b.port = 20001
+	}
+	return b.port
+}
+
+// link runs every configuration opts.Reps times on one lab at rate, in
+// rounds: A B C ... A B C ...
+func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
+	lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: rate})
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+
+	lr := &LinkResult{RateMbit: rate}
+	skipped := map[string]string{}
+	for _, c := range b.opts.Configs {
+		if why := unavailable(c); why != "" {
+			skipped[c] = why
+		}
+	}
+	runs := map[string][]Trial{}
+	for rep := 1; rep <= b.opts.Reps; rep++ {
+		for _, c := range b.opts.Configs {
+			if skipped[c] != "" {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			r, err := b.run(ctx, lab, c, "tcp", BulkSize, b.opts.Duration, record.DefaultBufferBytes)
+			if err != nil {
+				// A tracer that cannot run here is reported, not fatal.
+				if c == Bpftrace || c == TcpdumpSender || c == TcpdumpReceiver {
+					skipped[c] = "not available: " + err.Error()
+					delete(runs, c)
+					continue
+				}
+				return nil, fmt.Errorf("%s, %s: %w", linkName(rate), c, err)
+			}
+			r.Rep = rep
+			runs[c] = append(runs[c], *r)
+			b.logf("%s rep %d %-16s %9.1f Mbit/s  events %d lost %d", linkName(rate), rep, c, r.ThroughputMbit, r.Tracer.Events, r.Tracer.Lost)
+		}
+	}
+	base := map[int]float64{}
+	for _, r := range runs[Baseline] {
+		base[r.Rep] = r.ThroughputMbit
+	}
+	for _, c := range b.opts.Configs {
+		cr := ConfigResult{Name: c, Skipped: skipped[c], Runs: runs[c]}
+		if cr.Skipped == "" {
+			cr.summarize(base)
+		}
+		lr.Configs = append(lr.Configs, cr)
+	}
+	if err := lab.Close(); err != nil {
+		return nil, err
+	}
+	return lr, nil
+}
+
+func (cr *ConfigResult) summarize(base map[int]float64) {
+	var thr, red, scpu, rcpu, tcpu, ev, lost, bpp []float64
+	for _, r := range cr.Runs {
+		x := r.Transfer
+		thr = append(thr, r.ThroughputMbit)
+		if b, ok := base[r.Rep]; ok && b > 0 {
+			red = append(red, 100*(1-r.ThroughputMbit/b))
+		}
+		if x.WallS > 0 {
+			scpu = append(scpu, 100*x.SenderCPUS/x.WallS)
+			rcpu = append(rcpu, 100*x.ReceiverCPUS/x.WallS)
+			tcpu = append(tcpu, 100*r.Tracer.CPUS/x.WallS)
+		}
+		ev = append(ev, float64(r.Tracer.Events))
+		lost = append(lost, float64(r.Tracer.Lost+r.Tracer.Drops))
+		if x.LinkPackets > 0 {
+			bpp = append(bpp, float64(r.Tracer.Bytes)/float64(x.LinkPackets))
+		}
+	}
+	cr.ThroughputMbit = Summarize(thr)
+	cr.ReductionPct = Summarize(red)
+	cr.SenderCPUPct = Summarize(scpu)
+	cr.ReceiverCPUPct = Summarize(rcpu)
+	cr.TracerCPUPct = Summarize(tcpu)
+	cr.Events = Summarize(ev)
+	cr.Lost = Summarize(lost)
+	cr.BytesPerPacket = Summarize(bpp)
+}
+
+func linkName(rate int) string {
+	if rate == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%d Mbit/s", rate)
+}
+
+// run starts the configuration's tracer, runs one transfer and stops it.
+func (b *bencher) run(ctx context.Context, lab *netlab.Lab, config, proto string, size int, d time.Duration, buffer int) (*Trial, error) {
+	b.seq++
+	port := b.nextPort()
+	t, err := b.start(ctx, lab, config, port, buffer)
+	if err != nil {
+		return nil, err
+	}
+	x, err := b.transfer(ctx, lab, proto, size, d, port)
+	tr, serr := t.stop()
+	if err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	r := &Trial{Transfer: *x, Tracer: tr}
+	if x.WallS > 0 {
+		r.ThroughputMbit = float64(x.RecvBytes) * 8 / x.WallS / 1e6
+	}
+	return r, nil
+}

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// Goal is one of issue 5's targets and what was measured against it.
+type Goal struct {
+	Goal     string `json:"goal"`
+	Measured string `json:"measured"`
+	Verdict  string `json:"verdict"` // met, missed, not measured
+}
+
+const (
+	met         = "met"
+	missed      = "missed"
+	notMeasured = "not measured"
+)
+
+func verdict(ok bool) string {
+	if ok {
+		return met
+	}
+	return missed
+}
+
+func (lr *LinkResult) config(name string) *ConfigResult {
+	for i := range lr.Configs {
+		if lr.Configs[i].Name == name && lr.Configs[i].Skipped == "" && len(lr.Configs[i].Runs) > 0 {
+			return &lr.Configs[i]
+		}
+	}
+	return nil
+}
+
+// evaluate states each result against the goals of issue 5.
+func evaluate(r *Report) []Goal {
+	var goals []Goal
+	var unlimited *LinkResult
+	for i := range r.Links {
+		if r.Links[i].RateMbit == 0 {
+			unlimited = &r.Links[i]
+		}
+	}
+	for _, side := range []struct{ rec, dump, name string }{
+		{RecordSender, TcpdumpSender, "sender"},
+		{RecordReceiver, TcpdumpReceiver, "receiver"},
+	} {
+		g1 := Goal{Goal: fmt.Sprintf("throughput loss with record on the %s's side, unlimited veth, ≤ 1 %%", side.name), Verdict: notMeasured, Measured: "-"}
+		g2 := Goal{Goal: fmt.Sprintf("that loss ≥ 10× smaller than tcpdump's on the %s's veth", side.name), Verdict: notMeasured, Measured: "-"}
+		if unlimited != nil {
+			if rec := unlimited.config(side.rec); rec != nil && rec.ReductionPct.N > 0 {
+				g1.Measured = pct(rec.ReductionPct)
+				g1.Verdict = verdict(rec.ReductionPct.Mean <= 1)
+				if dump := unlimited.config(side.dump); dump != nil && dump.ReductionPct.N > 0 {
+					ratio := dump.ReductionPct.Mean / rec.ReductionPct.Mean
+					switch {
+					case rec.ReductionPct.Mean <= 0:
+						g2.Measured = fmt.Sprintf("record %s vs tcpdump %s (record lost nothing measurable)", pct(rec.ReductionPct), pct(dump.ReductionPct))
+						g2.Verdict = verdict(dump.ReductionPct.Mean > 0)
+					default:
+						g2.Measured = fmt.Sprintf("record %s vs tcpdump %s: %.1f×", pct(rec.ReductionPct), pct(dump.ReductionPct), ratio)
+						g2.Verdict = verdict(ratio >= 10)
+					}
+				}
+			}
+		}
+		goals = append(goals, g1, g2)
+	}
+
+	g := Goal{Goal: "zero events lost at the default buffer (8 MiB) on every link, record on either side", Verdict: notMeasured, Measured: "-"}
+	var lost, runs uint64
+	var where []string
+	for _, lr := range r.Links {
+		for _, name := range []string{RecordSender, RecordReceiver} {
+			c := lr.config(name)
+			if c == nil {
+				continue
+			}
+			for _, run := range c.Runs {
+				runs++
+				lost += run.Tracer.Lost
+				if run.Tracer.Lost > 0 {
+					where = append(where, fmt.Sprintf("%s %s rep %d: %d", linkName(lr.RateMbit), name, run.Rep, run.Tracer.Lost))
+				}
+			}
+		}
+	}
+	if runs > 0 {
+		g.Measured = fmt.Sprintf("%d lost over %d recorded transfers", lost, runs)
+		if len(where) > 0 {
+			g.Measured += " (" + strings.Join(where, "; ") + ")"
+		}
+		g.Verdict = verdict(lost == 0)
+	}
+	goals = append(goals, g)
+
+	gk := Goal{Goal: "kernel cost ≤ 60 ns per event, averaged over all programs", Verdict: notMeasured, Measured: "-"}
+	gd := Goal{Goal: "drain ≤ 30 ns per event", Verdict: notMeasured, Measured: "-"}
+	if r.Cost != nil && len(r.Cost.Runs) > 0 {
+		var km, dm []string
+		kok, dok := true, true
+		for _, c := range r.Cost.Runs {
+			km = append(km, fmt.Sprintf("%s: %.1f ns per program run, %.1f ns per event produced", c.Workload, c.KernelNsPerRun, c.KernelNsPerEvent))
+			dm = append(dm, fmt.Sprintf("%s: %.1f ns", c.Workload, c.UserNsPerEvent))
+			kok = kok && c.KernelNsPerRun <= 60
+			dok = dok && c.UserNsPerEvent <= 30
+		}
+		gk.Measured, gk.Verdict = strings.Join(km, "; "), verdict(kok)
+		gd.Measured, gd.Verdict = strings.Join(dm, "; "), verdict(dok)
+	}
+	goals = append(goals, gk, gd)
+
+	gr := Goal{Goal: "≥ 5 M events/s sustained with zero loss (default buffer)", Verdict: notMeasured, Measured: "-"}
+	if s := r.Sweep; s != nil {
+		if s.MaxZeroLossRate > 0 {
+			gr.Measured = fmt.Sprintf("%.2f M events/s (%s)", s.MaxZeroLossRate/1e6, s.MaxZeroLossWorkload)
+		} else {
+			gr.Measured = "every small-message run at the default buffer lost events"
+		}
+		if s.MaxZeroLossAnyBuffer > 0 {
+			gr.Measured += fmt.Sprintf("; any buffer: %.2f M events/s (%s)", s.MaxZeroLossAnyBuffer/1e6, s.MaxZeroLossAnyBufferDesc)
+		}
+		gr.Verdict = verdict(s.MaxZeroLossRate >= 5e6)
+	}
+	goals = append(goals, gr)
+	return goals
+}
+
+func pct(s Stat) string {
+	return fmtStat(s, 2) + " %"
+}
+
+// fmtStat prints mean ± CI95 half-width.
+func fmtStat(s Stat, prec int) string {
+	if s.N == 0 {
+		return "-"
+	}
+	if s.N < 2 || math.IsNaN(s.CI95) {
+		return fmt.Sprintf("%.*f", prec, s.Mean)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.CI95)
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteMarkdown writes the report as the markdown of bench/RESULTS.md.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# magnet bench results\n\n")
+	p("Generated by `magnet bench`; do not edit by hand, run the command again.\n\n")
+	p("- **Command:** `%s`\n", r.Command)
+	p("- **Date:** %s\n", r.Date.Format("2006-01-02 15:04 MST"))
+	p("- **Machine:** %s, %d cores (cpu MHz %.0f), %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.MHz, r.Machine.Kernel)
+	if r.Note != "" {
+		p("- **Note:** %s\n", r.Note)
+	}
+	s := r.Settings
+	p("- **Settings:** %d repetitions of %gs transfers per configuration and link, interleaved (A B C … A B C …); mean ± 95 %% confidence interval (Student t)\n", s.Reps, s.DurationS)
+	p("- **Workload:** magnet's own generator: %s, in two network namespaces joined by a veth pair (tc tbf for the rate-limited links)\n", s.Workload)
+	p("- **Throughput:** bytes the receiver got × 8 / the sender process's wall time (start to the receiver's close); **reduction** is against the baseline of the same repetition\n")
+	p("- **CPU:** %s; %% of one CPU over the transfer's wall time\n", s.CPUSource)
+	p("- **Events:** magnet: events written to the trace (loaded: none is drained, so the ring fills and the rest are lost); tcpdump: packets captured; bpftrace: lines printed. **Lost:** magnet: ring full; tcpdump: \"dropped by kernel\"; bpftrace: \"Lost N events\"\n")
+	p("- **Trace bytes per packet:** trace file size / packets on the link in both directions (veth tx counters inside each namespace, a GSO packet counts once)\n")
+	if s.TcpdumpSnaplen > 0 {
+		p("- **tcpdump:** `-s %d`\n", s.TcpdumpSnaplen)
+	} else {
+		p("- **tcpdump:** `tcpdump -w` with its default snap length (whole packets)\n")
+	}
+	p("- **bpftrace:** tracepoints only (no kprobes here): sock_send/recv_length, tcp_sendmsg_locked, tcp_probe, tcp_retransmit_skb, inet_sock_set_state, net_dev_queue, net_dev_start_xmit, netif_receive_skb, kfree_skb, one printf line each, all namespaces, `-o FILE`; magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no tracepoint equivalent\n")
+
+	if len(r.Goals) > 0 {
+		p("\n## Goals\n\n| goal | measured | verdict |\n|---|---|---|\n")
+		for _, g := range r.Goals {
+			v := g.Verdict
+			if v == missed {
+				v = "**missed**"
+			}
+			p("| %s | %s | %s |\n", g.Goal, g.Measured, v)
+		}
+	}
+
+	for _, lr := range r.Links {
+		p("\n## Overhead, %s link\n\n", linkName(lr.RateMbit))
+		p("| configuration | throughput Mbit/s | reduction %% | sender CPU %% | receiver CPU %% | tracer CPU %% | events | lost (tcpdump: dropped) | trace bytes/packet |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range lr.Configs {
+			if c.Skipped != "" {
+				p("| %s | %s | | | | | | | |\n", c.Name, c.Skipped)
+				continue
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Name,
+				fmtStat(c.ThroughputMbit, 1), fmtStat(c.ReductionPct, 2),
+				fmtStat(c.SenderCPUPct, 1), fmtStat(c.ReceiverCPUPct, 1), fmtStat(c.TracerCPUPct, 1),
+				fmtStat(c.Events, 0), fmtStat(c.Lost, 0), fmtStat(c.BytesPerPacket, 1))
+		}
+	}
+
+	if c := r.Cost; c != nil {
+		p("\n## Per-event cost\n\n%s. Kernel: bpf_stats run time (BPF_STATS_RUN_TIME) of every magnet program. User side: the recorder's CPU time (getrusage) from attach to close / events drained. Cycles = ns × %.0f MHz.\n\n", capital(c.Note), c.MHz)
+		p("| workload | kernel ns/run (cycles) | kernel ns/event produced (cycles) | drain ns/event (cycles) | produced | drained | lost | throughput Mbit/s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, run := range c.Runs {
+			p("| %s | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %d | %d | %d | %.1f |\n", run.Workload,
+				run.KernelNsPerRun, run.KernelNsPerRun*c.MHz/1000,
+				run.KernelNsPerEvent, run.KernelNsPerEvent*c.MHz/1000,
+				run.UserNsPerEvent, run.UserNsPerEvent*c.MHz/1000,
+				run.Produced, run.Drained, run.Lost, run.ThroughputMbit)
+		}
+		for _, run := range c.Runs {
+			p("\n%s, per program:\n\n| program | runs | run time ns | ns/run | cycles/run |\n|---|---:|---:|---:|---:|\n", run.Workload)
+			for _, pc := range run.Programs {
+				p("| %s | %d | %d | %.1f | %.0f |\n", pc.Name, pc.RunCount, pc.RuntimeNs, pc.NsPerRun, pc.NsPerRun*c.MHz/1000)
+			}
+		}
+	}
+
+	if sw := r.Sweep; sw != nil {
+		p("\n## Loss against ring-buffer size, unlimited link\n\n")
+		p("One %gs transfer per row, recorded with %s. Events/s = events produced / transfer wall time. Unaccounted = produced − recorded − lost (events neither written nor counted as lost).\n\n", sw.DurationS, sw.Filter)
+		p("| workload | buffer | produced | recorded | lost | unaccounted | loss %% | events/s | throughput Mbit/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range sw.Rows {
+			mark := ""
+			if row.BufferBytes == sw.DefaultBuffer {
+				mark = " (default)"
+			}
+			p("| %s | %s%s | %d | %d | %d | %d | %.2f | %.0f | %.1f |\n", row.Workload, sizeName(row.BufferBytes), mark,
+				row.Produced, row.Recorded, row.Lost, row.Unaccounted, row.LossPct, row.EventsPerSec, row.ThroughputMbit)
+		}
+		if sw.MaxZeroLossRate > 0 {
+			p("\nMaximum event rate with zero loss at the default buffer: **%.0f events/s** (%s).\n", sw.MaxZeroLossRate, sw.MaxZeroLossWorkload)
+		} else {
+			p("\nMaximum event rate with zero loss at the default buffer: none of the small-message runs was loss-free.\n")
+		}
+		if sw.MaxZeroLossAnyBuffer > 0 {
+			p("Over every buffer size: %.0f events/s (%s).\n", sw.MaxZeroLossAnyBuffer, sw.MaxZeroLossAnyBufferDesc)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

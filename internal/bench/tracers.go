@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// tracer is whatever watches a transfer; stop ends it and says what it did.
+type tracer interface {
+	stop() (Traced, error)
+}
+
+// unavailable says why a configuration cannot run on this machine, or "".
+func unavailable(config string) string {
+	tool := map[string]string{TcpdumpSender: "tcpdump", TcpdumpReceiver: "tcpdump", Bpftrace: "bpftrace"}[config]
+	if tool == "" {
+		return ""
+	}
+	if _, err := exec.LookPath(tool); err != nil {
+		return fmt.Sprintf("not available: %s not installed (bench/run.sh installs it with apt)", tool)
+	}
+	return ""
+}
+
+func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, port, buffer int) (tracer, error) {
+	switch config {
+	case Baseline:
+		return nopTracer{}, nil
+	case Loaded:
+		return startLoaded(buffer)
+	case RecordSender:
+		return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)
+	case RecordReceiver:
+		return b.startRecord(ctx, record.Filters{NetNS: lab.Server.NS}, buffer, nil)
+	case TcpdumpSender:
+		return b.startTcpdump(lab, lab.Client)
+	case TcpdumpReceiver:
+		return b.startTcpdump(lab, lab.Server)
+	case Bpftrace:
+		return b.startBpftrace()
+	}
+	return nil, fmt.Errorf("unknown configuration %q", config)
+}
+
+type nopTracer struct{}
+
+func (nopTracer) stop() (Traced, error) { return Traced{}, nil }
+
+// loadedTracer holds magnet's programs attached, every default group, no
+// filter, with nobody reading the ring: once it is full every event is
+// counted as lost, which is the cheapest a loaded magnet can be.
+type loadedTracer struct{ p *probe.Probe }
+
+func startLoaded(buffer int) (tracer, error) {
+	p, err := probe.Load(probe.Options{
+		Groups:       event.DefaultGroups,
+		BufferBytes:  buffer,
+		ControlBytes: record.ControlBufferBytes,
+		SelfTGID:     uint32(os.Getpid()),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load probes: %w", err)
+	}
+	return &loadedTracer{p: p}, nil
+}
+
+func (t *loadedTracer) stop() (Traced, error) {
+	t.p.Detach()
+	produced, lost, err := t.p.CountersOf()
+	t.p.Close()
+	if err != nil {
+		return Traced{}, err
+	}
+	var tr Traced
+	for i := range produced {
+		tr.Produced += produced[i]
+		tr.Lost += lost[i]
+	}
+	return tr, nil
+}
+
+// recordTracer is record.Run in this process, as `magnet record` runs it;
+// its CPU time is this process's from the moment the probes are attached to
+// the moment the trace is closed (the bench itself only waits meanwhile).
+type recordTracer struct {
+	cancel context.CancelFunc
+	done   chan recordDone
+	ru0    unix.Rusage
+	output string
+}
+
+type recordDone struct {
+	res *record.Result
+	err error
+}
+
+// startRecord starts a recording; onReady, if set, runs once the probes are
+// attached (the cost measurement opens the programs then).
+func (b *bencher) startRecord(ctx context.Context, f record.Filters, buffer int, onReady func()) (*recordTracer, error) {
+	b.seq++
+	t := &recordTracer{done: make(chan recordDone, 1), output: filepath.Join(b.work, fmt.Sprintf("run-%d.mgt", b.seq))}
+	rctx, cancel := context.WithCancel(ctx)
+	t.cancel = cancel
+	ready := make(chan struct{})
+	cfg := record.Config{
+		Output:      t.output,
+		Groups:      event.DefaultGroups,
+		Filters:     f,
+		BufferBytes: buffer,
+		StatusDir:   b.work,
+		Ready: func() {
+			if onReady != nil {
+				onReady()
+			}
+			_ = unix.Getrusage(unix.RUSAGE_SELF, &t.ru0)
+			close(ready)
+		},
+	}
+	go func() {
+		res, err := record.Run(rctx, cfg)
+		t.done <- recordDone{res, err}
+	}()
+	select {
+	case <-ready:
+		return t, nil
+	case d := <-t.done:
+		cancel()
+		os.Remove(t.output)
+		if d.err == nil {
+			d.err = errors.New("ended before it was ready")
+		}
+		return nil, fmt.Errorf("record: %w", d.err)
+	}
+}
+
+func (t *recordTracer) stop() (Traced, error) {
+	t.cancel()
+	d := <-t.done
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	defer os.Remove(t.output)
+	if d.err != nil {
+		return Traced{}, fmt.Errorf("record: %w", d.err)
+	}
+	tr := Traced{Lost: d.res.Lost, Bytes: d.res.Bytes}
+	for name, n := range d.res.Events {
+		// Task and interface records describe events; lost records
+		// count them; neither is an event itself.
+		if name != "task" && name != "iface" && name != "lost" {
+			tr.Events += n
+		}
+	}
+	for _, n := range d.res.Produced {
+		tr.Produced += n
+	}
+	tr.CPUS = rusageSeconds(ru) - rusageSeconds(t.ru0)
+	return tr, nil
+}
+
+func rusageSeconds(ru unix.Rusage) float64 {
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// procTracer is an external tracer process whose stderr is kept for its
+// summary.
+type procTracer struct {
+	name   string
+	cmd    *exec.Cmd
+	output string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	closed chan struct{}
+}
+
+func (t *procTracer) stderrText() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stderr.String()
+}
+
+// readStderr copies the tracer's stderr, and signals ready on the first line
+// that contains mark.
+func (t *procTracer) readStderr(r *bufio.Scanner, mark string, ready chan<- struct{}) {
+	defer close(t.closed)
+	sent := false
+	for r.Scan() {
+		t.mu.Lock()
+		t.stderr.WriteString(r.Text() + "\n")
+		t.mu.Unlock()
+		if !sent && mark != "" && strings.Contains(r.Text(), mark) {
+			close(ready)
+			sent = true
+		}
+	}
+}
+
+// end stops the process with SIGINT (both tools then flush and print their
+// summary), killing it if it lingers, and returns its CPU time.
+func (t *procTracer) end() (float64, error) {
+	_ = t.cmd.Process.Signal(syscall.SIGINT)
+	timer := time.AfterFunc(30*time.Second, func() { _ = t.cmd.Process.Kill() })
+	<-t.closed
+	err := t.cmd.Wait()
+	timer.Stop()
+	cpu := cpuSeconds(t.cmd.ProcessState)
+	if err != nil {
+		var ee *exec.ExitError
+		// Ended by our SIGINT is a normal end.
+		if !errors.As(err, &ee) || ee.ExitCode() > 1 && ee.ExitCode() != 130 {
+			return cpu, fmt.Errorf("%s: %s", t.name, oneLine(t.stderrText()+" "+err.Error()))
+		}
+	}
+	return cpu, nil
+}
+
+// startProc starts a tracer and waits until it is ready: it printed mark on
+// stderr or, if readyPath is set, created that file.
+func (b *bencher) startProc(name string, cmd *exec.Cmd, output, mark, readyPath string) (*procTracer, error) {
+	t := &procTracer{name: name, cmd: cmd, output: output, closed: make(chan struct{})}
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	ready := make(chan struct{})
+	go t.readStderr(bufio.NewScanner(pipe), mark, ready)
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ready:
+			return t, nil
+		case <-t.closed:
+			_ = cmd.Wait()
+			os.Remove(output)
+			return nil, fmt.Errorf("%s exited: %s", name, oneLine(t.stderrText()))
+		case <-deadline:
+			_, _ = t.end()
+			os.Remove(output)
+			return nil, fmt.Errorf("%s not ready after 20s: %s", name, oneLine(t.stderrText()))
+		case <-tick.C:
+			if readyPath != "" {
+				if _, err := os.Stat(readyPath); err == nil {
+					return t, nil
+				}
+			}
+		}
+	}
+}
+
+type tcpdumpTracer struct{ *procTracer }
+
+// startTcpdump captures on h's veth into a file, as `tcpdump -w` does;
+// -Z root keeps it from dropping to a user that cannot write our work dir.
+func (b *bencher) startTcpdump(lab *netlab.Lab, h netlab.Host) (tracer, error) {
+	b.seq++
+	out := filepath.Join(b.work, fmt.Sprintf("run-%d.pcap", b.seq))
+	args := []string{"-n", "-i", h.Iface, "-w", out, "-Z", "root"}
+	if b.opts.TcpdumpSnaplen > 0 {
+		args = append(args, "-s", strconv.Itoa(b.opts.TcpdumpSnaplen))
+	}
+	t, err := b.startProc("tcpdump", lab.Command(h, "tcpdump", args...), out, "listening on", "")
+	if err != nil {
+		return nil, err
+	}
+	return tcpdumpTracer{t}, nil
+}
+
+var (
+	reCaptured = regexp.MustCompile(`(\d+) packets? captured`)
+	reDropped  = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
+	reLost     = regexp.MustCompile(`Lost (\d+) events`)
+)
+
+func (t tcpdumpTracer) stop() (Traced, error) {
+	defer os.Remove(t.output)
+	cpu, err := t.end()
+	if err != nil {
+		return Traced{}, err
+	}
+	msg := t.stderrText()
+	tr := Traced{CPUS: cpu, Events: firstNumber(reCaptured, msg), Drops: firstNumber(reDropped, msg)}
+	if fi, err := os.Stat(t.output); err == nil {
+		tr.Bytes = fi.Size()
+	}
+	return tr, nil
+}
+
+func firstNumber(re *regexp.Regexp, s string) uint64 {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	return n
+}
+
+// bpftraceScript is the nearest bpftrace gets to magnet's default groups
+// with tracepoints only: socket calls, TCP send/receive/state/retransmit,
+// device queue/transmit/receive and drops, one printf line per event.
+// magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no
+// tracepoint, and without kprobes bpftrace cannot reach them. It traces
+// every namespace: a tracepoint has no cheap namespace filter.
+//
+// BEGIN runs once every probe is attached; the file it touches tells us so
+// (output to a file is block-buffered, so a printed line would not show).
+const bpftraceScript = `
+BEGIN { system("touch READY_FILE"); }
+tracepoint:sock:sock_send_length { printf("%llu %d %d sock_send %d\n", nsecs, cpu, tid, args->ret); }
+tracepoint:sock:sock_recv_length { printf("%llu %d %d sock_recv %d\n", nsecs, cpu, tid, args->ret); }
+tracepoint:tcp:tcp_sendmsg_locked { printf("%llu %d %d tcp_send %d\n", nsecs, cpu, tid, args->skb_len); }
+tracepoint:tcp:tcp_probe { printf("%llu %d %d tcp_rcv %u %u %u %u\n", nsecs, cpu, tid, args->data_len, args->snd_nxt, args->snd_una, args->snd_cwnd); }
+tracepoint:tcp:tcp_retransmit_skb { printf("%llu %d %d tcp_retrans\n", nsecs, cpu, tid); }
+tracepoint:sock:inet_sock_set_state { printf("%llu %d %d tcp_state %d %d\n", nsecs, cpu, tid, args->oldstate, args->newstate); }
+tracepoint:net:net_dev_queue { printf("%llu %d %d dev_queue %u\n", nsecs, cpu, tid, args->len); }
+tracepoint:net:net_dev_start_xmit { printf("%llu %d %d dev_xmit %u %u\n", nsecs, cpu, tid, args->len, args->gso_segs); }
+tracepoint:net:netif_receive_skb { printf("%llu %d %d dev_recv %u\n", nsecs, cpu, tid, args->len); }
+tracepoint:skb:kfree_skb { printf("%llu %d %d drop %d\n", nsecs, cpu, tid, args->reason); }
+`
+
+type bpftraceTracer struct{ *procTracer }
+
+func (b *bencher) startBpftrace() (tracer, error) {
+	b.seq++
+	out := filepath.Join(b.work, fmt.Sprintf("run-%d.bt", b.seq))
+	ready := out + ".ready"
+	defer os.Remove(ready)
+	script := strings.ReplaceAll(bpftraceScript, "READY_FILE", ready)
+	t, err := b.startProc("bpftrace", exec.Command("bpftrace", "--unsafe", "-B", "full", "-o", out, "-e", script), out, "", ready)
+	if err != nil {
+		return nil, err
+	}
+	return bpftraceTracer{t}, nil
+}
+
+func (t bpftraceTracer) stop() (Traced, error) {
+	defer os.Remove(t.output)
+	cpu, err := t.end()
+	if err != nil {
+		return Traced{}, err
+	}
+	tr := Traced{CPUS: cpu}
+	f, err := os.Open(t.output)
+	if err != nil {
+		return tr, fmt.Errorf("bpftrace output: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil {
+		tr.Bytes = fi.Size()
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) > 0 && line[0] >= '0' && line[0] <= '9':
+			tr.Events++
+		case bytes.HasPrefix(line, []byte("Lost ")):
+			tr.Lost += firstNumber(reLost, string(line))
+		}
+	}
+	tr.Lost += firstNumber(reLost, t.stderrText())
+	return tr, sc.Err()
+}

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+)
+
+// transfer runs one `magnet workload` flood from the client to the server
+// namespace and measures it: bytes received over the sender's wall time
+// (connect to the receiver's close, so every byte counted has arrived), the
+// CPU time of both processes, and the packets on the veth link.
+func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, size int, d time.Duration, port int) (*Xfer, error) {
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+
+	cBefore, err := linkStats(lab.Client)
+	if err != nil {
+		return nil, err
+	}
+	sBefore, err := linkStats(lab.Server)
+	if err != nil {
+		return nil, err
+	}
+
+	srv := lab.Command(lab.Server, b.opts.Magnet, "workload", "serve", "--proto", proto, "--listen", addr)
+	srvOut, err := srv.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var srvErr strings.Builder
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("start receiver: %w", err)
+	}
+	srvDone := false
+	defer func() {
+		if !srvDone {
+			_ = srv.Process.Kill()
+			_ = srv.Wait()
+		}
+	}()
+	lines := bufio.NewScanner(srvOut)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening") {
+		return nil, fmt.Errorf("receiver did not start: %s", oneLine(srvErr.String()))
+	}
+
+	cli := lab.Command(lab.Client, b.opts.Magnet, "workload", "send", "--proto", proto, "--to", addr,
+		"--flood", d.String(), "--size", fmt.Sprint(size))
+	var cliOut, cliErr strings.Builder
+	cli.Stdout, cli.Stderr = &cliOut, &cliErr
+	start := time.Now()
+	if err := cli.Start(); err != nil {
+		return nil, fmt.Errorf("start sender: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cli.Process.Kill() })
+	err = cli.Wait()
+	wall := time.Since(start)
+	stop()
+	if err != nil {
+		return nil, fmt.Errorf("sender: %s", oneLine(cliErr.String()+" "+err.Error()))
+	}
+	if proto == "udp" {
+		// The UDP receiver would wait 2 s for more; what is still in
+		// flight arrives well within 200 ms on a veth.
+		time.Sleep(200 * time.Millisecond)
+		_ = srv.Process.Signal(syscall.SIGTERM)
+	}
+	var recvLine string
+	if lines.Scan() {
+		recvLine = lines.Text()
+	}
+	_, _ = io.Copy(io.Discard, srvOut)
+	srvDone = true
+	if err := srv.Wait(); err != nil {
+		return nil, fmt.Errorf("receiver: %s", oneLine(srvErr.String()+" "+err.Error()))
+	}
+
+	x := &Xfer{Proto: proto, Size: size, WallS: wall.Seconds()}
+	if _, err := fmt.Sscanf(cliOut.String(), "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
+		return nil, fmt.Errorf("sender said %q", oneLine(cliOut.String()))
+	}
+	var reads int64
+	if _, err := fmt.Sscanf(recvLine, "received %d bytes in %d reads", &x.RecvBytes, &reads); err != nil {
+		return nil, fmt.Errorf("receiver said %q", recvLine)
+	}
+	x.SenderCPUS = cpuSeconds(cli.ProcessState)
+	x.ReceiverCPUS = cpuSeconds(srv.ProcessState)
+
+	cAfter, err := linkStats(lab.Client)
+	if err != nil {
+		return nil, err
+	}
+	sAfter, err := linkStats(lab.Server)
+	if err != nil {
+		return nil, err
+	}
+	x.SenderTxPkts = cAfter.tx - cBefore.tx
+	x.ReceiverTxPkt = sAfter.tx - sBefore.tx
+	x.LinkPackets = x.SenderTxPkts + x.ReceiverTxPkt
+	return x, nil
+}
+
+// cpuSeconds is the user plus system time of an exited process and the
+// children it waited for, as wait4 reported it.
+func cpuSeconds(ps interface{ SysUsage() any }) float64 {
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return 0
+	}
+	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+}
+
+func tvSeconds(tv syscall.Timeval) float64 {
+	return float64(tv.Sec) + float64(tv.Usec)/1e6
+}
+
+type ifStats struct{ rx, tx uint64 }
+
+// linkStats reads a host's veth packet counters, which count a GSO packet
+// once, as it crosses the link.
+func linkStats(h netlab.Host) (ifStats, error) {
+	out, err := exec.Command("ip", "-n", h.NS, "-s", "-j", "link", "show", "dev", h.Iface).Output()
+	if err != nil {
+		return ifStats{}, fmt.Errorf("read %s counters: %w", h.Iface, err)
+	}
+	var links []struct {
+		Stats64 struct {
+			RX struct{ Packets uint64 } `json:"rx"`
+			TX struct{ Packets uint64 } `json:"tx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		return ifStats{}, fmt.Errorf("parse %s counters: %q", h.Iface, oneLine(string(out)))
+	}
+	return ifStats{rx: links[0].Stats64.RX.Packets, tx: links[0].Stats64.TX.Packets}, nil
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.ReplaceAll(s, "\n", "; ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}

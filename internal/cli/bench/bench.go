@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package benchcmd is the `magnet bench` command: the overhead of recording
+// against no tracer, tcpdump and bpftrace, per-event cost and the loss sweep
+// (see internal/bench).
+package benchcmd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/bench"
+)
+
+// New returns the bench command.
+func New() *cobra.Command {
+	var (
+		reps                int
+		duration            time.Duration
+		links, configs, out string
+		sweep, full, asJSON bool
+		snaplen             int
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure what recording costs: throughput, CPU, events, losses, against tcpdump and bpftrace",
+		Long: `Measure what recording costs. Builds two network namespaces joined by a
+veth pair (optionally rate-limited with tc tbf), runs a saturating TCP
+transfer (magnet workload send --flood D --size 65536) under each
+configuration, interleaved, --reps times, and reports the mean and 95 %
+confidence interval of throughput, CPU, events, losses and trace bytes per
+packet. Configurations:
+
+  baseline          nothing loaded
+  loaded            magnet's programs attached, all default groups, ring never read
+  record-sender     magnet record --netns <sender's namespace>, writing to disk
+  record-receiver   magnet record --netns <receiver's namespace>
+  tcpdump-sender    tcpdump -w on the sender's veth
+  tcpdump-receiver  tcpdump -w on the receiver's veth
+  bpftrace          bpftrace with the equivalent tracepoints, printing to a file
+
+--sweep adds per-event cost (bpf_stats) and events lost against the
+ring-buffer size. --full is the documented full run (every link,
+configuration, the sweep). Needs root.`,
+		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
+  sudo magnet bench --full -o bench/RESULTS.md`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			opts := bench.Options{
+				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep,
+				TcpdumpSnaplen: snaplen, Log: cmd.ErrOrStderr(),
+				Command: "magnet " + strings.Join(os.Args[1:], " "),
+			}
+			if full {
+				opts.Sweep, opts.Cost = true, true
+				if !f.Changed("links") {
+					links = "unlimited,1000,100"
+				}
+				if !f.Changed("configs") {
+					configs = strings.Join(bench.AllConfigs, ",")
+				}
+			}
+			var err error
+			if opts.Links, err = ParseLinks(links); err != nil {
+				return fmt.Errorf("bench: --links: %w", err)
+			}
+			if opts.Configs, err = ParseConfigs(configs); err != nil {
+				return fmt.Errorf("bench: --configs: %w", err)
+			}
+			if reps < 1 {
+				return fmt.Errorf("bench: --reps %d: want at least 1", reps)
+			}
+			if duration < time.Second {
+				return fmt.Errorf("bench: --duration %v: want at least 1s", duration)
+			}
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("bench: %w", bench.ErrNotRoot)
+			}
+			if opts.Magnet, err = os.Executable(); err != nil {
+				return fmt.Errorf("bench: find the magnet binary: %w", err)
+			}
+			if full && (reps != 5 || duration != 5*time.Second) {
+				opts.Note = fmt.Sprintf("reduced from the documented full run (5 repetitions of 5s) to %d of %v to bound the machine time", reps, duration)
+			}
+			if out != "" {
+				// Fail before a long run, not after it.
+				if err := checkWritable(out); err != nil {
+					return fmt.Errorf("bench: -o: %w", err)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := bench.Run(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			var buf bytes.Buffer
+			if asJSON {
+				err = rep.WriteJSON(&buf)
+			} else {
+				err = rep.WriteMarkdown(&buf)
+			}
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			if out == "" {
+				_, err = cmd.OutOrStdout().Write(buf.Bytes())
+			} else {
+				err = os.WriteFile(out, buf.Bytes(), 0o644)
+			}
+			if err != nil {
+				return fmt.Errorf("bench: write report: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&reps, "reps", 5, "repetitions of each configuration")
+	f.DurationVar(&duration, "duration", 5*time.Second, "length of each transfer")
+	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100)")
+	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
+	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
+	f.BoolVar(&full, "full", false, "the full run: every link, every configuration, the sweep")
+	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
+	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
+	f.IntVar(&snaplen, "tcpdump-snaplen", 0, "tcpdump -s; 0 keeps tcpdump's default (whole packets)")
+	return cmd
+}
+
+// ParseLinks parses --links: "unlimited" (or 0) and rates in Mbit/s.
+func ParseLinks(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if f == "unlimited" {
+			out = append(out, 0)
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.ToLower(f), "mbit"))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want unlimited or a rate in Mbit/s", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no link given")
+	}
+	return out, nil
+}
+
+// ParseConfigs parses --configs against bench.AllConfigs.
+func ParseConfigs(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		ok := false
+		for _, c := range bench.AllConfigs {
+			ok = ok || c == f
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown configuration %q (want %s)", f, strings.Join(bench.AllConfigs, ","))
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no configuration given")
+	}
+	return out, nil
+}
+
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return syscall.Access(dir, 2 /* W_OK */)
+}

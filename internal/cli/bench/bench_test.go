@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package benchcmd
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParseLinks(t *testing.T) {
+	got, err := ParseLinks("unlimited, 1000,100mbit")
+	if err != nil || !slices.Equal(got, []int{0, 1000, 100}) {
+		t.Fatalf("ParseLinks = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "fast", "-5"} {
+		if _, err := ParseLinks(bad); err == nil {
+			t.Errorf("ParseLinks(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseConfigs(t *testing.T) {
+	got, err := ParseConfigs("baseline,record-sender")
+	if err != nil || !slices.Equal(got, []string{"baseline", "record-sender"}) {
+		t.Fatalf("ParseConfigs = %v, %v", got, err)
+	}
+	if _, err := ParseConfigs("baseline,strace"); err == nil {
+		t.Error("unknown configuration accepted")
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--reps", "0"},
+		{"--links", "fast"},
+		{"--configs", "nope"},
+		{"--duration", "10ms"},
+	} {
+		cmd := New()
+		cmd.SetArgs(args)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
