@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -64,6 +65,18 @@ func TestSchedEvents(t *testing.T) {
 		if !exited[uint32(c)] {
 			t.Errorf("child %d forked but no sched_exit", c)
 		}
+	}
+	// The sched plot has a series per CPU that switched.
+	fig, err := analyze.Plot([]string{rec.path}, "sched", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := 0
+	for _, s := range fig.Series {
+		points += len(s.X)
+	}
+	if len(fig.Series) == 0 || points == 0 {
+		t.Errorf("sched plot: %d series, %d points", len(fig.Series), points)
 	}
 }
 
