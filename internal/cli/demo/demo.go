@@ -7,6 +7,7 @@ package demo
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,10 @@ connection table and the first lines of the parsed trace. Needs root.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// `magnet demo | head` must not kill the demo before it removes
+			// its namespaces: a closed pipe becomes a write error instead.
+			signal.Ignore(syscall.SIGPIPE)
+			netlab.CleanupStale("magnet-demo")
 			lab, err := netlab.New(netlab.Options{Name: "magnet-demo", RateMbit: rate})
 			if err != nil {
 				return fmt.Errorf("demo: %w", err)
@@ -90,7 +95,10 @@ connection table and the first lines of the parsed trace. Needs root.`,
 			if werr != nil {
 				return fmt.Errorf("demo: %w", werr)
 			}
-			return show(out, r.res, lines)
+			if err := show(out, r.res, lines); err != nil && !errors.Is(err, syscall.EPIPE) {
+				return fmt.Errorf("demo: %w", err)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
