@@ -3,6 +3,8 @@
 package analyze
 
 import (
+	"strconv"
+
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -142,7 +144,7 @@ func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
 		f, _ := rec.Type.Field("reason")
 		name, ok := h.EnumName(f, reason)
 		if !ok {
-			name = "reason " + itoa(reason)
+			name = "reason " + strconv.FormatUint(reason, 10)
 		}
 		d.drops[name]++
 	}
@@ -222,18 +224,4 @@ func (d *connDetail) finish(open, close uint64) {
 	d.tcp.CwndMean, d.tcp.CwndMax = d.tcp.cwnd.Mean(), d.tcp.cwnd.Max
 	d.tcp.SrttMeanUs, d.tcp.SrttMaxUs = d.tcp.srtt.Mean(), d.tcp.srtt.Max
 	d.tcp.SsthreshLast = d.tcp.ssthreshLatest
-}
-
-func itoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -182,7 +183,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				v, _ := rec.Uint("reason")
 				reason, ok := r.Header().EnumName(f, v)
 				if !ok {
-					reason = "reason " + itoa(v)
+					reason = "reason " + strconv.FormatUint(v, 10)
 				}
 				rep.Drops[reason]++
 			}
