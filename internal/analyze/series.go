@@ -47,10 +47,21 @@ type connSeries struct {
 	sbT, sbY           []float64
 }
 
-// Plot builds the figure of kind for connection conn (0: the connection
-// that moved the most application bytes) of the first trace in paths.
-// window is the sliding window of the bandwidth series.
-func Plot(paths []string, kind string, conn uint64, window time.Duration) (*Figure, error) {
+// PlotOptions choose what a figure shows.
+type PlotOptions struct {
+	// Conn is the connection (0: the one that moved the most application
+	// bytes).
+	Conn uint64
+	// Window is the bandwidth series' sliding time window; WindowEvents,
+	// if set, slides over that many events instead (MAGNET 2.0 used 1000
+	// receive events).
+	Window       time.Duration
+	WindowEvents int
+}
+
+// Plot builds the figure of kind for the first trace in paths.
+func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
+	conn, window := opts.Conn, opts.Window
 	if !contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown plot kind %q (want %v)", kind, Kinds)
 	}
@@ -196,6 +207,14 @@ func Plot(paths []string, kind string, conn uint64, window time.Duration) (*Figu
 		}
 		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY}}
 	case "bandwidth":
+		if opts.WindowEvents > 0 {
+			fig.Title = fmt.Sprintf("%s: throughput over a sliding window of %d events", label, opts.WindowEvents)
+			fig.YLabel = "rate (Mbit/s)"
+			ax, ay := eventWindowRate(s.appT, s.appB, opts.WindowEvents, start)
+			wx, wy := eventWindowRate(s.wireT, s.wireB, opts.WindowEvents, start)
+			fig.Series = []Named{{Name: "application", X: ax, Y: ay}, {Name: "wire (device)", X: wx, Y: wy}}
+			break
+		}
 		if window <= 0 {
 			window = defaultWindow(s.appT, s.wireT)
 		}
@@ -255,6 +274,36 @@ func slidingRate(ts []uint64, bs []int64, window time.Duration, start uint64) ([
 		}
 		xs = append(xs, float64(ts[i]-start)/1e9)
 		ys = append(ys, float64(sum)*8/window.Seconds()/1e6)
+	}
+	return xs, ys
+}
+
+// eventWindowRate gives, at each event from the n-th on, the rate over the
+// last n events: the bytes of the n−1 newest over the time they span.
+func eventWindowRate(ts []uint64, bs []int64, n int, start uint64) ([]float64, []float64) {
+	idx := make([]int, len(ts))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return ts[idx[a]] < ts[idx[b]] })
+	var xs, ys []float64
+	var sum int64
+	for k, i := range idx {
+		sum += bs[i]
+		if k >= n {
+			sum -= bs[idx[k-n]]
+		}
+		if k < n-1 || n < 2 {
+			continue
+		}
+		first := idx[k-n+1]
+		span := ts[i] - ts[first]
+		if span == 0 {
+			continue
+		}
+		// The first event of the window opens it: its bytes arrived before.
+		xs = append(xs, float64(ts[i]-start)/1e9)
+		ys = append(ys, float64(sum-bs[first])*8/(float64(span)/1e9)/1e6)
 	}
 	return xs, ys
 }

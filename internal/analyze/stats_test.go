@@ -73,3 +73,22 @@ func TestHostWarnings(t *testing.T) {
 		t.Fatalf("unknown clock step must not warn: %q", got)
 	}
 }
+
+func TestEventWindowRate(t *testing.T) {
+	// 1000 bytes every ms: 8 Mbit/s whatever the window.
+	var ts []uint64
+	var bs []int64
+	for i := 0; i < 10; i++ {
+		ts = append(ts, uint64(i)*1e6)
+		bs = append(bs, 1000)
+	}
+	xs, ys := eventWindowRate(ts, bs, 4, 0)
+	if len(xs) != 7 {
+		t.Fatalf("%d points, want 7 (from the 4th event on)", len(xs))
+	}
+	for i, y := range ys {
+		if math.Abs(y-8) > 1e-9 {
+			t.Fatalf("point %d: %v Mbit/s, want 8", i, y)
+		}
+	}
+}

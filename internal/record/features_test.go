@@ -67,7 +67,7 @@ func TestSchedEvents(t *testing.T) {
 		}
 	}
 	// The sched plot has a series per CPU that switched.
-	fig, err := analyze.Plot([]string{rec.path}, "sched", 0, 0)
+	fig, err := analyze.Plot([]string{rec.path}, "sched", analyze.PlotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ func New() *cobra.Command {
 	var kind, output string
 	var conn uint64
 	var window time.Duration
+	var windowEvents int
 	cmd := &cobra.Command{
 		Use:   "plot TRACE --kind KIND -o FILE.svg",
 		Short: "Draw a chart of a trace (SVG), without external tools",
@@ -41,7 +42,7 @@ The connection is the one that moved the most application bytes unless --conn sa
 			if ext := strings.ToLower(filepath.Ext(output)); ext != ".svg" {
 				return fmt.Errorf("plot: %s: only .svg output is supported", output)
 			}
-			fig, err := analyze.Plot(args, kind, conn, window)
+			fig, err := analyze.Plot(args, kind, analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents})
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
@@ -61,6 +62,7 @@ The connection is the one that moved the most application bytes unless --conn sa
 	f.StringVarP(&output, "output", "o", "", "SVG file to write")
 	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
 	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")
+	f.IntVar(&windowEvents, "window-events", 0, "bandwidth: slide over this many events instead (MAGNET 2.0 used 1000)")
 	return cmd
 }
 

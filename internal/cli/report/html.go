@@ -18,7 +18,7 @@ import (
 func writeHTML(w io.Writer, rep *analyze.Report, traces []string, conn uint64) error {
 	var plots []template.HTML
 	for _, kind := range analyze.Kinds {
-		fig, err := analyze.Plot(traces, kind, conn, 0)
+		fig, err := analyze.Plot(traces, kind, analyze.PlotOptions{Conn: conn})
 		if err != nil {
 			continue // a kind without data in this trace
 		}
