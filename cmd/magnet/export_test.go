@@ -217,14 +217,7 @@ func TestExportPcapng(t *testing.T) {
 	defer func() { rec.Process.Kill(); rec.Wait() }()
 	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 	addr := lab.Server.Addr.String() + ":" + strconv.Itoa(port)
-	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "tcp", "--listen", addr)
-	so, _ := srv.StdoutPipe()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	sc := bufio.NewScanner(so)
-	sc.Scan()
+	srv, sc := serveTCP(t, lab, addr)
 	if out, err := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--count", "5", "--size", "1000", "--interval", "1ms").CombinedOutput(); err != nil {
 		t.Fatalf("client: %v %s", err, out)
 	}

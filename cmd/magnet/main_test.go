@@ -184,14 +184,7 @@ func TestKilledRecorder(t *testing.T) {
 	}
 
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
-	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "tcp", "--listen", addr)
-	so, _ := srv.StdoutPipe()
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	sc := bufio.NewScanner(so)
-	sc.Scan()
+	serveTCP(t, lab, addr)
 	cli := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "1s", "--size", "1024")
 	if o, err := cli.CombinedOutput(); err != nil {
 		t.Fatalf("client: %v %s", err, o)
@@ -284,4 +277,24 @@ func TestSIGTERMClosesCleanly(t *testing.T) {
 	if r.code != 0 || strings.Contains(r.stderr, "cut short") {
 		t.Fatalf("parse after SIGTERM: code %d, %s", r.code, r.stderr)
 	}
+}
+
+// serveTCP starts the workload's TCP server in the lab's server namespace
+// and returns once it listens; the test's cleanup ends it.
+func serveTCP(t *testing.T, lab *netlab.Lab, addr string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	so, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	sc := bufio.NewScanner(so)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening") {
+		t.Fatalf("server did not start: %q", sc.Text())
+	}
+	return srv, sc
 }

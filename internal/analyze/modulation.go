@@ -4,9 +4,7 @@ package analyze
 
 import (
 	"container/heap"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 
@@ -164,24 +162,13 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		rs := export.NewResolver(r.Header())
-		for {
-			rec, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				r.Close()
-				return rep, fmt.Errorf("%s: %w", path, err)
-			}
-			if rs.Observe(rec) {
-				continue
-			}
+		h := r.Header()
+		err = export.Walk(path, r, func(_ *export.Resolver, rec trace.Record) error {
 			name := rec.Type.Name
 			if name == "drop" {
 				f, _ := rec.Type.Field("reason")
 				v, _ := rec.Uint("reason")
-				reason, ok := r.Header().EnumName(f, v)
+				reason, ok := h.EnumName(f, v)
 				if !ok {
 					reason = "reason " + strconv.FormatUint(v, 10)
 				}
@@ -194,7 +181,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 					d = newConnDetail()
 					details[dk] = d
 				}
-				d.observe(r.Header(), rec)
+				d.observe(h, rec)
 				if tcp[c] && hopTypes[name] {
 					ht := hops[dk]
 					if ht == nil {
@@ -212,14 +199,14 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 						rep.Lost += n
 					}
 				}
-				continue
+				return nil
 			}
 			if !layer[name] || dataOnly[name] && rec.Size() <= 0 {
-				continue
+				return nil
 			}
 			c := rec.Conn()
 			if onlyConn != 0 && c != onlyConn {
-				continue
+				return nil
 			}
 			if c != 0 {
 				k := key{si, c, name}
@@ -230,14 +217,19 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				}
 				s.add(rec.Time(), rec.Size())
 			}
-			h := host[name]
-			if h == nil {
-				h = &series{st: &LayerStats{Layer: name}}
-				host[name] = h
+			hs := host[name]
+			if hs == nil {
+				hs = &series{st: &LayerStats{Layer: name}}
+				host[name] = hs
 			}
-			h.add(rec.Time(), rec.Size())
+			hs.add(rec.Time(), rec.Size())
+			return nil
+		})
+		if err != nil {
+			r.Close()
+			return rep, err
 		}
-		steps = append(steps, clockStep(r.Header()))
+		steps = append(steps, clockStep(h))
 		if cut, off := r.Truncated(); cut {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", path, off))
 		}

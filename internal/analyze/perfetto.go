@@ -5,7 +5,6 @@ package analyze
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -110,24 +109,13 @@ func (p *perfettoWriter) trace(si int, path string) error {
 		return err
 	}
 	us := func(t uint64) float64 { return float64(int64(t)+h.Clock.WallOffsetNs) / 1e3 }
-	rs := export.NewResolver(h)
 	trackers := map[uint64]*hopTracker{}
 	p.flowsOut = map[uint64]bool{}
 	var emitErr error
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if rs.Observe(rec) {
-			continue
-		}
+	err = export.Walk(path, r, func(_ *export.Resolver, rec trace.Record) error {
 		c, name := rec.Conn(), rec.Type.Name
 		if c == 0 || !tcp[c] {
-			continue
+			return nil
 		}
 		if name == "sock_send" || name == "sock_recv" {
 			tid, err := p.track(pid, c, name)
@@ -140,7 +128,7 @@ func (p *perfettoWriter) trace(si int, path string) error {
 			}
 		}
 		if !hopTypes[name] {
-			continue
+			return nil
 		}
 		ht := trackers[c]
 		if ht == nil {
@@ -155,9 +143,10 @@ func (p *perfettoWriter) trace(si int, path string) error {
 		}
 		seq, _ := rec.Uint("seq")
 		ht.add(hopEvent{t: rec.Time(), typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
-		if emitErr != nil {
-			return emitErr
-		}
+		return emitErr
+	})
+	if err != nil {
+		return err
 	}
 	for _, ht := range trackers {
 		ht.finish()

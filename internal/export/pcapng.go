@@ -5,7 +5,6 @@ package export
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 
@@ -49,23 +48,16 @@ func WritePcapng(out io.Writer, sources []TableSource) (int, error) {
 	n := 0
 	for si, src := range sources {
 		h := src.Reader.Header()
-		rs := NewResolver(h)
-		for {
-			rec, err := src.Reader.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				w.Flush()
-				return n, fmt.Errorf("%s: %w", src.Name, err)
-			}
-			if rs.Observe(rec) || rec.Type.Name != "headers" {
-				continue
-			}
-			if err := pw.packet(si, src.Name, h, rs, rec); err != nil {
-				return n, err
+		err := Walk(src.Name, src.Reader, func(rs *Resolver, rec trace.Record) error {
+			if rec.Type.Name != "headers" {
+				return nil
 			}
 			n++
+			return pw.packet(si, src.Name, h, rs, rec)
+		})
+		if err != nil {
+			w.Flush()
+			return n, err
 		}
 	}
 	return n, w.Flush()

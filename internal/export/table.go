@@ -4,9 +4,7 @@ package export
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -113,22 +111,12 @@ func WriteTable(t *Table, sources []TableSource, w RowWriter) error {
 	row := make([]Value, len(t.Columns))
 	for _, src := range sources {
 		h := src.Reader.Header()
-		rs := NewResolver(h)
-		for {
-			rec, err := src.Reader.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", src.Name, err)
-			}
-			if rs.Observe(rec) {
-				continue
-			}
+		err := Walk(src.Name, src.Reader, func(rs *Resolver, rec trace.Record) error {
 			t.fill(row, src.Name, h, rs, rec)
-			if err := w.WriteRow(row); err != nil {
-				return err
-			}
+			return w.WriteRow(row)
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -323,3 +323,26 @@ func sanitize(s string) string {
 func Endpoint(a netip.Addr, port uint16) string {
 	return netip.AddrPortFrom(a, port).String()
 }
+
+// Walk calls fn for every event of the trace r reads, in file order, with
+// a resolver that has seen every metadata record (task, iface) before it;
+// metadata records themselves are not passed on. An error from the reader
+// is returned named after name; one from fn is returned as is.
+func Walk(name string, r *trace.Reader, fn func(rs *Resolver, rec trace.Record) error) error {
+	rs := NewResolver(r.Header())
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if rs.Observe(rec) {
+			continue
+		}
+		if err := fn(rs, rec); err != nil {
+			return err
+		}
+	}
+}
