@@ -17,6 +17,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -342,5 +343,61 @@ func waitForSize(t *testing.T, path string, size int64) {
 			t.Fatalf("%s did not reach %d bytes", path, size)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countingSink is a Sink that keeps records in memory, as the daemon and
+// rotation do, and counts them by type.
+type countingSink struct {
+	hdr    *trace.Header
+	counts map[string]uint64
+	bytes  int64
+	closed *trace.Summary
+}
+
+func (s *countingSink) Write(rec []byte) error {
+	s.counts[s.hdr.TypeByID(rec[30]).Name]++
+	s.bytes += int64(len(rec))
+	return nil
+}
+func (s *countingSink) Flush() error                   { return nil }
+func (s *countingSink) Close(sum *trace.Summary) error { s.closed = sum; return nil }
+func (s *countingSink) Bytes() int64                   { return s.bytes }
+
+// TestCustomSink: with NewSink set, the records go to the sink, none to a
+// file, and the sink sees exactly what the result counts.
+func TestCustomSink(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgsink"})
+	port := uniquePort()
+	sink := &countingSink{counts: map[string]uint64{}}
+	var loaded bool
+	rec := startRecording(t, record.Config{
+		Output:  filepath.Join(t.TempDir(), "never-created.mgt"),
+		Filters: record.Filters{Port: port},
+		NewSink: func(h *trace.Header) (record.Sink, error) { sink.hdr = h; return sink, nil },
+		Loaded:  func(p *probe.Probe) { loaded = p != nil },
+	})
+	ftp(t, lab, "tcp", port, 5)
+	res := rec.stop(t)
+	if !loaded {
+		t.Error("Loaded was not called with the probe")
+	}
+	if _, err := os.Stat(rec.path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("output file exists with a custom sink: %v", err)
+	}
+	if sink.closed == nil {
+		t.Fatal("sink not closed")
+	}
+	if sink.counts["sock_send"] != 5 {
+		t.Errorf("sink saw %d sock_send, want 5", sink.counts["sock_send"])
+	}
+	for name, n := range res.Events {
+		if sink.counts[name] != n {
+			t.Errorf("%s: sink saw %d, result says %d", name, sink.counts[name], n)
+		}
+	}
+	if res.Bytes != sink.bytes {
+		t.Errorf("result bytes %d, sink %d", res.Bytes, sink.bytes)
 	}
 }

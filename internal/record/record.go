@@ -70,6 +70,27 @@ type Config struct {
 	StatusDir string
 	// DisableHooks lists BPF programs not to load (see probe.Options).
 	DisableHooks []string
+	// NewSink, if set, replaces the trace file at Output: it is called once
+	// with the trace header, after the probes load and before any record.
+	// Rotation and the daemon use it to put records somewhere else.
+	NewSink func(hdr *trace.Header) (Sink, error)
+	// Loaded, if set, is called with the loaded probe before recording
+	// starts, for callers that change it at run time (probe.SetGroups).
+	Loaded func(p *probe.Probe)
+}
+
+// Sink takes the records of a recording, in drain order. trace.Writer is
+// the Sink of an ordinary recording.
+type Sink interface {
+	// Write takes one on-disk record (a 32-byte header and its body); rec
+	// is reused once Write returns.
+	Write(rec []byte) error
+	// Flush makes what was written durable, or visible, so far.
+	Flush() error
+	// Close ends the output with the recording's summary.
+	Close(s *trace.Summary) error
+	// Bytes tells how much has been written.
+	Bytes() int64
 }
 
 // Result is what a recording did.
@@ -118,11 +139,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("command %q: %w", cfg.Command[0], errors.Unwrap(err))
 		}
 	}
-	out, err := os.OpenFile(cfg.Output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("create output: %w", err)
+	// The output is created before anything loads, so that a bad path fails
+	// at once.
+	var out *os.File
+	if cfg.NewSink == nil {
+		out, err = os.OpenFile(cfg.Output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("create output: %w", err)
+		}
+		defer out.Close()
 	}
-	defer out.Close()
 
 	var cg *commandCgroup
 	if len(cfg.Command) > 0 {
@@ -155,9 +181,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := trace.NewWriter(out, hdr, trace.WriterOptions{})
+	var w Sink
+	if cfg.NewSink != nil {
+		w, err = cfg.NewSink(hdr)
+	} else {
+		w, err = trace.NewWriter(out, hdr, trace.WriterOptions{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)
+	}
+	if cfg.Loaded != nil {
+		cfg.Loaded(p)
 	}
 	r := &recorder{cfg: cfg, probe: p, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
 	if r.events, err = ringbuf.NewReader(p.Events); err != nil {
@@ -221,7 +255,7 @@ type taskKey struct {
 type recorder struct {
 	cfg             Config
 	probe           *probe.Probe
-	w               *trace.Writer
+	w               Sink
 	hdr             *trace.Header
 	events, control *ringbuf.Reader
 	rec             ringbuf.Record
