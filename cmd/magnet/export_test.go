@@ -318,7 +318,7 @@ func TestReportFTPPattern(t *testing.T) {
 	if !found {
 		t.Fatalf("no sock_send layer in the report: %s", r.stdout)
 	}
-	// Every plot of the trace renders, with its series.
+	// Every plot of the trace renders, with its series, as SVG and as PNG.
 	for kind, series := range map[string][]string{
 		"modulation": {"application sends", "device transmits"}, "sendbuf": {"occupancy"},
 		"bandwidth": {"application", "wire (device)"}, "cwnd": {"cwnd", "ssthresh (clipped)"},
@@ -340,7 +340,13 @@ func TestReportFTPPattern(t *testing.T) {
 		if strings.Contains(string(data), "no data in this trace") {
 			t.Errorf("plot %s is empty", kind)
 		}
+		png := filepath.Join(filepath.Dir(out), kind+".png")
+		if r := magnet(t, "plot", out, "--kind", kind, "-o", png); r.code != 0 {
+			t.Fatalf("plot %s as png: %s", kind, r.stderr)
+		}
+		checkPNG(t, png, len(series), kind == "modulation")
 	}
+	oneLineError(t, magnet(t, "plot", out, "--kind", "srtt", "-o", filepath.Join(filepath.Dir(out), "x.jpg")), "unknown output format")
 	oneLineError(t, magnet(t, "plot", out, "--kind", "pie", "-o", filepath.Join(filepath.Dir(out), "x.svg")), `unknown plot kind "pie"`)
 	// Perfetto: slices per hop on per-layer tracks, chained by flows.
 	pf := filepath.Join(filepath.Dir(out), "demo.json")

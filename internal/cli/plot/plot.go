@@ -5,6 +5,7 @@ package plotcmd
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,8 +24,8 @@ func New() *cobra.Command {
 	var window time.Duration
 	var windowEvents int
 	cmd := &cobra.Command{
-		Use:   "plot TRACE --kind KIND -o FILE.svg",
-		Short: "Draw a chart of a trace (SVG), without external tools",
+		Use:   "plot TRACE --kind KIND -o FILE.svg|FILE.png",
+		Short: "Draw a chart of a trace (SVG or PNG), without external tools",
 		Long: `Draw one chart of a trace:
   modulation  application sends vs device transmits: size against time (MAGNeT Fig. 12)
   sendbuf     send-buffer occupancy over time (Fig. 13)
@@ -33,14 +34,17 @@ func New() *cobra.Command {
   srtt        smoothed round-trip time
   layers      per-hop delay distributions (CDF)
   sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --events default,sched)
-The connection is the one that moved the most application bytes unless --conn says otherwise.`,
+The connection is the one that moved the most application bytes unless --conn says otherwise.
+The output's extension chooses the format: .svg (vector, for pages) or .png (an image
+at twice the chart's size, drawn with the built-in Go fonts).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output == "" {
-				return fmt.Errorf("plot: an output file is required (-o FILE.svg)")
+				return fmt.Errorf("plot: an output file is required (-o FILE.svg or -o FILE.png)")
 			}
-			if ext := strings.ToLower(filepath.Ext(output)); ext != ".svg" {
-				return fmt.Errorf("plot: %s: only .svg output is supported", output)
+			write, ok := writers[strings.ToLower(filepath.Ext(output))]
+			if !ok {
+				return fmt.Errorf("plot: %s: unknown output format (want a .svg or .png file)", output)
 			}
 			fig, err := analyze.Plot(args, kind, analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents})
 			if err != nil {
@@ -50,7 +54,7 @@ The connection is the one that moved the most application bytes unless --conn sa
 			if err != nil {
 				return fmt.Errorf("plot: create output: %w", err)
 			}
-			if err := Chart(fig).WriteSVG(f); err != nil {
+			if err := write(Chart(fig), f); err != nil {
 				f.Close()
 				return fmt.Errorf("plot: %w", err)
 			}
@@ -59,11 +63,17 @@ The connection is the one that moved the most application bytes unless --conn sa
 	}
 	f := cmd.Flags()
 	f.StringVarP(&kind, "kind", "k", "bandwidth", strings.Join(analyze.Kinds, ", "))
-	f.StringVarP(&output, "output", "o", "", "SVG file to write")
+	f.StringVarP(&output, "output", "o", "", "file to write: .svg or .png")
 	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
 	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")
 	f.IntVar(&windowEvents, "window-events", 0, "bandwidth: slide over this many events instead (MAGNET 2.0 used 1000)")
 	return cmd
+}
+
+// writers draw a chart in the format an output file's extension names.
+var writers = map[string]func(*plot.Chart, io.Writer) error{
+	".svg": (*plot.Chart).WriteSVG,
+	".png": (*plot.Chart).WritePNG,
 }
 
 // Chart turns an analysis figure into a drawable chart.
