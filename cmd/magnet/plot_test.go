@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"math"
 	"os"
 	"testing"
 
@@ -13,9 +14,9 @@ import (
 )
 
 // checkPNG decodes a plot written as PNG and checks that it is the default
-// chart at twice its size and that each of its n series' colours covers
-// more pixels than a legend sample could (markers, when scatter, at their
-// opacity over white).
+// chart at twice its size and that each of its first n series' colours
+// covers more pixels than a legend sample could: lines in their colour,
+// markers (when scatter) as tints of it, darker where they overlap.
 func checkPNG(t *testing.T, path string, n int, scatter bool) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -31,30 +32,34 @@ func checkPNG(t *testing.T, path string, n int, scatter bool) {
 		t.Fatalf("%s: size %v", path, got)
 	}
 	for i := 0; i < n; i++ {
-		want := plot.Palette[i]
+		minAlpha := 0.97
 		if scatter {
-			want = overWhite(want, plot.MarkerOpacity)
+			minAlpha = plot.MarkerOpacity - 0.03
 		}
-		if got := pixelsNear(img, want); got < 150 {
-			t.Errorf("%s: series %d: %d pixels of its colour %v", path, i, got, want)
+		if got := tinted(img, plot.Palette[i%len(plot.Palette)], minAlpha); got < 150 {
+			t.Errorf("%s: series %d: %d pixels of its colour %v", path, i, got, plot.Palette[i])
 		}
 	}
 }
 
-func overWhite(c color.RGBA, opacity float64) color.RGBA {
-	mix := func(v uint8) uint8 { return uint8(float64(v)*opacity + 255*(1-opacity) + 0.5) }
-	return color.RGBA{mix(c.R), mix(c.G), mix(c.B), 0xff}
-}
-
-// pixelsNear counts the pixels within 4 of c in every channel.
-func pixelsNear(img image.Image, c color.RGBA) int {
+// tinted counts the pixels that are c laid over white at an opacity of at
+// least minAlpha.
+func tinted(img image.Image, c color.RGBA, minAlpha float64) int {
 	n := 0
 	b := img.Bounds()
 	for y := b.Min.Y; y < b.Max.Y; y++ {
 		for x := b.Min.X; x < b.Max.X; x++ {
 			p := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
-			d := func(a, b uint8) bool { return int(a)-int(b) <= 4 && int(b)-int(a) <= 4 }
-			if d(p.R, c.R) && d(p.G, c.G) && d(p.B, c.B) {
+			lo, hi, ok := 1.0, 0.0, true
+			for _, ch := range [][2]uint8{{p.R, c.R}, {p.G, c.G}, {p.B, c.B}} {
+				if 255-int(ch[1]) < 40 { // a channel the colour saturates stays near white
+					ok = ok && int(ch[0]) >= 255-40
+					continue
+				}
+				a := float64(255-int(ch[0])) / float64(255-int(ch[1]))
+				lo, hi = math.Min(lo, a), math.Max(hi, a)
+			}
+			if ok && hi-lo < 0.06 && lo >= minAlpha && hi <= 1.03 {
 				n++
 			}
 		}

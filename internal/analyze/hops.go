@@ -4,6 +4,7 @@ package analyze
 
 import (
 	"container/heap"
+	"math"
 )
 
 // Hops are the steps a TCP segment takes, down the sender's stack and up the
@@ -27,6 +28,59 @@ type TimeShare struct {
 	ReceiveUs    float64 `json:"receive_us"`     // sum over segments, dev_recv to sock_recv
 	SocketWaitUs float64 `json:"socket_wait_us"` // sum over segments, tcp_rcv to sock_recv
 	SocketShare  float64 `json:"socket_share"`   // SocketWaitUs / ReceiveUs
+	// Reader, when the trace has sched events, is where the reading thread
+	// was while the data waited.
+	Reader *ReaderWait `json:"reader,omitempty"`
+}
+
+// ReaderWait splits the socket wait (sum over segments, µs) by what the
+// reading thread was doing, from the scheduler's events. The reader is the
+// thread whose read took the data; the wait is followed only where its
+// state was known: not before its first read of the connection, and not
+// across a loss of sched events.
+type ReaderWait struct {
+	FollowedUs  float64 `json:"followed_us"`
+	OnCPUUs     float64 `json:"on_cpu_us"`
+	RunnableUs  float64 `json:"runnable_us"`    // off-CPU but ready to run: waiting for a CPU
+	AsleepUs    float64 `json:"asleep_us"`      // off-CPU and blocked (sleeping, or waiting on something else)
+	OffCPUShare float64 `json:"off_cpu_share"`  // (RunnableUs + AsleepUs) / FollowedUs
+	Followed    float64 `json:"followed_share"` // FollowedUs / the socket wait
+}
+
+// Reader states, indexes of readerState.spent.
+const (
+	stateUnknown = iota
+	stateOnCPU
+	stateRunnable
+	stateAsleep
+	nStates
+)
+
+// readerState is what a reading thread is doing, from its sched events, and
+// how long it has spent in each state so far.
+type readerState struct {
+	state int
+	since uint64
+	until uint64 // unknown until then: sched events were lost
+	spent [nStates]uint64
+}
+
+// at is the time spent in each state up to t.
+func (r *readerState) at(t uint64) [nStates]uint64 {
+	s := r.spent
+	if t > r.since {
+		s[r.state] += t - r.since
+	}
+	return s
+}
+
+func (r *readerState) set(t uint64, state int) {
+	r.spent = r.at(t)
+	r.since = max(r.since, t)
+	if t <= r.until {
+		state = stateUnknown
+	}
+	r.state = state
 }
 
 // hopEvent is one event of a connection's path, kept in time order.
@@ -35,8 +89,14 @@ type hopEvent struct {
 	typ   string
 	size  int32
 	seq   uint32
-	flags uint8 // TCP flags of tcp_xmit and tcp_rcv
+	flags uint8  // TCP flags of tcp_xmit and tcp_rcv
+	tid   uint32 // sock_recv: the reader
+	sched schedEvent
 }
+
+// hopSched is the type of a scheduler event about a reader (or a loss of
+// some) in a connection's stream.
+const hopSched = "sched"
 
 type hopHeap []hopEvent
 
@@ -57,6 +117,10 @@ type pending struct {
 	t, devT uint64
 	end     int64  // receiver: stream offset just past the segment's data
 	seg     uint64 // which segment: numbered where it enters a side
+	// In the socket: the reader expected then (0: none yet) and its time
+	// in each state at that moment.
+	reader uint32
+	spent  [nStates]uint64
 }
 
 // hopTracker matches one TCP connection's segments across layers. Each
@@ -77,10 +141,14 @@ type hopTracker struct {
 	// OnHop, if set, is told of every matched hop of every segment.
 	OnHop func(hop string, from, to uint64, seg uint64)
 	segs  uint64
+	// The threads that read the connection, and which one read last.
+	readers map[uint32]*readerState
+	reader  uint32
+	wait    ReaderWait
 }
 
 func newHopTracker() *hopTracker {
-	h := &hopTracker{queues: map[string][]pending{}, stats: map[string]*HopStats{}}
+	h := &hopTracker{queues: map[string][]pending{}, stats: map[string]*HopStats{}, readers: map[uint32]*readerState{}}
 	for _, n := range Hops {
 		h.stats[n] = &HopStats{Hop: n}
 	}
@@ -101,8 +169,22 @@ func (h *hopTracker) add(e hopEvent) {
 	}
 }
 
+// reads says whether the thread tid has read the connection.
+func (h *hopTracker) reads(tid uint32) bool { return h.readers[tid] != nil }
+
+// addReader starts following the thread tid, which reads the connection:
+// from now on, its sched events are added too.
+func (h *hopTracker) addReader(tid uint32) {
+	if h.readers[tid] == nil {
+		h.readers[tid] = &readerState{}
+	}
+}
+
 func (h *hopTracker) step(e hopEvent) {
 	switch e.typ {
+	case hopSched:
+		h.schedStep(e.sched)
+		return
 	case "tcp_xmit":
 		if e.flags&0x02 != 0 && e.flags&0x10 == 0 {
 			h.synSent = true
@@ -133,9 +215,14 @@ func (h *hopTracker) step(e hopEvent) {
 			h.record("tcp_rcv→sock_recv", e.t, q[0].t, q[0].seg)
 			h.share.SocketWaitUs += float64(e.t-q[0].t) / 1e3
 			h.share.ReceiveUs += float64(e.t-q[0].devT) / 1e3
+			h.readerWait(q[0], e)
 			q = q[1:]
 		}
 		h.queues["sock"] = q
+		if r := h.readers[e.tid]; r != nil {
+			r.set(e.t, stateOnCPU) // it is running its read
+		}
+		h.reader = e.tid
 		return
 	}
 	if e.typ == "tcp_rcv" {
@@ -183,7 +270,59 @@ func (h *hopTracker) tcpRcv(e hopEvent) {
 		h.isn, h.haveISN = e.seq, true
 	}
 	end := int64(e.seq-h.isn) + int64(e.size)
-	h.queues["sock"] = append(h.queues["sock"], pending{t: e.t, devT: devT, end: end, seg: seg})
+	p := pending{t: e.t, devT: devT, end: end, seg: seg}
+	if r := h.readers[h.reader]; r != nil {
+		p.reader, p.spent = h.reader, r.at(e.t)
+	}
+	h.queues["sock"] = append(h.queues["sock"], p)
+}
+
+// readerWait splits a segment's wait in the socket, from its tcp_rcv p to
+// the read e that took it, by what the reader did meanwhile.
+func (h *hopTracker) readerWait(p pending, e hopEvent) {
+	r := h.readers[e.tid]
+	if r == nil || p.reader != e.tid {
+		return // another thread was expected to read, or none yet: not followed
+	}
+	now := r.at(e.t)
+	var d [nStates]float64
+	for i := range d {
+		if now[i] > p.spent[i] {
+			d[i] = float64(now[i]-p.spent[i]) / 1e3
+		}
+	}
+	h.wait.OnCPUUs += d[stateOnCPU]
+	h.wait.RunnableUs += d[stateRunnable]
+	h.wait.AsleepUs += d[stateAsleep]
+	h.wait.FollowedUs += d[stateOnCPU] + d[stateRunnable] + d[stateAsleep]
+}
+
+// schedStep follows the readers through a scheduler event.
+func (h *hopTracker) schedStep(e schedEvent) {
+	switch e.kind {
+	case schedSwitch:
+		if r := h.readers[e.tid]; r != nil {
+			if e.prevState == 0 {
+				r.set(e.t, stateRunnable) // preempted
+			} else {
+				r.set(e.t, stateAsleep)
+			}
+		}
+		if r := h.readers[e.next]; r != nil {
+			r.set(e.t, stateOnCPU)
+		}
+	case schedWakeup:
+		// A wakeup makes a sleeping thread runnable; one that was running
+		// (it had not gone to sleep yet) stays on its CPU.
+		if r := h.readers[e.tid]; r != nil && r.state == stateAsleep {
+			r.set(e.t, stateRunnable)
+		}
+	case schedLoss:
+		for _, r := range h.readers {
+			r.until = max(r.until, e.end)
+			r.set(e.t, stateUnknown)
+		}
+	}
 }
 
 func (h *hopTracker) record(hop string, to, from, seg uint64) {
@@ -198,8 +337,9 @@ func (h *hopTracker) record(hop string, to, from, seg uint64) {
 	s.d.Add(float64(to-from) / 1e3)
 }
 
-// finish drains the window and returns the hops that saw segments.
-func (h *hopTracker) finish() ([]*HopStats, *TimeShare) {
+// finish drains the window and returns the hops that saw segments; with
+// sched, the trace had sched events, so the reader's wait is told.
+func (h *hopTracker) finish(sched bool) ([]*HopStats, *TimeShare) {
 	for len(h.win) > 0 {
 		h.step(heap.Pop(&h.win).(hopEvent))
 	}
@@ -214,5 +354,15 @@ func (h *hopTracker) finish() ([]*HopStats, *TimeShare) {
 		return out, nil
 	}
 	h.share.SocketShare = h.share.SocketWaitUs / h.share.ReceiveUs
+	if sched {
+		w := h.wait
+		if w.FollowedUs > 0 {
+			w.OffCPUShare = (w.RunnableUs + w.AsleepUs) / w.FollowedUs
+		}
+		if h.share.SocketWaitUs > 0 {
+			w.Followed = math.Min(1, w.FollowedUs/h.share.SocketWaitUs)
+		}
+		h.share.Reader = &w
+	}
 	return out, &h.share
 }

@@ -26,7 +26,7 @@ func TestHopTracker(t *testing.T) {
 	for _, e := range evs {
 		h.add(e)
 	}
-	hops, share := h.finish()
+	hops, share := h.finish(false)
 	got := map[string][2]float64{}
 	for _, s := range hops {
 		got[s.Hop] = [2]float64{float64(s.Count), s.d.Sum}

@@ -68,6 +68,7 @@ type Report struct {
 	Host     []*LayerStats     `json:"host"`
 	Lost     uint64            `json:"lost"`
 	Drops    map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
+	Sched    []*SchedStats     `json:"sched,omitempty"` // per trace that recorded sched events
 	Warnings []string          `json:"warnings,omitempty"`
 }
 
@@ -147,6 +148,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	}
 	var conns [][]*export.Conn
 	var steps []float64 // per trace: the recording host's clock step, ns
+	var withSched []bool
 	for si, path := range paths {
 		rep.Traces = append(rep.Traces, path)
 		cs, err := connTable(path)
@@ -163,8 +165,27 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 			return rep, err
 		}
 		h := r.Header()
+		sched := newSchedTracker()
+		var first, last uint64
+		began := false
+		// The threads that read each connection: their sched events go to
+		// the connection's hop tracker too, to tell where the reader was
+		// while data waited for it.
+		readers := map[uint32][]*hopTracker{}
+		var following []*hopTracker
 		err = export.Walk(path, r, func(_ *export.Resolver, rec trace.Record) error {
 			name := rec.Type.Name
+			if t := rec.Time(); !began || t < first {
+				first, began = t, true
+			}
+			last = max(last, rec.Time())
+			if e, ok := schedEventOf(rec); ok {
+				sched.add(e)
+				routeSched(e, readers, following)
+				if e.kind != schedLoss {
+					return nil
+				}
+			}
 			if name == "drop" {
 				f, _ := rec.Type.Field("reason")
 				v, _ := rec.Uint("reason")
@@ -189,7 +210,14 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 						hops[dk] = ht
 					}
 					seq, _ := rec.Uint("seq")
-					ht.add(hopEvent{t: rec.Time(), typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
+					ht.add(hopEvent{t: rec.Time(), typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags(), tid: rec.TID()})
+					if name == "sock_recv" && rec.Size() > 0 && !ht.reads(rec.TID()) {
+						if len(ht.readers) == 0 {
+							following = append(following, ht)
+						}
+						ht.addReader(rec.TID())
+						readers[rec.TID()] = append(readers[rec.TID()], ht)
+					}
 				}
 			}
 			if name == "lost" {
@@ -230,6 +258,12 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 			return rep, err
 		}
 		steps = append(steps, clockStep(h))
+		if st := sched.finish(path, last-first); st != nil {
+			rep.Sched = append(rep.Sched, st)
+			withSched = append(withSched, true)
+		} else {
+			withSched = append(withSched, false)
+		}
 		if cut, off := r.Truncated(); cut {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", path, off))
 		}
@@ -264,7 +298,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 				}
 			}
 			if ht := hops[key{si, c.ID, ""}]; ht != nil {
-				cr.Hops, cr.Receive = ht.finish()
+				cr.Hops, cr.Receive = ht.finish(withSched[si])
 			}
 			for _, l := range Layers {
 				if s := perConn[key{si, c.ID, l}]; s != nil {
@@ -288,7 +322,37 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	if rep.Lost > 0 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d events were lost (ring buffer full): counts, bytes and spacing of the layers marked lost may be off", rep.Lost))
 	}
+	for _, st := range rep.Sched {
+		if st.Lost > 0 {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s: %d sched events were lost: switch counts of the CPUs marked lost are short; gaps between switches, wakeups and reader states across a loss are left out", st.Trace, st.Lost))
+		}
+	}
 	return rep, nil
+}
+
+// routeSched hands a scheduler event to the hop trackers of the connections
+// its threads read (a loss, to every tracker following a reader).
+func routeSched(e schedEvent, readers map[uint32][]*hopTracker, following []*hopTracker) {
+	he := hopEvent{t: e.t, typ: hopSched, sched: e}
+	switch e.kind {
+	case schedLoss:
+		for _, ht := range following {
+			ht.add(he)
+		}
+	case schedWakeup:
+		for _, ht := range readers[e.tid] {
+			ht.add(he)
+		}
+	case schedSwitch:
+		for _, ht := range readers[e.tid] {
+			ht.add(he)
+		}
+		for _, ht := range readers[e.next] {
+			if !ht.reads(e.tid) { // already has it
+				ht.add(he)
+			}
+		}
+	}
 }
 
 func busiest(c *ConnReport) int64 {

@@ -149,7 +149,7 @@ func (p *perfettoWriter) trace(si int, path string) error {
 		return err
 	}
 	for _, ht := range trackers {
-		ht.finish()
+		ht.finish(false)
 	}
 	return emitErr
 }

@@ -20,7 +20,10 @@ type rec struct {
 	size     int32
 	flags    uint8
 	u32      map[string]uint32
+	u64      map[string]uint64
 	u8       map[string]uint8
+	tid      uint32
+	cpu      uint16
 	conn     uint64
 	laddr    [4]byte
 	raddr    [4]byte
@@ -52,8 +55,9 @@ func writeTrace(t *testing.T, recs []rec) string {
 		ne := binary.NativeEndian
 		ne.PutUint64(b[0:], r.t)
 		ne.PutUint64(b[8:], r.conn)
-		ne.PutUint32(b[16:], 7)
+		ne.PutUint32(b[16:], r.tid)
 		ne.PutUint32(b[20:], uint32(r.size))
+		ne.PutUint16(b[28:], r.cpu)
 		b[30], b[31] = et.ID, r.flags
 		for name, v := range r.u32 {
 			f, _ := et.Field(name)
@@ -63,6 +67,10 @@ func writeTrace(t *testing.T, recs []rec) string {
 			case 2:
 				ne.PutUint16(b[f.Offset:], uint16(v))
 			}
+		}
+		for name, v := range r.u64 {
+			f, _ := et.Field(name)
+			ne.PutUint64(b[f.Offset:], v)
 		}
 		for name, v := range r.u8 {
 			f, _ := et.Field(name)

@@ -30,6 +30,7 @@ type Figure struct {
 	Title, XLabel, YLabel string
 	Series                []Named
 	Conn                  uint64
+	NoData                string // what to say when no series has points ("" for a general note)
 }
 
 // connSeries collects one connection's raw points (times in ns).
@@ -84,7 +85,19 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 	per := map[uint64]*connSeries{}
 	var start uint64
 	started := false
-	perCPU := map[uint16][]float64{} // sched: switch times (s)
+	// sched: the time between switches of each CPU, in time order, leaving
+	// out gaps across a loss of events as the report does.
+	perCPU := map[uint16]*Named{}
+	sched := newSchedTracker()
+	sched.onGap = func(cpu uint16, t, gap uint64) {
+		n := perCPU[cpu]
+		if n == nil {
+			n = &Named{Name: "cpu " + strconv.Itoa(int(cpu)), Scatter: true}
+			perCPU[cpu] = n
+		}
+		n.X = append(n.X, float64(int64(t)-int64(start))/1e9)
+		n.Y = append(n.Y, float64(gap)/1e3)
+	}
 	get := func(c uint64) *connSeries {
 		s := per[c]
 		if s == nil {
@@ -112,8 +125,8 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 		t := rec.Time()
 		ts := float64(int64(t)-int64(start)) / 1e9
 		name := rec.Type.Name
-		if name == "sched_switch" {
-			perCPU[rec.CPU()] = append(perCPU[rec.CPU()], ts)
+		if kind == "sched" {
+			sched.observe(rec)
 			continue
 		}
 		c := rec.Conn()
@@ -161,21 +174,17 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 	}
 	fig := &Figure{XLabel: "time since the trace began (s)"}
 	if kind == "sched" {
+		sched.drain()
 		fig.Title = "context switches: time between switches per CPU"
 		fig.YLabel = "time since the previous switch on this CPU (µs)"
+		fig.NoData = "no sched events in this trace (record with --events default,sched)"
 		cpus := make([]int, 0, len(perCPU))
 		for c := range perCPU {
 			cpus = append(cpus, int(c))
 		}
 		sort.Ints(cpus)
 		for _, c := range cpus {
-			ts := perCPU[uint16(c)]
-			n := Named{Name: "cpu " + strconv.Itoa(c), Scatter: true}
-			for i := 1; i < len(ts); i++ {
-				n.X = append(n.X, ts[i])
-				n.Y = append(n.Y, (ts[i]-ts[i-1])*1e6)
-			}
-			fig.Series = append(fig.Series, n)
+			fig.Series = append(fig.Series, *perCPU[uint16(c)])
 		}
 		return fig, nil
 	}
@@ -239,7 +248,7 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 		fig.Title = label + ": per-hop delay (cumulative distribution)"
 		fig.XLabel = "delay (µs, log10)"
 		fig.YLabel = "fraction of segments"
-		hops, _ := s.hops.finish()
+		hops, _ := s.hops.finish(false)
 		for _, hs := range hops {
 			x, y := hs.d.CDF()
 			for i := range x {

@@ -71,7 +71,13 @@ pre{background:#f8f8f8;padding:.5em}
 {{end}}</table>{{end}}
 <pre>{{call $.Summary .}}</pre>
 {{end}}
+{{range .Rep.Sched}}
+<h2>Scheduler: context switches per CPU ({{.Trace}}, {{f2 .SpanS}} s)</h2>
+<table><tr><th>cpu</th><th>switches</th><th>per s</th><th>between switches µs mean</th><th>median</th><th>p99</th><th>max</th><th>cv</th><th>wakeups</th><th>wakeup→run µs mean</th><th>median</th><th>p99</th><th>max</th><th>lost</th></tr>
+{{range .CPUs}}{{template "cpu" .}}{{end}}{{template "cpu" .All}}</table>
+{{end}}
 <h2>Plots (busiest connection)</h2>
 {{range .Plots}}<div>{{.}}</div>{{end}}
 </body></html>
-`))
+{{define "cpu"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{.Switches}}</td><td>{{f1 .PerSecond}}</td><td>{{f1 .Between.Mean}}</td><td>{{f1 .Between.Median}}</td><td>{{f1 .Between.P99}}</td><td>{{f1 .Between.Max}}</td><td>{{f2 .Between.CV}}</td><td>{{.WakeupToRun.Count}}</td><td>{{f1 .WakeupToRun.Mean}}</td><td>{{f1 .WakeupToRun.Median}}</td><td>{{f1 .WakeupToRun.P99}}</td><td>{{f1 .WakeupToRun.Max}}</td><td>{{if .Lost}}{{.Lost}}{{end}}</td></tr>
+{{end}}`))

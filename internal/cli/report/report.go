@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -30,7 +31,13 @@ passes, from the application's sends down to the device and up to the
 receiving application, the number of events, bytes, data size (mean, median,
 p99) and spacing between events (mean, median, p99 in microseconds, and the
 coefficient of variation) -- MAGNeT's Table II. Pure ACKs and failed calls
-are left out at the socket and TCP layers.`,
+are left out at the socket and TCP layers.
+
+With sched events (record --events default,sched), a sched section per trace:
+context switches per CPU (count, rate, time between switches) and the
+wakeup-to-run latency (sched_wakeup to the switch that runs the task), and,
+for each connection's receive path, where the reading thread was while data
+waited in the socket for it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := analyze.Modulation(args, conn)
@@ -80,6 +87,9 @@ are left out at the socket and TCP layers.`,
 				if len(rep.Drops) > 0 {
 					fmt.Fprintf(out, "  drops: %s\n", counts(rep.Drops))
 				}
+			}
+			for _, st := range rep.Sched {
+				writeSched(out, st)
 			}
 			return nil
 		},
@@ -134,7 +144,42 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 	}
 	if r := c.Receive; r != nil {
 		fmt.Fprintf(w, "  receive path: %.0f%% of the time from device to application was spent waiting in the socket for the reader\n", 100*r.SocketShare)
+		if rd := r.Reader; rd != nil {
+			fmt.Fprintf(w, "  %s\n", readerLine(rd))
+		}
 	}
+}
+
+// readerLine says where the reader was while data waited for it.
+func readerLine(rd *analyze.ReaderWait) string {
+	if rd.FollowedUs == 0 {
+		return "reader during that wait: not followed (no sched events of the reading thread while data waited)"
+	}
+	pc := func(us float64) float64 { return 100 * us / rd.FollowedUs }
+	return fmt.Sprintf("reader during that wait: off-CPU %.0f%% (asleep %.0f%%, runnable but waiting for a CPU %.0f%%), on CPU %.0f%%; followed for %.0f%% of the wait",
+		100*rd.OffCPUShare, pc(rd.AsleepUs), pc(rd.RunnableUs), pc(rd.OnCPUUs), 100*rd.Followed)
+}
+
+// writeSched prints a trace's context switches per CPU and the wakeup-to-run
+// latencies.
+func writeSched(w io.Writer, st *analyze.SchedStats) {
+	fmt.Fprintf(w, "\nsched (%s): context switches per CPU over %.2f s\n", st.Trace, st.SpanS)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cpu\tswitches\tper s\tbetween µs mean\tmedian\tp99\tmax\tcv\twakeups\twake→run µs mean\tmedian\tp99\tmax\tlost\t")
+	for _, c := range append(st.CPUs, st.All) {
+		cpu := "all"
+		if c.CPU >= 0 {
+			cpu = strconv.Itoa(c.CPU)
+		}
+		lost := ""
+		if c.Lost > 0 {
+			lost = fmt.Sprint(c.Lost)
+		}
+		b, k := c.Between, c.WakeupToRun
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n", cpu, c.Switches, c.PerSecond,
+			b.Mean, b.Median, b.P99, b.Max, b.CV, k.Count, k.Mean, k.Median, k.P99, k.Max, lost)
+	}
+	tw.Flush()
 }
 
 func mbps(bps float64) string {

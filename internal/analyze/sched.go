@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"container/heap"
+	"sort"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// SchedStats is what the scheduler did on one host while its trace was
+// recorded (the opt-in sched events): how often each CPU switched tasks
+// and how regularly (MAGNET 2.0 Fig. 2/3), and how long a woken task
+// waited before it ran.
+type SchedStats struct {
+	Trace string      `json:"trace"`
+	SpanS float64     `json:"span_s"` // first to last event of the trace
+	CPUs  []*CPUSched `json:"cpus"`
+	All   *CPUSched   `json:"all"` // every CPU together
+	// Lost is how many sched_switch and sched_wakeup events were lost:
+	// the switch counts of the CPUs that lost them are short, and gaps and
+	// wakeups across a loss are left out.
+	Lost uint64 `json:"lost,omitempty"`
+}
+
+// CPUSched is one CPU's context switches. A task's wakeup-to-run latency
+// counts on the CPU it then ran on.
+type CPUSched struct {
+	CPU         int       `json:"cpu"` // -1 for every CPU together
+	Switches    uint64    `json:"switches"`
+	PerSecond   float64   `json:"switches_per_s"`
+	Between     Durations `json:"between_switches_us"`
+	WakeupToRun Durations `json:"wakeup_to_run_us"` // sched_wakeup to the sched_switch that runs the task
+	Lost        uint64    `json:"lost,omitempty"`   // sched events this CPU lost
+	between     Dist
+	wake        Dist
+	last        uint64 // time of its latest switch
+	haveLast    bool
+	lossEnd     uint64 // end of its latest loss of sched events
+	lossy       bool   // it lost some
+}
+
+// Durations is a distribution of durations in microseconds.
+type Durations struct {
+	Count  uint64  `json:"count"`
+	Mean   float64 `json:"mean"`
+	Median float64 `json:"median"`
+	P99    float64 `json:"p99"`
+	Max    float64 `json:"max"`
+	CV     float64 `json:"cv"`
+}
+
+func durations(d *Dist) Durations {
+	return Durations{Count: d.N, Mean: d.Mean(), Median: d.Quantile(0.5), P99: d.Quantile(0.99), Max: d.Max, CV: d.CV()}
+}
+
+// schedEvent is a scheduler event, or a loss of some, in time order.
+type schedEvent struct {
+	t         uint64
+	kind      schedKind
+	cpu       uint16
+	tid, next uint32 // switch: the task leaving and the one arriving; wakeup: tid is the woken task
+	prevState uint32 // switch: the leaving task's state, 0 = still runnable (preempted)
+	end       uint64 // loss: time of the last event lost (t is the first)
+}
+
+type schedKind uint8
+
+const (
+	schedSwitch schedKind = iota + 1
+	schedWakeup
+	schedLoss
+)
+
+// schedEventOf reads a record as a scheduler event. A lost record counts
+// only if it lost sched_switch or sched_wakeup events, and is placed at the
+// time of the first event it lost, so whatever came after is known to be
+// uncertain when it is reached in time order.
+func schedEventOf(rec trace.Record) (schedEvent, bool) {
+	name := rec.Type.Name
+	if name != "sched_switch" && name != "sched_wakeup" && name != "lost" {
+		return schedEvent{}, false
+	}
+	e := schedEvent{t: rec.Time(), cpu: rec.CPU(), tid: rec.TID()}
+	switch name {
+	case "sched_switch":
+		e.kind = schedSwitch
+		next, _ := rec.Uint("next_tid")
+		state, _ := rec.Uint("prev_state")
+		e.next, e.prevState = uint32(next), uint32(state)
+	case "sched_wakeup":
+		e.kind = schedWakeup
+		target, _ := rec.Uint("target_tid")
+		e.tid = uint32(target)
+	case "lost":
+		sw, _ := rec.Uint("n_sched_switch")
+		wk, _ := rec.Uint("n_sched_wakeup")
+		if sw+wk == 0 {
+			return e, false
+		}
+		e.kind = schedLoss
+		first, _ := rec.Uint("first_ns")
+		last, _ := rec.Uint("last_ns")
+		if first > 0 && first <= e.t {
+			e.t = first
+		}
+		e.end = max(last, e.t)
+		e.next = uint32(sw + wk) // how many
+	default:
+		return e, false
+	}
+	return e, true
+}
+
+type schedHeap []schedEvent
+
+func (h schedHeap) Len() int           { return len(h) }
+func (h schedHeap) Less(i, j int) bool { return h[i].t < h[j].t }
+func (h schedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *schedHeap) Push(x any)        { *h = append(*h, x.(schedEvent)) }
+func (h *schedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// schedTracker follows one trace's scheduler events in time order, in
+// memory bounded by the CPUs and the tasks waiting to run.
+type schedTracker struct {
+	win     schedHeap
+	cpus    map[uint16]*CPUSched
+	all     CPUSched
+	woken   map[uint32]uint64 // task → when it was woken, until it runs
+	lossEnd uint64            // end of the latest loss, any CPU
+	lossy   bool
+	lost    uint64
+	seen    bool
+	// onGap, if set, is told of every time between two switches of a CPU.
+	onGap func(cpu uint16, t, gap uint64)
+}
+
+func newSchedTracker() *schedTracker {
+	return &schedTracker{cpus: map[uint16]*CPUSched{}, woken: map[uint32]uint64{}, all: CPUSched{CPU: -1}}
+}
+
+// observe takes a record; it says whether the record was a sched event.
+func (s *schedTracker) observe(rec trace.Record) bool {
+	e, ok := schedEventOf(rec)
+	if !ok {
+		return false
+	}
+	s.add(e)
+	return true
+}
+
+func (s *schedTracker) add(e schedEvent) {
+	heap.Push(&s.win, e)
+	if len(s.win) > reorderWindow {
+		s.step(heap.Pop(&s.win).(schedEvent))
+	}
+}
+
+func (s *schedTracker) cpu(n uint16) *CPUSched {
+	c := s.cpus[n]
+	if c == nil {
+		c = &CPUSched{CPU: int(n)}
+		s.cpus[n] = c
+	}
+	return c
+}
+
+func (s *schedTracker) step(e schedEvent) {
+	c := s.cpu(e.cpu)
+	switch e.kind {
+	case schedLoss:
+		// Gaps of this CPU and wakeups anywhere that span the loss are
+		// left out: the switch that ended them may be among the lost.
+		c.Lost += uint64(e.next)
+		s.lost += uint64(e.next)
+		c.lossEnd, c.lossy = max(c.lossEnd, e.end), true
+		s.lossEnd, s.lossy = max(s.lossEnd, e.end), true
+	case schedWakeup:
+		s.seen = true
+		if _, ok := s.woken[e.tid]; !ok {
+			s.woken[e.tid] = e.t // woken twice before it ran: it waited since the first
+		}
+	case schedSwitch:
+		s.seen = true
+		c.Switches++
+		s.all.Switches++
+		if c.haveLast && !(c.lossy && c.lossEnd >= c.last) {
+			gap := e.t - c.last
+			c.between.Add(float64(gap) / 1e3)
+			s.all.between.Add(float64(gap) / 1e3)
+			if s.onGap != nil {
+				s.onGap(e.cpu, e.t, gap)
+			}
+		}
+		c.last, c.haveLast = e.t, true
+		// A wakeup of a task that was still running (it had not gone to
+		// sleep yet) ends when it leaves the CPU, not when it next runs.
+		delete(s.woken, e.tid)
+		if w, ok := s.woken[e.next]; ok {
+			delete(s.woken, e.next)
+			if !(s.lossy && s.lossEnd >= w) {
+				c.wake.Add(float64(e.t-w) / 1e3)
+				s.all.wake.Add(float64(e.t-w) / 1e3)
+			}
+		}
+	}
+}
+
+// drain processes what the reorder window still holds.
+func (s *schedTracker) drain() {
+	for len(s.win) > 0 {
+		s.step(heap.Pop(&s.win).(schedEvent))
+	}
+}
+
+// finish returns the statistics, or nil when the trace had no sched
+// events; span is the trace's duration in ns.
+func (s *schedTracker) finish(path string, span uint64) *SchedStats {
+	s.drain()
+	if !s.seen {
+		return nil
+	}
+	st := &SchedStats{Trace: path, SpanS: float64(span) / 1e9, Lost: s.lost, All: &s.all}
+	for _, c := range s.cpus {
+		st.CPUs = append(st.CPUs, c)
+	}
+	sort.Slice(st.CPUs, func(i, j int) bool { return st.CPUs[i].CPU < st.CPUs[j].CPU })
+	for _, c := range append(st.CPUs, &s.all) {
+		if span > 0 {
+			c.PerSecond = float64(c.Switches) / st.SpanS
+		}
+		c.Between = durations(&c.between)
+		c.WakeupToRun = durations(&c.wake)
+	}
+	s.all.Lost = s.lost
+	return st
+}
