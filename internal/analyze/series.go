@@ -31,6 +31,7 @@ type Figure struct {
 	Series                []Named
 	Conn                  uint64
 	NoData                string // what to say when no series has points ("" for a general note)
+	LogX, LogY            bool   // axes on a log scale
 }
 
 // connSeries collects one connection's raw points (times in ns).
@@ -176,7 +177,8 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 	if kind == "sched" {
 		sched.drain()
 		fig.Title = "context switches: time between switches per CPU"
-		fig.YLabel = "time since the previous switch on this CPU (µs)"
+		fig.YLabel = "time since the previous switch on this CPU (µs, log scale)"
+		fig.LogY = true
 		fig.NoData = "no sched events in this trace (record with --events default,sched)"
 		cpus := make([]int, 0, len(perCPU))
 		for c := range perCPU {
@@ -246,13 +248,14 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 		fig.Series = []Named{{Name: "srtt", X: s.stateT, Y: s.srtt}}
 	case "layers":
 		fig.Title = label + ": per-hop delay (cumulative distribution)"
-		fig.XLabel = "delay (µs, log10)"
+		fig.XLabel = "delay (µs, log scale)"
 		fig.YLabel = "fraction of segments"
+		fig.LogX = true
 		hops, _ := s.hops.finish(false)
 		for _, hs := range hops {
 			x, y := hs.d.CDF()
 			for i := range x {
-				x[i] = math.Log10(math.Max(x[i], 0.01))
+				x[i] = math.Max(x[i], 0.01) // 10 ns: the zeros stay on a log axis
 			}
 			fig.Series = append(fig.Series, Named{Name: hs.Hop, X: x, Y: y})
 		}

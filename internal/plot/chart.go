@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -28,6 +29,9 @@ type Chart struct {
 	Series         []Series
 	Width, Height  int    // pixels (SVG user units); 900 × 420 when 0
 	NoData         string // shown when no series has points; "no data in this trace" when empty
+	// LogX and LogY put an axis on a log scale, for values spread over
+	// decades. Values at or below 0 are drawn at the smallest positive one.
+	LogX, LogY bool
 }
 
 // Palette is the series colours, in order.
@@ -121,24 +125,27 @@ func (c *Chart) layout() *scene {
 		w, h = 900, 420
 	}
 	sc := &scene{w: w, h: h}
-	xmin, xmax, ymin, ymax := c.bounds()
+	fx, fy := c.scale(c.LogX, func(s Series) []float64 { return s.X }), c.scale(c.LogY, func(s Series) []float64 { return s.Y })
+	xmin, xmax, ymin, ymax := c.bounds(fx, fy)
 	pw := float64(w - marginLeft - marginRight)
 	ph := float64(h - marginTop - marginBottom)
-	sx := func(x float64) float64 { return marginLeft + (x-xmin)/(xmax-xmin)*pw }
-	sy := func(y float64) float64 { return marginTop + ph - (y-ymin)/(ymax-ymin)*ph }
+	sx := func(x float64) float64 { return marginLeft + (fx(x)-xmin)/(xmax-xmin)*pw }
+	sy := func(y float64) float64 { return marginTop + ph - (fy(y)-ymin)/(ymax-ymin)*ph }
 	bottom := float64(marginTop) + ph
 
 	sc.add(rectShape{w: float64(w), h: float64(h), fill: &white, fillOpacity: 1})
 	sc.add(textShape{at: point{marginLeft, 22}, s: c.Title, size: titleSize, bold: true, fill: black})
-	for _, t := range ticks(xmin, xmax, 8) {
-		x := sx(t)
+	// Ticks are placed in axis space (log10 of the value on a log axis)
+	// and labelled with the value.
+	for _, t := range axisTicks(xmin, xmax, 8, c.LogX) {
+		x := marginLeft + (t-xmin)/(xmax-xmin)*pw
 		sc.add(lineShape{a: point{x, marginTop}, b: point{x, bottom}, stroke: gridGrey, width: 1})
-		sc.add(textShape{at: point{x, bottom + 16}, s: num(t), size: fontSize, anchor: anchorMiddle, fill: black})
+		sc.add(textShape{at: point{x, bottom + 16}, s: tickLabel(t, c.LogX), size: fontSize, anchor: anchorMiddle, fill: black})
 	}
-	for _, t := range ticks(ymin, ymax, 6) {
-		y := sy(t)
+	for _, t := range axisTicks(ymin, ymax, 6, c.LogY) {
+		y := marginTop + ph - (t-ymin)/(ymax-ymin)*ph
 		sc.add(lineShape{a: point{marginLeft, y}, b: point{marginLeft + pw, y}, stroke: gridGrey, width: 1})
-		sc.add(textShape{at: point{marginLeft - 6, y + 4}, s: num(t), size: fontSize, anchor: anchorEnd, fill: black})
+		sc.add(textShape{at: point{marginLeft - 6, y + 4}, s: tickLabel(t, c.LogY), size: fontSize, anchor: anchorEnd, fill: black})
 	}
 	sc.add(rectShape{x: marginLeft, y: marginTop, w: pw, h: ph, stroke: &frameGrey})
 	sc.add(textShape{at: point{marginLeft + pw/2, float64(h - 12)}, s: c.XLabel, size: fontSize, anchor: anchorMiddle, fill: black})
@@ -235,26 +242,89 @@ func legendCorner(shapes []any, w, h, left, top, right, bottom float64) point {
 	return corners[best]
 }
 
-func (c *Chart) bounds() (xmin, xmax, ymin, ymax float64) {
-	xmin, ymin = math.Inf(1), 0
+// scale returns the map from a value to axis space: itself, or on a log
+// axis its log10, with values at or below 0 raised to the smallest
+// positive value of the axis.
+func (c *Chart) scale(logScale bool, values func(Series) []float64) func(float64) float64 {
+	if !logScale {
+		return func(v float64) float64 { return v }
+	}
+	floor := math.Inf(1)
+	for _, s := range c.Series {
+		for _, v := range values(s) {
+			if v > 0 {
+				floor = math.Min(floor, v)
+			}
+		}
+	}
+	if math.IsInf(floor, 1) {
+		floor = 1
+	}
+	return func(v float64) float64 { return math.Log10(math.Max(v, floor)) }
+}
+
+// bounds is the data's extent in axis space. A linear y axis starts at 0
+// and leaves 5% headroom; a log axis spans whole decades.
+func (c *Chart) bounds(fx, fy func(float64) float64) (xmin, xmax, ymin, ymax float64) {
+	xmin, ymin = math.Inf(1), math.Inf(1)
 	xmax, ymax = math.Inf(-1), math.Inf(-1)
 	for _, s := range c.Series {
 		for i := range s.X {
-			xmin, xmax = math.Min(xmin, s.X[i]), math.Max(xmax, s.X[i])
-			ymin, ymax = math.Min(ymin, s.Y[i]), math.Max(ymax, s.Y[i])
+			x, y := fx(s.X[i]), fy(s.Y[i])
+			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
+			ymin, ymax = math.Min(ymin, y), math.Max(ymax, y)
 		}
 	}
 	if math.IsInf(xmin, 1) {
 		return 0, 1, 0, 1
 	}
+	if c.LogX {
+		xmin, xmax = math.Floor(xmin), math.Ceil(xmax)
+	}
 	if xmax == xmin {
 		xmax = xmin + 1
 	}
+	if c.LogY {
+		ymin, ymax = math.Floor(ymin), math.Ceil(ymax)
+		if ymax == ymin {
+			ymax = ymin + 1
+		}
+		return xmin, xmax, ymin, ymax
+	}
+	ymin = math.Min(ymin, 0)
 	if ymax <= ymin {
 		ymax = ymin + 1
 	}
 	ymax += (ymax - ymin) * 0.05
 	return xmin, xmax, ymin, ymax
+}
+
+// axisTicks are the ticks of an axis spanning [lo, hi] in axis space: round
+// numbers, or on a log axis each decade (and 2 and 5 times it when the axis
+// spans few decades).
+func axisTicks(lo, hi float64, n int, logScale bool) []float64 {
+	if !logScale {
+		return ticks(lo, hi, n)
+	}
+	var out []float64
+	for d := math.Ceil(lo); d <= hi; d++ {
+		out = append(out, d)
+		if hi-lo <= 3 {
+			for _, m := range []float64{2, 5} {
+				if t := d + math.Log10(m); t <= hi {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func tickLabel(t float64, logScale bool) string {
+	if logScale {
+		return num(math.Pow(10, t))
+	}
+	return num(t)
 }
 
 // ticks returns round-numbered ticks (1, 2, 5 × 10^k) covering [lo, hi].
@@ -289,6 +359,8 @@ func num(v float64) string {
 		return trim(fmt.Sprintf("%.1fk", v/1e3))
 	case a >= 1:
 		return trim(fmt.Sprintf("%.2f", v))
+	case a < 0.001:
+		return strconv.FormatFloat(v, 'g', 2, 64)
 	}
 	return trim(fmt.Sprintf("%.4f", v))
 }

@@ -64,3 +64,35 @@ func TestWriteSVG(t *testing.T) {
 		t.Errorf("empty chart does not say so")
 	}
 }
+
+// TestLogAxis: a log axis spans whole decades, ticks each one with its
+// value, and draws values at or below 0 at the smallest positive value.
+func TestLogAxis(t *testing.T) {
+	c := &Chart{LogY: true, Series: []Series{{Name: "gaps", Points: true, X: []float64{0, 1, 2, 3}, Y: []float64{0, 3, 250, 8000}}}}
+	var yTicks []string
+	var markers []point
+	for _, s := range c.layout().shapes {
+		switch s := s.(type) {
+		case textShape:
+			if s.anchor == anchorEnd {
+				yTicks = append(yTicks, s.s)
+			}
+		case markersShape:
+			if s.series != "" {
+				markers = s.pts
+			}
+		}
+	}
+	if !reflect.DeepEqual(yTicks, []string{"1", "10", "100", "1000", "10k"}) {
+		t.Errorf("log y ticks %v", yTicks)
+	}
+	// 0 is drawn where 3 is: the smallest positive value.
+	if len(markers) != 4 || markers[0].y != markers[1].y || markers[2].y >= markers[1].y {
+		t.Errorf("markers %v", markers)
+	}
+	var b strings.Builder
+	c.WriteSVG(&b)
+	if strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "Inf") {
+		t.Errorf("SVG has non-finite coordinates")
+	}
+}
