@@ -27,3 +27,4 @@ go test -count=1 -timeout 15m ./... 2>&1 | tee /tmp/magnet-test.log
 echo "== fuzz (short)"
 go test -run='^$' -fuzz=FuzzReader -fuzztime=20s ./internal/trace
 go test -run='^$' -fuzz=FuzzExport -fuzztime=15s ./internal/export
+go test -run='^$' -fuzz=FuzzReport -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze

@@ -32,7 +32,7 @@ type rec struct {
 }
 
 // writeTrace writes recs with magnet's real dictionary.
-func writeTrace(t *testing.T, recs []rec) string {
+func writeTrace(t testing.TB, recs []rec) string {
 	t.Helper()
 	types, err := event.Dictionary(probe.Layouts())
 	if err != nil {

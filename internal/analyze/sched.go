@@ -190,7 +190,9 @@ func (s *schedTracker) step(e schedEvent) {
 		s.seen = true
 		c.Switches++
 		s.all.Switches++
-		if c.haveLast && !(c.lossy && c.lossEnd >= c.last) {
+		// Events further out of order than the window holds are too late
+		// to measure from: their gap or wait would be negative.
+		if c.haveLast && e.t >= c.last && !(c.lossy && c.lossEnd >= c.last) {
 			gap := e.t - c.last
 			c.between.Add(float64(gap) / 1e3)
 			s.all.between.Add(float64(gap) / 1e3)
@@ -198,13 +200,13 @@ func (s *schedTracker) step(e schedEvent) {
 				s.onGap(e.cpu, e.t, gap)
 			}
 		}
-		c.last, c.haveLast = e.t, true
+		c.last, c.haveLast = max(c.last, e.t), true
 		// A wakeup of a task that was still running (it had not gone to
 		// sleep yet) ends when it leaves the CPU, not when it next runs.
 		delete(s.woken, e.tid)
 		if w, ok := s.woken[e.next]; ok {
 			delete(s.woken, e.next)
-			if !(s.lossy && s.lossEnd >= w) {
+			if e.t >= w && !(s.lossy && s.lossEnd >= w) {
 				c.wake.Add(float64(e.t-w) / 1e3)
 				s.all.wake.Add(float64(e.t-w) / 1e3)
 			}

@@ -31,10 +31,9 @@ func loss(t uint64, cpu uint16, n uint32, first, last uint64) rec {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
-// TestSchedStats: switches per CPU, the time between them, wakeup-to-run
-// latencies, and what a loss of events leaves out.
-func TestSchedStats(t *testing.T) {
-	recs := []rec{
+// schedRecs: two CPUs switching, wakeups, and a loss of events.
+func schedRecs() []rec {
+	return []rec{
 		sw(0, 0, 0, 0, 100),    // cpu 0: idle → 100
 		sw(10, 0, 100, 1, 0),   // 100 sleeps
 		wake(15, 1, 100),       // … is woken on cpu 1
@@ -55,6 +54,12 @@ func TestSchedStats(t *testing.T) {
 		wake(245, 1, 105),
 		sw(250, 1, 104, 1, 105), // 5 µs, after the loss: counted
 	}
+}
+
+// TestSchedStats: switches per CPU, the time between them, wakeup-to-run
+// latencies, and what a loss of events leaves out.
+func TestSchedStats(t *testing.T) {
+	recs := schedRecs()
 	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +111,9 @@ func TestSchedStats(t *testing.T) {
 	}
 }
 
-// TestReaderOffCPU: the socket wait of a receiving connection split by
-// what its reader did: asleep, runnable (woken, waiting for a CPU), on
-// CPU, or not followed (before its first read, across a loss).
-func TestReaderOffCPU(t *testing.T) {
+// readerRecs: a receiving connection whose reader sleeps, is woken, is
+// preempted, and a loss of sched events in between.
+func readerRecs() []rec {
 	const reader = 50
 	seg := func(at uint64, seq uint32) []rec {
 		return []rec{
@@ -131,7 +135,14 @@ func TestReaderOffCPU(t *testing.T) {
 	// 10 (preempted), on CPU 10.
 	recs = append(recs, seg(200, 3000)...)
 	recs = append(recs, loss(212, 1, 1, 205, 210), sw(230, 1, reader, 0, 0), sw(240, 1, 0, 0, reader), read(250))
+	return recs
+}
 
+// TestReaderOffCPU: the socket wait of a receiving connection split by
+// what its reader did: asleep, runnable (woken, waiting for a CPU), on
+// CPU, or not followed (before its first read, across a loss).
+func TestReaderOffCPU(t *testing.T) {
+	recs := readerRecs()
 	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
 	if err != nil {
 		t.Fatal(err)
