@@ -153,14 +153,16 @@ func (c *Chart) layout() *scene {
 
 	var drawn []int // series with points, in legend order
 	for i, s := range c.Series {
-		if len(s.X) == 0 {
+		var pts []point
+		for j := range min(len(s.X), len(s.Y)) {
+			if finite(fx(s.X[j])) && finite(fy(s.Y[j])) {
+				pts = append(pts, point{sx(s.X[j]), sy(s.Y[j])})
+			}
+		}
+		if len(pts) == 0 {
 			continue
 		}
 		drawn = append(drawn, i)
-		pts := make([]point, len(s.X))
-		for j := range s.X {
-			pts[j] = point{sx(s.X[j]), sy(s.Y[j])}
-		}
 		col := Palette[i%len(Palette)]
 		if s.Points {
 			sc.add(markersShape{series: s.Name, pts: pts, radius: 2, fill: col, opacity: MarkerOpacity})
@@ -269,8 +271,11 @@ func (c *Chart) bounds(fx, fy func(float64) float64) (xmin, xmax, ymin, ymax flo
 	xmin, ymin = math.Inf(1), math.Inf(1)
 	xmax, ymax = math.Inf(-1), math.Inf(-1)
 	for _, s := range c.Series {
-		for i := range s.X {
+		for i := range min(len(s.X), len(s.Y)) {
 			x, y := fx(s.X[i]), fy(s.Y[i])
+			if !finite(x) || !finite(y) {
+				continue // not drawable: left out
+			}
 			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
 			ymin, ymax = math.Min(ymin, y), math.Max(ymax, y)
 		}
@@ -298,6 +303,10 @@ func (c *Chart) bounds(fx, fy func(float64) float64) (xmin, xmax, ymin, ymax flo
 	ymax += (ymax - ymin) * 0.05
 	return xmin, xmax, ymin, ymax
 }
+
+// finite says whether v can be drawn: not NaN, and small enough that
+// differences of two such values do not overflow (no measurement comes near).
+func finite(v float64) bool { return math.Abs(v) <= 1e150 }
 
 // axisTicks are the ticks of an axis spanning [lo, hi] in axis space: round
 // numbers, or on a log axis each decade (and 2 and 5 times it when the axis

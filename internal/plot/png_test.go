@@ -7,6 +7,9 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
+	"math"
+	"strings"
 	"testing"
 )
 
@@ -125,6 +128,30 @@ func BenchmarkWritePNG(b *testing.B) {
 	for b.Loop() {
 		if err := c.WritePNG(&bytes.Buffer{}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestOddValues: NaN, infinities, huge values, a lone point and series of
+// unequal lengths draw (what is drawable) without failing, in both formats.
+func TestOddValues(t *testing.T) {
+	inf := math.Inf(1)
+	for _, c := range []*Chart{
+		{Series: []Series{{Name: "nan", X: []float64{0, math.NaN(), 2}, Y: []float64{1, 2, inf}}}},
+		{LogX: true, LogY: true, Series: []Series{{Name: "log", Points: true, X: []float64{-1, 0, 1e-300, 1e300}, Y: []float64{0, -5, 1, inf}}}},
+		{Series: []Series{{Name: "one", X: []float64{5}, Y: []float64{5}}, {Name: "short", X: []float64{1, 2, 3}, Y: []float64{1}}}},
+		{Series: []Series{{Name: "huge", X: []float64{-1e308, 1e308}, Y: []float64{-1e308, 1e308}}}},
+	} {
+		if err := c.WriteSVG(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		c.WriteSVG(&b)
+		if strings.Contains(b.String(), "NaN") {
+			t.Errorf("%s: NaN in the SVG", c.Series[0].Name)
+		}
+		if _, err := c.Render(1); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
