@@ -35,6 +35,7 @@ func NewRoot() *cobra.Command {
 		Long:          "magnet records every step of data through the Linux network stack, from the application's socket calls down to the device, with eBPF.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       Version,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
 	for _, c := range subcommands {
