@@ -11,6 +11,12 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
 command -v go >/dev/null || need+=(golang-go)
 command -v tshark >/dev/null || need+=(tshark) # reads the pcapng export in the tests
+# Packaging: make install / make deb, the .deb read back, the generated
+# completions loaded in each shell.
+command -v make >/dev/null || need+=(make)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+command -v zsh >/dev/null || need+=(zsh)
+command -v fish >/dev/null || need+=(fish)
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
