@@ -2,8 +2,9 @@
 # Build, install and package magnet. Building needs Go only: the BPF object
 # is committed (internal/probe; `go generate ./internal/probe` remakes it).
 #
-#   make                   static binary, man pages, completions, units in build/
+#   make                   static binary, man pages and completions in build/
 #   sudo make install      into /usr/local; PREFIX=/usr, DESTDIR=/stage honoured
+#                          (after `make`, it only copies: root needs no Go)
 #   sudo make uninstall    the same files (edited configuration is kept)
 #   make deb               build/magnet_VERSION_ARCH.deb, with nfpm
 #
@@ -38,38 +39,44 @@ endif
 export SOURCE_DATE_EPOCH
 # A release tag v1.2.3 gives 1.2.3; otherwise 0.0.0~gitDATE.COMMIT, which
 # Debian sorts before any release.
+# Where git cannot tell (no repository; or root under sudo, to whom git
+# refuses another user's repository), the version of the last build stands.
 ifndef VERSION
 VERSION := $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) && echo "$$v" | sed 's/^v//' || \
-	{ c=$$(git rev-parse --short HEAD 2>/dev/null) && echo 0.0.0~git$$(date -u -d @$(SOURCE_DATE_EPOCH) +%Y%m%d).$$c; } || echo 0.0.0~dev)
+	{ c=$$(git rev-parse --short HEAD 2>/dev/null) && echo 0.0.0~git$$(date -u -d @$(SOURCE_DATE_EPOCH) +%Y%m%d).$$c; } || \
+	cat $(BUILDDIR)/version 2>/dev/null || echo 0.0.0~dev)
 endif
 
 BIN     := $(BUILDDIR)/magnet
+MAN     := $(BUILDDIR)/man/magnet.1.gz
 LDFLAGS := -s -w -X github.com/magnet-tracer/magnet/internal/cli.Version=$(VERSION)
 UNITS   := magnet-collect.service magnetd.service
 CONFIGS := collect.yaml magnetd.yaml
 STAGE   := $(BUILDDIR)/deb-root
+# Everything go build reads (the BPF object is embedded from internal/probe).
+SOURCES := $(shell find cmd internal tools -type f ! -name '*_test.go') go.mod go.sum
 
-.PHONY: all build docs units install uninstall deb clean FORCE
+.PHONY: all build docs install uninstall deb clean FORCE
 
-all: build docs units
-
-# Always handed to go build, which relinks only when something changed.
+all: build docs
 build: $(BIN)
-$(BIN): FORCE
+docs: $(MAN)
+
+# Rewritten only when the version changes, so that a new version relinks.
+$(BUILDDIR)/version: FORCE
+	@mkdir -p $(@D)
+	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' >$@
+
+$(BIN): $(SOURCES) $(BUILDDIR)/version
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/magnet
 	@$(GO) version -m $@ | grep -q 'CGO_ENABLED=0' || { echo "$@: not a static build (CGO_ENABLED=0)" >&2; exit 1; }
 
-# Regenerated every time, so a removed command leaves no stale page behind.
-docs:
+# From the same tree as the binary, whenever it changes; regenerated whole,
+# so a removed command leaves no stale page behind.
+$(MAN): $(BIN)
 	rm -rf $(BUILDDIR)/man $(BUILDDIR)/completions
 	$(GO) run ./tools/gendocs -version '$(VERSION)' -man $(BUILDDIR)/man -completions $(BUILDDIR)/completions
 	gzip -9nf $(BUILDDIR)/man/*.1
-
-units:
-	mkdir -p $(BUILDDIR)/systemd
-	for u in $(UNITS); do \
-		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/$$u.in >$(BUILDDIR)/systemd/$$u || exit 1; \
-	done
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/magnet \
@@ -79,7 +86,11 @@ install: all
 	install -m 0644 $(BUILDDIR)/completions/magnet.bash $(DESTDIR)$(BASHCOMPDIR)/magnet
 	install -m 0644 $(BUILDDIR)/completions/_magnet $(DESTDIR)$(ZSHCOMPDIR)/_magnet
 	install -m 0644 $(BUILDDIR)/completions/magnet.fish $(DESTDIR)$(FISHCOMPDIR)/magnet.fish
-	for u in $(UNITS); do install -m 0644 $(BUILDDIR)/systemd/$$u $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	@# The units name the installed binary and configuration.
+	for u in $(UNITS); do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/$$u.in >$(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
 	@# An existing configuration is the administrator's: never overwritten.
 	for c in $(CONFIGS); do \
 		dst=$(DESTDIR)$(SYSCONFDIR)/magnet/$$c; \
