@@ -124,3 +124,11 @@ func swapRecord(rec []byte, ops []swapOp) {
 func pad8(n int64) int64 {
 	return (8 - n%8) % 8
 }
+
+// zstdMagic starts every zstd frame (RFC 8878): the archive stores traces
+// compressed, and every reader takes them as they are.
+var zstdMagic = [4]byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// maxZstdWindow caps the memory a compressed trace can make the decoder
+// take: magnet writes with a window far below it.
+const maxZstdWindow = 64 << 20

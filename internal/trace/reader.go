@@ -12,6 +12,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // readChunk bounds how much a Reader allocates ahead of the data it has
@@ -21,9 +23,13 @@ const readChunk = 64 << 10
 
 // Reader reads a trace file record by record.
 type Reader struct {
-	br     *bufio.Reader
-	closer io.Closer // the file opened by Open, or nil
-	off    int64     // file offset of the next byte br returns
+	br         *bufio.Reader
+	closer     io.Closer     // the file opened by Open, or nil
+	dec        *zstd.Decoder // set when the trace is zstd-compressed
+	off        int64         // offset in the (decompressed) trace of the next byte br returns
+	raw        []byte        // the header JSON as stored, for typed views of its extra keys
+	rawSummary []byte        // likewise the summary JSON
+	chain      *chain        // set by OpenChain: the files after this one
 
 	hdr   Header
 	order binary.ByteOrder
@@ -58,25 +64,60 @@ func Open(path string) (*Reader, error) {
 }
 
 // NewReader reads the preamble and header of a trace from rd and returns a
-// Reader positioned at the first record. Errors about the content are
-// *FormatError values that name the file offset. Close on the returned
-// Reader does not close rd.
+// Reader positioned at the first record. A zstd-compressed trace (as the
+// archive stores them, .mgt.zst) is recognised by its magic and decompressed
+// on the fly; offsets then count in the decompressed trace. Errors about the
+// content are *FormatError values that name the offset. Close on the returned
+// Reader releases the decompressor but does not close rd.
 func NewReader(rd io.Reader) (*Reader, error) {
 	r := &Reader{br: bufio.NewReaderSize(rd, 64<<10)}
+	if magic, _ := r.br.Peek(len(zstdMagic)); bytes.Equal(magic, zstdMagic[:]) {
+		dec, err := zstd.NewReader(r.br,
+			// One block in flight: no decoder goroutines, bounded memory.
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(maxZstdWindow))
+		if err != nil {
+			return nil, fmt.Errorf("start zstd decoder: %w", err)
+		}
+		r.dec = dec
+		r.br = bufio.NewReaderSize(zstdErrors{dec}, 64<<10)
+	}
 	if err := r.readHeader(); err != nil {
+		if r.dec != nil && errors.Is(err, ErrNotTrace) {
+			err = formatError(ErrNotTrace, 0, "zstd data that does not decompress to a magnet trace (or is cut short before its header)")
+		}
+		r.releaseDecoder()
 		return nil, err
 	}
 	return r, nil
 }
 
-// Close closes the file opened by Open. For a Reader made by NewReader it
-// does nothing.
-func (r *Reader) Close() error {
-	if r.closer == nil {
-		return nil
+// Compressed reports whether the trace is read through zstd decompression.
+func (r *Reader) Compressed() bool { return r.dec != nil }
+
+func (r *Reader) releaseDecoder() {
+	if r.dec != nil {
+		r.dec.Close()
+		r.dec = nil
 	}
-	err := r.closer.Close()
-	r.closer = nil
+}
+
+// Close closes the file opened by Open (every file, for OpenChain) and
+// releases the decompressor. For a Reader made by NewReader it does not
+// close the underlying reader.
+func (r *Reader) Close() error {
+	r.releaseDecoder()
+	var err error
+	if r.closer != nil {
+		err = r.closer.Close()
+		r.closer = nil
+	}
+	if r.chain != nil {
+		if cerr := r.chain.close(); err == nil {
+			err = cerr
+		}
+	}
 	return err
 }
 
@@ -90,11 +131,25 @@ func (r *Reader) ByteOrder() binary.ByteOrder { return r.order }
 // Truncated reports, after Next has returned io.EOF, whether the file was
 // cut short (it has no end block), and if so the file offset where the
 // incomplete data begins. Everything before that offset has been returned.
-func (r *Reader) Truncated() (bool, int64) { return r.truncated, r.truncOff }
+// For a Reader made by OpenChain it reports on the last file.
+func (r *Reader) Truncated() (bool, int64) {
+	if r.chain != nil {
+		return r.chain.cur.Truncated()
+	}
+	return r.truncated, r.truncOff
+}
 
 // Summary returns the summary from the end block once Next has returned
 // io.EOF, or nil if the file was cut short.
-func (r *Reader) Summary() *Summary { return r.summary }
+// For a Reader made by OpenChain it sums the files' summaries (carried
+// records not counted), with the last file's extra keys, and is nil when the
+// last file was cut short.
+func (r *Reader) Summary() *Summary {
+	if r.chain != nil {
+		return r.chain.summary()
+	}
+	return r.summary
+}
 
 // Next returns the next record, in native byte order. It returns io.EOF
 // after the last record, both at the end block and where a cut-short file
@@ -105,6 +160,13 @@ func (r *Reader) Summary() *Summary { return r.summary }
 // The returned Record's Data aliases the Reader's buffer and is valid only
 // until the next call to Next; copy it to keep it.
 func (r *Reader) Next() (Record, error) {
+	if r.chain != nil {
+		return r.chainNext()
+	}
+	return r.next()
+}
+
+func (r *Reader) next() (Record, error) {
 	for r.pos >= len(r.block) {
 		if r.err != nil {
 			return Record{}, r.err
@@ -213,6 +275,7 @@ func (r *Reader) readHeader() error {
 	if err := json.Unmarshal(js, &r.hdr); err != nil {
 		return formatError(ErrCorrupt, preambleSize, "bad header JSON at offset %d: %v", preambleSize, err)
 	}
+	r.raw = js
 	if err := r.hdr.validate(); err != nil {
 		return formatError(ErrCorrupt, preambleSize, "invalid header at offset %d: %v", preambleSize, err)
 	}
@@ -345,6 +408,19 @@ func (r *Reader) readEnd(start int64, payloadLen, count, crc uint32) error {
 		return fmt.Errorf("read after end block at offset %d: %w", r.off, err)
 	}
 	r.summary = &s
+	r.rawSummary = js
 	r.done = true
 	return nil
+}
+
+// zstdErrors reports damaged compressed data as a corrupt trace. A stream cut
+// short stays io.ErrUnexpectedEOF, which the Reader treats as truncation.
+type zstdErrors struct{ dec *zstd.Decoder }
+
+func (z zstdErrors) Read(p []byte) (int, error) {
+	n, err := z.dec.Read(p)
+	if err != nil && !isEOF(err) {
+		err = formatError(ErrCorrupt, -1, "damaged zstd data: %v", err)
+	}
+	return n, err
 }

@@ -236,3 +236,14 @@ func (w *Writer) writeOut(buf []byte) error {
 	}
 	return err
 }
+
+// Buffered returns the number of bytes the next block write will hand to the
+// underlying writer: the block header and the records not yet written out, or
+// 0 when there are none. A writer that must not run out of space (rotation)
+// checks it before each Write or Flush.
+func (w *Writer) Buffered() int {
+	if w.records == 0 {
+		return 0
+	}
+	return len(w.block)
+}
