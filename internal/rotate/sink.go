@@ -1,0 +1,558 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package rotate writes a recording as a chain of trace files, switching
+// to a new file at a record boundary after an interval or a size, so that no
+// event is lost or written twice at the seam. Each file reads on its own:
+// it starts with copies of the state still live (the task, iface and
+// conn_open records announced earlier), flagged trace.FlagCarried and
+// counted in the header's rotation.carried. Headers and summaries link the
+// files (trace.Rotation, trace.RotationEnd), and trace.OpenChain reads them
+// back as one timeline.
+//
+// The file being written is held under an exclusive flock(2); every other
+// file of the pattern is finished (complete, or cut short by a crash of its
+// recorder) and may be shipped or deleted. Old files go when there are more
+// than Keep of them, or when the files of the pattern outgrow Budget or the
+// file system runs out of room.
+package rotate
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// ErrDiskFull means the file system of the output had no room left even
+// after the policy dropped what it could: the recording must stop. The
+// current file was closed properly before.
+var ErrDiskFull = errors.New("disk full")
+
+// Options configure a rotating Sink.
+type Options struct {
+	// Pattern names the files (see Pattern).
+	Pattern *Pattern
+	// Interval starts a new file after this long; 0 = never by time.
+	Interval time.Duration
+	// MaxBytes starts a new file before one would grow past this size;
+	// 0 = never by size.
+	MaxBytes int64
+	// Keep is how many finished files of the pattern to keep; older ones
+	// are deleted. 0 keeps them all.
+	Keep int
+	// Budget bounds the bytes of all files of the pattern, the current one
+	// included: the oldest finished files are deleted to stay within it.
+	// 0 = no bound.
+	Budget int64
+	// DropOnFull deletes the oldest finished files when the file system
+	// runs out of room; without it the recording stops (ErrDiskFull).
+	DropOnFull bool
+	// OnFinish, if set, is called with the path of each file once it is
+	// closed and unlocked.
+	OnFinish func(path string)
+	// Log, if set, receives one line for each file started, finished or
+	// dropped.
+	Log func(format string, args ...any)
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+	// BlockSize is passed to the trace writer (tests); 0 = the default.
+	BlockSize int
+}
+
+// reserve is kept free on the file system so that the current file can
+// always be ended properly: its last block and the end block.
+const reserve = 2*trace.DefaultBlockSize + 64<<10
+
+// Sink is a record.Sink that rotates. It is not safe for concurrent use,
+// except for Bytes and Stats.
+type Sink struct {
+	opts    Options
+	hdr     *trace.Header
+	rot     trace.Rotation
+	typeOf  [256]string
+	sizes   [256]int
+	file    *os.File
+	w       *trace.Writer
+	path    string
+	started time.Time
+	used    map[string]bool // names this recording has used
+
+	own        uint64 // own records in the current file
+	lostInFile uint64
+	lostBefore uint64
+	lastNs     uint64
+
+	// The state a new file repeats, by key; a conn_close removes its conn.
+	tasks  map[uint32][]byte
+	ifaces map[uint64][]byte
+	conns  map[uint64][]byte
+
+	closedBytes atomic.Int64 // bytes of the files already finished
+	files       atomic.Int64
+	dropped     atomic.Int64
+	droppedB    atomic.Int64
+	err         error
+}
+
+// Stats is what a Sink did so far.
+type Stats struct {
+	Files        int64 // files started
+	Dropped      int64 // finished files deleted by Keep, Budget or a full disk
+	DroppedBytes int64
+}
+
+// New starts the first file of a rotated recording with header hdr.
+func New(hdr *trace.Header, opts Options) (*Sink, error) {
+	if opts.Pattern == nil {
+		return nil, errors.New("rotate: no output pattern")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(opts.Pattern.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Sink{
+		opts: opts, hdr: hdr, used: map[string]bool{},
+		rot:   trace.Rotation{Recording: hex.EncodeToString(id[:]), RecordingStartWallNs: hdr.StartWallNs},
+		tasks: map[uint32][]byte{}, ifaces: map[uint64][]byte{}, conns: map[uint64][]byte{},
+	}
+	for _, t := range hdr.Types {
+		s.typeOf[t.ID] = t.Name
+		s.sizes[t.ID] = t.Size
+	}
+	if err := s.start(opts.Now()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path returns the file being written.
+func (s *Sink) Path() string { return s.path }
+
+// Recording returns the id every file of this recording carries.
+func (s *Sink) Recording() string { return s.rot.Recording }
+
+// Stats returns the counts so far; safe from any goroutine.
+func (s *Sink) Stats() Stats {
+	return Stats{Files: s.files.Load(), Dropped: s.dropped.Load(), DroppedBytes: s.droppedB.Load()}
+}
+
+// Bytes returns the bytes written to every file of the recording.
+func (s *Sink) Bytes() int64 {
+	n := s.closedBytes.Load()
+	if w := s.w; w != nil {
+		n += w.Bytes()
+	}
+	return n
+}
+
+// Write takes one record; a file that reached MaxBytes is ended first.
+func (s *Sink) Write(rec []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.opts.MaxBytes > 0 && s.own > 0 && s.w.Bytes()+int64(s.w.Buffered()+len(rec)+64) > s.opts.MaxBytes {
+		if err := s.rotate("size"); err != nil {
+			return err
+		}
+	}
+	// A block write is coming: make sure there is room for it and for
+	// ending the file after it.
+	if s.w.Buffered()+len(rec) >= s.blockSize() {
+		if err := s.room(int64(s.w.Buffered() + len(rec))); err != nil {
+			return s.stop(err)
+		}
+	}
+	if err := s.w.Write(rec); err != nil {
+		s.err = err
+		return err
+	}
+	s.own++
+	s.observe(rec)
+	return nil
+}
+
+// Flush writes the current block out and starts a new file once Interval
+// has passed. The recorder calls it every FlushEvery, also when no event
+// comes, so time rotation does not wait for traffic.
+func (s *Sink) Flush() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.opts.Interval > 0 && s.opts.Now().Sub(s.started) >= s.opts.Interval {
+		return s.rotate("interval")
+	}
+	if b := s.w.Buffered(); b > 0 {
+		if err := s.room(int64(b)); err != nil {
+			return s.stop(err)
+		}
+	}
+	if err := s.w.Flush(); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// Close ends the last file with the recording's summary.
+func (s *Sink) Close(sum *trace.Summary) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.finish(sum, "end", ""); err != nil {
+		s.err = err
+		return err
+	}
+	s.err = errClosed
+	return nil
+}
+
+var errClosed = errors.New("rotate: sink is closed")
+
+func (s *Sink) blockSize() int {
+	if s.opts.BlockSize > 0 {
+		return s.opts.BlockSize
+	}
+	return trace.DefaultBlockSize
+}
+
+// observe keeps the state a new file must repeat.
+func (s *Sink) observe(rec []byte) {
+	ts := binary.NativeEndian.Uint64(rec[0:8])
+	s.lastNs = max(s.lastNs, ts)
+	switch s.typeOf[rec[30]] {
+	case "task":
+		s.tasks[binary.NativeEndian.Uint32(rec[16:20])] = keep(s.tasks[binary.NativeEndian.Uint32(rec[16:20])], rec)
+	case "iface":
+		key := uint64(binary.NativeEndian.Uint32(rec[24:28]))<<32 | uint64(binary.NativeEndian.Uint32(rec[32:36]))
+		s.ifaces[key] = keep(s.ifaces[key], rec)
+	case "conn_open":
+		conn := binary.NativeEndian.Uint64(rec[8:16])
+		if _, ok := s.conns[conn]; !ok { // the first announcement is the one readers keep
+			s.conns[conn] = slices.Clone(rec)
+		}
+	case "conn_close":
+		delete(s.conns, binary.NativeEndian.Uint64(rec[8:16]))
+	case "lost":
+		s.lostInFile += uint64(binary.NativeEndian.Uint32(rec[48:52]))
+	}
+}
+
+// keep copies rec into old's storage when it fits.
+func keep(old, rec []byte) []byte {
+	if cap(old) >= len(rec) {
+		return append(old[:0], rec...)
+	}
+	return slices.Clone(rec)
+}
+
+// rotate ends the current file and starts the next.
+func (s *Sink) rotate(reason string) error {
+	// Room for the next file's start, checked before this one names it
+	// as its successor.
+	if err := s.room(int64(s.w.Buffered()) + reserve); err != nil {
+		return s.stop(err)
+	}
+	now := s.opts.Now()
+	next := s.nextPath(now)
+	if err := s.finish(nil, reason, filepath.Base(next)); err != nil {
+		s.err = err
+		return err
+	}
+	s.rot.Seq++
+	s.rot.Prev = filepath.Base(s.path)
+	s.rot.FirstRecord += s.own
+	s.rot.PrevLastNs = s.lastNs
+	s.lostBefore += s.lostInFile
+	s.own, s.lostInFile = 0, 0
+	if err := s.startAt(now, next); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+func (s *Sink) nextPath(now time.Time) string {
+	return Unique(s.opts.Pattern.Expand(now, s.rot.Seq+1), func(p string) bool { return s.used[p] })
+}
+
+func (s *Sink) start(now time.Time) error {
+	return s.startAt(now, Unique(s.opts.Pattern.Expand(now, s.rot.Seq), func(p string) bool { return s.used[p] }))
+}
+
+// startAt creates the file at path: written under a dot-name, locked, then
+// renamed, so that no one ever sees it unlocked and unfinished.
+func (s *Sink) startAt(now time.Time, path string) error {
+	s.used[path] = true
+	carried := s.carried()
+	s.rot.Carried = uint64(len(carried))
+	hdr := *s.hdr
+	hdr.StartWallNs = now.UnixNano()
+	hdr.Extra = maps.Clone(s.hdr.Extra)
+	if hdr.Extra == nil {
+		hdr.Extra = map[string]any{}
+	}
+	hdr.Extra[trace.RotationKey] = s.rot
+
+	if err := s.room(int64(reserve)); err != nil {
+		return s.stop(err)
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("lock %s: %w", tmp, err)
+	}
+	w, err := trace.NewWriter(f, &hdr, trace.WriterOptions{BlockSize: s.opts.BlockSize})
+	if err == nil {
+		for _, rec := range carried {
+			if err = w.Write(rec); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("start %s: %w", path, err)
+	}
+	s.file, s.w, s.path, s.started = f, w, path, now
+	s.files.Add(1)
+	s.opts.Log("started %s (file %d of recording %s, %d records carried)", path, s.rot.Seq, s.rot.Recording, len(carried))
+	return nil
+}
+
+// carried returns copies of the live state, oldest first, flagged.
+func (s *Sink) carried() [][]byte {
+	var out [][]byte
+	for _, r := range s.tasks {
+		out = append(out, r)
+	}
+	for _, r := range s.ifaces {
+		out = append(out, r)
+	}
+	for _, r := range s.conns {
+		out = append(out, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := binary.NativeEndian.Uint64(out[i][0:8]), binary.NativeEndian.Uint64(out[j][0:8])
+		if a != b {
+			return a < b
+		}
+		return out[i][30] < out[j][30]
+	})
+	for i, r := range out {
+		c := slices.Clone(r)
+		c[31] |= trace.FlagCarried
+		out[i] = c
+	}
+	return out
+}
+
+// finish ends the current file: summary, fsync, unlock, then the policy.
+func (s *Sink) finish(sum *trace.Summary, reason, next string) error {
+	var out trace.Summary
+	if sum != nil {
+		out = *sum
+		// The recorder's loss total covers the whole recording; this file
+		// holds what was not in the files before.
+		if out.Lost >= s.lostBefore {
+			out.Lost -= s.lostBefore
+		}
+	} else {
+		out.Lost = s.lostInFile
+	}
+	out.EndWallNs = s.opts.Now().UnixNano()
+	out.Extra = maps.Clone(out.Extra)
+	if out.Extra == nil {
+		out.Extra = map[string]any{}
+	}
+	out.Extra[trace.RotationKey] = trace.RotationEnd{Next: next, Records: s.own, NextRecord: s.rot.FirstRecord + s.own, Reason: reason}
+	err := s.w.Close(&out)
+	if err == nil {
+		err = s.file.Sync()
+	}
+	s.closedBytes.Add(s.w.Bytes())
+	cerr := s.file.Close() // releases the lock
+	if err == nil {
+		err = cerr
+	}
+	path := s.path
+	s.w, s.file = nil, nil
+	if err != nil {
+		return fmt.Errorf("end %s: %w", path, err)
+	}
+	s.opts.Log("finished %s (%s): %d records", path, reason, s.own)
+	if s.opts.OnFinish != nil {
+		s.opts.OnFinish(path)
+	}
+	s.prune()
+	return nil
+}
+
+// stop ends the current file properly after a full disk and makes every
+// later call fail.
+func (s *Sink) stop(cause error) error {
+	if s.w != nil {
+		if err := s.finish(nil, "disk full", ""); err != nil {
+			s.opts.Log("ending %s on a full disk: %v", s.path, err)
+		}
+	}
+	s.err = fmt.Errorf("%w: %w", ErrDiskFull, cause)
+	return s.err
+}
+
+// room makes sure the file system has n bytes free beyond the reserve,
+// dropping the oldest finished files when the policy allows.
+func (s *Sink) room(n int64) error {
+	for {
+		free, err := freeBytes(s.opts.Pattern.Dir)
+		if err != nil || free >= n+reserve {
+			return nil // a file system that cannot tell is not policed
+		}
+		if !s.opts.DropOnFull || !s.dropOldest("disk full") {
+			return fmt.Errorf("%s has %d bytes free, %d needed", s.opts.Pattern.Dir, free, n+reserve)
+		}
+	}
+}
+
+// prune applies Keep and Budget after a file finished.
+func (s *Sink) prune() {
+	if s.opts.Keep > 0 {
+		fs, _ := Finished(s.opts.Pattern, "")
+		for i := 0; i < len(fs)-s.opts.Keep; i++ {
+			s.drop(fs[i], "keep")
+		}
+	}
+	if s.opts.Budget > 0 {
+		for {
+			total := int64(0)
+			if s.w != nil {
+				total += s.w.Bytes()
+			}
+			fs, _ := Finished(s.opts.Pattern, "")
+			for _, f := range fs {
+				total += f.Size
+			}
+			if total <= s.opts.Budget || len(fs) == 0 {
+				return
+			}
+			s.drop(fs[0], "budget")
+		}
+	}
+}
+
+func (s *Sink) dropOldest(why string) bool {
+	fs, _ := Finished(s.opts.Pattern, s.path)
+	if len(fs) == 0 {
+		return false
+	}
+	return s.drop(fs[0], why)
+}
+
+func (s *Sink) drop(f File, why string) bool {
+	if err := os.Remove(f.Path); err != nil {
+		s.opts.Log("could not drop %s: %v", f.Path, err)
+		return false
+	}
+	s.dropped.Add(1)
+	s.droppedB.Add(f.Size)
+	s.opts.Log("dropped %s (%d bytes): %s", f.Path, f.Size, why)
+	return true
+}
+
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// File is a finished file of a pattern.
+type File struct {
+	Path    string
+	Size    int64
+	ModTime time.Time
+}
+
+// Finished lists the files of pattern p that no recorder is writing,
+// oldest first (by modification time, then name); except is left out.
+func Finished(p *Pattern, except string) ([]File, error) {
+	ents, err := os.ReadDir(p.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []File
+	for _, e := range ents {
+		name := e.Name()
+		if !e.Type().IsRegular() || name[0] == '.' || !p.Matches(name) {
+			continue
+		}
+		path := filepath.Join(p.Dir, name)
+		if path == except || InUse(path) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, File{Path: path, Size: fi.Size(), ModTime: fi.ModTime()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].ModTime.Equal(out[j].ModTime) {
+			return out[i].ModTime.Before(out[j].ModTime)
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}
+
+// InUse reports whether a recorder holds path: it is the file being
+// written. A file whose recorder died is not in use: the kernel dropped the
+// lock with the process.
+func InUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	if err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
+func lockFile(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+}

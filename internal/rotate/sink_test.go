@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package rotate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+func TestPattern(t *testing.T) {
+	at := time.Date(2025, 3, 1, 10, 4, 5, 0, time.UTC)
+	for _, c := range []struct{ pattern, want string }{
+		{"/var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt", "/var/lib/magnet/web1-20250301T100405.mgt"},
+		{"d/%Y-%m-%d_%H.mgt", "d/2025-03-01_10.mgt"},
+		{"%h.%n.%s.mgt", "web1.0007.1740823445.mgt"},
+		{"100%%.mgt", "100%.mgt"},
+	} {
+		p, err := ParsePattern(c.pattern, "web1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.Expand(at, 7)
+		if got != filepath.Clean(c.want) {
+			t.Errorf("%s: got %s, want %s", c.pattern, got, c.want)
+		}
+		if !p.Matches(filepath.Base(got)) || !p.Matches(strings.TrimSuffix(filepath.Base(got), ".mgt")+"-2.mgt") {
+			t.Errorf("%s does not match its own %s", c.pattern, got)
+		}
+	}
+	for _, bad := range []string{"/x/%Y/a.mgt", "a%", "%q.mgt", ".hidden", "dir/"} {
+		if _, err := ParsePattern(bad, "h"); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	p, _ := ParsePattern("/d/%H-%Y.mgt", "web1")
+	if p.Matches("other-2025.mgt.new") || p.Matches("x.txt") {
+		t.Error("pattern matches foreign names")
+	}
+}
+
+func header(t *testing.T) *trace.Header {
+	t.Helper()
+	types, err := event.Dictionary(probe.Layouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &trace.Header{Host: "web1", StartWallNs: 1, Types: types, Clock: trace.Clock{Source: "CLOCK_MONOTONIC"},
+		Extra: map[string]any{"hooks": map[string]string{}}}
+}
+
+// stream makes a recording's worth of records: threads, an interface,
+// connections that open and close over time, data events and a loss.
+func stream(t *testing.T, h *trace.Header, n int) [][]byte {
+	t.Helper()
+	mk := func(name string, ts uint64, conn uint64, tid uint32, size int32) []byte {
+		et := h.TypeByName(name)
+		b := make([]byte, et.Size)
+		binary.NativeEndian.PutUint64(b[0:], ts)
+		binary.NativeEndian.PutUint64(b[8:], conn)
+		binary.NativeEndian.PutUint32(b[16:], tid)
+		binary.NativeEndian.PutUint32(b[20:], uint32(size))
+		binary.NativeEndian.PutUint32(b[24:], 4026531840)
+		b[30] = et.ID
+		return b
+	}
+	ifc := mk("iface", 999_000, 0, 0, 0)
+	binary.NativeEndian.PutUint32(ifc[32:], 2)
+	copy(ifc[40:], "veth0")
+	out := [][]byte{ifc}
+	ts := uint64(1_000_000)
+	for i := range n - 1 {
+		ts += 1000
+		conn := uint64(100 + i/50) // a new connection every 50 events
+		tid := uint32(10 + i/200)  // a new thread every 200
+		if i%200 == 0 {
+			r := mk("task", ts, 0, tid, 0)
+			binary.NativeEndian.PutUint32(r[32:], tid)
+			copy(r[40:], "worker")
+			out = append(out, r)
+		}
+		switch {
+		case i%50 == 0:
+			r := mk("conn_open", ts, conn, tid, 0)
+			r[32], r[33] = 6, 4
+			binary.NativeEndian.PutUint16(r[36:], uint16(40000+i))
+			binary.NativeEndian.PutUint16(r[38:], 80)
+			copy(r[40:], []byte{10, 0, 0, 1})
+			copy(r[56:], []byte{10, 0, 0, 2})
+			out = append(out, r)
+		case i%50 == 49 && i%100 == 49: // every other connection closes
+			out = append(out, mk("conn_close", ts, conn, tid, 0))
+		case i == n/2:
+			r := mk("lost", ts, 0, 0, 0)
+			binary.NativeEndian.PutUint32(r[48:], 3)
+			out = append(out, r)
+		default:
+			out = append(out, mk("sock_send", ts, conn, tid, int32(i)))
+		}
+	}
+	return out
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// TestSeams: rotation by size and by time; the chain reads back exactly the
+// records written, in order, and every file reads on its own.
+func TestSeams(t *testing.T) {
+	h := header(t)
+	recs := stream(t, h, 20000)
+	dir := t.TempDir()
+	p, err := ParsePattern(filepath.Join(dir, "%H-%Y%m%dT%H%M%S.mgt"), "web1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)}
+	var finished []string
+	s, err := New(h, Options{Pattern: p, Interval: time.Minute, MaxBytes: 64 << 10, BlockSize: 4096, Now: clk.now,
+		OnFinish: func(p string) { finished = append(finished, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 999 { // the recorder's periodic flush; time moves on
+			step := 30 * time.Second // the first half rotates by time,
+			if i > len(recs)/2 {
+				step = time.Second // the second by size
+			}
+			clk.t = clk.t.Add(step)
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(&trace.Summary{Lost: 3, Extra: map[string]any{"produced": map[string]uint64{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Write(recs[0]) == nil {
+		t.Fatal("write after close accepted")
+	}
+	if len(finished) < 5 || s.Stats().Files != int64(len(finished)) {
+		t.Fatalf("%d files finished, stats %+v", len(finished), s.Stats())
+	}
+	reasons := map[string]int{}
+	var total uint64
+	for i, path := range finished {
+		r, err := trace.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rot := r.Rotation()
+		if rot == nil || rot.Seq != i || rot.Recording != s.Recording() {
+			t.Fatalf("%s: rotation %+v", path, rot)
+		}
+		if i > 0 && rot.Prev != filepath.Base(finished[i-1]) {
+			t.Fatalf("%s: prev %q, want %q", path, rot.Prev, finished[i-1])
+		}
+		// Alone, each file resolves every connection and thread it uses.
+		cs, _, err := export.Conns(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if c.Proto != "tcp" || c.Comm != "worker" {
+				t.Fatalf("%s: connection %d unresolved on its own: %+v", path, c.ID, c)
+			}
+		}
+		end := r.RotationEnd()
+		if end == nil || (i < len(finished)-1) != (end.Next != "") || end.NextRecord != rot.FirstRecord+end.Records {
+			t.Fatalf("%s: end %+v", path, end)
+		}
+		if i < len(finished)-1 && end.Next != filepath.Base(finished[i+1]) {
+			t.Fatalf("%s: next %q", path, end.Next)
+		}
+		reasons[end.Reason]++
+		total += r.Summary().Lost
+		r.Close()
+	}
+	if reasons["size"] == 0 || reasons["interval"] == 0 || reasons["end"] != 1 {
+		t.Fatalf("reasons %v", reasons)
+	}
+	if total != 3 {
+		t.Fatalf("losses over the files: %d, want 3", total)
+	}
+
+	r, err := trace.OpenChain(finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	i := 0
+	for ; ; i++ {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(recs) || !bytes.Equal(rec.Data, recs[i]) {
+			t.Fatalf("record %d of the chain differs from what was written", i)
+		}
+	}
+	if i != len(recs) || len(r.Warnings()) != 0 {
+		t.Fatalf("chain: %d records of %d, warnings %v", i, len(recs), r.Warnings())
+	}
+	if sum := r.Summary(); sum == nil || sum.Events["sock_send"] == 0 || sum.Lost != 3 {
+		t.Fatalf("chain summary %+v", sum)
+	}
+}
+
+// TestKeepAndBudget: --keep deletes the oldest finished files, the budget
+// bounds the total, and a file another recorder holds is never touched.
+func TestKeepAndBudget(t *testing.T) {
+	h := header(t)
+	recs := stream(t, h, 5000)
+	dir := t.TempDir()
+	p, _ := ParsePattern(filepath.Join(dir, "%h-%n.mgt"), "web1")
+	// A foreign recorder's current file: locked, matching the pattern.
+	other := filepath.Join(dir, "web1-9999.mgt")
+	f, err := os.Create(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := lockFile(f); err != nil {
+		t.Fatal(err)
+	}
+	if !InUse(other) {
+		t.Fatal("locked file not in use")
+	}
+	var logs []string
+	s, err := New(h, Options{Pattern: p, MaxBytes: 16 << 10, Keep: 3, BlockSize: 4096,
+		Log: func(f string, a ...any) { logs = append(logs, f) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if InUse(s.Path()) != true {
+		t.Fatal("current file not in use")
+	}
+	if err := s.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	fs, _ := Finished(p, "")
+	if len(fs) != 3 || s.Stats().Dropped != s.Stats().Files-3 {
+		t.Fatalf("kept %d files, stats %+v", len(fs), s.Stats())
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatal("foreign current file deleted")
+	}
+
+	dir2 := t.TempDir()
+	p2, _ := ParsePattern(filepath.Join(dir2, "b-%n.mgt"), "web1")
+	s, err = New(h, Options{Pattern: p2, MaxBytes: 16 << 10, Budget: 60 << 10, BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close(nil)
+	fs, _ = Finished(p2, "")
+	var sum int64
+	for _, f := range fs {
+		sum += f.Size
+	}
+	if sum > 60<<10 || s.Stats().Dropped == 0 {
+		t.Fatalf("budget: %d bytes in %d files, stats %+v", sum, len(fs), s.Stats())
+	}
+}
+
+// tmpfs mounts a small tmpfs for the test (root only) and unmounts it after.
+func tmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// TestDiskFullStops: without a drop policy, a full file system ends the
+// current file properly (end block, reason "disk full") and stops.
+func TestDiskFullStops(t *testing.T) {
+	dir := tmpfs(t, "1m")
+	h := header(t)
+	recs := stream(t, h, 100000) // ~4 MB
+	p, _ := ParsePattern(filepath.Join(dir, "%n.mgt"), "h")
+	s, err := New(h, Options{Pattern: p, MaxBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	n := 0
+	for _, r := range recs {
+		if werr = s.Write(r); werr != nil {
+			break
+		}
+		n++
+	}
+	if !errors.Is(werr, ErrDiskFull) || n == len(recs) {
+		t.Fatalf("wrote %d records, error %v; want ErrDiskFull", n, werr)
+	}
+	if s.Close(nil) == nil {
+		t.Fatal("close after a full disk succeeded")
+	}
+	fs, _ := Finished(p, "")
+	paths := make([]string, len(fs))
+	for i, f := range fs {
+		paths[i] = f.Path
+	}
+	r, err := trace.OpenChain(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := 0
+	for {
+		if _, err := r.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		got++
+	}
+	if cut, _ := r.Truncated(); cut || r.RotationEnd().Reason != "disk full" {
+		t.Fatalf("last file: cut %v, end %+v", cut, r.RotationEnd())
+	}
+	// What the sink accepted before its buffered block is in the files;
+	// only the records of the block it could not write are missing.
+	if got > n || n-got > 4096 {
+		t.Fatalf("chain holds %d records, sink accepted %d", got, n)
+	}
+	t.Logf("%d files, %d records written before the disk filled", len(paths), got)
+}
+
+// TestDiskFullDrops: with the drop policy, the oldest finished files go
+// and the recording goes on.
+func TestDiskFullDrops(t *testing.T) {
+	dir := tmpfs(t, "1m")
+	h := header(t)
+	recs := stream(t, h, 100000)
+	p, _ := ParsePattern(filepath.Join(dir, "%n.mgt"), "h")
+	var logs []string
+	s, err := New(h, Options{Pattern: p, MaxBytes: 128 << 10, DropOnFull: true, Log: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Dropped == 0 || !strings.Contains(strings.Join(logs, "\n"), "disk full") {
+		t.Fatalf("nothing dropped: %+v %v", st, logs)
+	}
+	fs, _ := Finished(p, "")
+	last := fs[len(fs)-1].Path
+	r, err := trace.Open(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if r.RotationEnd() == nil || r.RotationEnd().Reason != "end" {
+		t.Fatalf("last file did not end normally: %+v", r.RotationEnd())
+	}
+	t.Logf("%d files started, %d dropped (%d bytes), %d left", st.Files, st.Dropped, st.DroppedBytes, len(fs))
+}
