@@ -17,6 +17,8 @@ import (
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/rotate"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // New returns the record command.
@@ -27,6 +29,9 @@ func New() *cobra.Command {
 		duration                                         time.Duration
 		quiet                                            bool
 		disable                                          []string
+		rotateEvery                                      time.Duration
+		rotateSize, onFull                               string
+		keep                                             int
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -37,11 +42,19 @@ Runs until COMMAND exits, --duration ends, or SIGINT/SIGTERM; then it drains
 everything still buffered and closes the file. With COMMAND, only the command
 and its children are recorded (they run in a cgroup of their own).
 
+With --rotate or --rotate-size the recording goes on across files: -o is a
+pattern whose verbs are expanded as each file starts (UTC): %Y %m %d, %H (the
+host name, or the hour once %Y, %m or %d came before it), %M %S, %s (Unix
+seconds), %h (host name), %n (file number), %%. No event is lost or doubled
+at a seam; each file reads on its own, and parse, report and export read the
+files of a chain as one timeline. --keep N deletes the oldest finished files.
+
 Event groups (--events, comma-separated; "-group" removes one):
 ` + event.GroupHelp(),
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
-  sudo magnet record -o all.mgt --events default,sched,headers --duration 5s`,
+  sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
+  sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() > 0 || (cmd.ArgsLenAtDash() < 0 && len(args) > 0) {
@@ -73,6 +86,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 				Command:      args,
 				DisableHooks: disable,
 			}
+			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
+			if err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
 			if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Live = os.Stderr
 			}
@@ -87,6 +104,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			if res != nil && !quiet {
 				printSummary(res)
+				if sink != nil && *sink != nil {
+					st := (*sink).Stats()
+					fmt.Fprintf(os.Stderr, "  files:  %d started, %d finished files dropped (%d bytes)\n", st.Files, st.Dropped, st.DroppedBytes)
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("record: %w", err)
@@ -108,8 +129,60 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.IntVar(&port, "port", 0, "record only connections with this local or remote port")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no live status line and no summary")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once the probes are attached (for scripts and tests)")
+	f.DurationVar(&rotateEvery, "rotate", 0, "start a new file this often (e.g. 1h); -o is then a pattern, see below")
+	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
+	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
+	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (names as in `magnet status --json`), as if the kernel lacked them")
 	return cmd
+}
+
+// rotation sets cfg up to write a chain of files when any rotation flag is
+// given or the output is a pattern. It returns where the sink will be.
+func rotation(cfg *record.Config, every time.Duration, size string, keep int, onFull string, quiet bool) (**rotate.Sink, error) {
+	if every == 0 && size == "" && keep == 0 && !strings.Contains(cfg.Output, "%") {
+		return nil, nil
+	}
+	if every < 0 || keep < 0 {
+		return nil, fmt.Errorf("--rotate and --keep must be positive")
+	}
+	if every > 0 && every < time.Second {
+		return nil, fmt.Errorf("--rotate %s: want at least 1s", every)
+	}
+	var maxBytes int64
+	if size != "" {
+		n, err := rotate.ParseSize(size)
+		if err != nil {
+			return nil, fmt.Errorf("--rotate-size: %w", err)
+		}
+		if n < 1<<20 {
+			return nil, fmt.Errorf("--rotate-size %s: want at least 1MiB", size)
+		}
+		maxBytes = n
+	}
+	if onFull != "stop" && onFull != "drop" {
+		return nil, fmt.Errorf("--on-disk-full %q: want stop or drop", onFull)
+	}
+	host, _ := os.Hostname()
+	pat, err := rotate.ParsePattern(cfg.Output, host)
+	if err != nil {
+		return nil, err
+	}
+	if keep > 0 && every == 0 && maxBytes == 0 {
+		return nil, fmt.Errorf("--keep needs --rotate or --rotate-size")
+	}
+	logf := func(format string, args ...any) {
+		if !quiet {
+			fmt.Fprintf(os.Stderr, "\r\033[Kmagnet: "+format+"\n", args...)
+		}
+	}
+	sink := new(*rotate.Sink)
+	cfg.NewSink = func(h *trace.Header) (record.Sink, error) {
+		s, err := rotate.New(h, rotate.Options{Pattern: pat, Interval: every, MaxBytes: maxBytes, Keep: keep, DropOnFull: onFull == "drop", Log: logf})
+		*sink = s
+		return s, err
+	}
+	return sink, nil
 }
 
 // exitStatus passes the recorded command's exit code on as magnet's.
