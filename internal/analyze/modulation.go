@@ -135,7 +135,17 @@ func (s *series) finish() {
 // Modulation reads the traces and builds the report. onlyConn, if not 0,
 // keeps one connection. The error, if any, comes with what was read.
 func Modulation(paths []string, onlyConn uint64) (*Report, error) {
+	return ModulationOf(trace.Sources(paths), onlyConn)
+}
+
+// ModulationOf is Modulation of sources: single files or chains of rotated
+// files, each read as one trace.
+func ModulationOf(srcs []trace.Source, onlyConn uint64) (*Report, error) {
 	rep := &Report{}
+	paths := make([]string, len(srcs))
+	for i, src := range srcs {
+		paths[i] = src.Name
+	}
 	perConn := map[key]*series{}
 	details := map[key]*connDetail{}
 	hops := map[key]*hopTracker{}
@@ -149,9 +159,10 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 	var conns [][]*export.Conn
 	var steps []float64 // per trace: the recording host's clock step, ns
 	var withSched []bool
-	for si, path := range paths {
+	for si, src := range srcs {
+		path := src.Name
 		rep.Traces = append(rep.Traces, path)
-		cs, err := connTable(path)
+		cs, err := connTable(src)
 		conns = append(conns, cs)
 		if err != nil {
 			return rep, err
@@ -160,7 +171,7 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 		for _, c := range cs {
 			tcp[c.ID] = c.Proto == "tcp"
 		}
-		r, err := trace.Open(path)
+		r, err := src.Open()
 		if err != nil {
 			return rep, err
 		}
@@ -267,6 +278,9 @@ func Modulation(paths []string, onlyConn uint64) (*Report, error) {
 		if cut, off := r.Truncated(); cut {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", path, off))
 		}
+		for _, w := range r.Warnings() {
+			rep.Warnings = append(rep.Warnings, path+": "+w)
+		}
 		r.Close()
 	}
 	for _, s := range perConn {
@@ -365,15 +379,15 @@ func busiest(c *ConnReport) int64 {
 	return b
 }
 
-func connTable(path string) ([]*export.Conn, error) {
-	r, err := trace.Open(path)
+func connTable(src trace.Source) ([]*export.Conn, error) {
+	r, err := src.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
 	cs, _, err := export.Conns(r)
 	if err != nil {
-		return cs, fmt.Errorf("%s: %w", path, err)
+		return cs, fmt.Errorf("%s: %w", src.Name, err)
 	}
 	return cs, nil
 }

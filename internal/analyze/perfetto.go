@@ -20,13 +20,19 @@ import (
 // the receiver's, and the application's send and receive calls as instants
 // (MAGNET 2.0's NLV picture). It returns the number of trace events.
 func WritePerfetto(out io.Writer, paths []string) (int, error) {
+	return WritePerfettoOf(out, trace.Sources(paths))
+}
+
+// WritePerfettoOf is WritePerfetto of sources: files or chains of rotated
+// files.
+func WritePerfettoOf(out io.Writer, srcs []trace.Source) (int, error) {
 	w := bufio.NewWriterSize(out, 256<<10)
 	enc := &perfettoWriter{w: w, tracks: map[trackKey]int{}}
 	if _, err := w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[` + "\n"); err != nil {
 		return 0, err
 	}
-	for si, path := range paths {
-		if err := enc.trace(si, path); err != nil {
+	for si, src := range srcs {
+		if err := enc.trace(si, src); err != nil {
 			w.Flush()
 			return enc.n, err
 		}
@@ -88,8 +94,9 @@ func (p *perfettoWriter) track(pid int, conn uint64, layer string) (int, error) 
 		"args": map[string]any{"sort_index": int(conn%100000)*100 + layerOrder[layer]}})
 }
 
-func (p *perfettoWriter) trace(si int, path string) error {
-	cs, err := connTable(path)
+func (p *perfettoWriter) trace(si int, src trace.Source) error {
+	path := src.Name
+	cs, err := connTable(src)
 	if err != nil {
 		return err
 	}
@@ -97,7 +104,7 @@ func (p *perfettoWriter) trace(si int, path string) error {
 	for _, c := range cs {
 		tcp[c.ID] = c.Proto == "tcp"
 	}
-	r, err := trace.Open(path)
+	r, err := src.Open()
 	if err != nil {
 		return err
 	}

@@ -63,12 +63,18 @@ type PlotOptions struct {
 
 // Plot builds the figure of kind for the first trace in paths.
 func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
+	return PlotOf(trace.Sources(paths)[0], kind, opts)
+}
+
+// PlotOf builds the figure of kind for one source: a file or a chain of
+// rotated files.
+func PlotOf(src trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 	conn, window := opts.Conn, opts.Window
 	if !contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown plot kind %q (want %v)", kind, Kinds)
 	}
-	path := paths[0]
-	cs, err := connTable(path)
+	path := src.Name
+	cs, err := connTable(src)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +82,7 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 	for _, c := range cs {
 		tcp[c.ID] = c.Proto == "tcp"
 	}
-	r, err := trace.Open(path)
+	r, err := src.Open()
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	archivecmd "github.com/magnet-tracer/magnet/internal/cli/archive"
 	benchcmd "github.com/magnet-tracer/magnet/internal/cli/bench"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
@@ -16,5 +17,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New)
 }

@@ -110,14 +110,25 @@ func (r *Reader) Warnings() []string {
 type Source struct {
 	Name  string   // what to call it in output
 	Paths []string // one or more files
+	// Since and Until, if not 0, keep the events of [Since, Until) only
+	// (wall-clock ns since the Unix epoch; see Reader.SetWindow).
+	Since, Until int64
 }
 
 // Open opens the source: Open for one file, OpenChain for several.
 func (s Source) Open() (*Reader, error) {
+	var r *Reader
+	var err error
 	if len(s.Paths) == 1 {
-		return Open(s.Paths[0])
+		r, err = Open(s.Paths[0])
+	} else {
+		r, err = OpenChain(s.Paths)
 	}
-	return OpenChain(s.Paths)
+	if err != nil {
+		return nil, err
+	}
+	r.SetWindow(s.Since, s.Until)
+	return r, nil
 }
 
 // Sources makes a Source of each path, named after it.

@@ -31,6 +31,9 @@ type Reader struct {
 	rawSummary []byte        // likewise the summary JSON
 	chain      *chain        // set by OpenChain: the files after this one
 
+	windowed       bool  // SetWindow: only events in [winFrom, winTo)
+	winFrom, winTo int64 // wall-clock ns; 0 = open
+
 	hdr   Header
 	order binary.ByteOrder
 	swap  bool
@@ -160,10 +163,34 @@ func (r *Reader) Summary() *Summary {
 // The returned Record's Data aliases the Reader's buffer and is valid only
 // until the next call to Next; copy it to keep it.
 func (r *Reader) Next() (Record, error) {
-	if r.chain != nil {
-		return r.chainNext()
+	for {
+		var rec Record
+		var err error
+		if r.chain != nil {
+			rec, err = r.chainNext()
+		} else {
+			rec, err = r.next()
+		}
+		if err != nil || !r.windowed || r.inWindow(rec) {
+			return rec, err
+		}
 	}
-	return r.next()
+}
+
+// SetWindow makes Next return only the events whose wall-clock time (ns
+// since the Unix epoch) is in [from, to); 0 leaves a side open. State
+// records (task, iface, conn_open) always pass: later events need them.
+func (r *Reader) SetWindow(from, to int64) {
+	r.winFrom, r.winTo, r.windowed = from, to, from != 0 || to != 0
+}
+
+func (r *Reader) inWindow(rec Record) bool {
+	switch rec.Type.Name {
+	case "task", "iface", "conn_open":
+		return true
+	}
+	wall := int64(rec.Time()) + r.hdr.Clock.WallOffsetNs
+	return wall >= r.winFrom && (r.winTo == 0 || wall < r.winTo)
 }
 
 func (r *Reader) next() (Record, error) {

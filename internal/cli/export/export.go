@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -21,6 +23,7 @@ import (
 func New() *cobra.Command {
 	var format, output, connsOut string
 	var noConns bool
+	var selFlags archive.Flags
 	cmd := &cobra.Command{
 		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
@@ -28,10 +31,14 @@ func New() *cobra.Command {
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
 timeline), cpu, pid, tid, comm, netns, conn, event, size, then every event
 field (empty where an event has none). The connection table goes beside it,
-in the same format: OUT with ".conns" before its extension.`,
+in the same format: OUT with ".conns" before its extension.
+
+A TRACE may be a file, the files of a rotated recording (one timeline), or a
+directory or archive, narrowed with --host, --since and --until.`,
 		Example: `  magnet export ftp.mgt --format parquet -o ftp.parquet   # and ftp.conns.parquet
   magnet export sender.mgt receiver.mgt --format csv -o both.csv
-  duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"`,
+  duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"
+  magnet export /srv/magnet-archive --host a,b --since 10:00 --until 10:05 -f parquet -o ten.parquet`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := export.CheckFormat(format); err != nil {
@@ -44,6 +51,15 @@ in the same format: OUT with ".conns" before its extension.`,
 			if output == "-" && connsOut == "" || format == "ulm" {
 				noConns = true
 			}
+			sel, err := selFlags.Selection(time.Now())
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			inputs, cleanup, err := archive.Resolve(args, sel)
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			defer cleanup()
 			// Open every trace first: a bad one fails before anything is written.
 			var srcs []export.TableSource
 			var headers []*trace.Header
@@ -52,17 +68,17 @@ in the same format: OUT with ".conns" before its extension.`,
 					s.Reader.Close()
 				}
 			}()
-			for _, path := range args {
-				r, err := trace.Open(path)
+			for _, in := range inputs {
+				r, err := in.Open()
 				if err != nil {
 					return fmt.Errorf("export: %w", err)
 				}
-				srcs = append(srcs, export.TableSource{Name: filepath.Base(path), Reader: r})
+				srcs = append(srcs, export.TableSource{Name: filepath.Base(in.Name), Reader: r})
 				headers = append(headers, r.Header())
 			}
 			if format == "perfetto" {
 				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
-					_, err := analyze.WritePerfetto(w, args)
+					_, err := analyze.WritePerfettoOf(w, inputs)
 					return err
 				})
 			}
@@ -90,6 +106,9 @@ in the same format: OUT with ".conns" before its extension.`,
 				return fmt.Errorf("export: %w", err)
 			}
 			for _, s := range srcs {
+				for _, w := range s.Reader.Warnings() {
+					fmt.Fprintf(os.Stderr, "magnet: warning: %s: %s\n", s.Name, w)
+				}
 				if cut, off := s.Reader.Truncated(); cut {
 					fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d; exported up to its last complete block\n", s.Name, off)
 				}
@@ -100,7 +119,7 @@ in the same format: OUT with ".conns" before its extension.`,
 			if connsOut == "" {
 				connsOut = connsPath(output)
 			}
-			return writeConns(connsOut, format, args, cmd.OutOrStdout())
+			return writeConns(connsOut, format, inputs, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -108,6 +127,7 @@ in the same format: OUT with ".conns" before its extension.`,
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
+	selFlags.Register(f)
 	return cmd
 }
 
@@ -117,15 +137,15 @@ func connsPath(out string) string {
 	return strings.TrimSuffix(out, ext) + ".conns" + ext
 }
 
-func writeConns(path, format string, traces []string, stdout io.Writer) error {
+func writeConns(path, format string, traces []trace.Source, stdout io.Writer) error {
 	t := export.ConnTable()
 	return writeFile(path, stdout, func(w io.Writer) error {
 		rw, err := export.NewRowWriter(format, t, w)
 		if err != nil {
 			return err
 		}
-		for _, p := range traces {
-			r, err := trace.Open(p)
+		for _, src := range traces {
+			r, err := src.Open()
 			if err != nil {
 				rw.Close()
 				return err
@@ -135,10 +155,10 @@ func writeConns(path, format string, traces []string, stdout io.Writer) error {
 			r.Close()
 			if err != nil {
 				rw.Close()
-				return fmt.Errorf("%s: %w", p, err)
+				return fmt.Errorf("%s: %w", src.Name, err)
 			}
 			for _, c := range cs {
-				if err := rw.WriteRow(export.ConnRow(filepath.Base(p), c, off)); err != nil {
+				if err := rw.WriteRow(export.ConnRow(filepath.Base(src.Name), c, off)); err != nil {
 					rw.Close()
 					return err
 				}

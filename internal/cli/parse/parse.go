@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -21,25 +23,44 @@ func New() *cobra.Command {
 		conns, meta, header, asJSON bool
 		timeFmt, events             string
 		conn                        uint64
+		selFlags                    archive.Flags
 	)
 	cmd := &cobra.Command{
-		Use:   "parse TRACE",
+		Use:   "parse TRACE... [--host H --since T --until T]",
 		Short: "Print a trace as tab-separated text, one event a line",
 		Long: `Print a trace as tab-separated text: a header line, then one event a line with
 the columns time, cpu, pid, tid, comm, netns, conn, event, size and fields
 (the event's own fields as name=value pairs). Reads traces written on
 machines of either byte order. A trace cut short is printed up to its last
-complete block, with a warning.`,
+complete block, with a warning.
+
+TRACE may be one file, the files of one rotated recording (read as one
+timeline, in order), or a directory or archive narrowed to one recording
+with --host/--since/--until (see magnet archive ls).`,
 		Example: `  magnet parse ftp.mgt | head
   magnet parse --conns ftp.mgt
-  magnet parse --events tcp_xmit,tcp_rcv --conn 4097 ftp.mgt`,
-		Args: cobra.ExactArgs(1),
+  magnet parse --events tcp_xmit,tcp_rcv --conn 4097 ftp.mgt
+  magnet parse /srv/magnet-archive --host web1 --since 10:00 --until 10:05`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tf, err := export.ParseTimeFormat(timeFmt)
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
-			r, err := trace.Open(args[0])
+			sel, err := selFlags.Selection(time.Now())
+			if err != nil {
+				return fmt.Errorf("parse: %w", err)
+			}
+			srcs, cleanup, err := archive.Resolve(args, sel)
+			if err != nil {
+				return fmt.Errorf("parse: %w", err)
+			}
+			defer cleanup()
+			if len(srcs) > 1 {
+				return fmt.Errorf("parse: the selection holds %d traces (%s, ...): give one file or chain, or narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
+			}
+			name := srcs[0].Name
+			r, err := srcs[0].Open()
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
@@ -62,7 +83,7 @@ complete block, with a warning.`,
 					return werr
 				}
 				if err != nil {
-					return fmt.Errorf("parse: %s: %w", args[0], err)
+					return fmt.Errorf("parse: %s: %w", name, err)
 				}
 			default:
 				opts := export.TextOptions{Time: tf, Meta: meta}
@@ -76,11 +97,14 @@ complete block, with a warning.`,
 					}
 				}
 				if err := export.WriteText(out, r, opts); err != nil {
-					return fmt.Errorf("parse: %s: %w", args[0], err)
+					return fmt.Errorf("parse: %s: %w", name, err)
 				}
 			}
+			for _, w := range r.Warnings() {
+				fmt.Fprintf(os.Stderr, "magnet: warning: %s\n", w)
+			}
 			if cut, off := r.Truncated(); cut {
-				fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d (recorder killed or disk full?); everything before it was read\n", args[0], off)
+				fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d (recorder killed or disk full?); everything before it was read\n", name, off)
 			}
 			return nil
 		},
@@ -93,6 +117,7 @@ complete block, with a warning.`,
 	f.StringVar(&timeFmt, "time", "rel", "time column: rel (seconds since the first record), abs (UTC wall clock) or raw (ns)")
 	f.StringVar(&events, "events", "", "print only these event types (comma-separated names)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
+	selFlags.Register(f)
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/plot"
 )
 
@@ -23,8 +24,9 @@ func New() *cobra.Command {
 	var conn uint64
 	var window time.Duration
 	var windowEvents int
+	var selFlags archive.Flags
 	cmd := &cobra.Command{
-		Use:   "plot TRACE --kind KIND -o FILE.svg|FILE.png",
+		Use:   "plot TRACE... --kind KIND -o FILE.svg|FILE.png",
 		Short: "Draw a chart of a trace (SVG or PNG), without external tools",
 		Long: `Draw one chart of a trace:
   modulation  application sends vs device transmits: size against time (MAGNeT Fig. 12)
@@ -36,8 +38,10 @@ func New() *cobra.Command {
   sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --events default,sched)
 The connection is the one that moved the most application bytes unless --conn says otherwise.
 The output's extension chooses the format: .svg (vector, for pages) or .png (an image
-at twice the chart's size, drawn with the built-in Go fonts).`,
-		Args: cobra.ExactArgs(1),
+at twice the chart's size, drawn with the built-in Go fonts).
+TRACE may be a file, the files of one rotated recording, or a directory or archive
+narrowed to one recording with --host, --since and --until.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output == "" {
 				return fmt.Errorf("plot: an output file is required (-o FILE.svg or -o FILE.png)")
@@ -46,7 +50,19 @@ at twice the chart's size, drawn with the built-in Go fonts).`,
 			if !ok {
 				return fmt.Errorf("plot: %s: unknown output format (want a .svg or .png file)", output)
 			}
-			fig, err := analyze.Plot(args, kind, analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents})
+			sel, err := selFlags.Selection(time.Now())
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			srcs, cleanup, err := archive.Resolve(args, sel)
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			defer cleanup()
+			if len(srcs) > 1 {
+				return fmt.Errorf("plot: the selection holds %d traces (%s, ...): plot draws one; narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
+			}
+			fig, err := analyze.PlotOf(srcs[0], kind, analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents})
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
@@ -67,6 +83,7 @@ at twice the chart's size, drawn with the built-in Go fonts).`,
 	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
 	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")
 	f.IntVar(&windowEvents, "window-events", 0, "bandwidth: slide over this many events instead (MAGNET 2.0 used 1000)")
+	selFlags.Register(f)
 	return cmd
 }
 

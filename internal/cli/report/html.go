@@ -11,14 +11,15 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	plotcmd "github.com/magnet-tracer/magnet/internal/cli/plot"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // writeHTML writes the report as one self-contained page: the tables, then
 // every plot of the busiest connection as inline SVG.
-func writeHTML(w io.Writer, rep *analyze.Report, traces []string, conn uint64) error {
+func writeHTML(w io.Writer, rep *analyze.Report, srcs []trace.Source, conn uint64) error {
 	var plots []template.HTML
 	for _, kind := range analyze.Kinds {
-		fig, err := analyze.Plot(traces, kind, analyze.PlotOptions{Conn: conn})
+		fig, err := analyze.PlotOf(srcs[0], kind, analyze.PlotOptions{Conn: conn})
 		if err != nil {
 			continue // a kind without data in this trace
 		}

@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/archive"
 )
 
 // New returns the report command.
@@ -23,8 +25,9 @@ func New() *cobra.Command {
 	var conn uint64
 	var asJSON bool
 	var htmlOut string
+	var selFlags archive.Flags
 	cmd := &cobra.Command{
-		Use:   "report TRACE... [--conn ID] [--json]",
+		Use:   "report TRACE... [--conn ID] [--json] [--host H --since T --until T]",
 		Short: "Show how each layer of the stack reshapes what the application sent (modulation)",
 		Long: `For each connection (busiest first) and for the host: at every layer the data
 passes, from the application's sends down to the device and up to the
@@ -37,10 +40,25 @@ With sched events (record --events default,sched), a sched section per trace:
 context switches per CPU (count, rate, time between switches) and the
 wakeup-to-run latency (sched_wakeup to the switch that runs the task), and,
 for each connection's receive path, where the reading thread was while data
-waited in the socket for it.`,
+waited in the socket for it.
+
+A TRACE may be a file, the files of a rotated recording (one timeline), or a
+directory or archive, narrowed with --host, --since and --until: each
+recording selected is one trace of the report.`,
+		Example: `  magnet report sender.mgt receiver.mgt
+  magnet report /srv/magnet-archive --host a,b --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := analyze.Modulation(args, conn)
+			sel, err := selFlags.Selection(time.Now())
+			if err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			srcs, cleanup, err := archive.Resolve(args, sel)
+			if err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+			defer cleanup()
+			rep, err := analyze.ModulationOf(srcs, conn)
 			if err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
@@ -50,7 +68,7 @@ waited in the socket for it.`,
 				if err != nil {
 					return fmt.Errorf("report: create output: %w", err)
 				}
-				if err := writeHTML(f, rep, args, conn); err != nil {
+				if err := writeHTML(f, rep, srcs, conn); err != nil {
 					f.Close()
 					return fmt.Errorf("report: %w", err)
 				}
@@ -97,6 +115,7 @@ waited in the socket for it.`,
 	cmd.Flags().Uint64Var(&conn, "conn", 0, "report only this connection id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&htmlOut, "html", "", "write one self-contained HTML page with the tables and every plot")
+	selFlags.Register(cmd.Flags())
 	return cmd
 }
 
