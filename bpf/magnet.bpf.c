@@ -26,6 +26,7 @@ const volatile __u16 filter_port = 0;    /* 0 = any */
 const volatile __u32 filter_tgid = 0;    /* 0 = any */
 const volatile __u64 filter_cgroup = 0;  /* cgroup2 id; 0 = any */
 const volatile __u32 self_tgid = 0;      /* the recorder: never traced */
+const volatile __u64 exclude_cgroup = 0; /* cgroup2 id whose sockets are never traced (collect's shipper); 0 = none */
 const volatile __u64 events_wakeup = 1;  /* wake the reader at this fill */
 const volatile __u64 control_wakeup = 1;
 
@@ -283,16 +284,22 @@ static __always_inline __u32 sk_netns(const struct sock *sk)
 	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 }
 
-static __always_inline int cgroup_matches(struct cgroup *cg)
+/* Whether cg is the cgroup with this id or below it (16 levels at most). */
+static __always_inline int cgroup_under(struct cgroup *cg, __u64 id)
 {
 	for (int i = 0; i < 16; i++) {
 		if (!cg)
 			return 0;
-		if (BPF_CORE_READ(cg, kn, id) == filter_cgroup)
+		if (BPF_CORE_READ(cg, kn, id) == id)
 			return 1;
 		cg = BPF_CORE_READ(cg, self.parent, cgroup);
 	}
 	return 0;
+}
+
+static __always_inline int cgroup_matches(struct cgroup *cg)
+{
+	return cgroup_under(cg, filter_cgroup);
 }
 
 static __always_inline int task_selected(struct task_struct *t)
@@ -430,6 +437,10 @@ static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process,
 	if (filter_port && a.lport != filter_port && a.rport != filter_port)
 		sel = 0;
 	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(sk, sk_cgrp_data.cgroup)))
+		sel = 0;
+	/* The collect service ships traces from a cgroup of its own: its
+	 * sockets, and so every event of them at any layer, are left out. */
+	if (exclude_cgroup && cgroup_under(BPF_CORE_READ(sk, sk_cgrp_data.cgroup), exclude_cgroup))
 		sel = 0;
 	fresh.eligible = sel;
 	if (filter_tgid && !(process && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))

@@ -2,12 +2,144 @@
 
 package archive
 
-import "fmt"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
 
-func fetchS3(url string, sel Selection) ([]Entry, string, error) {
-	return nil, "", fmt.Errorf("%s: s3 archives are not supported yet", url)
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// S3 is a bucket (and a prefix in it) of an S3-compatible object store.
+type S3 struct {
+	Client *minio.Client
+	Bucket string
+	Prefix string
 }
 
-func listS3(url string) ([]Entry, error) {
-	return nil, fmt.Errorf("%s: s3 archives are not supported yet", url)
+// NewS3 connects to an object store. endpoint is a URL (http:// for a
+// plain-text store, https:// otherwise) or a bare host:port (https).
+func NewS3(endpoint, bucket, prefix, region, accessKey, secretKey string) (*S3, error) {
+	host, secure := endpoint, true
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		host, secure = u.Host, u.Scheme != "http"
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:  credentials.NewStaticV4(accessKey, secretKey, ""),
+		Secure: secure,
+		Region: region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3 %s: %w", endpoint, err)
+	}
+	return &S3{Client: c, Bucket: bucket, Prefix: strings.Trim(prefix, "/")}, nil
+}
+
+// Key returns the object name of an archive key.
+func (s *S3) Key(key string) string {
+	if s.Prefix == "" {
+		return key
+	}
+	return s.Prefix + "/" + key
+}
+
+// S3FromURL opens s3://BUCKET/PREFIX with the endpoint and credentials of
+// the usual environment variables: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_REGION.
+func S3FromURL(u string) (*S3, error) {
+	rest := strings.TrimPrefix(u, "s3://")
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if bucket == "" {
+		return nil, fmt.Errorf("%s: want s3://BUCKET[/PREFIX]", u)
+	}
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	if endpoint == "" {
+		endpoint = "https://s3.amazonaws.com"
+	}
+	return NewS3(endpoint, bucket, prefix, os.Getenv("AWS_REGION"), os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"))
+}
+
+// listS3 reads the manifests of an S3 archive; Path is the object's s3:// URL.
+func listS3(u string) ([]Entry, error) {
+	s, err := S3FromURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return s.List(context.Background())
+}
+
+// List reads every manifest under the prefix.
+func (s *S3) List(ctx context.Context) ([]Entry, error) {
+	prefix := s.Prefix
+	if prefix != "" {
+		prefix += "/"
+	}
+	var out []Entry
+	for obj := range s.Client.ListObjects(ctx, s.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("list s3://%s/%s: %w", s.Bucket, prefix, obj.Err)
+		}
+		if !strings.HasSuffix(obj.Key, ".mgt.zst"+ManifestSuffix) && !strings.HasSuffix(obj.Key, ".mgt"+ManifestSuffix) {
+			continue
+		}
+		if strings.HasPrefix(path.Base(obj.Key), ".") {
+			continue
+		}
+		o, err := s.Client.GetObject(ctx, s.Bucket, obj.Key, minio.GetObjectOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read s3://%s/%s: %w", s.Bucket, obj.Key, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(o, 1<<20))
+		o.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read s3://%s/%s: %w", s.Bucket, obj.Key, err)
+		}
+		var m Manifest
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("manifest s3://%s/%s: %w", s.Bucket, obj.Key, err)
+		}
+		out = append(out, Entry{Manifest: m, Path: "s3://" + s.Bucket + "/" + strings.TrimSuffix(obj.Key, ManifestSuffix)})
+	}
+	return out, nil
+}
+
+// fetchS3 lists an S3 archive, keeps what the selection wants and downloads
+// it into a new temporary directory; the entries then name local files.
+func fetchS3(u string, sel Selection) ([]Entry, string, error) {
+	s, err := S3FromURL(u)
+	if err != nil {
+		return nil, "", err
+	}
+	ctx := context.Background()
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "magnet-s3-")
+	if err != nil {
+		return nil, "", err
+	}
+	var out []Entry
+	for _, c := range Select(all, sel) {
+		for _, e := range c.Entries {
+			key := strings.TrimPrefix(e.Path, "s3://"+s.Bucket+"/")
+			local := filepath.Join(dir, filepath.FromSlash(key))
+			if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+				return nil, dir, err
+			}
+			if err := s.Client.FGetObject(ctx, s.Bucket, key, local, minio.GetObjectOptions{}); err != nil {
+				return nil, dir, fmt.Errorf("download %s: %w", e.Path, err)
+			}
+			e.Path = local
+			out = append(out, e)
+		}
+	}
+	return out, dir, nil
 }

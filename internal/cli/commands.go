@@ -5,6 +5,7 @@ package cli
 import (
 	archivecmd "github.com/magnet-tracer/magnet/internal/cli/archive"
 	benchcmd "github.com/magnet-tracer/magnet/internal/cli/bench"
+	collectcmd "github.com/magnet-tracer/magnet/internal/cli/collect"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
@@ -17,5 +18,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New)
 }

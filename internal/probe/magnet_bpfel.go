@@ -518,6 +518,7 @@ const (
 	magnetVarControlWakeup     = "control_wakeup"
 	magnetVarEventsMask        = "events_mask"
 	magnetVarEventsWakeup      = "events_wakeup"
+	magnetVarExcludeCgroup     = "exclude_cgroup"
 	magnetVarFilterCgroup      = "filter_cgroup"
 	magnetVarFilterNetns       = "filter_netns"
 	magnetVarFilterPort        = "filter_port"
@@ -634,6 +635,7 @@ type magnetVariableSpecs struct {
 	ControlWakeup *ebpf.VariableSpec `ebpf:"control_wakeup"`
 	EventsMask    *ebpf.VariableSpec `ebpf:"events_mask"`
 	EventsWakeup  *ebpf.VariableSpec `ebpf:"events_wakeup"`
+	ExcludeCgroup *ebpf.VariableSpec `ebpf:"exclude_cgroup"`
 	FilterCgroup  *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterNetns   *ebpf.VariableSpec `ebpf:"filter_netns"`
 	FilterPort    *ebpf.VariableSpec `ebpf:"filter_port"`
@@ -714,6 +716,7 @@ type magnetVariables struct {
 	ControlWakeup *ebpf.Variable `ebpf:"control_wakeup"`
 	EventsMask    *ebpf.Variable `ebpf:"events_mask"`
 	EventsWakeup  *ebpf.Variable `ebpf:"events_wakeup"`
+	ExcludeCgroup *ebpf.Variable `ebpf:"exclude_cgroup"`
 	FilterCgroup  *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterNetns   *ebpf.Variable `ebpf:"filter_netns"`
 	FilterPort    *ebpf.Variable `ebpf:"filter_port"`

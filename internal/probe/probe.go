@@ -81,6 +81,9 @@ type Options struct {
 	BufferBytes  int // events ring; a power of two, at least one page
 	ControlBytes int // control ring
 	SelfTGID     uint32
+	// ExcludeCgroupID is a cgroup2 id whose sockets are never traced, at
+	// any layer: the collect service ships traces from it. 0 = none.
+	ExcludeCgroupID uint64
 	// Disable lists programs not to load, as if this kernel lacked their
 	// hooks (for testing the fallback, and for working around a bad hook).
 	Disable []string
@@ -129,6 +132,7 @@ func Load(opts Options) (*Probe, error) {
 		{"filter_tgid", opts.Filters.TGID},
 		{"filter_cgroup", opts.Filters.CgroupID},
 		{"self_tgid", opts.SelfTGID},
+		{"exclude_cgroup", opts.ExcludeCgroupID},
 		{"events_wakeup", uint64(opts.BufferBytes / 8)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},

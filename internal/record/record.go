@@ -77,6 +77,9 @@ type Config struct {
 	// Loaded, if set, is called with the loaded probe before recording
 	// starts, for callers that change it at run time (probe.SetGroups).
 	Loaded func(p *probe.Probe)
+	// ExcludeCgroupID is a cgroup2 id whose sockets are never recorded:
+	// the collect service's shipper runs in it. 0 = none.
+	ExcludeCgroupID uint64
 }
 
 // Sink takes the records of a recording, in drain order. trace.Writer is
@@ -165,12 +168,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	hc, _ := hostcheck.Run(ctx, hostcheck.Options{Quick: true})
 
 	p, err := probe.Load(probe.Options{
-		Groups:       cfg.Groups,
-		Filters:      kf,
-		BufferBytes:  cfg.BufferBytes,
-		ControlBytes: ControlBufferBytes,
-		SelfTGID:     uint32(os.Getpid()),
-		Disable:      cfg.DisableHooks,
+		Groups:          cfg.Groups,
+		Filters:         kf,
+		BufferBytes:     cfg.BufferBytes,
+		ControlBytes:    ControlBufferBytes,
+		SelfTGID:        uint32(os.Getpid()),
+		Disable:         cfg.DisableHooks,
+		ExcludeCgroupID: cfg.ExcludeCgroupID,
 	})
 	if err != nil {
 		return nil, err

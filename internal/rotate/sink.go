@@ -62,6 +62,9 @@ type Options struct {
 	// OnFinish, if set, is called with the path of each file once it is
 	// closed and unlocked.
 	OnFinish func(path string)
+	// OnDrop, if set, is called for each finished file deleted by Keep,
+	// Budget or a full disk, with why ("keep", "budget", "disk full").
+	OnDrop func(path string, size int64, why string)
 	// Log, if set, receives one line for each file started, finished or
 	// dropped.
 	Log func(format string, args ...any)
@@ -486,6 +489,9 @@ func (s *Sink) drop(f File, why string) bool {
 	s.dropped.Add(1)
 	s.droppedB.Add(f.Size)
 	s.opts.Log("dropped %s (%d bytes): %s", f.Path, f.Size, why)
+	if s.opts.OnDrop != nil {
+		s.opts.OnDrop(f.Path, f.Size, why)
+	}
 	return true
 }
 

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package collect is the always-on collection service: it records with
+// rotation into a local spool, ships every finished file (zstd-compressed,
+// verified) to one or more archives, deletes it locally only once every
+// archive has confirmed it, and keeps the spool within a disk budget.
+// docs/COLLECT.md describes the configuration and the guarantees.
+package collect
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/rotate"
+)
+
+// Config is the collect service's configuration (collect.yaml). Every key
+// is documented in docs/COLLECT.md.
+type Config struct {
+	Host       string       `yaml:"host"`
+	Spool      string       `yaml:"spool"`
+	Pattern    string       `yaml:"pattern"`
+	Rotate     RotateConfig `yaml:"rotate"`
+	Events     string       `yaml:"events"`
+	Filters    Filters      `yaml:"filters"`
+	Buffer     string       `yaml:"buffer"`
+	DiskBudget string       `yaml:"disk_budget"`
+	Compress   *bool        `yaml:"compress"`
+	Ship       ShipConfig   `yaml:"ship"`
+	Targets    []Target     `yaml:"targets"`
+
+	// Parsed from the text fields by Load.
+	budget    int64
+	rotateMax int64
+	groups    event.Group
+	buffer    int
+}
+
+// RotateConfig says when a new file starts.
+type RotateConfig struct {
+	Interval time.Duration `yaml:"interval"`
+	Size     string        `yaml:"size"`
+}
+
+// Filters select what is recorded, as magnet record's flags do.
+type Filters struct {
+	PID    int    `yaml:"pid"`
+	Cgroup string `yaml:"cgroup"`
+	NetNS  string `yaml:"netns"`
+	Port   int    `yaml:"port"`
+}
+
+// ShipConfig tunes the shipper.
+type ShipConfig struct {
+	Interval     time.Duration `yaml:"interval"`
+	RetryInitial time.Duration `yaml:"retry_initial"`
+	RetryMax     time.Duration `yaml:"retry_max"`
+	Timeout      time.Duration `yaml:"timeout"`
+}
+
+// Target is one archive: type dir, ssh or s3, with the keys of its type.
+type Target struct {
+	Name string `yaml:"name"`
+	Type string `yaml:"type"`
+	// dir and ssh: the archive's root directory.
+	Path string `yaml:"path"`
+	// ssh
+	SSHHost      string   `yaml:"host"`
+	User         string   `yaml:"user"`
+	Port         int      `yaml:"port"`
+	IdentityFile string   `yaml:"identity_file"`
+	KnownHosts   string   `yaml:"known_hosts"`
+	SSHOptions   []string `yaml:"ssh_options"`
+	// s3
+	Endpoint     string `yaml:"endpoint"`
+	Bucket       string `yaml:"bucket"`
+	Prefix       string `yaml:"prefix"`
+	Region       string `yaml:"region"`
+	AccessKey    string `yaml:"access_key"`
+	SecretKey    string `yaml:"secret_key"`
+	AccessKeyEnv string `yaml:"access_key_env"`
+	SecretKeyEnv string `yaml:"secret_key_env"`
+}
+
+// Defaults.
+const (
+	DefaultSpool   = "/var/lib/magnet/spool"
+	DefaultPattern = "%H-%Y%m%dT%H%M%S.mgt"
+)
+
+// Load reads and checks a configuration file. Unknown keys are errors, so
+// that a typo does not silently leave a default in place.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse checks a configuration and fills in the defaults.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // empty: all defaults
+		return nil, fmt.Errorf("config: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if err := c.fill(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &c, nil
+}
+
+func (c *Config) fill() error {
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if c.Spool == "" {
+		c.Spool = DefaultSpool
+	}
+	if c.Pattern == "" {
+		c.Pattern = DefaultPattern
+	}
+	if strings.Contains(c.Pattern, "/") {
+		return fmt.Errorf("pattern %q: a file name, without directory (the directory is spool)", c.Pattern)
+	}
+	if _, err := rotate.ParsePattern(c.Spool+"/"+c.Pattern, c.Host); err != nil {
+		return err
+	}
+	if c.Rotate.Interval == 0 && c.Rotate.Size == "" {
+		c.Rotate.Interval = time.Hour
+	}
+	if c.Rotate.Interval < 0 || c.Rotate.Interval > 0 && c.Rotate.Interval < time.Second {
+		return fmt.Errorf("rotate.interval %s: want at least 1s", c.Rotate.Interval)
+	}
+	if c.Rotate.Size != "" {
+		n, err := rotate.ParseSize(c.Rotate.Size)
+		if err != nil {
+			return fmt.Errorf("rotate.size: %w", err)
+		}
+		c.rotateMax = n
+	}
+	var err error
+	if c.groups, err = event.ParseGroups(c.Events); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	if c.Buffer != "" {
+		n, err := rotate.ParseSize(c.Buffer)
+		if err != nil || n > 1<<30 {
+			return fmt.Errorf("buffer %q: want a power of two up to 1GiB", c.Buffer)
+		}
+		c.buffer = int(n)
+	}
+	if c.DiskBudget != "" {
+		if c.budget, err = rotate.ParseSize(c.DiskBudget); err != nil {
+			return fmt.Errorf("disk_budget: %w", err)
+		}
+	}
+	if c.Compress == nil {
+		t := true
+		c.Compress = &t
+	}
+	if c.Ship.Interval == 0 {
+		c.Ship.Interval = 10 * time.Second
+	}
+	if c.Ship.RetryInitial == 0 {
+		c.Ship.RetryInitial = time.Second
+	}
+	if c.Ship.RetryMax == 0 {
+		c.Ship.RetryMax = 5 * time.Minute
+	}
+	if c.Ship.Timeout == 0 {
+		c.Ship.Timeout = 30 * time.Minute
+	}
+	if c.Ship.Interval < 0 || c.Ship.RetryInitial < 0 || c.Ship.RetryMax < c.Ship.RetryInitial || c.Ship.Timeout < 0 {
+		return errors.New("ship: intervals must be positive and retry_max at least retry_initial")
+	}
+	names := map[string]bool{}
+	for i := range c.Targets {
+		t := &c.Targets[i]
+		if err := t.check(); err != nil {
+			return fmt.Errorf("targets[%d]: %w", i, err)
+		}
+		if t.Name == "" {
+			t.Name = fmt.Sprintf("%s-%d", t.Type, i)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("targets[%d]: name %q used twice", i, t.Name)
+		}
+		names[t.Name] = true
+	}
+	return nil
+}
+
+func (t *Target) check() error {
+	switch t.Type {
+	case "dir":
+		if t.Path == "" {
+			return errors.New("dir target needs path")
+		}
+	case "ssh":
+		if t.SSHHost == "" || t.Path == "" {
+			return errors.New("ssh target needs host and path")
+		}
+		if t.Port < 0 || t.Port > 65535 {
+			return fmt.Errorf("ssh port %d: want 1-65535", t.Port)
+		}
+		if strings.HasPrefix(t.SSHHost, "-") || strings.HasPrefix(t.User, "-") {
+			return errors.New("ssh host and user may not start with '-'")
+		}
+	case "s3":
+		if t.Endpoint == "" || t.Bucket == "" {
+			return errors.New("s3 target needs endpoint and bucket")
+		}
+	case "":
+		return errors.New("type is required: dir, ssh or s3")
+	default:
+		return fmt.Errorf("unknown type %q (want dir, ssh or s3)", t.Type)
+	}
+	return nil
+}

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package collect
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/rotate"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// Options are how the service is run (not what it does: that is Config).
+type Options struct {
+	// ConfigPath is passed to the shipper child.
+	ConfigPath string
+	// Self is the magnet binary the shipper child runs; "" = this one.
+	Self string
+	// Log receives the service's lines (files started, shipped, dropped).
+	Log func(format string, args ...any)
+	// Ready, if set, is called once the probes are attached.
+	Ready func()
+	// StatusDir is passed to the recorder ("" = record's default).
+	StatusDir string
+}
+
+// Run is the service: it records with rotation into the spool and keeps a
+// shipper child process running beside it, until ctx ends. The shipper runs
+// in a cgroup of its own that the recorder excludes (probe exclude_cgroup),
+// so the traffic of shipping never appears in the traces.
+func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error) {
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	if opts.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("collect: find own binary: %w", err)
+		}
+		opts.Self = self
+	}
+	if err := os.MkdirAll(cfg.Spool, 0o755); err != nil {
+		return nil, fmt.Errorf("create spool: %w", err)
+	}
+	pat, err := rotate.ParsePattern(filepath.Join(cfg.Spool, cfg.Pattern), cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := newShipperCgroup()
+	if err != nil {
+		return nil, err
+	}
+	defer cg.remove()
+
+	sup := &supervisor{opts: opts, cg: cg}
+	if len(cfg.Targets) > 0 {
+		if err := sup.start(); err != nil {
+			return nil, err
+		}
+		shipCtx, stopShip := context.WithCancel(context.Background())
+		defer func() {
+			stopShip()
+			sup.stop()
+		}()
+		go sup.watch(shipCtx)
+	} else {
+		opts.Log("no targets: files stay in %s", cfg.Spool)
+	}
+
+	dropLog := filepath.Join(cfg.Spool, droppedLog)
+	rcfg := record.Config{
+		Output:          pat.Expand(time.Now(), 0),
+		Groups:          cfg.groups,
+		Filters:         record.Filters(cfg.Filters),
+		BufferBytes:     cfg.buffer,
+		Ready:           opts.Ready,
+		StatusDir:       opts.StatusDir,
+		ExcludeCgroupID: cg.id,
+		NewSink: func(h *trace.Header) (record.Sink, error) {
+			h.Host = cfg.Host
+			return rotate.New(h, rotate.Options{
+				Pattern:    pat,
+				Interval:   cfg.Rotate.Interval,
+				MaxBytes:   cfg.rotateMax,
+				Budget:     cfg.budget,
+				DropOnFull: true,
+				OnFinish:   func(string) { sup.wake() },
+				OnDrop: func(path string, size int64, why string) {
+					appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
+				},
+				Log: opts.Log,
+			})
+		},
+	}
+	return record.Run(ctx, rcfg)
+}
+
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	f.WriteString(line)
+	f.Close()
+}
+
+// Dropped reads the spool's log of dropped files: how many, how many bytes.
+func Dropped(spool string) (files int, bytes int64) {
+	data, _ := os.ReadFile(filepath.Join(spool, droppedLog))
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) == 4 {
+			var n int64
+			fmt.Sscan(f[2], &n)
+			files++
+			bytes += n
+		}
+	}
+	return files, bytes
+}
+
+// supervisor keeps the shipper child running; its stdin is the wake-up
+// line, and its end (EOF) tells the child to stop.
+type supervisor struct {
+	opts Options
+	cg   *shipperCgroup
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+}
+
+func (s *supervisor) start() error {
+	cmd := exec.Command(s.opts.Self, "collect", "--config", s.opts.ConfigPath, "--ship-only")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	// A process group of its own: a terminal's ^C or `timeout` stops the
+	// service, which then stops the shipper after a last pass.
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(s.cg.fd.Fd()), Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start shipper: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.stdin, s.done = cmd, stdin, done
+	s.mu.Unlock()
+	return nil
+}
+
+// watch restarts the shipper when it dies, with a growing delay.
+func (s *supervisor) watch(ctx context.Context) {
+	var b backoff
+	for {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+		}
+		d := b.fail(time.Now(), time.Second, time.Minute)
+		s.opts.Log("shipper exited (%v); restarting in %s", s.cmd.ProcessState, d.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		if err := s.start(); err != nil {
+			s.opts.Log("%v", err)
+		}
+	}
+}
+
+func (s *supervisor) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stdin != nil {
+		_, _ = s.stdin.Write([]byte("finished\n"))
+	}
+}
+
+// stop closes the child's stdin, which makes it ship what it can in a last
+// pass of at most finalPass, and waits for it (a shipment cut off is redone
+// by the next start anyway).
+func (s *supervisor) stop() {
+	s.mu.Lock()
+	cmd, stdin, done := s.cmd, s.stdin, s.done
+	s.stdin = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	stdin.Close()
+	select {
+	case <-done:
+	case <-time.After(finalPass + 5*time.Second):
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// finalPass bounds the shipper's last pass when the service stops.
+const finalPass = 30 * time.Second
+
+// Ship is the shipper child's main loop: ship until stdin ends or ctx does;
+// each line on stdin asks for a pass now. At the end of stdin (the service
+// stopped, or died) it makes a last pass of at most finalPass, so that the
+// file the recorder closed last goes too.
+func Ship(ctx context.Context, cfg *Config, stdin io.Reader, log func(string, ...any)) error {
+	s, err := NewShipper(cfg)
+	if err != nil {
+		return err
+	}
+	s.Log = log
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	eof := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		close(eof)
+		cancel()
+	}()
+	if err := s.Run(runCtx, wake); err != nil {
+		return err
+	}
+	select {
+	case <-eof:
+		last, stop := context.WithTimeout(ctx, finalPass)
+		defer stop()
+		s.Pass(last)
+	default:
+	}
+	return nil
+}
+
+// shipperCgroup is the cgroup2 the shipper runs in, excluded from tracing.
+type shipperCgroup struct {
+	path string
+	fd   *os.File
+	id   uint64
+}
+
+func newShipperCgroup() (*shipperCgroup, error) {
+	root, err := probe.Cgroup2Root()
+	if err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
+	removeStaleCgroups(root)
+	path := filepath.Join(root, fmt.Sprintf("magnet-collect-%d", os.Getpid()))
+	if err := os.Mkdir(path, 0o755); err != nil && !os.IsExist(err) {
+		return nil, fmt.Errorf("collect: create shipper cgroup: %w", err)
+	}
+	fd, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("collect: open shipper cgroup: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(fd.Fd()), &st); err != nil {
+		fd.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("collect: %w", err)
+	}
+	return &shipperCgroup{path: path, fd: fd, id: st.Ino}, nil
+}
+
+// removeStaleCgroups removes the shipper cgroups of services that died
+// (SIGKILL): their name holds a pid that is gone; rmdir fails while a
+// process is still inside.
+func removeStaleCgroups(root string) {
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "magnet-collect-%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+			os.Remove(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+func (c *shipperCgroup) remove() {
+	c.fd.Close()
+	for i := 0; i < 50; i++ {
+		if err := os.Remove(c.path); err == nil || os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
