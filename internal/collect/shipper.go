@@ -212,6 +212,16 @@ func (s *Shipper) Pass(ctx context.Context) {
 			s.Log("%v", err)
 		}
 	}
+	// A recorder killed while it started a file leaves it under its
+	// temporary dot-name (rotate renames it once its start is written).
+	if ents, err := os.ReadDir(s.cfg.Spool); err == nil {
+		for _, e := range ents {
+			p := filepath.Join(s.cfg.Spool, e.Name())
+			if strings.HasPrefix(e.Name(), ".") && strings.HasSuffix(e.Name(), ".new") && !rotate.InUse(p) {
+				os.Remove(p)
+			}
+		}
+	}
 	ents, _ := os.ReadDir(filepath.Join(s.cfg.Spool, stagingDir))
 	for _, e := range ents {
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".json"), ".zst"), ".part")

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package collect
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/archivetest"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/rotate"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+func TestConfig(t *testing.T) {
+	c, err := Parse([]byte(`
+host: web1
+spool: /tmp/spool
+rotate: {interval: 10m, size: 100MiB}
+events: default,-dev
+filters: {port: 443}
+disk_budget: 2GiB
+targets:
+  - {type: dir, path: /mnt/archive}
+  - {type: ssh, name: backup, host: archive.example.org, user: magnet, path: /srv/archive, port: 2222}
+  - {type: s3, endpoint: https://s3.example.org, bucket: traces, prefix: site-a}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.budget != 2<<30 || c.rotateMax != 100<<20 || c.Rotate.Interval != 10*time.Minute || c.Targets[0].Name != "dir-0" || c.Targets[1].Name != "backup" || !*c.Compress {
+		t.Fatalf("parsed %+v", c)
+	}
+	if c.groups&event.GroupDev != 0 || c.Filters.Port != 443 {
+		t.Fatalf("events/filters: %v %+v", c.groups, c.Filters)
+	}
+	def, err := Parse(nil)
+	if err != nil || def.Spool != DefaultSpool || def.Rotate.Interval != time.Hour || def.Ship.Interval != 10*time.Second {
+		t.Fatalf("defaults: %+v %v", def, err)
+	}
+	for bad, want := range map[string]string{
+		"spol: /x":                         "field spol not found",
+		"rotate: {interval: 10ms}":         "at least 1s",
+		"rotate: {size: lots}":             "bad size",
+		"disk_budget: -1":                  "bad size",
+		"events: bogus":                    "unknown event group",
+		"pattern: a/%n.mgt":                "without directory",
+		"pattern: '%q.mgt'":                "unknown verb",
+		"targets: [{type: ftp}]":           "unknown type",
+		"targets: [{type: ssh, path: /x}]": "needs host",
+		"targets: [{type: s3, bucket: b}]": "needs endpoint",
+		"targets: [{type: dir}]":           "needs path",
+		"targets: [{type: ssh, host: -oProxyCommand=x, path: /x}]": "may not start",
+	} {
+		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", bad, err, want)
+		}
+	}
+}
+
+// spool writes n finished files of one recording into the config's spool,
+// plus one still being written (locked) when open is set, and returns the
+// sink (to close later) and the records written.
+func spool(t *testing.T, cfg *Config, n int, open bool) (*rotate.Sink, int) {
+	t.Helper()
+	types, err := event.Dictionary(probe.Layouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &trace.Header{Host: cfg.Host, StartWallNs: time.Now().UnixNano(), Types: types}
+	pat, err := rotate.ParsePattern(filepath.Join(cfg.Spool, cfg.Pattern), cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rotate.New(h, rotate.Options{Pattern: pat, MaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := h.TypeByName("sock_send")
+	rec := make([]byte, send.Size)
+	rec[30] = send.ID
+	written := 0
+	for s.Stats().Files < int64(n+1) {
+		binary.NativeEndian.PutUint64(rec, uint64(1e9+written))
+		if err := s.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		written++
+	}
+	if !open {
+		if err := s.Close(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, written
+}
+
+func testConfig(t *testing.T, targets ...Target) *Config {
+	t.Helper()
+	c, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Host = "web1"
+	c.Spool = t.TempDir()
+	c.Pattern = "%h-%n.mgt"
+	c.Ship.RetryInitial, c.Ship.RetryMax, c.Ship.Timeout = 10*time.Millisecond, 20*time.Millisecond, 5*time.Second
+	for i := range targets {
+		if targets[i].Name == "" {
+			targets[i].Name = targets[i].Type
+		}
+	}
+	c.Targets = targets
+	return c
+}
+
+// counting counts the Puts an archive gets.
+type counting struct {
+	Archive
+	puts atomic.Int32
+}
+
+func (c *counting) Put(ctx context.Context, key string, b Blob) error {
+	c.puts.Add(1)
+	return c.Archive.Put(ctx, key, b)
+}
+
+func newShipper(t *testing.T, cfg *Config) (*Shipper, *[]string) {
+	t.Helper()
+	s, err := NewShipper(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	s.Log = func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }
+	return s, &logs
+}
+
+func archived(t *testing.T, root string) []archive.Entry {
+	t.Helper()
+	es, err := archive.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// readChain reads the archived files as one timeline and counts records.
+func readChain(t *testing.T, es []archive.Entry) (int, []string) {
+	t.Helper()
+	chains := archive.Select(es, archive.Selection{})
+	if len(chains) != 1 {
+		t.Fatalf("%d chains in the archive, want 1", len(chains))
+	}
+	r, err := chains[0].Source(archive.Selection{}).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		_, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return n, r.Warnings()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+}
+
+// TestShipDir: finished files go, compressed and with manifests, to
+// HOST/DATE/; the file being written stays; local copies go only once
+// shipped; the archive reads back as one timeline.
+func TestShipDir(t *testing.T) {
+	root := t.TempDir()
+	cfg := testConfig(t, Target{Type: "dir", Path: root})
+	sink, written := spool(t, cfg, 3, true)
+	s, _ := newShipper(t, cfg)
+	s.Pass(context.Background())
+	es := archived(t, root)
+	if len(es) != 3 {
+		t.Fatalf("%d files archived, want 3 (the open one stays)", len(es))
+	}
+	for _, e := range es {
+		if !e.Compressed || e.SHA256 == "" || e.Host != "web1" || !strings.HasPrefix(e.Path, filepath.Join(root, "web1", time.Now().UTC().Format("2006-01-02"))) {
+			t.Fatalf("entry %+v", e)
+		}
+		sum, n, _ := fileSHA256(e.Path)
+		if sum != e.SHA256 || n != e.Bytes {
+			t.Fatalf("%s: manifest says %d/%s, file is %d/%s", e.Path, e.Bytes, e.SHA256, n, sum)
+		}
+	}
+	left, _ := rotate.Finished(s.pattern, "")
+	if len(left) != 0 {
+		t.Fatalf("%d finished files left in the spool", len(left))
+	}
+	if err := sink.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Pass(context.Background())
+	es = archived(t, root)
+	n, warns := readChain(t, es)
+	if len(es) != 4 || n != written || len(warns) != 0 {
+		t.Fatalf("archive: %d files, %d of %d records, warnings %v", len(es), n, written, warns)
+	}
+	if waiting, shipped := s.Queue(); waiting != 0 || shipped != 4 {
+		t.Fatalf("queue %d, shipped %d", waiting, shipped)
+	}
+}
+
+// TestShipOutageAndResume: an unreachable archive keeps files queued, with
+// backoff, and they ship when it returns; a shipper restarted after a crash
+// that came between upload and journal does not upload again.
+func TestShipOutageAndResume(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "archive")
+	if err := os.WriteFile(root, nil, 0o644); err != nil { // a file where the directory should be
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, Target{Type: "dir", Path: root})
+	_, written := spool(t, cfg, 2, false)
+	s, logs := newShipper(t, cfg)
+	s.Pass(context.Background())
+	s.Pass(context.Background())
+	if waiting, _ := s.Queue(); waiting != 3 || !strings.Contains(strings.Join(*logs, "\n"), "failed") {
+		t.Fatalf("outage: %d waiting, logs %v", waiting, *logs)
+	}
+	if s.backoffs["dir"].fails == 0 {
+		t.Fatal("no backoff after failures")
+	}
+	os.Remove(root) // the archive returns
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.Pass(context.Background())
+		if waiting, _ := s.Queue(); waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("files did not ship after the archive returned")
+		}
+		time.Sleep(s.cfg.Ship.RetryMax)
+	}
+	if n, _ := readChain(t, archived(t, root)); n != written {
+		t.Fatalf("archive holds %d records, %d written", n, written)
+	}
+
+	// A crash after the upload, before the journal said so: the restarted
+	// shipper finds the file in the archive and does not put it again.
+	cfg2 := testConfig(t, Target{Type: "dir", Path: t.TempDir()})
+	spool(t, cfg2, 0, false)
+	s1, _ := newShipper(t, cfg2)
+	files, _ := rotate.Finished(s1.pattern, "")
+	st, err := s1.stage(files[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.j.Files[filepath.Base(files[0].Path)] = st
+	s1.j.save()
+	if err := s1.shipTo(context.Background(), s1.archives[0], archiveKey(st.Meta), st); err != nil {
+		t.Fatal(err)
+	}
+	// ... killed here. Restart:
+	s2, _ := newShipper(t, cfg2)
+	c := &counting{Archive: s2.archives[0]}
+	s2.archives[0] = c
+	s2.Pass(context.Background())
+	if c.puts.Load() != 0 {
+		t.Fatalf("%d puts after restart: shipped twice", c.puts.Load())
+	}
+	if waiting, shipped := s2.Queue(); waiting != 0 || shipped != 1 {
+		t.Fatalf("after restart: %d waiting, %d shipped", waiting, shipped)
+	}
+}
+
+// shipThroughOutage ships 2 files, takes the archive away, ships 2 more
+// (they queue), brings it back and checks that all 4 arrive.
+func shipThroughOutage(t *testing.T, cfg *Config, down, up func(), list func() []archive.Entry) {
+	t.Helper()
+	first, _ := spool(t, cfg, 2, true)
+	s, logs := newShipper(t, cfg)
+	s.Pass(context.Background())
+	if n := len(list()); n != 2 {
+		t.Fatalf("%d files in the archive, want 2; log %v", n, *logs)
+	}
+	down()
+	first.Close(nil) // the third file finishes while the archive is away
+	s.Pass(context.Background())
+	if waiting, _ := s.Queue(); waiting != 1 {
+		t.Fatalf("%d files queued during the outage, want 1; log %v", waiting, *logs)
+	}
+	up()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.Pass(context.Background())
+		if waiting, _ := s.Queue(); waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("files did not ship after the archive returned; log %v", *logs)
+		}
+		time.Sleep(cfg.Ship.RetryMax)
+	}
+	es := list()
+	if len(es) != 3 {
+		t.Fatalf("%d files in the archive, want 3", len(es))
+	}
+	t.Logf("log: %s", strings.Join(*logs, " | "))
+}
+
+// TestShipSSH ships to a real sshd on loopback, through an outage (the
+// server stopped, then started again).
+func TestShipSSH(t *testing.T) {
+	srv := archivetest.StartSSHD(t)
+	root := t.TempDir()
+	cfg := testConfig(t, Target{Type: "ssh", SSHHost: "127.0.0.1", Port: srv.Port, User: srv.User, Path: root,
+		IdentityFile: srv.Identity, KnownHosts: srv.KnownHosts})
+	shipThroughOutage(t, cfg, srv.Stop, srv.Start, func() []archive.Entry { return archived(t, root) })
+	if n, warns := readChain(t, archived(t, root)); n == 0 || len(warns) != 0 {
+		t.Fatalf("ssh archive: %d records, warnings %v", n, warns)
+	}
+}
+
+// TestShipS3 ships to a real S3-compatible store (moto_server), through an
+// outage (the store frozen, then thawed), then reads the archive back from
+// s3:// as the analysis commands do.
+func TestShipS3(t *testing.T) {
+	m := archivetest.StartMoto(t)
+	cfg := testConfig(t, Target{Type: "s3", Endpoint: m.Endpoint, Bucket: "traces", Prefix: "site-a", Region: "us-east-1",
+		AccessKey: archivetest.AccessKey, SecretKey: archivetest.SecretKey})
+	cfg.Ship.Timeout = 2 * time.Second
+	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
+	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
+	t.Setenv("AWS_REGION", "us-east-1")
+	list := func() []archive.Entry {
+		es, err := archive.List("s3://traces/site-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	shipThroughOutage(t, cfg, m.Pause, m.Resume, list)
+	srcs, cleanup, err := archive.Resolve([]string{"s3://traces/site-a"}, archive.Selection{Hosts: []string{"web1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if len(srcs) != 1 || len(srcs[0].Paths) != 3 {
+		t.Fatalf("sources from s3: %+v", srcs)
+	}
+	r, err := srcs[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if len(r.Warnings()) != 0 {
+		t.Fatalf("chain from s3: %v", r.Warnings())
+	}
+}
