@@ -114,14 +114,56 @@ func (s *SSHD) Start() {
 	waitListening(s.t, s.Port, s.cmd)
 }
 
-// Stop ends the server and every session it started: the archive becomes
-// unreachable (connection refused).
+// Stop ends the server and every session it started (they run in sessions
+// of their own, so they are found as its descendants): the archive becomes
+// unreachable, connections refused and open ones cut.
 func (s *SSHD) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil || s.cmd.ProcessState != nil {
 		return
 	}
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	pids := descendants(s.cmd.Process.Pid)
+	syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
 	s.cmd.Wait()
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut after ')'.
+		i := strings.LastIndexByte(string(data), ')')
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	frontier := []int{pid}
+	for len(frontier) > 0 {
+		var next []int
+		for p, pp := range parent {
+			for _, f := range frontier {
+				if pp == f {
+					out = append(out, p)
+					next = append(next, p)
+				}
+			}
+		}
+		frontier = next
+	}
+	return out
 }
 
 // SSH runs a command on the server as a client, outside any collect

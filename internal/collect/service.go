@@ -237,6 +237,7 @@ func Ship(ctx context.Context, cfg *Config, stdin io.Reader, log func(string, ..
 		return err
 	}
 	s.Log = log
+	defer s.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wake := make(chan struct{}, 1)

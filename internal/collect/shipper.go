@@ -302,27 +302,32 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 	return s.j.save()
 }
 
-// shipTo puts the trace, then its manifest, skipping what the archive
-// already holds (a shipment that completed before a crash).
+// shipTo puts the trace unless the archive holds it already (a shipment
+// that completed before a crash), then its manifest.
 func (s *Shipper) shipTo(ctx context.Context, a Archive, key string, st *fileState) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Ship.Timeout)
 	defer cancel()
-	for _, item := range []struct {
-		key string
-		b   Blob
-	}{{key, st.Trace}, {key + archive.ManifestSuffix, st.Manifest}} {
-		has, err := a.Has(ctx, item.key, item.b)
-		if err != nil {
-			return err
-		}
-		if has {
-			continue
-		}
-		if err := a.Put(ctx, item.key, item.b); err != nil {
+	has, err := a.Has(ctx, key, st.Trace)
+	if err != nil {
+		return err
+	}
+	if !has {
+		if err := a.Put(ctx, key, st.Trace); err != nil {
 			return err
 		}
 	}
-	return nil
+	// The manifest, written last, commits the file to the archive; putting
+	// it again (after a crash) rewrites the same bytes.
+	return a.Put(ctx, key+archive.ManifestSuffix, st.Manifest)
+}
+
+// Close releases the archives' connections.
+func (s *Shipper) Close() {
+	for _, a := range s.archives {
+		if c, ok := a.(io.Closer); ok {
+			c.Close()
+		}
+	}
 }
 
 // staged reports whether the staged copies of st are still there, whole.

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
 )
@@ -148,17 +149,43 @@ func fileSHA256(p string) (string, int64, error) {
 // configuration, keys, agent, known hosts and jump hosts, and keeps any SSH
 // implementation out of magnet. Only ssh is needed on this side and a POSIX
 // shell with sha256sum on the archive host (no scp, rsync or sftp server).
+//
+// One connection carries every session while the shipper runs (ssh's
+// ControlMaster, its socket in a private directory): a file costs three
+// sessions, and a handshake each would be most of the time.
 type sshArchive struct {
-	name string
-	t    Target
+	name    string
+	t       Target
+	ctlDir  string
+	ctlPath string
 }
 
-func newSSHArchive(t Target) *sshArchive { return &sshArchive{name: t.Name, t: t} }
+func newSSHArchive(t Target) *sshArchive {
+	s := &sshArchive{name: t.Name, t: t}
+	if dir, err := os.MkdirTemp("", "magnet-ssh-"); err == nil {
+		s.ctlDir, s.ctlPath = dir, filepath.Join(dir, "%C")
+	}
+	return s
+}
 
 func (s *sshArchive) Name() string { return s.name }
 
+// Close ends the shared connection.
+func (s *sshArchive) Close() error {
+	if s.ctlDir == "" {
+		return nil
+	}
+	cmd := s.command(context.Background(), "")
+	cmd.Args = append(cmd.Args[:1], append([]string{"-O", "exit"}, cmd.Args[1:len(cmd.Args)-1]...)...)
+	_ = cmd.Run()
+	return os.RemoveAll(s.ctlDir)
+}
+
 func (s *sshArchive) command(ctx context.Context, script string) *exec.Cmd {
 	args := []string{"-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15"}
+	if s.ctlPath != "" {
+		args = append(args, "-o", "ControlMaster=auto", "-o", "ControlPath="+s.ctlPath, "-o", "ControlPersist=60")
+	}
 	if s.t.Port != 0 {
 		args = append(args, "-p", strconv.Itoa(s.t.Port))
 	}
@@ -184,7 +211,10 @@ func (s *sshArchive) run(ctx context.Context, script string, stdin io.Reader) (s
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
+	// The first session forks the shared connection's master, which keeps
+	// the pipes open for ControlPersist: do not wait for it.
+	cmd.WaitDelay = 500 * time.Millisecond
+	if err := cmd.Run(); err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		msg := strings.TrimSpace(errb.String())
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 			msg = msg[i+1:]

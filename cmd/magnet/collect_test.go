@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/archivetest"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// TestCollectService runs `magnet collect` against a real sshd on loopback,
+// recording only the traffic of the sshd's port: the shipper's own ssh
+// sessions to that port must not be in the traces, the test's own must.
+// The service is SIGKILLed while it rotates every second and ships, then
+// restarted and stopped with SIGTERM: nothing in the archive is half a file,
+// nothing is shipped twice, the spool ends empty, and report/export/archive
+// ls read the archive by host.
+func TestCollectService(t *testing.T) {
+	needRoot(t)
+	srv := archivetest.StartSSHD(t)
+	dir := t.TempDir()
+	spool, root := filepath.Join(dir, "spool"), filepath.Join(dir, "archive")
+	cfgPath := filepath.Join(dir, "collect.yaml")
+	cfg := fmt.Sprintf(`host: e2ehost
+spool: %s
+pattern: "%%h-%%Y%%m%%dT%%H%%M%%S.mgt"
+rotate: {interval: 1s}
+filters: {port: %d}
+ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
+targets:
+  - type: ssh
+    host: 127.0.0.1
+    port: %d
+    user: %s
+    path: %s
+    identity_file: %s
+    known_hosts: %s
+`, spool, srv.Port, srv.Port, srv.User, root, srv.Identity, srv.KnownHosts)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	start := func() *exec.Cmd {
+		ready := filepath.Join(dir, "ready")
+		os.Remove(ready)
+		cmd := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+		return cmd
+	}
+	control := func() {
+		if out, err := srv.SSH("true").CombinedOutput(); err != nil {
+			t.Fatalf("ssh to the test server: %v %s", err, out)
+		}
+	}
+	manifests := func() int {
+		n := 0
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, ".mgt.zst.json") && !strings.HasPrefix(d.Name(), ".") {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+
+	t0 := time.Now()
+	svc := start()
+	t.Logf("%s: ready", time.Since(t0))
+	control()
+	control()
+	waitFor(t, func() bool { return manifests() >= 3 })
+	t.Logf("%s: 3 shipped", time.Since(t0))
+	svc.Process.Signal(syscall.SIGKILL)
+	svc.Wait()
+	checkArchiveWhole(t, root)
+
+	svc = start()
+	t.Logf("%s: ready again", time.Since(t0))
+	control()
+	n := manifests()
+	waitFor(t, func() bool { return manifests() >= n+2 })
+	t.Logf("%s: 2 more shipped", time.Since(t0))
+	svc.Process.Signal(syscall.SIGTERM)
+	if err := svc.Wait(); err != nil {
+		t.Fatalf("collect after SIGTERM: %v\n%s", err, logs.String())
+	}
+	t.Logf("%s: stopped", time.Since(t0))
+	checkArchiveWhole(t, root)
+
+	// Everything shipped, once.
+	left, _ := filepath.Glob(filepath.Join(spool, "e2ehost-*.mgt"))
+	if len(left) != 0 {
+		t.Fatalf("files left in the spool after SIGTERM: %v\n%s", left, logs.String())
+	}
+	shipped := map[string]int{}
+	for _, m := range regexp.MustCompile(`shipped (\S+) to `).FindAllStringSubmatch(logs.String(), -1) {
+		shipped[m[1]]++
+	}
+	for name, c := range shipped {
+		if c != 1 {
+			t.Errorf("%s shipped %d times", name, c)
+		}
+	}
+	es, err := archive.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != len(shipped) {
+		t.Errorf("%d files in the archive, %d shipped", len(es), len(shipped))
+	}
+
+	// The archive by host: two recordings (one per run).
+	r := magnet(t, "archive", "ls", root, "--host", "e2ehost", "--json")
+	var chains []struct {
+		Recording string          `json:"recording"`
+		Files     []archive.Entry `json:"files"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &chains) != nil || len(chains) != 2 {
+		t.Fatalf("archive ls: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if r := magnet(t, "report", root, "--host", "e2ehost"); r.code != 0 {
+		t.Fatalf("report from the archive: %s", r.stderr)
+	}
+
+	// The shipper's ssh sessions are not in the traces; the test's three are.
+	conns := filepath.Join(dir, "conns.jsonl")
+	if r := magnet(t, "export", root, "--host", "e2ehost", "-f", "jsonl", "-o", filepath.Join(dir, "ev.jsonl"), "--conns-output", conns); r.code != 0 {
+		t.Fatalf("export from the archive: %s", r.stderr)
+	}
+	data, err := os.ReadFile(conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := strings.Count(string(data), fmt.Sprintf(`"remote":"127.0.0.1:%d"`, srv.Port))
+	if clients != 3 {
+		t.Fatalf("%d client connections to the archive's port in the traces, want the test's 3 (the shipper's excluded); %d files shipped\n%s", clients, len(shipped), data)
+	}
+	t.Logf("%d files shipped over ssh in two runs; the traces hold the test's 3 ssh connections and none of the shipper's", len(shipped))
+}
+
+// checkArchiveWhole: no half file under a final name: every archived trace
+// decompresses and reads to its end, and matches its manifest when it has
+// one (a trace renamed into place just before a SIGKILL gets its manifest
+// on the next run).
+func checkArchiveWhole(t *testing.T, root string) {
+	t.Helper()
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") || !strings.HasSuffix(p, ".mgt.zst") {
+			return nil
+		}
+		r, err := trace.Open(p)
+		if err != nil {
+			t.Fatalf("archived %s: %v", p, err)
+		}
+		for {
+			if _, err := r.Next(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("archived %s: %v", p, err)
+				}
+				break
+			}
+		}
+		r.Close()
+		return nil
+	})
+}
