@@ -17,6 +17,9 @@ command -v make >/dev/null || need+=(make)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
+# The collect tests ship to a real sshd on loopback.
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
@@ -25,6 +28,9 @@ fi
 # pyarrow reads magnet's Parquet exports back in the tests.
 python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow 2>/dev/null ||
 	{ command -v pip3 >/dev/null || { apt-get install -y -qq python3-pip >/dev/null; }; python3 -m pip install --quiet --break-system-packages pyarrow; }
+# moto_server is the S3-compatible object store the collect tests ship to.
+command -v moto_server >/dev/null || python3 -m pip install --quiet 'moto[server]' 2>/dev/null ||
+	python3 -m pip install --quiet --break-system-packages 'moto[server]'
 # Debian's Go may be older than go.mod asks for: let the go command fetch
 # the toolchain go.mod names from the module proxy.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"

@@ -381,3 +381,76 @@ func TestShipS3(t *testing.T) {
 		t.Fatalf("chain from s3: %v", r.Warnings())
 	}
 }
+
+// TestBudgetWhileArchiveDown: with the archive away, files queue in the
+// spool up to the disk budget; beyond it the oldest finished files are
+// dropped, logged and counted; when the archive returns the rest ship.
+// Every file is either shipped or counted as dropped.
+func TestBudgetWhileArchiveDown(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "archive")
+	os.WriteFile(root, nil, 0o644) // unreachable: a file where the directory should be
+	cfg := testConfig(t, Target{Type: "dir", Path: root})
+	cfg.budget = 200 << 10
+	cfg.rotateMax = 32 << 10
+	cfg.Rotate.Interval = 0
+	s, logs := newShipper(t, cfg)
+	types, err := event.Dictionary(probe.Layouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &trace.Header{Host: cfg.Host, StartWallNs: time.Now().UnixNano(), Types: types}
+	sink, err := rotate.New(h, cfg.sinkOptions(s.pattern, func() { s.Pass(context.Background()) }, func(string, ...any) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := h.TypeByName("sock_send")
+	rec := make([]byte, send.Size)
+	rec[30] = send.ID
+	for i := 0; sink.Stats().Files < 20; i++ {
+		binary.NativeEndian.PutUint64(rec, uint64(1e9+i))
+		if err := sink.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sink.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	files, dropped := 0, 0
+	var size int64
+	fs, _ := rotate.Finished(s.pattern, "")
+	for _, f := range fs {
+		size += f.Size
+		files++
+	}
+	dropped, droppedBytes := Dropped(cfg.Spool)
+	if size > cfg.budget || dropped == 0 || int64(dropped) != sink.Stats().Dropped || droppedBytes != sink.Stats().DroppedBytes {
+		t.Fatalf("spool %d bytes in %d files (budget %d), %d dropped (%d bytes), sink %+v", size, files, cfg.budget, dropped, droppedBytes, sink.Stats())
+	}
+	os.Remove(root)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.Pass(context.Background())
+		if waiting, _ := s.Queue(); waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue did not drain; log %v", *logs)
+		}
+		time.Sleep(cfg.Ship.RetryMax)
+	}
+	_, shipped := s.Queue()
+	if int64(shipped)+int64(dropped) != sink.Stats().Files {
+		t.Fatalf("%d shipped + %d dropped != %d files", shipped, dropped, sink.Stats().Files)
+	}
+	// The oldest went first: the archive's chain starts where the drops
+	// ended, and has no hole.
+	c := archive.Select(archived(t, root), archive.Selection{})[0]
+	if c.Entries[0].Seq != dropped {
+		t.Fatalf("archive starts at file %d, %d were dropped", c.Entries[0].Seq, dropped)
+	}
+	n, warns := readChain(t, c.Entries)
+	if n == 0 || len(warns) != 0 {
+		t.Fatalf("archived chain: %d records, warnings %v", n, warns)
+	}
+	t.Logf("%d files: %d dropped while the archive was away, %d shipped", sink.Stats().Files, dropped, shipped)
+}

@@ -81,7 +81,6 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		opts.Log("no targets: files stay in %s", cfg.Spool)
 	}
 
-	dropLog := filepath.Join(cfg.Spool, droppedLog)
 	rcfg := record.Config{
 		Output:          pat.Expand(time.Now(), 0),
 		Groups:          cfg.groups,
@@ -92,21 +91,29 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		ExcludeCgroupID: cg.id,
 		NewSink: func(h *trace.Header) (record.Sink, error) {
 			h.Host = cfg.Host
-			return rotate.New(h, rotate.Options{
-				Pattern:    pat,
-				Interval:   cfg.Rotate.Interval,
-				MaxBytes:   cfg.rotateMax,
-				Budget:     cfg.budget,
-				DropOnFull: true,
-				OnFinish:   func(string) { sup.wake() },
-				OnDrop: func(path string, size int64, why string) {
-					appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
-				},
-				Log: opts.Log,
-			})
+			return rotate.New(h, cfg.sinkOptions(pat, sup.wake, opts.Log))
 		},
 	}
 	return record.Run(ctx, rcfg)
+}
+
+// sinkOptions is how the service rotates: the configured interval and size,
+// the disk budget, the oldest finished files dropped (and logged in the
+// spool's .dropped.log) when the budget or the disk runs out.
+func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(string, ...any)) rotate.Options {
+	dropLog := filepath.Join(cfg.Spool, droppedLog)
+	return rotate.Options{
+		Pattern:    pat,
+		Interval:   cfg.Rotate.Interval,
+		MaxBytes:   cfg.rotateMax,
+		Budget:     cfg.budget,
+		DropOnFull: true,
+		OnFinish:   func(string) { finished() },
+		OnDrop: func(path string, size int64, why string) {
+			appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
+		},
+		Log: log,
+	}
 }
 
 func appendLine(path, line string) {
