@@ -188,3 +188,60 @@ func checkArchiveWhole(t *testing.T, root string) {
 		return nil
 	})
 }
+
+// TestRotateCollectBadInput: the new flags and commands fail with one line.
+func TestRotateCollectBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("spool: /tmp/x\ntargets: [{type: ftp}]\n"), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--keep", "3"}, "--keep needs --rotate"},
+		{[]string{"record", "-o", filepath.Join(dir, "%q.mgt"), "--rotate", "1h"}, "unknown verb %q"},
+		{[]string{"record", "-o", filepath.Join(dir, "%Y", "x.mgt"), "--rotate", "1h"}, "file name only"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--rotate", "10ms"}, "at least 1s"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--rotate-size", "1K"}, "at least 1MiB"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--rotate", "1h", "--on-disk-full", "explode"}, "want stop or drop"},
+		{[]string{"collect"}, "--config FILE"},
+		{[]string{"collect", "--config", filepath.Join(dir, "none.yaml")}, "no such file"},
+		{[]string{"collect", "--config", bad}, `unknown type "ftp"`},
+		{[]string{"archive", "ls", filepath.Join(dir, "none")}, "no such file"},
+		{[]string{"archive", "ls", bad}, "not a directory"},
+		{[]string{"report", dir}, "holds no traces"},
+		{[]string{"parse", "../../testdata/bigendian.mgt", "--since", "noon"}, "bad time"},
+		{[]string{"report", "../../testdata/bigendian.mgt", "--host", "nohost"}, "no trace matches"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, "_"), func(t *testing.T) {
+			oneLineError(t, magnet(t, c.args...), c.want)
+		})
+	}
+}
+
+// TestRecordRotate: magnet record --rotate writes a chain; parse reads the
+// directory as one timeline, and report takes the files in any order.
+func TestRecordRotate(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	r := magnet(t, "record", "-q", "--rotate", "1s", "--duration", "3500ms", "-o", filepath.Join(dir, "%h-%n.mgt"))
+	if r.code != 0 {
+		t.Fatalf("record --rotate: %s", r.stderr)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.mgt"))
+	if len(files) < 3 {
+		t.Fatalf("%d files after 3.5 s with --rotate 1s", len(files))
+	}
+	p := magnet(t, "parse", "--meta", dir)
+	if p.code != 0 || strings.Contains(p.stderr, "warning") {
+		t.Fatalf("parse of the chain: %d %s", p.code, p.stderr)
+	}
+	reversed := append([]string(nil), files...)
+	for i, j := 0, len(reversed)-1; i < j; i, j = i+1, j-1 {
+		reversed[i], reversed[j] = reversed[j], reversed[i]
+	}
+	if rep := magnet(t, append([]string{"report", "--json"}, reversed...)...); rep.code != 0 || strings.Count(rep.stdout, `"traces"`) != 1 {
+		t.Fatalf("report of the files: %d %s", rep.code, rep.stderr)
+	}
+}

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package archive
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/rotate"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+func TestParseTime(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 30, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"10:00":                     time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC),
+		"10:00:05":                  time.Date(2025, 3, 1, 10, 0, 5, 0, time.UTC),
+		"2025-02-28T23:59":          time.Date(2025, 2, 28, 23, 59, 0, 0, time.UTC),
+		"2025-02-28":                time.Date(2025, 2, 28, 0, 0, 0, 0, time.UTC),
+		"2025-02-28T23:59:00+01:00": time.Date(2025, 2, 28, 22, 59, 0, 0, time.UTC),
+		"-1h30m":                    time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC),
+	} {
+		got, err := ParseTime(in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("%s: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "noon", "25:00", "-x"} {
+		if _, err := ParseTime(bad, now); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// recording writes a rotated recording of host into dir: a file every
+// minute from start, each with one sock_send a second of its time.
+func recording(t *testing.T, dir, host string, start time.Time, files int) {
+	t.Helper()
+	types, err := event.Dictionary(probe.Layouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const offset = int64(1_000_000_000_000_000_000) // wall = time_ns + offset
+	h := &trace.Header{Host: host, StartWallNs: start.UnixNano(), Types: types, Clock: trace.Clock{WallOffsetNs: offset}}
+	p, err := rotate.ParsePattern(filepath.Join(dir, "%h-%Y%m%dT%H%M%S.mgt"), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := start
+	s, err := rotate.New(h, rotate.Options{Pattern: p, Interval: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := h.TypeByName("sock_send")
+	rec := make([]byte, send.Size)
+	rec[30] = send.ID
+	for i := 0; i < files*60; i++ {
+		binary.NativeEndian.PutUint64(rec, uint64(now.UnixNano()-offset))
+		if err := s.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t *testing.T, src trace.Source) int {
+	t.Helper()
+	r, err := src.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			if len(r.Warnings()) > 0 {
+				t.Fatalf("%s: %v", src.Name, r.Warnings())
+			}
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Type.Name == "sock_send" {
+			n++
+		}
+	}
+}
+
+// TestSelect: hosts and a time window pick files and events; the files of a
+// recording become one chain whatever order they come in.
+func TestSelect(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	recording(t, filepath.Join(dir, "a"), "a", t0, 5)
+	recording(t, filepath.Join(dir, "b"), "b", t0, 5)
+	es, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 12 { // 5 minutes of files and the empty one started at the end
+		t.Fatalf("%d traces found", len(es))
+	}
+	all := Select(es, Selection{})
+	if len(all) != 2 || len(all[0].Entries) != 6 || all[0].Host != "a" {
+		t.Fatalf("chains %+v", all)
+	}
+	if n := count(t, all[0].Source(Selection{})); n != 300 {
+		t.Fatalf("whole chain: %d events, want 300", n)
+	}
+	sel := Selection{Hosts: []string{"b"}, Since: t0.Add(90 * time.Second), Until: t0.Add(150 * time.Second)}
+	cs := Select(es, sel)
+	if len(cs) != 1 || cs[0].Host != "b" || len(cs[0].Entries) != 2 || cs[0].Entries[0].Seq != 1 {
+		t.Fatalf("selected %+v", cs)
+	}
+	if n := count(t, cs[0].Source(sel)); n != 60 {
+		t.Fatalf("window of 60 s holds %d events", n)
+	}
+
+	// Files given one by one, in the wrong order, are one chain.
+	paths := []string{es[4].Path, es[2].Path, es[3].Path}
+	srcs, cleanup, err := Resolve(paths, Selection{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if len(srcs) != 1 || len(srcs[0].Paths) != 3 || srcs[0].Paths[0] != es[2].Path {
+		t.Fatalf("resolved %+v", srcs)
+	}
+	if n := count(t, srcs[0]); n != 180 {
+		t.Fatalf("three files: %d events", n)
+	}
+	if _, _, err := Resolve([]string{dir}, Selection{Hosts: []string{"c"}}); err == nil {
+		t.Fatal("an empty selection resolved")
+	}
+	if _, _, err := Resolve([]string{filepath.Join(dir, "nope")}, Selection{}); err == nil {
+		t.Fatal("a missing path resolved")
+	}
+	empty := t.TempDir()
+	os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("x"), 0o644)
+	if _, _, err := Resolve([]string{empty}, Selection{}); err == nil {
+		t.Fatal("a directory without traces resolved")
+	}
+}
