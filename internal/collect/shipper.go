@@ -217,7 +217,12 @@ func (s *Shipper) Pass(ctx context.Context) {
 	if ents, err := os.ReadDir(s.cfg.Spool); err == nil {
 		for _, e := range ents {
 			p := filepath.Join(s.cfg.Spool, e.Name())
-			if strings.HasPrefix(e.Name(), ".") && strings.HasSuffix(e.Name(), ".new") && !rotate.InUse(p) {
+			if !strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".new") {
+				continue
+			}
+			// Between its creation and its lock a new file is young: only
+			// an old, unlocked one was left by a killed recorder.
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute && !rotate.InUse(p) {
 				os.Remove(p)
 			}
 		}
