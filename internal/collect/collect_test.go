@@ -192,8 +192,21 @@ func TestShipDir(t *testing.T) {
 	root := t.TempDir()
 	cfg := testConfig(t, Target{Type: "dir", Path: root})
 	sink, written := spool(t, cfg, 3, true)
+	// A recorder killed in the middle of a rotation leaves the next file
+	// under its temporary name; a young one may be a file being started.
+	stale, young := filepath.Join(cfg.Spool, ".web1-0042.mgt.new"), filepath.Join(cfg.Spool, ".web1-0043.mgt.new")
+	os.WriteFile(stale, []byte("MGTRACE"), 0o644)
+	os.WriteFile(young, []byte("MGTRACE"), 0o644)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stale, old, old)
 	s, _ := newShipper(t, cfg)
 	s.Pass(context.Background())
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the stale temporary of a killed rotation is still there")
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Error("a young temporary was removed")
+	}
 	es := archived(t, root)
 	if len(es) != 3 {
 		t.Fatalf("%d files archived, want 3 (the open one stays)", len(es))
