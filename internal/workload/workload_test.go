@@ -110,7 +110,8 @@ func TestFlood(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Messages < 1000 || r.Bytes != int64(r.Messages)*64 {
+			// A floor, not a rate: the machine may be busy with other work.
+			if r.Messages < 100 || r.Bytes != int64(r.Messages)*64 {
 				t.Errorf("flood sent %d bytes in %d messages", r.Bytes, r.Messages)
 			}
 			t.Logf("%s flood: %d messages in %v", proto, r.Messages, r.End.Sub(r.Start).Round(time.Millisecond))
