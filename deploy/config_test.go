@@ -7,35 +7,48 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	collectpkg "github.com/magnet-tracer/magnet/internal/collect"
 )
 
 // The default configuration files are YAML with the documented defaults, and
 // collect.yaml shows an example of each kind of archive.
 func TestDefaultConfigs(t *testing.T) {
-	var collect struct {
-		Output     string         `yaml:"output"`
-		Rotate     string         `yaml:"rotate"`
-		RotateSize string         `yaml:"rotate-size"`
-		Keep       int            `yaml:"keep"`
-		Events     string         `yaml:"events"`
-		Ship       map[string]any `yaml:"ship"`
-	}
+	// collect.yaml is what `magnet collect` itself accepts (its loader
+	// rejects unknown keys), with the documented defaults.
 	raw := read(t, filepath.Join(repo, "deploy/config/collect.yaml"))
-	if err := yaml.Unmarshal(raw, &collect); err != nil {
+	collect, err := collectpkg.Parse(raw)
+	if err != nil {
 		t.Fatalf("collect.yaml: %v", err)
 	}
-	if filepath.Dir(collect.Output) != "/var/lib/magnet" || collect.Rotate != "1h" || collect.RotateSize != "1GiB" || collect.Keep != 48 || collect.Events != "default" {
+	if collect.Spool != collectpkg.DefaultSpool || collect.Pattern != collectpkg.DefaultPattern || collect.Rotate.Interval != time.Hour || collect.Events != "default" {
 		t.Errorf("collect.yaml defaults: %+v", collect)
 	}
-	if collect.Ship != nil {
+	if len(collect.Targets) != 0 {
 		t.Error("shipping is on by default; it needs an archive configured first")
 	}
-	for _, example := range []string{"#   to: /srv/", "#   to: ssh://", "#   to: s3://"} {
-		if !strings.Contains(string(raw), example) {
-			t.Errorf("collect.yaml has no %q example", example)
+	// Each commented example, uncommented, is a valid configuration.
+	var examples strings.Builder
+	_, targets, _ := strings.Cut(string(raw), "\n# targets:")
+	examples.WriteString("targets:\n")
+	for _, line := range strings.Split(targets, "\n") {
+		if strings.HasPrefix(line, "#   ") {
+			examples.WriteString(strings.TrimPrefix(line, "# ") + "\n")
 		}
+	}
+	withTargets, err := collectpkg.Parse(append(raw, examples.String()...))
+	if err != nil {
+		t.Fatalf("collect.yaml with its examples uncommented: %v", err)
+	}
+	var types []string
+	for _, tg := range withTargets.Targets {
+		types = append(types, tg.Type)
+	}
+	if !slices.Equal(types, []string{"dir", "ssh", "s3"}) {
+		t.Errorf("collect.yaml examples: targets %v, want dir, ssh and s3", types)
 	}
 
 	var daemon struct {

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/magnet-tracer/magnet/internal/collect"
 )
 
 // The parts of Kubernetes objects the tests look at (unknown fields are
@@ -256,23 +258,22 @@ func TestDaemonSet(t *testing.T) {
 		t.Error("the configuration is not mounted at /etc/magnet")
 	}
 
-	// The ConfigMap's configuration ships to object storage and otherwise
-	// keeps the defaults of deploy/config/collect.yaml.
-	var cfg, defaults map[string]any
-	if err := yaml.Unmarshal([]byte(objs["ConfigMap"].Data["collect.yaml"]), &cfg); err != nil {
+	// The ConfigMap's configuration is one `magnet collect` accepts, ships
+	// to object storage and otherwise keeps the defaults of
+	// deploy/config/collect.yaml.
+	cfg, err := collect.Parse([]byte(objs["ConfigMap"].Data["collect.yaml"]))
+	if err != nil {
 		t.Fatalf("ConfigMap collect.yaml: %v", err)
 	}
-	if err := yaml.Unmarshal(read(t, filepath.Join(repo, "deploy/config/collect.yaml")), &defaults); err != nil {
+	defaults, err := collect.Parse(read(t, filepath.Join(repo, "deploy/config/collect.yaml")))
+	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range defaults {
-		if cfg[k] != v {
-			t.Errorf("ConfigMap collect.yaml %s: %v, default %v", k, cfg[k], v)
-		}
+	if cfg.Spool != defaults.Spool || cfg.Pattern != defaults.Pattern || cfg.Rotate != defaults.Rotate || cfg.Events != defaults.Events || cfg.Ship != defaults.Ship {
+		t.Errorf("ConfigMap collect.yaml differs from the defaults: %+v", cfg)
 	}
-	ship, _ := cfg["ship"].(map[string]any)
-	if to, _ := ship["to"].(string); !strings.HasPrefix(to, "s3://") {
-		t.Errorf("the cluster ships to %q, want an s3:// archive", to)
+	if len(cfg.Targets) != 1 || cfg.Targets[0].Type != "s3" || cfg.Targets[0].AccessKeyEnv == "" {
+		t.Errorf("the cluster ships to %+v, want one s3 archive with credentials from the environment", cfg.Targets)
 	}
 }
 
