@@ -113,8 +113,15 @@ struct mg_tcp_state {
 	__u32 total_retrans;
 	__u8 state;    /* TCP state */
 	__u8 ca_state; /* congestion-avoidance state */
-	__u16 _pad;
+	__u8 rate_app_limited; /* the rate sample below was app-limited */
+	__u8 _pad;
 	__u32 mss;
+	/* The kernel's delivery-rate sample (what BBR and tcpi_delivery_rate
+	 * use): rate_delivered segments over rate_interval_us. */
+	__u32 delivered;        /* segments delivered over the connection's life */
+	__u32 rate_delivered;   /* segments delivered in the last rate sample */
+	__u32 rate_interval_us; /* that sample's interval */
+	__u32 lost;             /* segments lost over the connection's life (estimate) */
 };
 
 struct mg_tcp_retrans {

@@ -600,8 +600,13 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
 	r->ev.total_retrans = BPF_CORE_READ(tp, total_retrans);
 	r->ev.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	r->ev.ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	r->ev.rate_app_limited = BPF_CORE_READ_BITFIELD_PROBED(tp, rate_app_limited);
 	r->ev._pad = 0;
 	r->ev.mss = BPF_CORE_READ(tp, mss_cache);
+	r->ev.delivered = BPF_CORE_READ(tp, delivered);
+	r->ev.rate_delivered = BPF_CORE_READ(tp, rate_delivered);
+	r->ev.rate_interval_us = BPF_CORE_READ(tp, rate_interval_us);
+	r->ev.lost = BPF_CORE_READ(tp, lost);
 	SUBMIT_EVENT(r);
 }
 

@@ -72,13 +72,14 @@ func TestDictionaryLayouts(t *testing.T) {
 		{ID: 4, Name: "tcp_xmit", Group: "tcp", Size: 40, Fields: []trace.Field{
 			u("seq", 32, 4), u("gso_segs", 36, 2), u("retrans", 38, 1),
 		}},
-		{ID: 6, Name: "tcp_state", Group: "tcpstate", Size: 80, Fields: []trace.Field{
+		{ID: 6, Name: "tcp_state", Group: "tcpstate", Size: 96, Fields: []trace.Field{
 			u("cwnd", 32, 4), u("ssthresh", 36, 4), u("srtt_us", 40, 4), u("snd_wnd", 44, 4),
 			u("rcv_wnd", 48, 4), u("snd_una", 52, 4), u("snd_nxt", 56, 4), u("packets_out", 60, 4),
 			u("retrans_out", 64, 4), u("total_retrans", 68, 4),
 			{Name: "state", Offset: 72, Size: 1, Kind: "enum:tcp_state"},
 			{Name: "ca_state", Offset: 73, Size: 1, Kind: "enum:ca_state"},
-			u("mss", 76, 4),
+			u("rate_app_limited", 74, 1), u("mss", 76, 4),
+			u("delivered", 80, 4), u("rate_delivered", 84, 4), u("rate_interval_us", 88, 4), u("lost", 92, 4),
 		}},
 		{ID: 8, Name: "ip_send", Group: "ip", Size: 40, Fields: []trace.Field{
 			u("ip_id", 32, 2), u("ttl", 34, 1), u("tos", 35, 1),

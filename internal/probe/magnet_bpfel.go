@@ -384,20 +384,25 @@ type magnetMgTcpState struct {
 		Type   uint8
 		Flags  uint8
 	}
-	Cwnd         uint32
-	Ssthresh     uint32
-	SrttUs       uint32
-	SndWnd       uint32
-	RcvWnd       uint32
-	SndUna       uint32
-	SndNxt       uint32
-	PacketsOut   uint32
-	RetransOut   uint32
-	TotalRetrans uint32
-	State        uint8
-	CaState      uint8
-	Pad          uint16
-	Mss          uint32
+	Cwnd           uint32
+	Ssthresh       uint32
+	SrttUs         uint32
+	SndWnd         uint32
+	RcvWnd         uint32
+	SndUna         uint32
+	SndNxt         uint32
+	PacketsOut     uint32
+	RetransOut     uint32
+	TotalRetrans   uint32
+	State          uint8
+	CaState        uint8
+	RateAppLimited uint8
+	Pad            uint8
+	Mss            uint32
+	Delivered      uint32
+	RateDelivered  uint32
+	RateIntervalUs uint32
+	Lost           uint32
 }
 
 type magnetMgTcpXmit struct {

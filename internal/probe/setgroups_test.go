@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package probe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+)
+
+// loopbackPair connects a client to a server on 127.0.0.1; the server
+// reads everything in the background.
+func loopbackPair(t *testing.T, ln net.Listener) net.Conn {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+		io.Copy(io.Discard, c)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := <-accepted
+	t.Cleanup(func() {
+		c.Close()
+		if srv != nil {
+			srv.Close()
+		}
+	})
+	return c
+}
+
+// drainRing reads every record now in the ring (all were submitted before
+// the call: the socket calls that made them have returned).
+func drainRing(t *testing.T, rd *ringbuf.Reader) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for {
+		rd.SetDeadline(time.Now().Add(20 * time.Millisecond))
+		rec, err := rd.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec.RawSample[TaskPrefixSize:])
+	}
+}
+
+func countType(recs [][]byte, typ event.Type) int {
+	n := 0
+	for _, r := range recs {
+		if r[30] == uint8(typ) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSetGroups changes the enabled groups while the programs run: events
+// of a group switched off stop at once, and come back when it is switched
+// on again, with nothing reloaded.
+func TestSetGroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	all := event.GroupSock | event.GroupTCP | event.GroupTCPState | event.GroupConn
+	p, err := Load(Options{Groups: all, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rd, err := ringbuf.NewReader(p.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	send := func(n int) {
+		for range n {
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Both ends count: the client's sends; the server's reads are not
+	// sock_send, so only the client's three show.
+	send(3)
+	if got := countType(drainRing(t, rd), event.SockSend); got != 3 {
+		t.Fatalf("sock enabled: %d sock_send events, want 3", got)
+	}
+	if err := p.SetGroups(event.GroupTCP | event.GroupConn); err != nil {
+		t.Fatal(err)
+	}
+	send(3)
+	recs := drainRing(t, rd)
+	if got := countType(recs, event.SockSend); got != 0 {
+		t.Fatalf("sock disabled: %d sock_send events, want 0", got)
+	}
+	if got := countType(recs, event.TCPSend); got < 3 {
+		t.Fatalf("tcp stays enabled: %d tcp_send events, want at least 3", got)
+	}
+	if err := p.SetGroups(all); err != nil {
+		t.Fatal(err)
+	}
+	send(3)
+	if got := countType(drainRing(t, rd), event.SockSend); got != 3 {
+		t.Fatalf("sock enabled again: %d sock_send events, want 3", got)
+	}
+}
+
+// TestDeliveryRate checks that tcp_state carries the kernel's delivery-rate
+// sample: a sender on loopback gets samples with segments and an interval.
+func TestDeliveryRate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	p, err := Load(Options{Groups: event.GroupTCPState | event.GroupConn, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rd, err := ringbuf.NewReader(p.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+
+	c := loopbackPair(t, ln)
+	chunk := make([]byte, 64<<10)
+	// Snapshots are throttled to one per 4 ms: send for long enough to
+	// get several.
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snaps, withRate int
+	for _, r := range drainRing(t, rd) {
+		if r[30] != uint8(event.TCPState) {
+			continue
+		}
+		var st magnetMgTcpState
+		if err := binary.Read(bytes.NewReader(r), binary.NativeEndian, &st); err != nil {
+			t.Fatal(err)
+		}
+		snaps++
+		if st.Delivered > 0 && st.RateDelivered > 0 && st.RateIntervalUs > 0 && st.Mss > 0 {
+			withRate++
+		}
+		if st.RateAppLimited > 1 {
+			t.Errorf("rate_app_limited = %d, want 0 or 1", st.RateAppLimited)
+		}
+	}
+	if snaps == 0 || withRate == 0 {
+		t.Fatalf("%d tcp_state snapshots, %d with a delivery-rate sample; want some of each", snaps, withRate)
+	}
+	t.Logf("%d snapshots, %d with a delivery-rate sample", snaps, withRate)
+}
