@@ -5,6 +5,7 @@ package analyze
 import (
 	"strconv"
 
+	"github.com/magnet-tracer/magnet/internal/sendbuf"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -52,11 +53,7 @@ type TCPStats struct {
 // connDetail follows one connection through the trace.
 type connDetail struct {
 	// send buffer
-	written      int64 // bytes known written: max(sends returned, data sent)
-	appWritten   int64
-	isn          uint32
-	haveISN      bool
-	acked        int64
+	sbuf         sendbuf.Tracker
 	lastSample   uint64
 	lastOcc      int64
 	occ          Dist
@@ -89,9 +86,7 @@ func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
 	switch rec.Type.Name {
 	case "sock_send":
 		if size > 0 {
-			d.appWritten += size
-			if d.appWritten > d.written {
-				d.written = d.appWritten
+			if d.sbuf.AppWrote(size) {
 				d.sample(t)
 			}
 			d.app(t, size, false)
@@ -102,30 +97,17 @@ func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
 		}
 	case "tcp_xmit":
 		seq, _ := rec.Uint("seq")
-		if rec.Flags()&0x02 != 0 && !d.haveISN { // SYN: data starts after it
-			d.isn, d.haveISN = uint32(seq)+1, true
-		}
 		if r, _ := rec.Uint("retrans"); r == 1 {
 			d.tcp.RetransSegs++
 			d.tcp.RetransBytes += size
 		}
-		// sock_send is reported when the call returns, often after TCP sent
-		// (and the peer acknowledged) its data: what TCP has sent is a
-		// lower bound of what the application has written.
-		if d.haveISN && size > 0 {
-			if hi := int64(uint32(seq) - d.isn + uint32(size)); hi > d.written && hi < 1<<31 {
-				d.written = hi
-				d.sample(t)
-			}
+		if d.sbuf.Sent(uint32(seq), size, rec.Flags()&0x02 != 0) {
+			d.sample(t)
 		}
 	case "tcp_rcv":
 		ack, _ := rec.Uint("ack")
-		if d.haveISN && rec.Flags()&0x10 != 0 {
-			a := int64(uint32(ack) - d.isn)
-			if a > d.acked && a < 1<<31 {
-				d.acked = a
-				d.sample(t)
-			}
+		if rec.Flags()&0x10 != 0 && d.sbuf.Acked(uint32(ack)) {
+			d.sample(t)
 		}
 	case "tcp_state":
 		cwnd, _ := rec.Uint("cwnd")
@@ -151,10 +133,7 @@ func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
 }
 
 func (d *connDetail) sample(t uint64) {
-	occ := d.written - d.acked
-	if occ < 0 {
-		occ = 0
-	}
+	occ := d.sbuf.Occupancy()
 	if d.sbStarted && t > d.lastSample {
 		d.weighted += float64(d.lastOcc) * float64(t-d.lastSample)
 		d.span += t - d.lastSample

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package sendbuf follows a TCP connection's send-buffer occupancy from the
+// events magnet records: bytes the application has written minus bytes the
+// peer has acknowledged (MAGNeT Fig. 13). The trace analysis (`magnet
+// report`, `plot sendbuf`) and the daemon's live figures share it.
+package sendbuf
+
+// Tracker follows one connection. The zero Tracker is ready; it knows the
+// occupancy once it has seen the connection's SYN, which fixes where the
+// sequence numbers of the data start.
+type Tracker struct {
+	written    int64 // bytes known written: max(sends returned, data sent)
+	appWritten int64
+	acked      int64
+	isn        uint32
+	haveISN    bool
+}
+
+// Known reports whether the SYN was seen, so that Occupancy means something.
+func (t *Tracker) Known() bool { return t.haveISN }
+
+// Occupancy returns the bytes written and not yet acknowledged.
+func (t *Tracker) Occupancy() int64 {
+	return max(t.written-t.acked, 0)
+}
+
+// AppWrote takes a send call that returned n > 0 bytes (sock_send) and
+// reports whether the bytes known written grew.
+func (t *Tracker) AppWrote(n int64) bool {
+	if n <= 0 {
+		return false
+	}
+	t.appWritten += n
+	if t.appWritten > t.written {
+		t.written = t.appWritten
+		return true
+	}
+	return false
+}
+
+// Sent takes a segment TCP transmitted (tcp_xmit: its first sequence
+// number, payload bytes, and whether it is a SYN) and reports whether the
+// bytes known written grew. sock_send is reported when the call returns,
+// often after TCP sent (and the peer acknowledged) its data: what TCP has
+// sent is a lower bound of what the application has written.
+func (t *Tracker) Sent(seq uint32, size int64, syn bool) bool {
+	if syn && !t.haveISN { // data starts after the SYN
+		t.isn, t.haveISN = seq+1, true
+	}
+	if !t.haveISN || size <= 0 {
+		return false
+	}
+	if hi := int64(seq - t.isn + uint32(size)); hi > t.written && hi < 1<<31 {
+		t.written = hi
+		return true
+	}
+	return false
+}
+
+// Acked takes the acknowledgment number of a segment from the peer with
+// the ACK flag (tcp_rcv) and reports whether more was acknowledged.
+func (t *Tracker) Acked(ack uint32) bool {
+	if !t.haveISN {
+		return false
+	}
+	if a := int64(ack - t.isn); a > t.acked && a < 1<<31 {
+		t.acked = a
+		return true
+	}
+	return false
+}

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package sendbuf
+
+import "testing"
+
+func TestTracker(t *testing.T) {
+	var tr Tracker
+	if tr.Known() || tr.Sent(100, 10, false) || tr.Acked(200) {
+		t.Fatal("before the SYN nothing is known")
+	}
+	// The SYN near the wrap of the sequence space: data starts after it.
+	isn := uint32(0xffffff00)
+	tr.Sent(isn, 0, true)
+	if !tr.Known() {
+		t.Fatal("SYN seen: the occupancy is known")
+	}
+	check := func(want int64) {
+		t.Helper()
+		if got := tr.Occupancy(); got != want {
+			t.Fatalf("occupancy %d, want %d", got, want)
+		}
+	}
+	// TCP sends 1000 bytes before the send call returns.
+	if !tr.Sent(isn+1, 1000, false) {
+		t.Fatal("data sent grows what is written")
+	}
+	check(1000)
+	if tr.AppWrote(1000) {
+		t.Fatal("the send call's 1000 bytes were already counted")
+	}
+	if !tr.AppWrote(3000) {
+		t.Fatal("a later send call grows what is written")
+	}
+	check(4000)
+	// Crossing 2^32 in sequence space.
+	if !tr.Acked(isn + 1 + 1500) {
+		t.Fatal("an ACK for new data")
+	}
+	check(2500)
+	if tr.Acked(isn + 1 + 1000) {
+		t.Fatal("an old ACK changes nothing")
+	}
+	if tr.Sent(isn+1, 1000, false) {
+		t.Fatal("a retransmission below what was written changes nothing")
+	}
+	tr.Acked(isn + 1 + 4000)
+	check(0)
+	// An ACK beyond what is known written (the sock_send not yet seen)
+	// never makes the occupancy negative.
+	tr.Acked(isn + 1 + 5000)
+	check(0)
+	if tr.AppWrote(0) || tr.AppWrote(-11) {
+		t.Fatal("failed or empty sends write nothing")
+	}
+}
