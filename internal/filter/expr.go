@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package filter
+
+import (
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/interpreter"
+)
+
+// costLimit bounds one evaluation; a comparison costs about 1, so honest
+// expressions stay far below while a macro over a huge list is stopped.
+const costLimit = 100_000
+
+var (
+	envOnce sync.Once
+	env     *cel.Env
+	envErr  error
+)
+
+// celEnv declares the variables an expression sees (docs/DAEMON.md).
+// Numbers are int, so that literals compare without casts.
+func celEnv() (*cel.Env, error) {
+	envOnce.Do(func() {
+		var opts []cel.EnvOption
+		for _, name := range []string{"time_ns", "cpu", "tid", "pid", "uid", "netns", "conn", "size", "flags", "lport", "rport"} {
+			opts = append(opts, cel.Variable(name, cel.IntType))
+		}
+		for _, name := range []string{"type", "comm", "proto", "laddr", "raddr"} {
+			opts = append(opts, cel.Variable(name, cel.StringType))
+		}
+		opts = append(opts,
+			cel.Variable("owner", cel.MapType(cel.StringType, cel.DynType)),
+			cel.Variable("fields", cel.MapType(cel.StringType, cel.DynType)),
+			cel.ParserExpressionSizeLimit(MaxExprBytes),
+			cel.ParserRecursionLimit(64),
+		)
+		env, envErr = cel.NewEnv(opts...)
+	})
+	return env, envErr
+}
+
+type program struct {
+	prg cel.Program
+}
+
+func compile(src string) (*program, error) {
+	if len(src) > MaxExprBytes {
+		return nil, bad("expr: %d bytes, at most %d", len(src), MaxExprBytes)
+	}
+	e, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	ast, iss := e.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		return nil, bad("expr: %s", oneLine(iss.Err().Error()))
+	}
+	if !ast.OutputType().IsExactType(cel.BoolType) && !ast.OutputType().IsExactType(cel.DynType) {
+		return nil, bad("expr: must be true or false, not %s", ast.OutputType())
+	}
+	prg, err := e.Program(ast, cel.CostLimit(costLimit))
+	if err != nil {
+		return nil, bad("expr: %s", oneLine(err.Error()))
+	}
+	return &program{prg: prg}, nil
+}
+
+// oneLine keeps the first line of a CEL error (the next ones draw a caret
+// under the expression).
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	s = strings.TrimPrefix(s, "ERROR: <input>:")
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// MatchExpr evaluates the expression (true when there is none). An
+// evaluation that fails (a field the event lacks, the cost limit) does not
+// match.
+func (f *Filter) MatchExpr(e *Event) bool {
+	if f.expr == nil {
+		return true
+	}
+	out, _, err := f.expr.prg.Eval(&activation{e: e})
+	if err != nil {
+		return false
+	}
+	b, ok := out.Value().(bool)
+	return ok && b
+}
+
+// activation resolves the expression's variables from the event, lazily.
+type activation struct {
+	e      *Event
+	fields map[string]any
+}
+
+func (a *activation) ResolveName(name string) (any, bool) {
+	e := a.e
+	switch name {
+	case "type":
+		return e.Name, true
+	case "time_ns":
+		return int64(e.TimeNs), true
+	case "cpu":
+		return int64(e.CPU), true
+	case "tid":
+		return int64(e.TID), true
+	case "pid":
+		return int64(e.PID), true
+	case "uid":
+		return e.UID, true
+	case "netns":
+		return int64(e.NetNS), true
+	case "conn":
+		return int64(e.Conn), true
+	case "size":
+		return int64(e.Size), true
+	case "flags":
+		return int64(e.Flags), true
+	case "comm":
+		return e.Comm, true
+	case "proto":
+		if !e.HasConn {
+			return "", true
+		}
+		switch e.Proto {
+		case 6:
+			return "tcp", true
+		case 17:
+			return "udp", true
+		}
+		return "", true
+	case "laddr", "raddr":
+		ap := e.Local
+		if name == "raddr" {
+			ap = e.Remote
+		}
+		if !e.HasConn || !ap.IsValid() {
+			return "", true
+		}
+		return ap.Addr().Unmap().String(), true
+	case "lport":
+		return int64(e.Local.Port()), true
+	case "rport":
+		return int64(e.Remote.Port()), true
+	case "owner":
+		if !e.HasOwner {
+			return map[string]any{"pid": int64(0), "uid": int64(-1), "comm": ""}, true
+		}
+		return map[string]any{"pid": int64(e.OwnerPID), "uid": e.OwnerUID, "comm": e.OwnerComm}, true
+	case "fields":
+		if a.fields == nil {
+			a.fields = map[string]any{}
+			if e.Fields != nil {
+				a.fields = e.Fields()
+			}
+		}
+		return a.fields, true
+	}
+	return nil, false
+}
+
+func (a *activation) Parent() interpreter.Activation { return nil }
