@@ -78,7 +78,7 @@ struct mg_hdr {
 /* Ring-buffer only: who was current. Stripped by the recorder. */
 struct mg_task {
 	__u32 pid;
-	__u32 _pad;
+	__u32 uid; /* real uid (bpf_get_current_uid_gid), for the daemon's access rules */
 	char comm[MG_COMM_LEN];
 };
 
@@ -231,7 +231,7 @@ struct mg_headers {
 struct mg_task_rec {
 	struct mg_hdr hdr;
 	__u32 pid;
-	__u32 _pad;
+	__u32 uid;
 	char comm[MG_COMM_LEN];
 };
 

@@ -267,7 +267,7 @@ static __always_inline void fill(struct mg_task *t, struct mg_hdr *h, __u8 type,
 	h->type = type;
 	h->flags = 0;
 	t->pid = id >> 32;
-	t->_pad = 0;
+	t->uid = (__u32)bpf_get_current_uid_gid();
 	bpf_get_current_comm(t->comm, sizeof(t->comm));
 }
 

@@ -115,7 +115,7 @@ func TestDictionaryLayouts(t *testing.T) {
 			{Name: "data", Offset: 40, Size: 128, Kind: trace.KindBytes},
 		}},
 		{ID: 22, Name: "task", Group: "conn", Size: 56, Fields: []trace.Field{
-			u("pid", 32, 4),
+			u("pid", 32, 4), u("uid", 36, 4),
 			{Name: "comm", Offset: 40, Size: 16, Kind: trace.KindStr},
 		}},
 		{ID: 23, Name: "iface", Group: "conn", Size: 56, Fields: []trace.Field{

@@ -225,9 +225,9 @@ var wantEvents = []string{
 
 // wantMeta are the lines of the metadata records, which come first.
 var wantMeta = []string{
-	"0.000000000\t0\t5\t7\tcurl\t0\t-\ttask\t0\tpid=5 comm=curl",
-	"0.000000000\t0\t9\t9\tnginx\t0\t-\ttask\t0\tpid=9 comm=nginx",
-	"0.000000000\t0\t8\t8\tmy_app_1\t0\t-\ttask\t0\tpid=8 comm=my_app_1",
+	"0.000000000\t0\t5\t7\tcurl\t0\t-\ttask\t0\tpid=5 uid=0 comm=curl",
+	"0.000000000\t0\t9\t9\tnginx\t0\t-\ttask\t0\tpid=9 uid=0 comm=nginx",
+	"0.000000000\t0\t8\t8\tmy_app_1\t0\t-\ttask\t0\tpid=8 uid=0 comm=my_app_1",
 	"0.000000001\t0\t0\t0\tswapper\t100\t-\tiface\t0\tifindex=2 name=veth0",
 }
 

@@ -314,7 +314,7 @@ type magnetMgSchedWakeup struct {
 type magnetMgTask struct {
 	_    structs.HostLayout
 	Pid  uint32
-	Pad  uint32
+	Uid  uint32
 	Comm [16]int8
 }
 
@@ -332,7 +332,7 @@ type magnetMgTaskRec struct {
 		Flags  uint8
 	}
 	Pid  uint32
-	Pad  uint32
+	Uid  uint32
 	Comm [16]int8
 }
 

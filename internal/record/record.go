@@ -253,6 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 type taskKey struct {
 	pid  uint32
+	uid  uint32
 	comm [16]byte
 }
 
@@ -377,8 +378,9 @@ func (r *recorder) drainAll() error {
 	}
 }
 
-// handle writes one ring record: a task record first when its thread is new
-// or renamed, then the event without its struct mg_task prefix.
+// handle writes one ring record: a task record first when its thread is new,
+// renamed or of another uid, then the event without its struct mg_task
+// prefix.
 func (r *recorder) handle(raw []byte) error {
 	pre := probe.TaskPrefixSize
 	if len(raw) < pre+32 {
@@ -389,6 +391,7 @@ func (r *recorder) handle(raw []byte) error {
 	tid := binary.NativeEndian.Uint32(rec[16:20])
 	var k taskKey
 	k.pid = binary.NativeEndian.Uint32(raw[0:4])
+	k.uid = binary.NativeEndian.Uint32(raw[4:8])
 	copy(k.comm[:], raw[8:24])
 	// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
 	if old, ok := r.tasks[tid]; tid != 0 && (!ok || old != k) {
@@ -417,6 +420,7 @@ func (r *recorder) writeTask(ev []byte, tid uint32, k taskKey) error {
 	binary.NativeEndian.PutUint16(b[28:], binary.NativeEndian.Uint16(ev[28:30]))
 	b[30] = uint8(event.Task)
 	binary.NativeEndian.PutUint32(b[32:], k.pid)
+	binary.NativeEndian.PutUint32(b[36:], k.uid)
 	copy(b[40:56], k.comm[:])
 	if err := r.w.Write(b); err != nil {
 		return r.stopOnWrite(err)
