@@ -6,6 +6,7 @@ import (
 	archivecmd "github.com/magnet-tracer/magnet/internal/cli/archive"
 	benchcmd "github.com/magnet-tracer/magnet/internal/cli/bench"
 	collectcmd "github.com/magnet-tracer/magnet/internal/cli/collect"
+	daemoncmd "github.com/magnet-tracer/magnet/internal/cli/daemon"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
@@ -14,9 +15,10 @@ import (
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/report"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
+	"github.com/magnet-tracer/magnet/internal/cli/watch"
 	workloadcmd "github.com/magnet-tracer/magnet/internal/cli/workload"
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New)
 }

@@ -44,7 +44,7 @@ type Event struct {
 	TID    uint32
 	PID    uint32
 	Comm   string
-	UID    int64 // the task's effective uid, -1 unknown
+	UID    int64 // the task's uid, -1 unknown
 	NetNS  uint32
 	Conn   uint64
 	Size   int32
@@ -225,6 +225,10 @@ func (f *Filter) Groups() event.Group { return f.groups }
 // HasExpr reports whether the filter has an expression (evaluated by
 // MatchExpr, after Match).
 func (f *Filter) HasExpr() bool { return f.expr != nil }
+
+// WantsAny reports whether the filter names no types or groups: it takes
+// whatever groups are enabled.
+func (f *Filter) WantsAny() bool { return f.anyType }
 
 // WantsType reports whether events of type t can match.
 func (f *Filter) WantsType(t event.Type) bool { return f.anyType || f.types[t] }

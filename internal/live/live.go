@@ -112,7 +112,7 @@ func ProtoName(p uint8) string {
 type Owner struct {
 	PID  uint32
 	Comm string
-	UID  int64 // effective uid, -1 when unknown
+	UID  int64 // real uid, -1 when unknown
 }
 
 // TCPSample is one tcp_state snapshot.

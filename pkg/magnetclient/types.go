@@ -13,7 +13,7 @@ type Filter struct {
 	Groups      []string `json:"groups,omitempty"` // event groups; enables them
 	Conns       []uint64 `json:"conns,omitempty"`
 	PIDs        []uint32 `json:"pids,omitempty"`  // owner of the connection, or task without one
-	UIDs        []uint32 `json:"uids,omitempty"`  // the same, by effective uid
+	UIDs        []uint32 `json:"uids,omitempty"`  // the same, by uid
 	Comms       []string `json:"comms,omitempty"` // the same, by command name
 	Ports       []uint16 `json:"ports,omitempty"` // local or remote
 	LocalPorts  []uint16 `json:"lports,omitempty"`
@@ -53,6 +53,9 @@ type RecorderStatus struct {
 	Lost         uint64            `json:"lost"`
 	LostByType   map[string]uint64 `json:"lost_by_type"`
 	BufferBytes  int               `json:"buffer_bytes"`
+	// ProcessedNs is the time (CLOCK_MONOTONIC) up to which every event
+	// has been handed to the subscriptions.
+	ProcessedNs uint64 `json:"processed_ns"`
 }
 
 // TableStatus describes the connection table.
@@ -117,7 +120,7 @@ type Connection struct {
 type Owner struct {
 	PID  uint32 `json:"pid"`
 	Comm string `json:"comm"`
-	UID  int64  `json:"uid"` // effective uid; -1 when unknown
+	UID  int64  `json:"uid"` // real uid; -1 when unknown
 }
 
 // Window is what the rates of a Connection were computed over, and when.

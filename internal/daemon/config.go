@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	recordcmd "github.com/magnet-tracer/magnet/internal/cli/record"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/live"
+)
+
+// Config is the daemon's configuration: the YAML file's keys
+// (docs/DAEMON.md#configuration), overridden by command-line flags.
+type Config struct {
+	Socket     string `yaml:"socket"`
+	SocketMode string `yaml:"socket_mode"`
+	Listen     string `yaml:"listen"`
+	TokenFile  string `yaml:"token_file"`
+	Buffer     string `yaml:"buffer"`
+	Events     struct {
+		Available string `yaml:"available"`
+		Baseline  string `yaml:"baseline"`
+	} `yaml:"events"`
+	Access struct {
+		SeeAllGroups []string `yaml:"see_all_groups"`
+	} `yaml:"access"`
+	Subscribers struct {
+		Max      int `yaml:"max"`
+		Queue    int `yaml:"queue"`
+		MaxQueue int `yaml:"max_queue"`
+	} `yaml:"subscribers"`
+	Connections struct {
+		Max          int           `yaml:"max"`
+		Grace        time.Duration `yaml:"grace"`
+		WindowEvents int           `yaml:"window_events"`
+		Window       time.Duration `yaml:"window"`
+		Bucket       time.Duration `yaml:"bucket"`
+		History      time.Duration `yaml:"history"`
+	} `yaml:"connections"`
+}
+
+// DefaultSocket is where the daemon listens unless configured otherwise.
+const DefaultSocket = "/run/magnet.sock"
+
+// BaselineGroups are enabled unless configured otherwise: what the
+// per-connection figures are computed from.
+const BaselineGroups = event.GroupSock | event.GroupTCP | event.GroupTCPState | event.GroupDev | event.GroupDrop | event.GroupConn
+
+// DefaultConfig returns the configuration without a file.
+func DefaultConfig() Config {
+	var c Config
+	c.Socket = DefaultSocket
+	c.SocketMode = "0666"
+	c.Buffer = "8MiB"
+	c.Events.Available = "all"
+	c.Events.Baseline = BaselineGroups.String()
+	c.Subscribers.Max = 256
+	c.Subscribers.Queue = 4096
+	c.Subscribers.MaxQueue = 65536
+	lc := live.DefaultConfig
+	c.Connections.Max = lc.MaxConns
+	c.Connections.Grace = lc.Grace
+	c.Connections.WindowEvents = lc.WindowEvents
+	c.Connections.Window = lc.Window
+	c.Connections.Bucket = lc.Bucket
+	c.Connections.History = lc.History
+	return c
+}
+
+// LoadConfig reads a YAML file over the defaults. Unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	c := DefaultConfig()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return c, nil
+}
+
+// settings is a checked Config, with names resolved.
+type settings struct {
+	Config
+	mode       os.FileMode
+	listen     string // host:port, host defaulted to loopback
+	token      string
+	bufBytes   int
+	available  event.Group
+	baseline   event.Group
+	seeAllGIDs []uint32
+	live       live.Config
+}
+
+// resolve checks c and resolves what it names (groups, files).
+func (c Config) resolve() (*settings, error) {
+	s := &settings{Config: c}
+	if c.Socket == "" {
+		return nil, errors.New("config: socket: a path is required")
+	}
+	mode, err := strconv.ParseUint(c.SocketMode, 8, 32)
+	if err != nil || mode > 0o777 {
+		return nil, fmt.Errorf("config: socket_mode %q: want an octal mode such as 0666", c.SocketMode)
+	}
+	s.mode = os.FileMode(mode)
+	if c.Listen != "" {
+		host, port, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("config: listen %q: want HOST:PORT or :PORT", c.Listen)
+		}
+		if host == "" {
+			host = "127.0.0.1" // loopback unless told otherwise
+		}
+		s.listen = net.JoinHostPort(host, port)
+		if c.TokenFile == "" {
+			return nil, errors.New("config: listen needs token_file: the TCP listener takes a bearer token")
+		}
+	}
+	if c.TokenFile != "" {
+		if s.token, err = readToken(c.TokenFile); err != nil {
+			return nil, err
+		}
+	}
+	// The size syntax of magnet record --buffer.
+	if s.bufBytes, err = recordcmd.ParseSize(c.Buffer); err != nil {
+		return nil, fmt.Errorf("config: buffer: %w", err)
+	}
+	if s.available, err = event.ParseGroups(c.Events.Available); err != nil {
+		return nil, fmt.Errorf("config: events.available: %w", err)
+	}
+	if s.baseline, err = event.ParseGroups(c.Events.Baseline); err != nil {
+		return nil, fmt.Errorf("config: events.baseline: %w", err)
+	}
+	if extra := s.baseline &^ s.available; extra != 0 {
+		return nil, fmt.Errorf("config: events.baseline has %s, which events.available does not load", extra)
+	}
+	for _, name := range c.Access.SeeAllGroups {
+		g, err := user.LookupGroup(name)
+		if err != nil {
+			return nil, fmt.Errorf("config: access.see_all_groups: %w", err)
+		}
+		gid, _ := strconv.ParseUint(g.Gid, 10, 32)
+		s.seeAllGIDs = append(s.seeAllGIDs, uint32(gid))
+	}
+	sub := c.Subscribers
+	if sub.Max < 1 || sub.Queue < 1 || sub.MaxQueue < sub.Queue || sub.MaxQueue > 1<<22 {
+		return nil, fmt.Errorf("config: subscribers: want max ≥ 1, 1 ≤ queue ≤ max_queue ≤ %d", 1<<22)
+	}
+	cc := c.Connections
+	s.live = live.Config{MaxConns: cc.Max, Grace: cc.Grace, WindowEvents: cc.WindowEvents, Window: cc.Window, Bucket: cc.Bucket, History: cc.History}
+	if err := s.live.Check(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return s, nil
+}
+
+// readToken reads the bearer token: the file's first line.
+func readToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("config: token_file: %w", err)
+	}
+	tok, _, _ := strings.Cut(string(data), "\n")
+	tok = strings.TrimSpace(tok)
+	if len(tok) < 16 {
+		return "", fmt.Errorf("config: token_file %s: the token must be at least 16 bytes", path)
+	}
+	return tok, nil
+}
+
+// restartOnly lists what a reload cannot change, by comparing old and new.
+func restartOnly(old, cur *settings) []string {
+	var out []string
+	if old.Socket != cur.Socket || old.mode != cur.mode {
+		out = append(out, "socket")
+	}
+	if old.listen != cur.listen {
+		out = append(out, "listen")
+	}
+	if old.bufBytes != cur.bufBytes {
+		out = append(out, "buffer")
+	}
+	if old.available != cur.available {
+		out = append(out, "events.available")
+	}
+	if old.live.Bucket != cur.live.Bucket || old.live.History != cur.live.History {
+		out = append(out, "connections.bucket/history")
+	}
+	return out
+}

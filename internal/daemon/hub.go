@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/filter"
+	"github.com/magnet-tracer/magnet/internal/live"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/pkg/magnetclient"
+)
+
+// batchBytes is how much the recorder hands over at once; the recorder
+// also hands over what it has at every flush (each round of its loop).
+const batchBytes = 256 << 10
+
+// batch is a run of raw records, in drain order, and the time up to which
+// the recorder had drained when it handed them over.
+type batch struct {
+	buf   []byte
+	nowNs uint64
+}
+
+// monotonicNs reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// task is what the recorder's task records say about a thread.
+type task struct {
+	pid  uint32
+	uid  int64 // real uid; -1 unknown (a trace without uids)
+	comm string
+}
+
+// recorderLoss is one `lost` record: events a kernel ring could not take.
+type recorderLoss struct {
+	count   uint64
+	byType  map[string]uint64
+	cpu     int
+	firstNs uint64
+	lastNs  uint64
+}
+
+// hub takes the recorder's records, keeps the connection table and hands
+// each event to the subscriptions that want it. One goroutine (run) does
+// all of it; the mutex lets the API read the table between batches.
+type hub struct {
+	batches   chan *batch
+	free      chan *batch
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	hdr      *trace.Header
+	types    [256]*trace.EventType
+	wallOff  int64
+	tasks    map[uint32]task
+	table    *live.Table
+	self     map[uint64]bool // the daemon's own TCP connections
+	nowNs    uint64          // events up to here are processed
+	lastExp  uint64
+	counts   [256]uint64
+	events   uint64
+	lost     uint64
+	lostBy   map[string]uint64
+	selfPID  uint32
+	selfNS   uint32
+	listen   netip.AddrPort // the TCP listener, to recognise its traffic
+	recorded atomic.Bool    // a header arrived: the recorder runs
+
+	subs    atomic.Pointer[subSet]
+	enabled atomic.Uint32 // event.Group enabled in BPF
+}
+
+func newHub(table *live.Table) *hub {
+	h := &hub{
+		batches: make(chan *batch, 4),
+		free:    make(chan *batch, 8),
+		done:    make(chan struct{}),
+		tasks:   map[uint32]task{},
+		table:   table,
+		self:    map[uint64]bool{},
+		lostBy:  map[string]uint64{},
+		selfPID: uint32(os.Getpid()),
+	}
+	h.subs.Store(&subSet{})
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &st) == nil {
+		h.selfNS = uint32(st.Ino)
+	}
+	return h
+}
+
+// groupOf is each event type's group (0 for an unknown type).
+var groupOf = func() (g [256]event.Group) {
+	for _, in := range event.Catalogue {
+		g[in.Type] = in.Group
+	}
+	return g
+}()
+
+// sink is the record.Sink the daemon gives the recorder.
+type sink struct {
+	h     *hub
+	cur   *batch
+	bytes int64
+}
+
+// newSink is record.Config.NewSink: it learns the recording's dictionary.
+func (h *hub) newSink(hdr *trace.Header) (record.Sink, error) {
+	h.mu.Lock()
+	h.hdr = hdr
+	for i := range hdr.Types {
+		h.types[hdr.Types[i].ID] = &hdr.Types[i]
+	}
+	h.wallOff = hdr.Clock.WallOffsetNs
+	h.mu.Unlock()
+	h.recorded.Store(true)
+	return &sink{h: h, cur: &batch{buf: make([]byte, 0, batchBytes)}}, nil
+}
+
+func (s *sink) Write(rec []byte) error {
+	if len(s.cur.buf)+len(rec) > cap(s.cur.buf) {
+		s.handOff()
+	}
+	s.cur.buf = append(s.cur.buf, rec...)
+	s.bytes += int64(len(rec))
+	return nil
+}
+
+// Flush hands over what the recorder drained so far, even nothing: the
+// time still advances.
+func (s *sink) Flush() error {
+	s.handOff()
+	return nil
+}
+
+func (s *sink) Close(*trace.Summary) error {
+	s.handOff()
+	s.h.finish()
+	return nil
+}
+
+// finish ends the hub once the recorder is done (or failed), after it has
+// processed every batch.
+func (h *hub) finish() {
+	h.closeOnce.Do(func() { close(h.batches) })
+	<-h.done
+}
+
+func (s *sink) Bytes() int64 { return s.bytes }
+
+// handOff passes the batch to the hub. It blocks when the hub is behind, so
+// that the kernel ring, whose losses are counted exactly, absorbs the
+// backlog.
+func (s *sink) handOff() {
+	s.cur.nowNs = monotonicNs()
+	s.h.batches <- s.cur
+	select {
+	case s.cur = <-s.h.free:
+	default:
+		s.cur = &batch{buf: make([]byte, 0, batchBytes)}
+	}
+}
+
+// run processes batches until the recorder closes the channel.
+func (h *hub) run() {
+	defer close(h.done)
+	for b := range h.batches {
+		h.mu.Lock()
+		h.process(b.buf)
+		h.nowNs = max(h.nowNs, b.nowNs)
+		if h.nowNs-h.lastExp > uint64(time.Second) {
+			h.table.Expire(h.nowNs)
+			h.lastExp = h.nowNs
+		}
+		h.mu.Unlock()
+		b.buf = b.buf[:0]
+		select {
+		case h.free <- b:
+		default:
+		}
+	}
+}
+
+func (h *hub) process(buf []byte) {
+	for len(buf) >= 32 {
+		et := h.types[buf[30]]
+		if et == nil || et.Size < 32 || et.Size > len(buf) {
+			fmt.Fprintf(os.Stderr, "magnet daemon: record of unknown type %d or size; %d bytes skipped\n", buf[30], len(buf))
+			return
+		}
+		h.record(trace.Record{Type: et, Data: buf[:et.Size]})
+		buf = buf[et.Size:]
+	}
+}
+
+// record takes one record: metadata, the connection table, then the
+// subscriptions.
+func (h *hub) record(rec trace.Record) {
+	typ := event.Type(rec.TypeID())
+	switch typ {
+	case event.Task:
+		pid, _ := rec.Uint("pid")
+		comm, _ := rec.Str("comm")
+		uid := int64(-1)
+		if u, ok := rec.Uint("uid"); ok {
+			uid = int64(u)
+		}
+		h.tasks[rec.TID()] = task{uint32(pid), uid, comm}
+		return
+	case event.Iface:
+		return
+	case event.Lost:
+		h.recorderLost(rec)
+		return
+	}
+	// Events of a group not enabled (still in the ring after it was
+	// switched off, or from the moment between loading and enabling) are
+	// not the daemon's to show.
+	if groupOf[typ]&event.Group(h.enabled.Load()) == 0 {
+		return
+	}
+	conn := rec.Conn()
+	if conn != 0 && h.self[conn] {
+		if typ == event.ConnClose {
+			delete(h.self, conn)
+		}
+		return
+	}
+	t := rec.Time()
+	tid := rec.TID()
+	tk := h.task(tid)
+	if typ >= event.SchedSwitch && typ <= event.SchedExit && tk.pid == h.selfPID {
+		return
+	}
+	h.events++
+	h.counts[typ]++
+	var c *live.Conn
+	if conn != 0 {
+		if typ == event.ConnOpen {
+			info := connInfo(rec)
+			if h.isSelf(info) {
+				h.self[conn] = true
+				return
+			}
+			c = h.table.Open(conn, t, info)
+		} else {
+			c = h.table.Track(conn, t)
+			if typ != event.ConnClose {
+				c.Events++
+			}
+		}
+		h.compute(c, typ, rec, tk)
+	}
+	h.dispatch(typ, rec, tk, c)
+	if typ == event.ConnClose && c != nil {
+		h.table.Close(conn, t)
+	}
+}
+
+func (h *hub) task(tid uint32) task {
+	if tid == 0 {
+		return task{0, 0, "swapper"}
+	}
+	if t, ok := h.tasks[tid]; ok {
+		return t
+	}
+	return task{0, -1, ""}
+}
+
+func connInfo(rec trace.Record) live.Info {
+	fam, _ := rec.Uint("family")
+	proto, _ := rec.Uint("proto")
+	la, _ := rec.Addr("laddr", fam != 6)
+	ra, _ := rec.Addr("raddr", fam != 6)
+	lp, _ := rec.Uint("lport")
+	rp, _ := rec.Uint("rport")
+	return live.Info{Proto: uint8(proto), Local: netip.AddrPortFrom(la, uint16(lp)), Remote: netip.AddrPortFrom(ra, uint16(rp)), NetNS: rec.NetNS()}
+}
+
+// isSelf recognises both ends of a connection to the daemon's TCP
+// listener: its traffic would otherwise feed its own streams.
+func (h *hub) isSelf(info live.Info) bool {
+	if !h.listen.IsValid() || info.NetNS != h.selfNS || info.Proto != 6 {
+		return false
+	}
+	port := h.listen.Port()
+	match := func(ap netip.AddrPort) bool {
+		return ap.Port() == port && (h.listen.Addr().IsUnspecified() || ap.Addr().Unmap() == h.listen.Addr().Unmap())
+	}
+	return match(info.Local) || match(info.Remote)
+}
+
+// compute feeds the connection's figures.
+func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
+	t, size := rec.Time(), int64(rec.Size())
+	switch typ {
+	case event.SockSend, event.SockRecv, event.TCPSend:
+		if c.Owner == nil && rec.TID() != 0 {
+			// Socket calls run in the calling process: it owns the socket.
+			c.Owner = &live.Owner{PID: tk.pid, Comm: tk.comm, UID: tk.uid}
+		}
+		switch typ {
+		case event.SockSend:
+			c.Traffic(live.App, live.Send, t, size)
+		case event.SockRecv:
+			c.Traffic(live.App, live.Recv, t, size)
+		}
+	case event.TCPXmit:
+		c.Traffic(live.TCP, live.Send, t, size)
+		seq, _ := rec.Uint("seq")
+		c.Segment(uint32(seq), size, rec.Flags()&0x02 != 0)
+	case event.TCPRcv:
+		c.Traffic(live.TCP, live.Recv, t, size)
+		if rec.Flags()&0x10 != 0 {
+			ack, _ := rec.Uint("ack")
+			c.Ack(uint32(ack))
+		}
+	case event.DevXmit:
+		c.Traffic(live.Wire, live.Send, t, size)
+	case event.DevRecv:
+		c.Traffic(live.Wire, live.Recv, t, size)
+	case event.TCPRetrans:
+		c.Retransmit(t, size)
+	case event.Drop:
+		c.Drop(t, h.enumName(rec, "reason"))
+	case event.TCPState:
+		u := func(name string) uint32 { v, _ := rec.Uint(name); return uint32(v) }
+		c.State(live.TCPSample{
+			TimeNs: t, State: h.enumName(rec, "state"), CAState: h.enumName(rec, "ca_state"),
+			Cwnd: u("cwnd"), Ssthresh: u("ssthresh"), SrttUs: u("srtt_us"), MSS: u("mss"),
+			SndWnd: u("snd_wnd"), RcvWnd: u("rcv_wnd"), PacketsOut: u("packets_out"), RetransOut: u("retrans_out"),
+			TotalRetrans: u("total_retrans"), Delivered: u("delivered"), Lost: u("lost"),
+			RateDelivered: u("rate_delivered"), RateIntervalUs: u("rate_interval_us"), AppLimited: u("rate_app_limited") == 1,
+		})
+	}
+}
+
+func (h *hub) enumName(rec trace.Record, field string) string {
+	f, ok := rec.Type.Field(field)
+	if !ok {
+		return ""
+	}
+	v, _ := rec.Uint(field)
+	if name, ok := h.hdr.EnumName(f, v); ok {
+		return name
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+func (h *hub) recorderLost(rec trace.Record) {
+	total, _ := rec.Uint("total")
+	l := recorderLoss{count: total, byType: map[string]uint64{}, cpu: int(rec.CPU())}
+	l.firstNs, _ = rec.Uint("first_ns")
+	l.lastNs, _ = rec.Uint("last_ns")
+	for _, f := range rec.Type.Fields {
+		if name, ok := strings.CutPrefix(f.Name, "n_"); ok {
+			if n, _ := rec.Uint(f.Name); n > 0 {
+				l.byType[name] += n
+				h.lostBy[name] += n
+			}
+		}
+	}
+	h.lost += total
+	for _, s := range h.subs.Load().all {
+		s.recorderLost(l)
+	}
+}
+
+// dispatch hands an event to every subscription that may see it and whose
+// filter (but for its expression) matches.
+func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) {
+	candidates := h.subs.Load().byType[typ]
+	if len(candidates) == 0 {
+		return
+	}
+	fe := filter.Event{
+		Type: typ, Name: rec.Type.Name, TimeNs: rec.Time(), CPU: rec.CPU(), TID: rec.TID(),
+		PID: tk.pid, Comm: tk.comm, UID: tk.uid, NetNS: rec.NetNS(), Conn: rec.Conn(),
+		Size: rec.Size(), Flags: rec.Flags(),
+	}
+	if c != nil {
+		fe.HasConn, fe.Proto, fe.Local, fe.Remote = c.Opened, c.Info.Proto, c.Info.Local, c.Info.Remote
+		if c.Owner != nil {
+			fe.HasOwner, fe.OwnerPID, fe.OwnerUID, fe.OwnerComm = true, c.Owner.PID, c.Owner.UID, c.Owner.Comm
+		}
+	}
+	var ev *liveEvent
+	for _, s := range candidates {
+		if !s.who.canSee(&fe) || !s.f.Match(&fe) {
+			continue
+		}
+		if ev == nil {
+			ev = &liveEvent{raw: bytes.Clone(rec.Data), et: rec.Type, hdr: h.hdr, wallOff: h.wallOff, fe: fe}
+			ev.fe.Fields = ev.fields
+		}
+		s.offer(ev)
+	}
+}
+
+// liveEvent is one event on its way to subscriptions; it is shared by
+// all of them and never changed.
+type liveEvent struct {
+	raw     []byte
+	et      *trace.EventType
+	hdr     *trace.Header
+	wallOff int64
+	fe      filter.Event
+	once    sync.Once
+	fmap    map[string]any
+}
+
+// fields decodes the event's own fields (for expressions and JSON): enums
+// by name, addresses as text, bytes as hex.
+func (ev *liveEvent) fields() map[string]any {
+	ev.once.Do(func() {
+		rec := trace.Record{Type: ev.et, Data: ev.raw}
+		ev.fmap = map[string]any{}
+		v4 := true
+		if fam, ok := rec.Uint("family"); ok && fam == 6 {
+			v4 = false
+		}
+		for _, f := range ev.et.Fields {
+			switch {
+			case f.Kind == trace.KindIP:
+				a, _ := rec.Addr(f.Name, v4)
+				ev.fmap[f.Name] = a.String()
+			case f.Kind == trace.KindStr:
+				s, _ := rec.Str(f.Name)
+				ev.fmap[f.Name] = s
+			case f.Kind == trace.KindBytes:
+				b, _ := rec.Bytes(f.Name)
+				if n, ok := rec.Uint("caplen"); ok && int(n) <= len(b) {
+					b = b[:n]
+				}
+				ev.fmap[f.Name] = fmt.Sprintf("%x", b)
+			case f.Enum() != "":
+				v, _ := rec.Uint(f.Name)
+				if name, ok := ev.hdr.EnumName(f, v); ok {
+					ev.fmap[f.Name] = name
+				} else {
+					ev.fmap[f.Name] = int64(v)
+				}
+			case f.Kind == trace.KindInt:
+				v, _ := rec.Int(f.Name)
+				ev.fmap[f.Name] = v
+			default:
+				v, _ := rec.Uint(f.Name)
+				ev.fmap[f.Name] = int64(v)
+			}
+		}
+	})
+	return ev.fmap
+}
+
+// status fills the recorder part of /v1/status.
+func (h *hub) status() magnetclient.RecorderStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := magnetclient.RecorderStatus{Events: h.events, EventsByType: map[string]uint64{}, Lost: h.lost, LostByType: map[string]uint64{}, ProcessedNs: h.nowNs}
+	for _, in := range event.Catalogue {
+		if n := h.counts[in.Type]; n > 0 && in.Type != event.Task && in.Type != event.Iface && in.Type != event.Lost {
+			st.EventsByType[in.Name] = n
+		}
+	}
+	for k, v := range h.lostBy {
+		st.LostByType[k] = v
+	}
+	return st
+}
