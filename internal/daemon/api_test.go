@@ -272,7 +272,8 @@ func TestGroupsFollowSubscriptions(t *testing.T) {
 		t.Errorf("requested %v", st.Groups.Requested)
 	}
 	// Events of a group not enabled are not shown: headers is off.
-	all := collect(must[*magnetclient.Stream](t)(c.Subscribe(ctx, magnetclient.Filter{}, 0)))
+	allStream := must[*magnetclient.Stream](t)(c.Subscribe(ctx, magnetclient.Filter{}, 0))
+	all := collect(allStream)
 	f := td.fake
 	f.send(f.rec(t, "headers", ms, 0, 0, 60, nil), f.rec(t, "sched_exit", 2*ms, 0, 0, 0, nil))
 	evs, _ := all.events(t, 1)
@@ -287,9 +288,12 @@ func TestGroupsFollowSubscriptions(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := c.Subscribe(ctx, magnetclient.Filter{Groups: []string{"sched"}}, 0); err != nil {
+	again, err := c.Subscribe(ctx, magnetclient.Filter{Groups: []string{"sched"}}, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	again.Close()
+	allStream.Close()
 }
 
 func TestShutdownEndsStreams(t *testing.T) {
@@ -368,7 +372,8 @@ func TestErrors(t *testing.T) {
 	// Subscribers over the limit: 503.
 	c := td.client(t)
 	for range 2 {
-		must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0))
+		s := must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0))
+		defer s.Close()
 	}
 	if _, err := c.Subscribe(context.Background(), magnetclient.Filter{}, 0); !errors.Is(err, magnetclient.ErrUnavailable) {
 		t.Errorf("third subscription: %v", err)

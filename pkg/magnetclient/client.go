@@ -217,10 +217,6 @@ func (s *Stream) Next() (Message, error) {
 	return m, nil
 }
 
-// Buffered reports whether a message is already read and waiting, so that
-// a caller can batch its own output.
-func (s *Stream) Buffered() int { return s.dec.Buffered().(interface{ Len() int }).Len() }
-
 // Close ends the subscription.
 func (s *Stream) Close() error { return s.body.Close() }
 

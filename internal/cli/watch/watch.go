@@ -105,9 +105,7 @@ terminal could not keep up, or by the recorder when a kernel ring was full.`,
 				} else {
 					writeText(out, m)
 				}
-				if s.Buffered() == 0 {
-					out.Flush()
-				}
+				out.Flush()
 			}
 		},
 	}
