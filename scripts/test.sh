@@ -28,3 +28,4 @@ echo "== fuzz (short)"
 go test -run='^$' -fuzz=FuzzReader -fuzztime=20s ./internal/trace
 go test -run='^$' -fuzz=FuzzExport -fuzztime=15s ./internal/export
 go test -run='^$' -fuzz=FuzzReport -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
+go test -run='^$' -fuzz=FuzzParse -fuzztime=15s ./internal/filter
