@@ -597,3 +597,40 @@ func TestStaleSocket(t *testing.T) {
 	}
 	d.unixLn.Close()
 }
+
+// TestPushOnChange pushes a connection when its metric moves by the
+// percentage asked, and not otherwise.
+func TestPushOnChange(t *testing.T) {
+	td := startFake(t, nil)
+	c := td.client(t)
+	f := td.fake
+	t0 := monotonicNs() - uint64(time.Second)
+	f.send(f.connOpen(t, 42, 100, 100, uint32(os.Geteuid()), "recv", "10.0.0.2:5201", "10.0.0.1:40000", t0)...)
+	f.send(f.rec(t, "sock_recv", t0+ms, 42, 100, 1000, nil))
+	s := must[*magnetclient.Stream](t)(c.Push(context.Background(), magnetclient.Filter{Conns: []uint64{42}}, magnetclient.PushOptions{Change: 50, Metric: "app.recv.bytes"}))
+	defer s.Close()
+	p := collect(s)
+	next := func() magnetclient.Connection {
+		t.Helper()
+		select {
+		case m := <-p.msgs:
+			if m.Figures == nil || len(m.Figures.Connections) != 1 {
+				t.Fatalf("push %+v", m)
+			}
+			return m.Figures.Connections[0]
+		case <-time.After(5 * time.Second):
+			t.Fatal("no push")
+		}
+		return magnetclient.Connection{}
+	}
+	if got := next().App.Recv.Bytes; got != 1000 {
+		t.Fatalf("first push: %d bytes", got)
+	}
+	f.send(f.rec(t, "sock_recv", t0+2*ms, 42, 100, 400, nil)) // +40 %: not enough
+	p.quiet(t, 200*time.Millisecond)
+	f.send(f.rec(t, "sock_recv", t0+3*ms, 42, 100, 200, nil)) // +60 % since the last push
+	if got := next().App.Recv.Bytes; got != 1600 {
+		t.Fatalf("second push: %d bytes", got)
+	}
+	p.quiet(t, 200*time.Millisecond)
+}

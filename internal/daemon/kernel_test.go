@@ -639,7 +639,9 @@ func TestBinarySIGTERM(t *testing.T) {
 	token := "token-for-the-sigterm-test"
 	os.WriteFile(tokFile, []byte(token+"\n"), 0o600)
 	ready := filepath.Join(dir, "ready")
-	cmd := exec.Command(magnetBin, "daemon", "--socket", sock, "--listen", "127.0.0.1:0", "--token-file", tokFile, "--ready-file", ready)
+	conf := filepath.Join(dir, "magnetd.yaml")
+	os.WriteFile(conf, []byte("events:\n  baseline: sock,tcp\n"), 0o644)
+	cmd := exec.Command(magnetBin, "daemon", "--config", conf, "--socket", sock, "--listen", "127.0.0.1:0", "--token-file", tokFile, "--ready-file", ready)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -694,6 +696,25 @@ func TestBinarySIGTERM(t *testing.T) {
 	list := must[[]magnetclient.Connection](t)(uc.Connections(ctx, magnetclient.Filter{Ports: []uint16{uint16(port)}}, magnetclient.Window{}))
 	if len(list) != 0 {
 		t.Errorf("the daemon shows its own connections: %+v", list)
+	}
+
+	// SIGHUP reloads the file.
+	if g := must[*magnetclient.Status](t)(uc.Status(ctx)).Groups.Baseline; strings.Join(g, ",") != "sock,tcp,conn" {
+		t.Fatalf("baseline from the file: %v", g)
+	}
+	os.WriteFile(conf, []byte("events:\n  baseline: sock,tcp,sched\n"), 0o644)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		g := must[*magnetclient.Status](t)(uc.Status(ctx)).Groups.Baseline
+		if strings.Join(g, ",") == "sock,tcp,conn,sched" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after SIGHUP the baseline is %v\n%s", g, stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
