@@ -4,14 +4,14 @@ package deploy_test
 
 import (
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	collectpkg "github.com/magnet-tracer/magnet/internal/collect"
+	daemonpkg "github.com/magnet-tracer/magnet/internal/daemon"
 )
 
 // The default configuration files are YAML with the documented defaults, and
@@ -51,25 +51,20 @@ func TestDefaultConfigs(t *testing.T) {
 		t.Errorf("collect.yaml examples: targets %v, want dir, ssh and s3", types)
 	}
 
-	var daemon struct {
-		Socket      string `yaml:"socket"`
-		SeeAllGroup string `yaml:"see-all-group"`
-		TCP         struct {
-			Listen    string `yaml:"listen"`
-			TokenFile string `yaml:"token-file"`
-		} `yaml:"tcp"`
-		Metrics struct {
-			Enabled bool `yaml:"enabled"`
-		} `yaml:"metrics"`
-		Baseline []string `yaml:"baseline"`
+	// magnetd.yaml is what `magnet daemon` itself accepts (its loader
+	// rejects unknown keys), showing exactly the defaults.
+	path := filepath.Join(repo, "deploy/config/magnetd.yaml")
+	daemon, err := daemonpkg.LoadConfig(path)
+	if err == nil {
+		err = daemon.Check()
 	}
-	raw = read(t, filepath.Join(repo, "deploy/config/magnetd.yaml"))
-	if err := yaml.Unmarshal(raw, &daemon); err != nil {
+	if err != nil {
 		t.Fatalf("magnetd.yaml: %v", err)
 	}
-	if daemon.Socket != "/run/magnet.sock" || daemon.TCP.Listen != "" || daemon.Metrics.Enabled || !slices.Equal(daemon.Baseline, []string{"conn"}) {
-		t.Errorf("magnetd.yaml defaults: %+v", daemon)
+	if !reflect.DeepEqual(daemon, daemonpkg.DefaultConfig()) {
+		t.Errorf("magnetd.yaml shows other values than the defaults:\n%+v\nwant\n%+v", daemon, daemonpkg.DefaultConfig())
 	}
+	raw = read(t, path)
 	if !strings.Contains(string(raw), "127.0.0.1:9437") {
 		t.Error("magnetd.yaml does not show the loopback listener address")
 	}

@@ -30,8 +30,8 @@ type Config struct {
 	TokenFile  string `yaml:"token_file"`
 	Buffer     string `yaml:"buffer"`
 	Events     struct {
-		Available string `yaml:"available"`
-		Baseline  string `yaml:"baseline"`
+		Available Groups `yaml:"available"`
+		Baseline  Groups `yaml:"baseline"`
 	} `yaml:"events"`
 	Access struct {
 		SeeAllGroups []string `yaml:"see_all_groups"`
@@ -51,6 +51,27 @@ type Config struct {
 	} `yaml:"connections"`
 }
 
+// Groups is a list of event groups as --events takes it: "sock,tcp" in a
+// flag, either that or a YAML list in the file.
+type Groups string
+
+// UnmarshalYAML takes a string or a list of strings.
+func (g *Groups) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*g = Groups(n.Value)
+		return nil
+	case yaml.SequenceNode:
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		*g = Groups(strings.Join(list, ","))
+		return nil
+	}
+	return fmt.Errorf("line %d: want event groups as a list or a comma-separated string", n.Line)
+}
+
 // DefaultSocket is where the daemon listens unless configured otherwise.
 const DefaultSocket = "/run/magnet.sock"
 
@@ -65,7 +86,8 @@ func DefaultConfig() Config {
 	c.SocketMode = "0666"
 	c.Buffer = "8MiB"
 	c.Events.Available = "all"
-	c.Events.Baseline = BaselineGroups.String()
+	c.Events.Baseline = Groups(BaselineGroups.String())
+	c.Access.SeeAllGroups = []string{}
 	c.Subscribers.Max = 256
 	c.Subscribers.Queue = 4096
 	c.Subscribers.MaxQueue = 65536
@@ -140,10 +162,10 @@ func (c Config) resolve() (*settings, error) {
 	if s.bufBytes, err = recordcmd.ParseSize(c.Buffer); err != nil {
 		return nil, fmt.Errorf("config: buffer: %w", err)
 	}
-	if s.available, err = event.ParseGroups(c.Events.Available); err != nil {
+	if s.available, err = event.ParseGroups(string(c.Events.Available)); err != nil {
 		return nil, fmt.Errorf("config: events.available: %w", err)
 	}
-	if s.baseline, err = event.ParseGroups(c.Events.Baseline); err != nil {
+	if s.baseline, err = event.ParseGroups(string(c.Events.Baseline)); err != nil {
 		return nil, fmt.Errorf("config: events.baseline: %w", err)
 	}
 	if extra := s.baseline &^ s.available; extra != 0 {
@@ -167,6 +189,12 @@ func (c Config) resolve() (*settings, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return s, nil
+}
+
+// Check says what is wrong with c, as the daemon would at start.
+func (c Config) Check() error {
+	_, err := c.resolve()
+	return err
 }
 
 // readToken reads the bearer token: the file's first line.

@@ -59,7 +59,7 @@ more while they last):
 					cfg.TokenFile = tokenFile
 				}
 				if flags.Changed("events") {
-					cfg.Events.Baseline = events
+					cfg.Events.Baseline = daemon.Groups(events)
 				}
 				if flags.Changed("buffer") {
 					cfg.Buffer = buffer
