@@ -163,6 +163,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Handler:           d.routes(),
 		ConnContext:       peerCreds,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // streams are not idle: they write
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
 	serving := make(chan error, 2)
@@ -175,10 +177,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		})
 	}
-	go func() {
-		<-ctx.Done()
-		d.stopping.Store(true)
-	}()
+	stopWatch := context.AfterFunc(ctx, func() { d.stopping.Store(true) })
+	defer stopWatch()
 	go d.hub.run()
 
 	cfg := record.Config{

@@ -72,8 +72,8 @@ type hub struct {
 	wallOff  int64
 	tasks    map[uint32]task
 	table    *live.Table
-	self     map[uint64]bool // the daemon's own TCP connections
-	nowNs    uint64          // events up to here are processed
+	self     map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
+	nowNs    uint64            // events up to here are processed
 	lastExp  uint64
 	counts   [256]uint64
 	events   uint64
@@ -95,7 +95,7 @@ func newHub(table *live.Table) *hub {
 		done:    make(chan struct{}),
 		tasks:   map[uint32]task{},
 		table:   table,
-		self:    map[uint64]bool{},
+		self:    map[uint64]uint64{},
 		lostBy:  map[string]uint64{},
 		selfPID: uint32(os.Getpid()),
 	}
@@ -188,6 +188,11 @@ func (h *hub) run() {
 		h.nowNs = max(h.nowNs, b.nowNs)
 		if h.nowNs-h.lastExp > uint64(time.Second) {
 			h.table.Expire(h.nowNs)
+			for id, closed := range h.self {
+				if closed != 0 && h.nowNs-closed > uint64(2*time.Minute) {
+					delete(h.self, id)
+				}
+			}
 			h.lastExp = h.nowNs
 		}
 		h.mu.Unlock()
@@ -238,9 +243,10 @@ func (h *hub) record(rec trace.Record) {
 		return
 	}
 	conn := rec.Conn()
-	if conn != 0 && h.self[conn] {
+	if _, self := h.self[conn]; self && conn != 0 {
+		// Kept after the close: late ACKs and TIME_WAIT still carry it.
 		if typ == event.ConnClose {
-			delete(h.self, conn)
+			h.self[conn] = rec.Time()
 		}
 		return
 	}
@@ -257,7 +263,7 @@ func (h *hub) record(rec trace.Record) {
 		if typ == event.ConnOpen {
 			info := connInfo(rec)
 			if h.isSelf(info) {
-				h.self[conn] = true
+				h.self[conn] = 0
 				return
 			}
 			c = h.table.Open(conn, t, info)
