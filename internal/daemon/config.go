@@ -29,7 +29,14 @@ type Config struct {
 	Listen     string `yaml:"listen"`
 	TokenFile  string `yaml:"token_file"`
 	Buffer     string `yaml:"buffer"`
-	Events     struct {
+	// Filter restricts the whole daemon in the kernel, as magnet record's
+	// flags do: what it leaves out is never recorded, for anyone.
+	Filter struct {
+		Cgroup string `yaml:"cgroup"`
+		NetNS  string `yaml:"netns"`
+		Port   int    `yaml:"port"`
+	} `yaml:"filter"`
+	Events struct {
 		Available Groups `yaml:"available"`
 		Baseline  Groups `yaml:"baseline"`
 	} `yaml:"events"`
@@ -179,6 +186,9 @@ func (c Config) resolve() (*settings, error) {
 		gid, _ := strconv.ParseUint(g.Gid, 10, 32)
 		s.seeAllGIDs = append(s.seeAllGIDs, uint32(gid))
 	}
+	if c.Filter.Port < 0 || c.Filter.Port > 65535 {
+		return nil, fmt.Errorf("config: filter.port %d: want 1-65535", c.Filter.Port)
+	}
 	sub := c.Subscribers
 	if sub.Max < 1 || sub.Queue < 1 || sub.MaxQueue < sub.Queue || sub.MaxQueue > 1<<22 {
 		return nil, fmt.Errorf("config: subscribers: want max ≥ 1, 1 ≤ queue ≤ max_queue ≤ %d", 1<<22)
@@ -225,6 +235,9 @@ func restartOnly(old, cur *settings) []string {
 	}
 	if old.available != cur.available {
 		out = append(out, "events.available")
+	}
+	if old.Filter != cur.Filter {
+		out = append(out, "filter")
 	}
 	if old.live.Bucket != cur.live.Bucket || old.live.History != cur.live.History {
 		out = append(out, "connections.bucket/history")

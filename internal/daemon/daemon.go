@@ -183,6 +183,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	cfg := record.Config{
 		Groups:      s.available,
+		Filters:     record.Filters{Cgroup: s.Filter.Cgroup, NetNS: s.Filter.NetNS, Port: s.Filter.Port},
 		BufferBytes: s.bufBytes,
 		FlushEvery:  time.Millisecond, // hand events over at every round of the drain loop
 		StatusDir:   d.opts.StatusDir,
@@ -256,6 +257,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.logf("reload: %v changed and need a restart; they keep their old values", keep)
 	}
 	s.Socket, s.mode, s.listen, s.bufBytes, s.available = old.Socket, old.mode, old.listen, old.bufBytes, old.available
+	s.Filter = old.Filter
 	s.live.Bucket, s.live.History = old.live.Bucket, old.live.History
 	if s.baseline&^s.available != 0 {
 		return fmt.Errorf("config: events.baseline has %s, which the running daemon did not load", s.baseline&^s.available)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -41,6 +42,52 @@ func needKernel(t *testing.T) *netlab.Lab {
 	}
 	t.Cleanup(func() { lab.Close() })
 	return lab
+}
+
+// testCgroup makes a cgroup for a test's workloads. The daemon under test
+// records only it (filter.cgroup): other tests and other work on the host
+// can then neither overflow its rings nor match its filters.
+type testCgroup struct {
+	path string
+	fd   *os.File
+}
+
+func newTestCgroup(t *testing.T) *testCgroup {
+	t.Helper()
+	root, err := probe.Cgroup2Root()
+	if err != nil {
+		t.Skip(err)
+	}
+	path := filepath.Join(root, fmt.Sprintf("magnetd-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := &testCgroup{path: path, fd: fd}
+	t.Cleanup(func() {
+		fd.Close()
+		os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0o644)
+		for range 100 {
+			if err := os.Remove(path); err == nil || os.IsNotExist(err) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s left behind", path)
+	})
+	return cg
+}
+
+// in makes cmd start inside the cgroup (clone3 CLONE_INTO_CGROUP).
+func (cg *testCgroup) in(cmd *exec.Cmd) *exec.Cmd {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.fd.Fd())
+	return cmd
 }
 
 // startReal runs a daemon with the real recorder.
@@ -82,9 +129,9 @@ func testPorts(n int) []uint16 {
 }
 
 // serve starts a workload server in h listening on port.
-func serve(t *testing.T, lab *netlab.Lab, h netlab.Host, port uint16) {
+func serve(t *testing.T, cg *testCgroup, lab *netlab.Lab, h netlab.Host, port uint16) {
 	t.Helper()
-	cmd := lab.Command(h, magnetBin, "workload", "serve", "--listen", net.JoinHostPort(h.Addr.String(), strconv.Itoa(int(port))))
+	cmd := cg.in(lab.Command(h, magnetBin, "workload", "serve", "--listen", net.JoinHostPort(h.Addr.String(), strconv.Itoa(int(port)))))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +152,9 @@ func serve(t *testing.T, lab *netlab.Lab, h netlab.Host, port uint16) {
 }
 
 // send runs the FTP-like workload: count messages of size bytes.
-func send(lab *netlab.Lab, to netlab.Host, port uint16, count, size int, interval time.Duration) error {
-	out, err := lab.Command(lab.Client, magnetBin, "workload", "send", "--to", net.JoinHostPort(to.Addr.String(), strconv.Itoa(int(port))),
-		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", interval.String()).CombinedOutput()
+func send(cg *testCgroup, lab *netlab.Lab, to netlab.Host, port uint16, count, size int, interval time.Duration) error {
+	out, err := cg.in(lab.Command(lab.Client, magnetBin, "workload", "send", "--to", net.JoinHostPort(to.Addr.String(), strconv.Itoa(int(port))),
+		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", interval.String())).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("workload send: %v: %s", err, out)
 	}
@@ -154,7 +201,8 @@ type expectation struct {
 // others lose none.
 func TestHundredSubscribers(t *testing.T) {
 	lab := needKernel(t)
-	td := startReal(t, nil)
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
 	c := td.client(t)
 	ctx := context.Background()
 	ports := testPorts(11)
@@ -239,7 +287,7 @@ func TestHundredSubscribers(t *testing.T) {
 	defer stalled.Close()
 
 	for _, p := range append(ports, bulkPort) {
-		serve(t, lab, lab.Server, p)
+		serve(t, cg, lab, lab.Server, p)
 	}
 	var sendWG sync.WaitGroup
 	sendErrs := make(chan error, 11)
@@ -247,7 +295,7 @@ func TestHundredSubscribers(t *testing.T) {
 		sendWG.Add(1)
 		go func() {
 			defer sendWG.Done()
-			if err := send(lab, lab.Server, p, count, size(i), time.Millisecond); err != nil {
+			if err := send(cg, lab, lab.Server, p, count, size(i), time.Millisecond); err != nil {
 				sendErrs <- err
 			}
 		}()
@@ -255,7 +303,7 @@ func TestHundredSubscribers(t *testing.T) {
 	sendWG.Add(1)
 	go func() {
 		defer sendWG.Done()
-		if err := send(lab, lab.Server, bulkPort, bulk, 100, 0); err != nil {
+		if err := send(cg, lab, lab.Server, bulkPort, bulk, 100, 0); err != nil {
 			sendErrs <- err
 		}
 	}()
@@ -357,7 +405,8 @@ func TestHundredSubscribers(t *testing.T) {
 // counts the sends of a paced transfer: none of them is lost.
 func TestGroupChangesKeepEvents(t *testing.T) {
 	lab := needKernel(t)
-	td := startReal(t, func(c *Config) { c.Events.Baseline = "sock" })
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Events.Baseline = "sock"; c.Filter.Cgroup = cg.path })
 	c := td.client(t)
 	ctx := context.Background()
 	port := testPorts(12)[11]
@@ -368,9 +417,9 @@ func TestGroupChangesKeepEvents(t *testing.T) {
 	}
 	defer s.Close()
 	sends := collect(s)
-	serve(t, lab, lab.Server, port)
+	serve(t, cg, lab, lab.Server, port)
 	done := make(chan error, 1)
-	go func() { done <- send(lab, lab.Server, port, n, 200, 3*time.Millisecond) }()
+	go func() { done <- send(cg, lab, lab.Server, port, n, 200, 3*time.Millisecond) }()
 	var devEvents, changes int
 	for running := true; running; {
 		select {
@@ -531,7 +580,8 @@ func TestUnprivilegedUser(t *testing.T) {
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 
-	td := startReal(t, nil)
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
 	c := td.client(t)
 	ports := testPorts(14)
 	userPort, rootPort := ports[12], ports[13]
@@ -557,7 +607,7 @@ func TestUnprivilegedUser(t *testing.T) {
 	// Two transfers on loopback, each from a client to a root server: one
 	// client runs as the user, the other as root.
 	for _, p := range []uint16{userPort, rootPort} {
-		srv := exec.Command(magnetBin, "workload", "serve", "--listen", "127.0.0.1:"+strconv.Itoa(int(p)))
+		srv := cg.in(exec.Command(magnetBin, "workload", "serve", "--listen", "127.0.0.1:"+strconv.Itoa(int(p))))
 		so, _ := srv.StdoutPipe()
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
@@ -575,6 +625,7 @@ func TestUnprivilegedUser(t *testing.T) {
 		if cred != nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		}
+		cg.in(cmd)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("send: %v: %s", err, out)
 		}
@@ -748,7 +799,8 @@ func TestBinarySIGTERM(t *testing.T) {
 // TestWatch runs `magnet watch` against the daemon, as a user would.
 func TestWatch(t *testing.T) {
 	lab := needKernel(t)
-	td := startReal(t, nil)
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
 	port := testPorts(15)[14]
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"watch", "--socket", td.sock, "--conn-port", strconv.Itoa(int(port)), "--type", "sock_send"}
@@ -777,8 +829,8 @@ func TestWatch(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		serve(t, lab, lab.Server, port)
-		if err := send(lab, lab.Server, port, 3, 777, time.Millisecond); err != nil {
+		serve(t, cg, lab, lab.Server, port)
+		if err := send(cg, lab, lab.Server, port, 3, 777, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
