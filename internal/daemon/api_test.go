@@ -531,7 +531,7 @@ func TestConfig(t *testing.T) {
 	}
 	for text, want := range map[string]string{
 		"sockett: x\n":                                 "field sockett not found",
-		"listen: ':9437'\n":                            "needs token_file",
+		"listen: ':9437'\n":                            "needs a bearer token",
 		"buffer: 3MiB\n":                               "power of two",
 		"events:\n  baseline: nosuch\n":                "unknown event group",
 		"events:\n  available: sock\n":                 "which events.available does not load",

@@ -157,7 +157,7 @@ func (c Config) resolve() (*settings, error) {
 		}
 		s.listen = net.JoinHostPort(host, port)
 		if c.TokenFile == "" {
-			return nil, errors.New("config: listen needs token_file: the TCP listener takes a bearer token")
+			return nil, errors.New("config: the TCP listener (listen, --listen) needs a bearer token: give token_file (--token-file)")
 		}
 	}
 	if c.TokenFile != "" {

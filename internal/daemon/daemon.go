@@ -71,6 +71,7 @@ type Daemon struct {
 
 	unixLn, tcpLn net.Listener
 	srv           *http.Server
+	served        bool // the API was up (Run's goroutine only)
 
 	// runRecorder is record.Run; tests put a recorder of their own here.
 	runRecorder func(context.Context, record.Config) (*record.Result, error)
@@ -171,6 +172,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var serveOnce sync.Once
 	startServing := func() {
 		serveOnce.Do(func() {
+			d.served = true
 			go func() { serving <- d.srv.Serve(d.unixLn) }()
 			if d.tcpLn != nil {
 				go func() { serving <- d.srv.Serve(d.tcpLn) }()
@@ -242,7 +244,9 @@ func (d *Daemon) shutdown() {
 	if d.tcpLn != nil {
 		d.tcpLn.Close()
 	}
-	d.logf("stopped")
+	if d.served {
+		d.logf("stopped")
+	}
 }
 
 // Reload applies a new configuration (SIGHUP). What needs a restart keeps

@@ -47,22 +47,6 @@ terminal could not keep up, or by the recorder when a kernel ring was full.`,
   magnet watch --type tcp_state --filter 'fields.srtt_us > 1000' --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts []magnetclient.Option
-			if tokenFile != "" {
-				tok, err := os.ReadFile(tokenFile)
-				if err != nil {
-					return fmt.Errorf("watch: %w", err)
-				}
-				first, _, _ := strings.Cut(string(tok), "\n")
-				opts = append(opts, magnetclient.WithToken(first))
-			}
-			c, err := magnetclient.Dial(socket, opts...)
-			if err != nil {
-				return fmt.Errorf("watch: %w (is magnet daemon running?)", err)
-			}
-			defer c.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			f := magnetclient.Filter{Types: types, Expr: expr}
 			for _, p := range ports {
 				if p == 0 || p > 65535 {
@@ -79,6 +63,22 @@ terminal could not keep up, or by the recorder when a kernel ring was full.`,
 			for _, c := range conns {
 				f.Conns = append(f.Conns, uint64(c))
 			}
+			var opts []magnetclient.Option
+			if tokenFile != "" {
+				tok, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("watch: %w", err)
+				}
+				first, _, _ := strings.Cut(string(tok), "\n")
+				opts = append(opts, magnetclient.WithToken(first))
+			}
+			c, err := magnetclient.Dial(socket, opts...)
+			if err != nil {
+				return fmt.Errorf("watch: %w (is magnet daemon running?)", err)
+			}
+			defer c.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			s, err := c.Subscribe(ctx, f, queue)
 			if err != nil {
 				return fmt.Errorf("watch: %w", err)
