@@ -113,6 +113,8 @@ func Parse(spec magnetclient.Filter, opts Options) (*Filter, error) {
 			return nil, bad("types: lost is not an event here: losses come as lost lines in every stream")
 		case event.Task:
 			return nil, bad("types: task records are the recorder's; every event carries its pid and comm")
+		case event.Iface:
+			return nil, bad("types: iface records are the recorder's; device events carry their ifindex")
 		}
 		f.types[in.Type] = true
 		f.groups |= in.Group

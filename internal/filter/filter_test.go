@@ -182,6 +182,7 @@ func TestBad(t *testing.T) {
 		"types=nosuch":                   "unknown event type",
 		"types=lost":                     "lost lines",
 		"types=task":                     "recorder",
+		"types=iface":                    "recorder",
 		"groups=nosuch":                  "unknown event group",
 		"groups=-dev":                    "not a group name",
 		"pids=x":                         "not a number",
