@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package netlab builds a two-host network out of Linux network namespaces
-// for tests, benchmarks and demos: a client and a server namespace joined by
-// a veth pair, optionally rate-limited with a tc token bucket filter.
+// Package netlab builds small networks out of Linux network namespaces
+// for tests, benchmarks and demos: a Lab is a client and a server namespace
+// joined by a veth pair, optionally rate-limited with a tc token bucket
+// filter; a Path is a sender, a router and a receiver (and optionally a
+// cross-traffic host at the router), with the bottleneck on the router's
+// egress toward the receiver.
 //
 // Everything here needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip(8)
 // and tc(8) commands from iproute2. Call Available to find out whether a lab
-// can be built, and always Close a Lab once done with it.
+// can be built, and always Close a Lab or Path once done with it.
 package netlab
 
 import (
@@ -347,8 +350,8 @@ func creatorPID(prefix, name string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	parts := strings.Split(rest, "-") // pid, counter, random, role
-	if len(parts) != 4 || (parts[3] != "c" && parts[3] != "s") {
+	parts := strings.Split(rest, "-") // pid, counter, random, role (of a Lab or a Path)
+	if len(parts) != 4 || (parts[3] != "c" && parts[3] != "s" && !isPathRole(parts[3])) {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(parts[0])

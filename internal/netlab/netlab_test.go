@@ -269,6 +269,8 @@ func TestCreatorPID(t *testing.T) {
 		{"magnet-123-4-beef-c", 123, true},
 		{"magnet-123-4-beef-s", 123, true},
 		{"magnet-123-4-beef-x", 0, false},
+		{"magnet-123-4-beef-rtr", 123, true},
+		{"magnet-123-4-beef-crs", 123, true},
 		{"magnet-abc-4-beef-c", 0, false},
 		{"magnet-x-123-4-beef-c", 0, false},
 		{"other-123-4-beef-c", 0, false},

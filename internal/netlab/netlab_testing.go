@@ -24,3 +24,22 @@ func ForTest(tb testing.TB, opts Options) *Lab {
 	})
 	return l
 }
+
+// PathForTest builds a Path for a test or benchmark and deletes it when the
+// test ends, skipping and failing as ForTest does.
+func PathForTest(tb testing.TB, opts PathOptions) *Path {
+	tb.Helper()
+	if err := Available(); err != nil {
+		tb.Skip(err)
+	}
+	p, err := NewPath(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return p
+}

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package netlab
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Interface names of a Path. Like those of a Lab, each lives in its own
+// namespace.
+const (
+	hostIface       = "veth0" // the only interface of the sender, receiver and cross host
+	routerToSender  = "tosnd"
+	routerToRecv    = "torcv" // the bottleneck
+	routerToCross   = "tocrs"
+	pathFrameHeader = 14 // Ethernet header tc counts in every packet on a veth
+)
+
+// pathBase is the /16 every path takes its /28 from; each of its /30s is
+// one link.
+var pathBase = netip.MustParseAddr("10.201.0.0")
+
+// Namespace name suffixes of a Path, one per role.
+const (
+	roleSender   = "snd"
+	roleRouter   = "rtr"
+	roleReceiver = "rcv"
+	roleCross    = "crs"
+)
+
+// PathOptions configures NewPath.
+type PathOptions struct {
+	// Name is the prefix of the namespace names; DefaultName if empty.
+	// A unique suffix is added as for Options.Name.
+	Name string
+	// BottleneckMbit limits the router's egress toward the receiver with a
+	// tc tbf qdisc; 0 leaves the path unlimited.
+	BottleneckMbit int
+	// BurstBytes is the tbf bucket; 0 means DefaultBurstBytes. A bucket of
+	// about one frame makes tbf behave like a link of that rate: a packet
+	// leaves only once the previous one would have been serialized. A large
+	// bucket lets bursts through at once, so over short times the path
+	// carries more than its rate.
+	BurstBytes int
+	// QueueBytes is the tbf queue limit; 0 means 50 ms at the bottleneck
+	// rate, at least 256 KiB.
+	QueueBytes int
+	// Cross adds a fourth namespace joined to the router by its own link,
+	// whose traffic toward the receiver shares the bottleneck but not the
+	// sender's link: cross traffic injected at the router.
+	Cross bool
+}
+
+// DefaultBurstBytes is the bottleneck's bucket when PathOptions.BurstBytes
+// is 0: two full Ethernet frames, so that a late tbf timer costs no rate.
+const DefaultBurstBytes = 2 * (1500 + pathFrameHeader)
+
+// Path is a routed path of network namespaces: sender → router → receiver,
+// each hop its own veth link and /30, the router forwarding between them,
+// optionally with a cross-traffic host also joined to the router. The
+// bottleneck, when set, is a tbf on the router's egress toward the receiver.
+// Create one with NewPath and release it with Close.
+type Path struct {
+	// Sender, Receiver and Cross are the end hosts; Cross.NS is empty
+	// unless PathOptions.Cross was set. Their Iface is their only link.
+	Sender, Receiver, Cross Host
+	// Router is the middle namespace; its Addr and Iface are its side of
+	// the receiver's link, whose egress is the bottleneck.
+	Router Host
+	// BottleneckMbit, BurstBytes and QueueBytes describe the tbf in
+	// place; BottleneckMbit is 0 when the path is unlimited.
+	BottleneckMbit, BurstBytes, QueueBytes int
+
+	mu      sync.Mutex
+	created []string
+}
+
+// pathCounter numbers the paths made by this process.
+var pathCounter atomic.Uint32
+
+// NewPath creates a routed path. On failure it removes whatever it made.
+// The caller must Close the returned Path.
+func NewPath(opts PathOptions) (*Path, error) {
+	prefix := opts.Name
+	if prefix == "" {
+		prefix = DefaultName
+	}
+	if !validName(prefix) {
+		return nil, fmt.Errorf("netlab: invalid name %q (use letters, digits, '-', '_', '.')", prefix)
+	}
+	if opts.BottleneckMbit < 0 || opts.BurstBytes < 0 || opts.QueueBytes < 0 {
+		return nil, errors.New("netlab: negative bottleneck rate, burst or queue")
+	}
+	n := pathCounter.Add(1)
+	var rnd [2]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("netlab: random name suffix: %w", err)
+	}
+	base := fmt.Sprintf("%s-%d-%d-%s", prefix, os.Getpid(), n, hex.EncodeToString(rnd[:]))
+	p := &Path{
+		Sender:   Host{NS: base + "-" + roleSender, Iface: hostIface},
+		Router:   Host{NS: base + "-" + roleRouter, Iface: routerToRecv},
+		Receiver: Host{NS: base + "-" + roleReceiver, Iface: hostIface},
+	}
+	if opts.Cross {
+		p.Cross = Host{NS: base + "-" + roleCross, Iface: hostIface}
+	}
+	if err := p.setup(pathSubnet(uint32(os.Getpid()), n), opts); err != nil {
+		if cerr := p.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, fmt.Errorf("netlab: %w", err)
+	}
+	return p, nil
+}
+
+// pathSubnet returns the /28 of path number n of process pid. Paths live
+// in namespaces of their own, so two paths that get the same /28 still
+// share nothing.
+func pathSubnet(pid, n uint32) netip.Prefix {
+	const slots = 1 << 12 // /28s in a /16
+	idx := (pid*16 + n) % slots
+	b := pathBase.As4()
+	b[2] = byte(idx >> 4)
+	b[3] = byte(idx&15) * 16
+	return netip.PrefixFrom(netip.AddrFrom4(b), 28)
+}
+
+// link is one /30 of a path: host a (first address) and host b (second).
+type link struct {
+	a, b         *Host
+	aDev, bDev   string
+	subnet       netip.Prefix
+	aAddr, bAddr netip.Addr
+}
+
+func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
+	hosts := []*Host{&p.Sender, &p.Router, &p.Receiver}
+	if p.Cross.NS != "" {
+		hosts = append(hosts, &p.Cross)
+	}
+	for _, h := range hosts {
+		if err := ip("netns", "add", h.NS); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.created = append(p.created, h.NS)
+		p.mu.Unlock()
+	}
+	quarter := func(i int) netip.Prefix {
+		b := block.Addr().As4()
+		b[3] += byte(4 * i)
+		return netip.PrefixFrom(netip.AddrFrom4(b), 30)
+	}
+	// The router is host a of every link; the end host is b.
+	router := p.Router // a copy whose Iface varies per link
+	links := []link{
+		{a: &router, b: &p.Sender, aDev: routerToSender, bDev: hostIface, subnet: quarter(0)},
+		{a: &router, b: &p.Receiver, aDev: routerToRecv, bDev: hostIface, subnet: quarter(1)},
+	}
+	if p.Cross.NS != "" {
+		links = append(links, link{a: &router, b: &p.Cross, aDev: routerToCross, bDev: hostIface, subnet: quarter(2)})
+	}
+	for i := range links {
+		l := &links[i]
+		l.aAddr = l.subnet.Addr().Next()
+		l.bAddr = l.aAddr.Next()
+		// Made in the end host's namespace with the peer sent straight to
+		// the router: the host's own namespace is never touched.
+		if err := ip("-n", l.b.NS, "link", "add", l.bDev, "type", "veth",
+			"peer", "name", l.aDev, "netns", l.a.NS); err != nil {
+			return err
+		}
+		bits := strconv.Itoa(l.subnet.Bits())
+		for _, side := range []struct {
+			ns, dev string
+			addr    netip.Addr
+		}{{l.a.NS, l.aDev, l.aAddr}, {l.b.NS, l.bDev, l.bAddr}} {
+			if err := ip("-n", side.ns, "addr", "add", side.addr.String()+"/"+bits, "dev", side.dev); err != nil {
+				return err
+			}
+			if err := ip("-n", side.ns, "link", "set", side.dev, "up"); err != nil {
+				return err
+			}
+		}
+		l.b.Addr = l.bAddr
+		if err := ip("-n", l.b.NS, "route", "add", "default", "via", l.aAddr.String()); err != nil {
+			return err
+		}
+		if l.aDev == routerToRecv {
+			p.Router.Addr = l.aAddr
+		}
+	}
+	for _, h := range hosts {
+		if err := ip("-n", h.NS, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+	}
+	if err := p.Router.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
+	}); err != nil {
+		return fmt.Errorf("enable forwarding in %s: %w", p.Router.NS, err)
+	}
+	if opts.BottleneckMbit > 0 {
+		if err := p.SetBottleneck(opts.BottleneckMbit, opts.BurstBytes, opts.QueueBytes); err != nil {
+			return err
+		}
+	}
+	for _, h := range hosts {
+		if err := h.fill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetBottleneck puts (or replaces) the tbf on the router's egress toward
+// the receiver: rateMbit Mbit/s, a bucket of burst bytes (0: the default)
+// and a queue of queue bytes (0: 50 ms at the rate, at least 256 KiB).
+// tbf counts every packet with its 14-byte Ethernet header.
+func (p *Path) SetBottleneck(rateMbit, burst, queue int) error {
+	if rateMbit <= 0 || burst < 0 || queue < 0 {
+		return fmt.Errorf("bottleneck: rate %d Mbit/s, burst %d, queue %d: want a positive rate", rateMbit, burst, queue)
+	}
+	if burst == 0 {
+		burst = DefaultBurstBytes
+	}
+	if queue == 0 {
+		queue = max(rateMbit*1000*1000/8*50/1000, 256<<10)
+	}
+	err := run("tc", "-n", p.Router.NS, "qdisc", "replace", "dev", routerToRecv, "root", "tbf",
+		"rate", strconv.Itoa(rateMbit)+"mbit", "burst", strconv.Itoa(burst), "limit", strconv.Itoa(queue))
+	if err != nil {
+		return err
+	}
+	p.BottleneckMbit, p.BurstBytes, p.QueueBytes = rateMbit, burst, queue
+	return nil
+}
+
+// RemoveBottleneck takes the tbf off the router's egress.
+func (p *Path) RemoveBottleneck() error {
+	if p.BottleneckMbit == 0 {
+		return nil
+	}
+	if err := run("tc", "-n", p.Router.NS, "qdisc", "del", "dev", routerToRecv, "root"); err != nil {
+		return err
+	}
+	p.BottleneckMbit, p.BurstBytes, p.QueueBytes = 0, 0, 0
+	return nil
+}
+
+// BottleneckBits returns the bit rate, counted as tbf counts (with the
+// 14-byte Ethernet header), that the bottleneck offers to IP packets of
+// ipBytes bytes: BottleneckMbit scaled by ipBytes/(ipBytes+14). It is 0 on
+// an unlimited path.
+func (p *Path) BottleneckBits(ipBytes int) float64 {
+	return float64(p.BottleneckMbit) * 1e6 * FrameShare(ipBytes)
+}
+
+// FrameShare returns the share of a veth frame that an IP packet of ipBytes
+// bytes is: ipBytes/(ipBytes+14).
+func FrameShare(ipBytes int) float64 {
+	return float64(ipBytes) / float64(ipBytes+pathFrameHeader)
+}
+
+// Close deletes the path's namespaces, which takes the links with them.
+// It is safe to call more than once and after a failed setup.
+func (p *Path) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	var left []string
+	for _, ns := range p.created {
+		if err := deleteNS(ns); err != nil {
+			errs = append(errs, err)
+			left = append(left, ns)
+		}
+	}
+	p.created = left
+	return errors.Join(errs...)
+}
+
+// Command returns a command that runs name with args inside h's network
+// namespace, through ip netns exec.
+func (p *Path) Command(h Host, name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
+}
+
+// isPathRole reports whether s is the role suffix of a Path namespace.
+func isPathRole(s string) bool {
+	switch s {
+	case roleSender, roleRouter, roleReceiver, roleCross:
+		return true
+	}
+	return false
+}
