@@ -125,3 +125,16 @@ func measureUDPSend(batches int) (float64, error) {
 	}
 	return median(costs), nil
 }
+
+// SendCost measures, in about a hundredth of a second, the median cost in
+// nanoseconds of one UDPPayloadBytes send through the loopback IP stack of
+// the calling thread's network namespace, the figure Limits.SendCostNs
+// reports. A packet-train sender uses it to know the highest rate it can
+// pace (see Limits.MaxPacedBitRate) without running the whole check.
+func SendCost() (float64, error) {
+	ns, err := measureUDPSend(quickSamples.sendBatches)
+	if err != nil {
+		return 0, fmt.Errorf("hostcheck: udp send cost: %w", err)
+	}
+	return ns, nil
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -302,4 +303,32 @@ func isPathRole(s string) bool {
 		return true
 	}
 	return false
+}
+
+// ShapeCross paces the cross host's egress toward the router with a tbf
+// at bps bits per second (Ethernet headers counted) and a bucket of burst
+// bytes (0: DefaultBurstBytes), so that a sender that writes as fast as
+// its socket lets it makes constant-rate cross traffic. bps 0 removes the
+// shaping.
+func (p *Path) ShapeCross(bps float64, burst int) error {
+	if p.Cross.NS == "" {
+		return errors.New("shape cross traffic: the path has no cross host")
+	}
+	if bps < 0 || burst < 0 {
+		return fmt.Errorf("shape cross traffic: negative rate %v or burst %d", bps, burst)
+	}
+	if bps == 0 {
+		err := run("tc", "-n", p.Cross.NS, "qdisc", "del", "dev", hostIface, "root")
+		if err != nil && strings.Contains(err.Error(), "No such file") {
+			return nil // nothing to remove
+		}
+		return err
+	}
+	if burst == 0 {
+		burst = DefaultBurstBytes
+	}
+	// The queue only needs to keep the bucket busy; the sender blocks on
+	// its socket buffer long before it fills.
+	return run("tc", "-n", p.Cross.NS, "qdisc", "replace", "dev", hostIface, "root", "tbf",
+		"rate", strconv.FormatInt(int64(bps), 10)+"bit", "burst", strconv.Itoa(burst), "limit", strconv.Itoa(1<<20))
 }

@@ -46,9 +46,13 @@ type Spec struct {
 	// Size is the size of each message in bytes; DefaultSize if 0. Over UDP
 	// it must not exceed MaxDatagram.
 	Size int
-	// Interval is the time between the starts of consecutive messages;
-	// 0 sends as fast as possible.
+	// Interval is the time between the starts of consecutive messages
+	// (of consecutive bursts, with Burst); 0 sends as fast as possible.
 	Interval time.Duration
+	// Burst is how many messages are written back to back at each
+	// interval, for bursty traffic of the same mean rate as Burst times
+	// the messages at Interval/Burst; 1 if 0.
+	Burst int
 }
 
 // Result says what one side of a workload moved.
@@ -83,6 +87,9 @@ func (s Spec) withDefaults() (Spec, error) {
 	if s.Size == 0 {
 		s.Size = DefaultSize
 	}
+	if s.Burst == 0 {
+		s.Burst = 1
+	}
 	switch {
 	case s.Count < 0:
 		return s, fmt.Errorf("negative message count %d", s.Count)
@@ -90,6 +97,8 @@ func (s Spec) withDefaults() (Spec, error) {
 		return s, fmt.Errorf("negative message size %d", s.Size)
 	case s.Interval < 0:
 		return s, fmt.Errorf("negative interval %v", s.Interval)
+	case s.Burst < 0:
+		return s, fmt.Errorf("negative burst %d", s.Burst)
 	}
 	if err := checkSize(s.Proto, s.Size); err != nil {
 		return s, err
@@ -218,8 +227,9 @@ func serveUDP(ctx context.Context, addr string, want int64, ready func(net.Addr)
 }
 
 // Send connects to addr and writes s.Count messages of s.Size bytes, each
-// with a single Write, starting one every s.Interval on a schedule fixed at
-// the start so that delays do not accumulate. Over TCP it then closes its
+// with a single Write, starting one (or a burst of s.Burst) every
+// s.Interval on a schedule fixed at the start so that delays do not
+// accumulate. Over TCP it then closes its
 // sending side and waits for the server to close, so that every byte has
 // been delivered when Send returns. Over UDP each message is one datagram
 // (one larger than the path MTU leaves the host IP-fragmented).
@@ -240,8 +250,8 @@ func Send(ctx context.Context, addr string, s Spec) (Result, error) {
 	var r Result
 	var timer *time.Timer
 	for i := range s.Count {
-		if s.Interval > 0 && i > 0 {
-			at := r.Start.Add(time.Duration(i) * s.Interval)
+		if s.Interval > 0 && i > 0 && i%s.Burst == 0 {
+			at := r.Start.Add(time.Duration(i/s.Burst) * s.Interval)
 			if d := time.Until(at); d > 0 {
 				if timer == nil {
 					timer = time.NewTimer(d)

@@ -87,6 +87,30 @@ func TestSendDefaultsAndSchedule(t *testing.T) {
 	}
 }
 
+func TestSendBursts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, done := serve(t, ctx, "udp", 12*100)
+	// 12 datagrams in bursts of 4 every 20ms: three bursts, the last one
+	// starting 40ms after the first.
+	sent, err := Send(ctx, addr, Spec{Proto: "udp", Count: 12, Size: 100, Interval: 20 * time.Millisecond, Burst: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Messages != 12 {
+		t.Errorf("sent %d datagrams, want 12", sent.Messages)
+	}
+	if d := sent.End.Sub(sent.Start); d < 40*time.Millisecond || d > 2*time.Second {
+		t.Errorf("three bursts 20ms apart took %v, want from 40ms", d)
+	}
+	if o := <-done; o.err != nil || o.r.Messages != 12 {
+		t.Errorf("server: %d datagrams, %v; want 12", o.r.Messages, o.err)
+	}
+	if _, err := Send(ctx, addr, Spec{Proto: "udp", Burst: -1}); err == nil {
+		t.Error("negative burst accepted")
+	}
+}
+
 func TestUDPServeIdle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

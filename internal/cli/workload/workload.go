@@ -82,10 +82,10 @@ closes it. Over UDP it ends once --count times --size bytes have arrived, or
 
 func newSend() *cobra.Command {
 	var (
-		proto, to   string
-		count, size int
-		interval    time.Duration
-		flood       time.Duration
+		proto, to          string
+		count, size, burst int
+		interval           time.Duration
+		flood              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "send --to ADDR",
@@ -93,7 +93,8 @@ func newSend() *cobra.Command {
 		Long: `Send a workload and report what was sent.
 
 Without --flood, writes --count messages of --size bytes, one every
---interval, each with one send call (the MAGNeT paper's FTP-like pattern).
+--interval, each with one send call (the MAGNeT paper's FTP-like pattern);
+with --burst N, N messages back to back every --interval.
 With --flood, writes --size-byte messages back to back for that long.
 Prints "sent BYTES bytes in N messages".`,
 		Args: cobra.NoArgs,
@@ -106,8 +107,8 @@ Prints "sent BYTES bytes in N messages".`,
 			}
 			f := cmd.Flags()
 			if f.Changed("flood") {
-				if f.Changed("count") || f.Changed("interval") {
-					return errors.New("workload: --flood cannot be combined with --count or --interval")
+				if f.Changed("count") || f.Changed("interval") || f.Changed("burst") {
+					return errors.New("workload: --flood cannot be combined with --count, --interval or --burst")
 				}
 				if flood <= 0 {
 					return fmt.Errorf("workload: --flood %v must be positive", flood)
@@ -116,8 +117,8 @@ Prints "sent BYTES bytes in N messages".`,
 					size = 64
 				}
 			}
-			if count <= 0 || size <= 0 {
-				return errors.New("workload: --count and --size must be positive")
+			if count <= 0 || size <= 0 || burst <= 0 {
+				return errors.New("workload: --count, --size and --burst must be positive")
 			}
 			if interval < 0 {
 				return fmt.Errorf("workload: --interval %v must not be negative", interval)
@@ -135,7 +136,7 @@ Prints "sent BYTES bytes in N messages".`,
 			if flood > 0 {
 				r, err = workload.Flood(ctx, proto, to, size, flood)
 			} else {
-				r, err = workload.Send(ctx, to, workload.Spec{Proto: proto, Count: count, Size: size, Interval: interval})
+				r, err = workload.Send(ctx, to, workload.Spec{Proto: proto, Count: count, Size: size, Interval: interval, Burst: burst})
 			}
 			if err != nil && !interrupted(ctx, err) {
 				return fmt.Errorf("workload: %w", err)
@@ -151,6 +152,7 @@ Prints "sent BYTES bytes in N messages".`,
 	f.IntVar(&size, "size", workload.DefaultSize, "bytes per message (64 with --flood)")
 	f.DurationVar(&interval, "interval", workload.DefaultInterval, "time between messages, 0 for back to back")
 	f.DurationVar(&flood, "flood", 0, "send small messages as fast as possible for this long")
+	f.IntVar(&burst, "burst", 1, "messages written back to back at each interval (bursty traffic)")
 	return cmd
 }
 

@@ -32,8 +32,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"send", "--proto", "sctp", "--to", "127.0.0.1:9"}, `workload: unknown protocol "sctp" (want tcp or udp)`},
 		{[]string{"serve"}, "workload: --listen ADDR is required"},
 		{[]string{"send"}, "workload: --to ADDR is required"},
-		{[]string{"send", "--to", "127.0.0.1:9", "--flood", "1s", "--count", "5"}, "workload: --flood cannot be combined with --count or --interval"},
-		{[]string{"send", "--to", "127.0.0.1:9", "--count", "0"}, "workload: --count and --size must be positive"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--flood", "1s", "--count", "5"}, "workload: --flood cannot be combined with --count, --interval or --burst"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--count", "0"}, "workload: --count, --size and --burst must be positive"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--burst", "0"}, "workload: --count, --size and --burst must be positive"},
 		{[]string{"send", "--proto", "udp", "--to", "127.0.0.1:9", "--size", "70000"}, "workload: --size 70000 exceeds the udp limit of 65507 bytes"},
 	} {
 		err := run(io.Discard, tc.args...)
