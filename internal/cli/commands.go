@@ -5,6 +5,7 @@ package cli
 import (
 	archivecmd "github.com/magnet-tracer/magnet/internal/cli/archive"
 	benchcmd "github.com/magnet-tracer/magnet/internal/cli/bench"
+	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
 	collectcmd "github.com/magnet-tracer/magnet/internal/cli/collect"
 	daemoncmd "github.com/magnet-tracer/magnet/internal/cli/daemon"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
@@ -20,5 +21,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New, bwprobecmd.New)
 }

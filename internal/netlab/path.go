@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -46,11 +45,11 @@ type PathOptions struct {
 	// BottleneckMbit limits the router's egress toward the receiver with a
 	// tc tbf qdisc; 0 leaves the path unlimited.
 	BottleneckMbit int
-	// BurstBytes is the tbf bucket; 0 means DefaultBurstBytes. A bucket of
-	// about one frame makes tbf behave like a link of that rate: a packet
-	// leaves only once the previous one would have been serialized. A large
-	// bucket lets bursts through at once, so over short times the path
-	// carries more than its rate.
+	// BurstBytes is the tbf bucket; 0 means BurstFor(BottleneckMbit). A
+	// bucket of about one frame makes tbf behave like a link of that rate:
+	// a packet leaves only once the previous one would have been
+	// serialized. A large bucket lets bursts through at once, so over
+	// short times the path carries more than its rate.
 	BurstBytes int
 	// QueueBytes is the tbf queue limit; 0 means 50 ms at the bottleneck
 	// rate, at least 256 KiB.
@@ -61,9 +60,20 @@ type PathOptions struct {
 	Cross bool
 }
 
-// DefaultBurstBytes is the bottleneck's bucket when PathOptions.BurstBytes
-// is 0: two full Ethernet frames, so that a late tbf timer costs no rate.
-const DefaultBurstBytes = 2 * (1500 + pathFrameHeader)
+// MaxFrame is the largest frame on a path's links, as tbf counts it.
+const MaxFrame = 1500 + pathFrameHeader
+
+// BurstFor returns the bottleneck bucket used when none is given: two
+// full frames, or 30 µs worth of the rate if that is more. One frame is
+// the least that lets every packet through, but then a tbf timer that
+// fires late (its dequeue runs in a softirq, which a busy host defers to
+// ksoftirqd) costs rate at once; the second frame absorbs a delay of one
+// frame time. Any more would let bursts through faster than the rate: a
+// probe stream of S bytes would see up to B/S more bandwidth than there
+// is.
+func BurstFor(rateMbit int) int {
+	return max(2*MaxFrame, rateMbit*1000*1000/8*30/1000/1000)
+}
 
 // Path is a routed path of network namespaces: sender → router → receiver,
 // each hop its own veth link and /30, the router forwarding between them,
@@ -81,8 +91,9 @@ type Path struct {
 	// place; BottleneckMbit is 0 when the path is unlimited.
 	BottleneckMbit, BurstBytes, QueueBytes int
 
-	mu      sync.Mutex
-	created []string
+	mu          sync.Mutex
+	created     []string
+	crossShaped bool
 }
 
 // pathCounter numbers the paths made by this process.
@@ -225,7 +236,7 @@ func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
 }
 
 // SetBottleneck puts (or replaces) the tbf on the router's egress toward
-// the receiver: rateMbit Mbit/s, a bucket of burst bytes (0: the default)
+// the receiver: rateMbit Mbit/s, a bucket of burst bytes (0: BurstFor)
 // and a queue of queue bytes (0: 50 ms at the rate, at least 256 KiB).
 // tbf counts every packet with its 14-byte Ethernet header.
 func (p *Path) SetBottleneck(rateMbit, burst, queue int) error {
@@ -233,7 +244,7 @@ func (p *Path) SetBottleneck(rateMbit, burst, queue int) error {
 		return fmt.Errorf("bottleneck: rate %d Mbit/s, burst %d, queue %d: want a positive rate", rateMbit, burst, queue)
 	}
 	if burst == 0 {
-		burst = DefaultBurstBytes
+		burst = BurstFor(rateMbit)
 	}
 	if queue == 0 {
 		queue = max(rateMbit*1000*1000/8*50/1000, 256<<10)
@@ -307,7 +318,7 @@ func isPathRole(s string) bool {
 
 // ShapeCross paces the cross host's egress toward the router with a tbf
 // at bps bits per second (Ethernet headers counted) and a bucket of burst
-// bytes (0: DefaultBurstBytes), so that a sender that writes as fast as
+// bytes (0: two full frames), so that a sender that writes as fast as
 // its socket lets it makes constant-rate cross traffic. bps 0 removes the
 // shaping.
 func (p *Path) ShapeCross(bps float64, burst int) error {
@@ -318,17 +329,25 @@ func (p *Path) ShapeCross(bps float64, burst int) error {
 		return fmt.Errorf("shape cross traffic: negative rate %v or burst %d", bps, burst)
 	}
 	if bps == 0 {
-		err := run("tc", "-n", p.Cross.NS, "qdisc", "del", "dev", hostIface, "root")
-		if err != nil && strings.Contains(err.Error(), "No such file") {
-			return nil // nothing to remove
+		if !p.crossShaped {
+			return nil
 		}
-		return err
+		if err := run("tc", "-n", p.Cross.NS, "qdisc", "del", "dev", hostIface, "root"); err != nil {
+			return err
+		}
+		p.crossShaped = false
+		return nil
 	}
 	if burst == 0 {
-		burst = DefaultBurstBytes
+		burst = 2 * MaxFrame
 	}
 	// The queue only needs to keep the bucket busy; the sender blocks on
 	// its socket buffer long before it fills.
-	return run("tc", "-n", p.Cross.NS, "qdisc", "replace", "dev", hostIface, "root", "tbf",
+	err := run("tc", "-n", p.Cross.NS, "qdisc", "replace", "dev", hostIface, "root", "tbf",
 		"rate", strconv.FormatInt(int64(bps), 10)+"bit", "burst", strconv.Itoa(burst), "limit", strconv.Itoa(1<<20))
+	if err != nil {
+		return err
+	}
+	p.crossShaped = true
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/bench"
+	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
 )
 
 // New returns the bench command.
@@ -135,6 +136,7 @@ configuration, the sweep). Needs root.`,
 	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
 	f.IntVar(&snaplen, "tcpdump-snaplen", 0, "tcpdump -s; 0 keeps tcpdump's default (whole packets)")
+	cmd.AddCommand(bwprobecmd.NewBench())
 	return cmd
 }
 

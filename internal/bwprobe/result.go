@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bwprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Result is one estimate with everything needed to judge it.
+type Result struct {
+	Server string `json:"server"`
+	*Estimate
+	Params Params `json:"params"`
+	// Flags say, in words, what limits or qualifies the estimate.
+	Flags []string `json:"flags,omitempty"`
+	// The server's pacing ability and limits, from its challenge.
+	ServerPace      float64 `json:"server_pace_bps"`
+	ServerPaceError string  `json:"server_pace_error,omitempty"`
+	ServerMaxRate   float64 `json:"server_max_rate_bps"`
+	// ServerRealTime says the server sent at real-time priority, which
+	// keeps its pacing on a busy host.
+	ServerRealTime bool    `json:"server_realtime"`
+	ClientMaxRate  float64 `json:"client_max_rate_bps,omitempty"`
+	// KernelTimestamps is false when some packet arrived without a kernel
+	// receive timestamp and the client's clock was read instead.
+	KernelTimestamps bool `json:"kernel_timestamps"`
+	// CPU time spent by the client and, as it reports, the server.
+	ClientCPUSeconds float64   `json:"client_cpu_s"`
+	ServerCPUSeconds float64   `json:"server_cpu_s"`
+	ControlRTTNs     int64     `json:"control_rtt_ns"`
+	Start            time.Time `json:"start"`
+	TookNs           int64     `json:"took_ns"`
+}
+
+// Flag texts.
+const (
+	FlagHostLimited = "host-limited"
+	FlagRateLimited = "rate-limited"
+	FlagCoalesced   = "coalesced timestamps: lower bound only"
+	FlagUserTime    = "no kernel receive timestamps: user-space times used"
+	FlagUnconverged = "did not converge"
+	FlagRejected    = "many streams rejected (sender could not keep the rate)"
+)
+
+// Estimate runs the search against the server and returns its result.
+// It ends the session with the server when done.
+func (c *Client) Estimate(ctx context.Context) (*Result, error) {
+	var ru0 unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	lim := Limits{Pace: c.chal.Pace, MaxRate: c.chal.MaxRate}
+	if c.cfg.MaxRate > 0 && (lim.MaxRate == 0 || c.cfg.MaxRate < lim.MaxRate) {
+		lim.MaxRate = c.cfg.MaxRate
+	}
+	est, err := searchPath(ctx, c, c.cfg.Params, lim, time.Now, c.cfg.Log)
+	if errors.Is(err, errSessionLimit) {
+		est.Stopped, err = err.Error(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{
+		Server:           c.cfg.Server,
+		Estimate:         est,
+		Params:           c.cfg.Params,
+		ServerPace:       c.chal.Pace,
+		ServerPaceError:  c.chal.PaceError,
+		ServerMaxRate:    c.chal.MaxRate,
+		ServerRealTime:   c.chal.RealTime,
+		ClientMaxRate:    c.cfg.MaxRate,
+		KernelTimestamps: !c.userTime.Load(),
+		ControlRTTNs:     int64(c.rtt),
+		Start:            start.UTC(),
+		TookNs:           int64(time.Since(start)),
+	}
+	r.ServerCPUSeconds, err = c.bye()
+	if err != nil {
+		return nil, err
+	}
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	r.ClientCPUSeconds = cpuSeconds(ru) - cpuSeconds(ru0)
+	r.Flags = r.flags()
+	return r, nil
+}
+
+// bye ends the session and returns the server's CPU time.
+func (c *Client) bye() (float64, error) {
+	if err := c.ctl.write(message{Type: msgBye}); err != nil {
+		return 0, fmt.Errorf("probe server: %w", err)
+	}
+	t := time.NewTimer(handshakeTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-c.ctrl:
+			if r.err != nil {
+				return 0, fmt.Errorf("probe server: %w", r.err)
+			}
+			if r.m.Type == msgBye {
+				return r.m.CPUSeconds, nil
+			}
+		case <-t.C:
+			return 0, errors.New("probe server did not answer bye")
+		}
+	}
+}
+
+func (r *Result) flags() []string {
+	var f []string
+	if r.HostLimited {
+		f = append(f, fmt.Sprintf("%s: the available bandwidth is above %s, %.0f%% of what the sender can pace; this host cannot measure it",
+			FlagHostLimited, FormatRate(r.ProbeLimit), PaceShare*100))
+	}
+	if r.RateLimited {
+		f = append(f, fmt.Sprintf("%s: the available bandwidth is above the maximum rate %s", FlagRateLimited, FormatRate(r.ProbeLimit)))
+	}
+	if r.Coalesced {
+		f = append(f, FlagCoalesced)
+	}
+	if !r.KernelTimestamps {
+		f = append(f, FlagUserTime)
+	}
+	if !r.Converged && !r.HostLimited && !r.RateLimited {
+		f = append(f, FlagUnconverged+": "+r.Stopped)
+	}
+	if r.Streams > 0 && r.Rejected*4 > r.Streams {
+		f = append(f, fmt.Sprintf("%s: %d of %d", FlagRejected, r.Rejected, r.Streams))
+	}
+	return f
+}

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bwprobecmd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/probebench"
+)
+
+// Defaults of the documented full grid.
+const (
+	fullCapacities = "100,1000"
+	fullShares     = "0.1,0.3,0.6,0.9"
+	fullCross      = "cbr,bursty"
+	fullReps       = 5
+	fullUnlimited  = 5
+)
+
+// NewBench returns `magnet bench probe`, the accuracy and cost of magnet
+// probe on a path whose available bandwidth is known.
+func NewBench() *cobra.Command {
+	var (
+		capacities, shares, cross, out, clientArgs string
+		reps, unlimited                            int
+		passive, full, asJSON                      bool
+		passiveDur                                 time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Measure the accuracy and cost of magnet probe on a path of known available bandwidth",
+		Long: `Measure how accurate and how cheap magnet probe is. Builds namespaces sender →
+router → receiver with a tc tbf bottleneck on the router's egress toward the
+receiver, injects constant-rate or bursty UDP cross traffic at the router
+from a fourth namespace so that the available bandwidth A is known, and
+runs magnet probe client against magnet probe server for every capacity,
+available share and cross-traffic kind, --reps times, interleaved. Reports
+the relative error e = (estimate − A)/A (median and 90th percentile of |e|),
+time and probe bytes per estimate, whether the host-limited flag is raised
+on an unlimited veth, and with --passive the delivery rate of a TCP transfer
+on the same path read from a magnet record trace. --full is the documented
+grid. Needs root. See docs/PROBE.md.`,
+		Example: `  sudo magnet bench probe --capacities 100 --shares 0.3,0.9 --reps 1
+  sudo magnet bench probe --full -o bench/PROBE.md`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			if full {
+				for name, def := range map[string]string{"capacities": fullCapacities, "shares": fullShares, "cross": fullCross} {
+					if !f.Changed(name) {
+						_ = f.Set(name, def)
+					}
+				}
+				if !f.Changed("reps") {
+					reps = fullReps
+				}
+				if !f.Changed("unlimited") {
+					unlimited = fullUnlimited
+				}
+				if !f.Changed("passive") {
+					passive = true
+				}
+			}
+			opts := probebench.Options{Reps: reps, Unlimited: unlimited, Passive: passive, PassiveDuration: passiveDur,
+				Log: cmd.ErrOrStderr(), Command: "magnet " + strings.Join(os.Args[1:], " "), ClientArgs: strings.Fields(clientArgs)}
+			var err error
+			if opts.Capacities, err = parseInts(capacities); err != nil {
+				return fmt.Errorf("bench probe: --capacities: %w", err)
+			}
+			if opts.Shares, err = parseShares(shares); err != nil {
+				return fmt.Errorf("bench probe: --shares: %w", err)
+			}
+			opts.Cross = splitList(cross)
+			if reps < 0 || unlimited < 0 {
+				return errors.New("bench probe: --reps and --unlimited must not be negative")
+			}
+			if full && (reps != fullReps || unlimited != fullUnlimited) {
+				opts.Note = fmt.Sprintf("reduced from the documented full run (%d repetitions, %d unlimited) to %d and %d", fullReps, fullUnlimited, reps, unlimited)
+			}
+			if os.Geteuid() != 0 {
+				return errors.New("bench probe: need root (network namespaces, BPF for --passive)")
+			}
+			if opts.Magnet, err = os.Executable(); err != nil {
+				return fmt.Errorf("bench probe: find the magnet binary: %w", err)
+			}
+			if out != "" {
+				if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
+					return fmt.Errorf("bench probe: -o %s: no such directory", out)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := probebench.Run(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("bench probe: %w", err)
+			}
+			var buf bytes.Buffer
+			if asJSON {
+				err = rep.WriteJSON(&buf)
+			} else {
+				err = rep.WriteMarkdown(&buf)
+			}
+			if err != nil {
+				return fmt.Errorf("bench probe: %w", err)
+			}
+			if out == "" {
+				_, err = cmd.OutOrStdout().Write(buf.Bytes())
+			} else {
+				err = os.WriteFile(out, buf.Bytes(), 0o644)
+			}
+			if err != nil {
+				return fmt.Errorf("bench probe: write report: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&capacities, "capacities", "100", "bottleneck rates in Mbit/s, comma-separated")
+	f.StringVar(&shares, "shares", fullShares, "available shares of the capacity, comma-separated, each in (0, 1]")
+	f.StringVar(&cross, "cross", fullCross, "cross-traffic kinds: cbr, bursty")
+	f.IntVar(&reps, "reps", 1, "estimates per grid cell")
+	f.IntVar(&unlimited, "unlimited", 1, "estimates on the path without a bottleneck (must be host-limited)")
+	f.BoolVar(&passive, "passive", false, "also measure each cell with a TCP transfer under magnet record")
+	f.DurationVar(&passiveDur, "passive-duration", 2*time.Second, "length of each passive transfer")
+	f.BoolVar(&full, "full", false, "the documented full grid (100 and 1000 Mbit/s, 10-90 %, both kinds, 5 reps, passive)")
+	f.StringVar(&clientArgs, "client-args", "", "extra arguments for magnet probe client, space-separated")
+	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
+	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseShares(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range splitList(s) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 || v > 1 {
+			return nil, fmt.Errorf("%q: want a share in (0, 1]", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

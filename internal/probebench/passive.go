@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package probebench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// passivePort is the TCP port of the passive transfer.
+const passivePort = 7208
+
+// tcpGoodputShare is the share of a 1514-byte frame that is TCP payload
+// (MSS 1448: 20 bytes of IP, 32 of TCP with timestamps, 14 of Ethernet):
+// what a TCP transfer can deliver of the available bandwidth.
+const tcpGoodputShare = 1448.0 / (1500 + 14)
+
+// PassiveMeasured is a TCP transfer over the same path recorded by magnet.
+type PassiveMeasured struct {
+	// GoodputBps is the delivery rate the trace shows: bytes the
+	// receiving application read, first to last read.
+	GoodputBps float64 `json:"goodput_bps"`
+	// TrueBps is the available bandwidth as TCP payload:
+	// (capacity − cross) × 1448/1514, cross measured during the transfer.
+	TrueBps  float64 `json:"true_bps"`
+	CrossBps float64 `json:"cross_bps"`
+	Err      float64 `json:"err"`
+	// Bytes the transfer moved and how long it ran.
+	Bytes  int64   `json:"bytes"`
+	TookS  float64 `json:"took_s"`
+	Events uint64  `json:"events"`
+	Lost   uint64  `json:"lost"`
+	Failed string  `json:"failed,omitempty"`
+}
+
+// passive runs a TCP flood from the sender to the receiver for
+// PassiveDuration while `magnet record` (record.Run, in this process)
+// records the receiver's namespace, and reads the delivery rate back from
+// the trace.
+func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, error) {
+	work, err := os.MkdirTemp("", "magnet-probebench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	trace := filepath.Join(work, "transfer.mgt")
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	var res *record.Result
+	go func() {
+		var err error
+		res, err = record.Run(rctx, record.Config{
+			Output:    trace,
+			Groups:    event.DefaultGroups,
+			Filters:   record.Filters{NetNS: l.path.Receiver.NS, Port: passivePort},
+			StatusDir: work,
+			Ready:     func() { close(ready) },
+		})
+		done <- err
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		if err == nil {
+			err = errors.New("ended before it was ready")
+		}
+		return nil, fmt.Errorf("record: %w", err)
+	}
+
+	before, err := l.crossCounter()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	moved, xerr := l.transfer(ctx)
+	took := time.Since(t0)
+	after, err := l.crossCounter()
+	if err != nil {
+		return nil, err
+	}
+	cancel()
+	if err := <-done; err != nil {
+		return nil, fmt.Errorf("record: %w", err)
+	}
+	if xerr != nil {
+		return nil, xerr
+	}
+	pm := &PassiveMeasured{Bytes: moved, TookS: took.Seconds(), Lost: res.Lost}
+	for name, n := range res.Events {
+		if name != "task" && name != "iface" && name != "lost" {
+			pm.Events += n
+		}
+	}
+	pm.CrossBps = float64(after-before) * 8 / took.Seconds()
+	pm.TrueBps = (capBits - pm.CrossBps) * tcpGoodputShare
+	rep, err := analyze.Modulation([]string{trace}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("analyze the trace: %w", err)
+	}
+	for _, c := range rep.Conns {
+		if c.Throughput != nil && c.Throughput.AppBytes > 0 && c.Throughput.AppFirstLast > pm.GoodputBps {
+			pm.GoodputBps = c.Throughput.AppFirstLast
+		}
+	}
+	if pm.GoodputBps == 0 {
+		return nil, errors.New("the trace shows no data read by the receiver")
+	}
+	pm.Err = (pm.GoodputBps - pm.TrueBps) / pm.TrueBps
+	return pm, nil
+}
+
+// transfer runs `magnet workload serve` on the receiver and `magnet
+// workload send --flood` on the sender, and returns the bytes received.
+func (l *lab) transfer(ctx context.Context) (int64, error) {
+	addr := fmt.Sprintf("%s:%d", l.path.Receiver.Addr, passivePort)
+	srv := l.command(ctx, l.path.Receiver, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	var srvErr strings.Builder
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		return 0, fmt.Errorf("start transfer receiver: %w", err)
+	}
+	waited := false
+	defer func() {
+		if !waited {
+			_ = srv.Process.Kill()
+			_ = srv.Wait()
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening") {
+		return 0, fmt.Errorf("transfer receiver did not start: %s", oneLine(srvErr.String()))
+	}
+	snd := l.command(ctx, l.path.Sender, "workload", "send", "--proto", "tcp", "--to", addr,
+		"--flood", l.opts.PassiveDuration.String(), "--size", "65536")
+	if msg, err := snd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("transfer sender: %v: %s", err, oneLine(string(msg)))
+	}
+	var got int64
+	for lines.Scan() {
+		if _, err := fmt.Sscanf(lines.Text(), "received %d bytes", &got); err == nil {
+			break
+		}
+	}
+	waited = true
+	if err := srv.Wait(); err != nil {
+		return 0, fmt.Errorf("transfer receiver: %v: %s", err, oneLine(srvErr.String()))
+	}
+	return got, nil
+}
+
+func (l *lab) command(ctx context.Context, h netlab.Host, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS, l.opts.Magnet}, args...)...)
+}
