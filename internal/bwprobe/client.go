@@ -47,6 +47,9 @@ type Client struct {
 	ctrl     chan ctrlResult
 	userTime atomic.Bool // a packet came without a kernel timestamp
 	done     chan struct{}
+	// kernelStamps: the kernel timestamps packets on arrival (see
+	// waitForStamps); else the times are those of the reads.
+	kernelStamps bool
 }
 
 type taggedSample struct {
@@ -130,8 +133,44 @@ func (c *Client) open() error {
 		return fmt.Errorf("ask for kernel receive timestamps: %w", err)
 	}
 	c.udp = udp
+	c.kernelStamps = waitForStamps(udp)
 	return nil
 }
+
+// waitForStamps waits until the kernel timestamps packets as they arrive,
+// and reports whether it does. The first socket to ask for timestamps
+// switches them on for the whole kernel through a work queue, which a
+// busy host may run late; until then a packet gets its timestamp only
+// when it is read, which makes a train look as if it arrived all at once.
+// So the client sends itself a datagram, reads it a little later, and
+// checks that its timestamp is from when it arrived, not from the read.
+func waitForStamps(udp *net.UDPConn) bool {
+	self := udp.LocalAddr().(*net.UDPAddr)
+	buf := make([]byte, 64)
+	oob := make([]byte, unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{})))*2)
+	const settle = 2 * time.Millisecond
+	deadline := time.Now().Add(stampWait)
+	defer udp.SetReadDeadline(time.Time{})
+	for time.Now().Before(deadline) {
+		if _, err := udp.WriteToUDP([]byte("magnet-probe timestamp check"), self); err != nil {
+			return false
+		}
+		time.Sleep(settle)
+		_ = udp.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, oobn, _, _, err := udp.ReadMsgUDP(buf, oob)
+		read := time.Now().UnixNano()
+		if err != nil {
+			continue
+		}
+		if ts, ok := kernelTime(oob[:oobn]); ok && read-ts >= int64(settle)/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// stampWait bounds how long Dial waits for kernel timestamps.
+const stampWait = 3 * time.Second
 
 // handshake exchanges hello, challenge, start and ready.
 func (c *Client) handshake(ctx context.Context) error {

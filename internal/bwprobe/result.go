@@ -73,7 +73,7 @@ func (c *Client) Estimate(ctx context.Context) (*Result, error) {
 		ServerMaxRate:    c.chal.MaxRate,
 		ServerRealTime:   c.chal.RealTime,
 		ClientMaxRate:    c.cfg.MaxRate,
-		KernelTimestamps: !c.userTime.Load(),
+		KernelTimestamps: c.kernelStamps && !c.userTime.Load(),
 		ControlRTTNs:     int64(c.rtt),
 		Start:            start.UTC(),
 		TookNs:           int64(time.Since(start)),

@@ -35,7 +35,7 @@ type Params struct {
 	// stops.
 	Resolution float64 `json:"resolution"`
 	// MaxFleets, MaxBytes and MaxDuration bound one estimate. MaxBytes 0
-	// means the larger of 2 MB and 40 streams at the path's capacity.
+	// means the larger of 2 MB and 20 streams at the path's capacity.
 	MaxFleets   int           `json:"max_fleets"`
 	MaxBytes    int64         `json:"max_bytes"`
 	MaxDuration time.Duration `json:"max_duration_ns"`
@@ -263,7 +263,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 
 	// Back-to-back trains: their dispersion bounds the capacity, and the
 	// rate the sender reached is what it can pace on this path.
-	var recv, sent []float64
+	var recv, sent, batched []float64
 	for range s.p.Trains {
 		st, err := s.stream(ctx, trainRate, s.p.TrainPackets, true)
 		if err != nil {
@@ -271,25 +271,30 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		}
 		e.Trains = append(e.Trains, st)
 		if st.Trend != Rejected && st.RecvRate > 0 {
+			sent = append(sent, st.SendRate)
 			// The median gap is the narrow link's own spacing, unless
 			// the receiver batched the arrivals; then only the train's
 			// whole span is worth anything.
-			c := st.GapRate
-			if c == 0 || st.Coalesced {
-				c = st.RecvRate
+			if st.Coalesced || st.GapRate == 0 {
+				batched = append(batched, st.RecvRate)
+			} else {
+				recv = append(recv, st.GapRate)
 			}
-			recv = append(recv, c)
-			sent = append(sent, st.SendRate)
 		}
 	}
-	if len(recv) == 0 {
+	if len(sent) == 0 {
 		return errors.New("no back-to-back train arrived: is UDP from the server to this host blocked?")
 	}
-	e.Capacity = median(recv)
+	// Cross traffic only widens gaps and batching only narrows them, so
+	// the least rate of the trains is the safest.
+	if len(recv) == 0 {
+		recv = batched
+	}
+	e.Capacity = slices.Min(recv)
 	e.TrainSendRate = median(sent)
 	if s.p.MaxBytes == 0 {
 		perStream := int64(s.p.packetsFor(min(e.Capacity, trainRate))) * int64(s.p.PacketSize)
-		s.p.MaxBytes = max(minByteBudget, 40*perStream)
+		s.p.MaxBytes = max(minByteBudget, 20*perStream)
 	}
 
 	// A train that arrived as fast as it left met no narrower link: the
@@ -683,6 +688,14 @@ func (s *search) stream(ctx context.Context, rate float64, packets int, train bo
 		return Stream{}, err
 	}
 	st := analyze(spec, rep, samples, train)
+	if lossy := st.Sent-st.Received > int(MaxLoss*float64(st.Sent)); !train && !lossy && st.Trend == Increasing &&
+		s.est.Capacity > 0 && st.Slope*s.est.Capacity < s.p.Resolution/2*st.SendRate {
+		// Delays rose steadily but too little to matter: the stream left
+		// within Resolution/2 of its rate (a fixed phase against
+		// constant-rate cross traffic drifts the delays by microseconds,
+		// which the PDT, blind to magnitude, calls a rise).
+		st.Trend = Flat
+	}
 	if s.log != nil {
 		kind := "stream"
 		if train {

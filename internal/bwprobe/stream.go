@@ -178,7 +178,12 @@ func analyze(spec StreamSpec, rep SendReport, samples []Sample, train bool) Stre
 		st.RecvRate = span * bits * 1e9 / float64(ss[n-1].Recv-ss[0].Recv)
 	}
 	if len(ss) >= 8 {
-		st.Coalesced = coalesced(ss, spec.GapNs)
+		sendGap := spec.GapNs
+		if rep.Sent >= 2 && rep.Last > rep.First {
+			// What the sender achieved: a train asks for more than it gets.
+			sendGap = max(sendGap, (rep.Last-rep.First)/int64(rep.Sent-1))
+		}
+		st.Coalesced = coalesced(ss, sendGap)
 		st.PDT, st.DelayRiseNs = pdt(ss)
 		st.Slope = robustSlope(ss[len(ss)/3:])
 		st.GapRate = gapRate(ss, bits)

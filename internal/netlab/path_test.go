@@ -78,6 +78,19 @@ func TestPathRoutes(t *testing.T) {
 	if err := p.RemoveBottleneck(); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.ShapeCross(20e6, 0); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = p.Command(p.Cross, "tc", "qdisc", "show", "dev", p.Cross.Iface).CombinedOutput()
+	if !strings.Contains(string(out), "tbf") || !strings.Contains(string(out), "20Mbit") {
+		t.Fatalf("no 20 Mbit/s tbf on the cross host: %s", out)
+	}
+	if err := p.ShapeCross(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ShapeCross(0, 0); err != nil {
+		t.Fatalf("removing the shaping twice: %v", err)
+	}
 	names := []string{p.Sender.NS, p.Router.NS, p.Receiver.NS, p.Cross.NS}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)

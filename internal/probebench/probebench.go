@@ -424,13 +424,19 @@ func oneLine(s string) string {
 	return s
 }
 
-// quantile returns the q-quantile of v (nearest rank), 0 if empty.
+// quantile returns the q-quantile of v, interpolating between the two
+// nearest ranks (so the median of an even count is the mean of the middle
+// two), 0 if empty.
 func quantile(v []float64, q float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	pos := q * float64(len(s)-1)
+	i := int(math.Floor(pos))
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
 }

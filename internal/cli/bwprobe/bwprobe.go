@@ -127,7 +127,12 @@ the capacity seen by back-to-back trains, flags that qualify the estimate
 timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 		Example: `  magnet probe client 10.0.0.1
   magnet probe client server.example:7207 --max-rate 500M --json`,
-		Args: cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("probe client: give the probe server's HOST (magnet probe client HOST)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			addr, err := serverAddr(args[0], port, cmd.Flags().Changed("port"))
 			if err != nil {
