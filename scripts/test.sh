@@ -29,3 +29,4 @@ go test -run='^$' -fuzz=FuzzReader -fuzztime=20s ./internal/trace
 go test -run='^$' -fuzz=FuzzExport -fuzztime=15s ./internal/export
 go test -run='^$' -fuzz=FuzzReport -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
 go test -run='^$' -fuzz=FuzzParse -fuzztime=15s ./internal/filter
+go test -run='^$' -fuzz=FuzzDecodeMessage -fuzztime=10s ./internal/bwprobe

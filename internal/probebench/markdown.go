@@ -205,7 +205,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("- **Note:** %s", r.Note)
 	}
 	p("- **Path:** namespaces sender → router → receiver; tc tbf on the router's egress toward the receiver (bucket %v bytes for %v Mbit/s: two frames, or 30 µs of the rate if more; queue 50 ms, at least 256 KiB); cross traffic from a fourth namespace joined to the router, to a socket on the receiver that never reads", r.Settings.BurstBytes, r.Settings.Capacities)
-	p("- **Cross traffic:** %s: `magnet workload send --proto udp --flood` paced by a tbf on the cross host's egress; %s: bursts of back-to-back 1500-byte datagrams every ≈%v (`magnet workload send --burst N --interval`), same mean rate", CBR, Bursty, BurstPeriod)
+	p("- **Cross traffic:** %s: `magnet workload send --proto udp --flood` paced by a tbf on the cross host's egress; %s: bursts of back-to-back 1500-byte datagrams every ≈%v (`magnet workload send --burst N --interval`), same mean rate, through a tbf whose bucket holds one burst (a late burst leaves at once, catch-up bursts are paced); both generators at real-time priority (`chrt --fifo 10`) when chrt is there; the true cross rate is measured, not assumed", CBR, Bursty, BurstPeriod)
 	p("- **Disturbed:** a trial whose back-to-back trains saw the bottleneck more than %.0f %% below its nominal rate: the tbf under-delivered (its dequeue runs in a softirq that an overloaded host defers), so the true A was lower than the formula says; such trials count in every figure and goal, and are also left out in the rows marked \"bottleneck at its rate\"", (1-DisturbedShare)*100)
 	p("- **Lower bounds:** an estimate flagged host-limited (the sender cannot pace the rates needed), rate-limited or coalesced is only a lower bound; it is left out of the error figures, counted in the runs column, and checked: \"≤ A\" counts the bounds no more than 5 %% above the true A")
 	p("- **Truth:** A = capacity − cross traffic measured on the cross host's link during the estimate (tbf and the counter both count the 14-byte Ethernet header), expressed as the probe expresses rates: IP bits of its %s-byte packets, A × size/(size+14). e = (Â − A)/A with Â the client's point estimate", probeSize(r))
@@ -224,7 +224,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			if !g.Met {
 				v = "**missed**"
 			}
-			p("| %s | %s | %s |", g.What, g.Measured, v)
+			p("| %s | %s | %s |", cell(g.What), cell(g.Measured), v)
 		}
 		p("")
 	}
@@ -326,6 +326,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// cell escapes the pipes of a markdown table cell.
+func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
 func failedNote(c Cell) string {
 	var notes []string

@@ -32,10 +32,10 @@ const (
 // probe on a path whose available bandwidth is known.
 func NewBench() *cobra.Command {
 	var (
-		capacities, shares, cross, out, clientArgs string
-		reps, unlimited                            int
-		passive, full, asJSON                      bool
-		passiveDur                                 time.Duration
+		capacities, shares, cross, out, clientArgs, note string
+		reps, unlimited                                  int
+		passive, full, asJSON                            bool
+		passiveDur                                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "probe",
@@ -73,7 +73,7 @@ grid. Needs root. See docs/PROBE.md.`,
 				}
 			}
 			opts := probebench.Options{Reps: reps, Unlimited: unlimited, Passive: passive, PassiveDuration: passiveDur,
-				Log: cmd.ErrOrStderr(), Command: "magnet " + strings.Join(os.Args[1:], " "), ClientArgs: strings.Fields(clientArgs)}
+				Log: cmd.ErrOrStderr(), Command: commandLine(os.Args[1:]), ClientArgs: strings.Fields(clientArgs)}
 			var err error
 			if opts.Capacities, err = parseInts(capacities); err != nil {
 				return fmt.Errorf("bench probe: --capacities: %w", err)
@@ -85,8 +85,10 @@ grid. Needs root. See docs/PROBE.md.`,
 			if reps < 0 || unlimited < 0 {
 				return errors.New("bench probe: --reps and --unlimited must not be negative")
 			}
+			opts.Note = note
 			if full && (reps != fullReps || unlimited != fullUnlimited) {
-				opts.Note = fmt.Sprintf("reduced from the documented full run (%d repetitions, %d unlimited) to %d and %d", fullReps, fullUnlimited, reps, unlimited)
+				opts.Note = strings.TrimSpace(fmt.Sprintf("reduced from the documented full run (%d repetitions, %d unlimited) to %d and %d. %s",
+					fullReps, fullUnlimited, reps, unlimited, note))
 			}
 			if os.Geteuid() != 0 {
 				return errors.New("bench probe: need root (network namespaces, BPF for --passive)")
@@ -135,9 +137,22 @@ grid. Needs root. See docs/PROBE.md.`,
 	f.DurationVar(&passiveDur, "passive-duration", 2*time.Second, "length of each passive transfer")
 	f.BoolVar(&full, "full", false, "the documented full grid (100 and 1000 Mbit/s, 10-90 %, both kinds, 5 reps, passive)")
 	f.StringVar(&clientArgs, "client-args", "", "extra arguments for magnet probe client, space-separated")
+	f.StringVar(&note, "note", "", "a note for the report's header (what else ran on the machine, ...)")
 	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
 	return cmd
+}
+
+// commandLine renders the command as a shell would take it back.
+func commandLine(args []string) string {
+	out := []string{"magnet"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t'\"$\\") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
 }
 
 func splitList(s string) []string {

@@ -102,3 +102,11 @@ func TestWrite(t *testing.T) {
 		t.Errorf("host-limited output:\n%s", b.String())
 	}
 }
+
+func TestCommandLine(t *testing.T) {
+	got := commandLine([]string{"bench", "probe", "--note", "load 10, it's busy", "-o", "x.md"})
+	want := `magnet bench probe --note 'load 10, it'\''s busy' -o x.md`
+	if got != want {
+		t.Errorf("commandLine = %s, want %s", got, want)
+	}
+}
