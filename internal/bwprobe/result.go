@@ -113,9 +113,13 @@ func (c *Client) bye() (float64, error) {
 
 func (r *Result) flags() []string {
 	var f []string
-	if r.HostLimited {
-		f = append(f, fmt.Sprintf("%s: the available bandwidth is above %s, %.0f%% of what the sender can pace; this host cannot measure it",
-			FlagHostLimited, FormatRate(r.ProbeLimit), PaceShare*100))
+	switch {
+	case r.HostLimited && r.High == 0:
+		f = append(f, fmt.Sprintf("%s: the available bandwidth is above %s, where probing stopped (%.0f%% of what the sender can pace); this host cannot measure it",
+			FlagHostLimited, FormatRate(r.Low), PaceShare*100))
+	case r.HostLimited:
+		f = append(f, fmt.Sprintf("%s: the path's narrow link (%s) is as fast as this host can send (%s): the estimate may be the hosts' limit, not the network's",
+			FlagHostLimited, FormatRate(r.Capacity), FormatRate(r.TrainSendRate)))
 	}
 	if r.RateLimited {
 		f = append(f, fmt.Sprintf("%s: the available bandwidth is above the maximum rate %s", FlagRateLimited, FormatRate(r.ProbeLimit)))

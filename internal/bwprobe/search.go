@@ -168,9 +168,12 @@ type Estimate struct {
 	TrainSendRate float64 `json:"train_send_bps"`
 	// ProbeLimit is the highest rate the search was allowed to probe.
 	ProbeLimit float64 `json:"probe_limit_bps"`
-	// HostLimited: the available bandwidth is at least ProbeLimit, which
-	// is set by what the sending host can pace: the host, not the
-	// network, is the bottleneck of this measurement.
+	// HostLimited: the host, not the network, is the bottleneck of this
+	// measurement. Either every fleet up to ProbeLimit, which is set by
+	// what the sending host can pace, was below A (then High is 0 and
+	// Low a lower bound), or the trains found the narrow link at least
+	// PaceShare of what the host could send them at, so that what the
+	// fleets found may be the hosts' own limits.
 	HostLimited bool `json:"host_limited"`
 	// RateLimited: the available bandwidth is at least ProbeLimit, which
 	// is set by --max-rate or the server's limit.
@@ -323,6 +326,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 	var (
 		b         bracket
 		coalesced int
+		unusable  bool // a fleet the sender could not pace
 	)
 	rate := upper
 	if e.Capacity < limit {
@@ -350,6 +354,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		}
 		if f.Verdict == Unusable {
 			// The sender cannot pace this rate: it is beyond the host.
+			unusable = true
 			limit = min(limit, 0.9*rate)
 			upper = min(upper, limit)
 			hostBound = true
@@ -424,12 +429,18 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 	e.Low, e.High, e.GreyLow, e.GreyHigh = lo, hi, gLo, gHi
 	fl, sweet := s.fluid()
 	e.Fluid, e.FluidSweet = fl, sweet
+	var probed float64 // the highest rate a fleet was sent at
+	for _, f := range e.Fleets {
+		probed = max(probed, f.Rate)
+	}
 	switch {
-	case hi == 0 && gHi == 0 && lo >= upper*(1-res) && upper >= limit:
-		// Every fleet up to the probing limit was below A.
+	case hi == 0 && (probed >= (1-res)*limit || unusable) && (upper >= limit || unusable):
+		// Nothing was above A up to the probing limit (or up to where
+		// the sender gave out): A is at least the highest rate below.
 		e.HostLimited = hostBound
 		e.RateLimited = !hostBound
 		e.Point = lo
+		e.High, e.GreyLow, e.GreyHigh = 0, 0, 0
 	case hi == 0 && gHi == 0 && lo > 0:
 		// Below every rate tried up to the capacity: A is about C.
 		e.High = e.Capacity
@@ -446,6 +457,12 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		e.Point = (gLo + gHi) / 2
 	default:
 		e.Point = lo
+	}
+	if hostBound && !e.HostLimited && e.Capacity >= PaceShare*e.TrainSendRate {
+		// The narrow link is about as fast as this host can send: what
+		// the fleets found may be the host's limits (its own forwarding,
+		// its receiver), not the network's.
+		e.HostLimited = true
 	}
 	if coalesced*2 > e.Streams {
 		e.Coalesced = true

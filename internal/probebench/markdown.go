@@ -160,7 +160,7 @@ func (r *Report) summarize() {
 			Goal{"90th percentile |e| ≤ 10 % over the 100 Mbit/s grid", pctOf(c.P90AbsErr), c.ok() && c.P90AbsErr <= 0.10},
 			Goal{"≤ 5 s per estimate at 100 Mbit/s", fmt.Sprintf("median %.2f s, largest %.2f s", c.MedianS, c.MaxS), c.ok() && c.MaxS <= 5},
 			Goal{"≤ 2 MB of probe traffic per estimate at 100 Mbit/s", fmt.Sprintf("median %.2f MB, largest %.2f MB", c.MedianBytes/1e6, c.MaxBytes/1e6), c.ok() && c.MaxBytes <= 2e6},
-			Goal{"every estimate succeeds, none only a lower bound", fmt.Sprintf("%d of %d failed, %d lower bounds", c.Failed, c.Runs, c.HostLimited), c.Failed == 0 && c.HostLimited == 0},
+			Goal{"every estimate succeeds, none host-limited", fmt.Sprintf("%d of %d failed, %d host-limited", c.Failed, c.Runs, c.HostLimited), c.Failed == 0 && c.HostLimited == 0},
 		)
 	}
 	if n := len(r.Unlimit); n > 0 {
@@ -207,7 +207,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	p("- **Path:** namespaces sender → router → receiver; tc tbf on the router's egress toward the receiver (bucket %v bytes for %v Mbit/s: two frames, or 30 µs of the rate if more; queue 50 ms, at least 256 KiB); cross traffic from a fourth namespace joined to the router, to a socket on the receiver that never reads", r.Settings.BurstBytes, r.Settings.Capacities)
 	p("- **Cross traffic:** %s: `magnet workload send --proto udp --flood` paced by a tbf on the cross host's egress; %s: bursts of back-to-back 1500-byte datagrams every ≈%v (`magnet workload send --burst N --interval`), same mean rate, through a tbf whose bucket holds one burst (a late burst leaves at once, catch-up bursts are paced); both generators at real-time priority (`chrt --fifo 10`) when chrt is there; the true cross rate is measured, not assumed", CBR, Bursty, BurstPeriod)
 	p("- **Disturbed:** a trial whose back-to-back trains saw the bottleneck more than %.0f %% below its nominal rate: the tbf under-delivered (its dequeue runs in a softirq that an overloaded host defers), so the true A was lower than the formula says; such trials count in every figure and goal, and are also left out in the rows marked \"bottleneck at its rate\"", (1-DisturbedShare)*100)
-	p("- **Lower bounds:** an estimate flagged host-limited (the sender cannot pace the rates needed), rate-limited or coalesced is only a lower bound; it is left out of the error figures, counted in the runs column, and checked: \"≤ A\" counts the bounds no more than 5 %% above the true A")
+	p("- **Host-limited:** an estimate flagged host-limited (the sender cannot pace the rates needed, or the path's narrow link is as fast as the host can send), rate-limited or coalesced is a lower bound or may be the host's own limit; it is left out of the error figures, counted in the runs column, and checked: \"low ≤ A\" counts those whose lower end is no more than 5 %% above the true A")
 	p("- **Truth:** A = capacity − cross traffic measured on the cross host's link during the estimate (tbf and the counter both count the 14-byte Ethernet header), expressed as the probe expresses rates: IP bits of its %s-byte packets, A × size/(size+14). e = (Â − A)/A with Â the client's point estimate", probeSize(r))
 	p("- **Probe:** `magnet probe client --json` in the receiver's namespace against `magnet probe server` in the sender's, each its own process; %d repetitions per cell, interleaved (every cell once, then again)", r.Settings.Reps)
 	if r.Settings.Passive {
@@ -339,7 +339,7 @@ func failedNote(c Cell) string {
 		notes = append(notes, fmt.Sprintf("%d disturbed", c.Disturbed))
 	}
 	if c.HostLimited > 0 {
-		notes = append(notes, fmt.Sprintf("%d lower bounds, %d of them ≤ A", c.HostLimited, c.BoundHeld))
+		notes = append(notes, fmt.Sprintf("%d host-limited, %d of them with low ≤ A", c.HostLimited, c.BoundHeld))
 	}
 	if len(notes) == 0 {
 		return ""

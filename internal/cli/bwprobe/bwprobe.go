@@ -218,8 +218,11 @@ func Write(w io.Writer, r *bwprobe.Result) error {
 	p := &printer{w: w}
 	p.linef("available bandwidth from %s to this host", r.Server)
 	switch {
-	case r.HostLimited || r.RateLimited:
+	case (r.HostLimited || r.RateLimited) && r.High == 0:
 		p.field("estimate", "at least %s (%s)", bwprobe.FormatRate(r.Low), limitWord(r))
+	case r.HostLimited:
+		p.field("estimate", "%s (range %s to %s; host-limited: may be this host's limit)", bwprobe.FormatRate(r.Point),
+			bwprobe.FormatRate(r.Low), bwprobe.FormatRate(r.High))
 	case r.Coalesced:
 		p.field("estimate", "at least %s (lower bound: the receiver's timestamps are coalesced)", bwprobe.FormatRate(r.Low))
 	case r.High > 0:
