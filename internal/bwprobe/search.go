@@ -197,7 +197,8 @@ type Estimate struct {
 	Rejected int     `json:"rejected"`
 	Bytes    int64   `json:"probe_bytes"`
 	Fleets   []Fleet `json:"fleets"`
-	Trains   []Stream
+	// Trains are the capacity trains, as analysed.
+	Trains []Stream `json:"trains"`
 }
 
 // prober sends one stream and reports what the sender did and what
