@@ -39,17 +39,17 @@ const DefaultMaxConnections = 100
 type Snapshot struct {
 	Status      magnetclient.Status
 	Connections []magnetclient.Connection
-}
-
-// Collector turns snapshots into expositions. It keeps the host's byte
-// totals across scrapes: a connection's bytes are added once, even after
-// the daemon has forgotten it. It is safe for concurrent use.
-type Collector struct {
 	// MaxConnections is how many connections get their own series: the
 	// busiest by application rate (then by id). 0 means none, negative
 	// DefaultMaxConnections.
 	MaxConnections int
+}
 
+// Collector turns snapshots into expositions. It keeps the host's byte
+// totals across scrapes: a connection's bytes are added once, even after
+// the daemon has forgotten it. The zero Collector is ready; it is safe for
+// concurrent use.
+type Collector struct {
 	mu     sync.Mutex
 	seen   map[uint64][numTotals]int64 // bytes per connection at the last scrape
 	totals [numTotals]int64            // host bytes, by layer and direction
@@ -176,7 +176,7 @@ func (col *Collector) write(e *expo, s Snapshot) {
 	}
 
 	// Per-connection series: the busiest connections, the rest counted.
-	limit := col.MaxConnections
+	limit := s.MaxConnections
 	if limit < 0 {
 		limit = DefaultMaxConnections
 	}

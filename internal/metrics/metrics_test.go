@@ -37,6 +37,7 @@ func conn(id uint64, comm string, appBPS float64, bytes int64) magnetclient.Conn
 
 func snapshot(conns ...magnetclient.Connection) Snapshot {
 	return Snapshot{
+		MaxConnections: -1,
 		Status: magnetclient.Status{
 			StartedWallNs: 1750000000500000000,
 			Recording:     true,
@@ -123,7 +124,7 @@ func write(t *testing.T, col *Collector, s Snapshot) map[string]*dto.MetricFamil
 }
 
 func TestExposition(t *testing.T) {
-	col := &Collector{MaxConnections: -1}
+	col := &Collector{}
 	fams := write(t, col, snapshot(conn(1, `we"ird\name`+"\n", 5e8, 1000), conn(2, "curl", 1e6, 500)))
 
 	checks := []struct {
@@ -170,8 +171,9 @@ func TestExposition(t *testing.T) {
 }
 
 func TestCardinalityLimit(t *testing.T) {
-	col := &Collector{MaxConnections: 2}
-	fams := write(t, col, snapshot(conn(1, "a", 10, 1), conn(2, "b", 300, 1), conn(3, "c", 20, 1), conn(4, "d", 300, 1), conn(5, "e", 0, 1)))
+	s := snapshot(conn(1, "a", 10, 1), conn(2, "b", 300, 1), conn(3, "c", 20, 1), conn(4, "d", 300, 1), conn(5, "e", 0, 1))
+	s.MaxConnections = 2
+	fams := write(t, &Collector{}, s)
 	if got := value(t, fams, "magnet_connections_omitted"); got != 3 {
 		t.Fatalf("omitted %g, want 3", got)
 	}
@@ -195,7 +197,9 @@ func TestCardinalityLimit(t *testing.T) {
 		t.Fatal("a family with samples is missing")
 	}
 
-	none := write(t, &Collector{MaxConnections: 0}, snapshot(conn(1, "a", 10, 1)))
+	s = snapshot(conn(1, "a", 10, 1))
+	s.MaxConnections = 0
+	none := write(t, &Collector{}, s)
 	if len(none["magnet_connection_bytes_total"].GetMetric()) != 0 || value(t, none, "magnet_connections_omitted") != 1 {
 		t.Fatal("limit 0 still exports a connection")
 	}
