@@ -110,7 +110,9 @@ func (col *Collector) write(e *expo, s Snapshot) {
 		e.sample(labels{"type", t}, float64(st.Recorder.EventsByType[t]))
 	}
 	e.family("magnet_recorder_lost_events_total", "counter", "Events lost in the kernel because a ring buffer was full, by type.")
-	for _, t := range sortedKeys(st.Recorder.LostByType) {
+	// Every type recorded or lost, zero included, so that rate() has a
+	// series from the start.
+	for _, t := range sortedUnique(append(sortedKeys(st.Recorder.EventsByType), sortedKeys(st.Recorder.LostByType)...)) {
 		e.sample(labels{"type", t}, float64(st.Recorder.LostByType[t]))
 	}
 	e.family("magnet_recorder_buffer_bytes", "gauge", "Size of the kernel ring buffer.")

@@ -136,6 +136,7 @@ func TestExposition(t *testing.T) {
 		{"magnet_recording", nil, 1},
 		{"magnet_recorder_events_total", []string{"type", "tcp_xmit"}, 20},
 		{"magnet_recorder_lost_events_total", []string{"type", "tcp_xmit"}, 5},
+		{"magnet_recorder_lost_events_total", []string{"type", "sock_send"}, 0},
 		{"magnet_event_group_enabled", []string{"group", "tcp"}, 1},
 		{"magnet_event_group_enabled", []string{"group", "sched"}, 0},
 		{"magnet_connections_tracked", nil, 2},
