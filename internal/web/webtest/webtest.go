@@ -57,6 +57,13 @@ func Open(tb testing.TB, url string, w, h int) *Page {
 		chromedp.DisableGPU,
 		chromedp.WindowSize(w, h),
 		chromedp.Flag("hide-scrollbars", true),
+		// Tests talk to loopback only: no name lookups, no proxy, no
+		// updates or reports to anywhere else.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1"),
+		chromedp.Flag("no-proxy-server", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-domain-reliability", true),
+		chromedp.Flag("no-pings", true),
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
