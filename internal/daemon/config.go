@@ -56,6 +56,7 @@ type Config struct {
 		Bucket       time.Duration `yaml:"bucket"`
 		History      time.Duration `yaml:"history"`
 	} `yaml:"connections"`
+	Metrics MetricsConfig `yaml:"metrics"`
 }
 
 // Groups is a list of event groups as --events takes it: "sock,tcp" in a
@@ -105,6 +106,7 @@ func DefaultConfig() Config {
 	c.Connections.Window = lc.Window
 	c.Connections.Bucket = lc.Bucket
 	c.Connections.History = lc.History
+	c.Metrics = DefaultMetricsConfig()
 	return c
 }
 
@@ -188,6 +190,9 @@ func (c Config) resolve() (*settings, error) {
 	}
 	if c.Filter.Port < 0 || c.Filter.Port > 65535 {
 		return nil, fmt.Errorf("config: filter.port %d: want 1-65535", c.Filter.Port)
+	}
+	if err := c.Metrics.check(); err != nil {
+		return nil, err
 	}
 	sub := c.Subscribers
 	if sub.Max < 1 || sub.Queue < 1 || sub.MaxQueue < sub.Queue || sub.MaxQueue > 1<<22 {

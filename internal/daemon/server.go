@@ -52,6 +52,7 @@ func (d *Daemon) routes() http.Handler {
 	handle("/v1/connections/{id}/bandwidth", get, d.handleBandwidth)
 	handle("/v1/events", getPost, d.handleEvents)
 	handle("/v1/figures", getPost, d.handleFigures)
+	d.extraRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s (see docs/DAEMON.md)", r.URL.Path))
 	})
