@@ -131,8 +131,10 @@ func Send(ctx context.Context, conn *net.TCPConn, mc *magnetclient.Client, cfg C
 			stop()
 			return res, fmt.Errorf("ask the daemon: %w", err)
 		}
-		if bw.Events < 2 {
-			continue // nothing measured yet
+		if bw.Events < 2 || time.Since(start) < cfg.Window {
+			// Nothing measured yet, or the connection is younger than the
+			// window: the rate over a window not yet full is too low.
+			continue
 		}
 		cur := int(level.Load())
 		lv := Choose(bw.BPS, cfg.FullFrame, cfg.FPS, cur)
