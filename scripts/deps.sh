@@ -20,6 +20,8 @@ command -v fish >/dev/null || need+=(fish)
 # The collect tests ship to a real sshd on loopback.
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
+command -v tmux >/dev/null || need+=(tmux)         # magnet top in a real terminal, in the tests
+command -v chromium >/dev/null || need+=(chromium) # the daemon's oscilloscope page, in the tests
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
