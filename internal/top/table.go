@@ -3,7 +3,7 @@
 // Package top is the model and the drawing of `magnet top`: a table of the
 // connections the daemon tracks, one row each, with the application's and
 // the wire's rate, the kernel's delivery-rate estimate, cwnd, srtt,
-// retransmissions and losses, sortable by any column. Rendering is pure
+// retransmissions and drops, sortable by any column. Rendering is pure
 // (rows in, lines out) so it is tested without a terminal; Run drives it
 // from a daemon and a keyboard.
 package top
@@ -42,7 +42,7 @@ type Row struct {
 	Cwnd    uint32
 	SrttUs  uint32
 	Retrans uint64 // tcp_retrans events
-	Lost    uint64 // drop events attributed to the connection
+	Drops   uint64 // drop events attributed to the connection
 }
 
 // RowOf turns a connection of the daemon's API into a row.
@@ -55,7 +55,7 @@ func RowOf(c magnetclient.Connection) Row {
 		AppBPS:  c.App.Send.ByTime.BPS + c.App.Recv.ByTime.BPS,
 		WireBPS: c.Wire.Send.ByTime.BPS + c.Wire.Recv.ByTime.BPS,
 		Retrans: c.Retransmits.Count,
-		Lost:    c.Drops.Count,
+		Drops:   c.Drops.Count,
 	}
 	if c.Owner != nil {
 		r.PID, r.Comm = c.Owner.PID, c.Owner.Comm
@@ -104,8 +104,8 @@ var Columns = []Column{
 		less: func(a, b Row) int { return cmp.Compare(a.SrttUs, b.SrttUs) }},
 	{Name: "RETRANS", Right: true, text: func(r Row) string { return strconv.FormatUint(r.Retrans, 10) },
 		less: func(a, b Row) int { return cmp.Compare(a.Retrans, b.Retrans) }},
-	{Name: "LOST", Right: true, text: func(r Row) string { return strconv.FormatUint(r.Lost, 10) },
-		less: func(a, b Row) int { return cmp.Compare(a.Lost, b.Lost) }},
+	{Name: "DROPS", Right: true, text: func(r Row) string { return strconv.FormatUint(r.Drops, 10) },
+		less: func(a, b Row) int { return cmp.Compare(a.Drops, b.Drops) }},
 	{Name: "STATE", text: func(r Row) string { return r.State },
 		less: func(a, b Row) int { return strings.Compare(a.State, b.State) }},
 }

@@ -55,10 +55,10 @@ func TestRender(t *testing.T) {
 	DefaultOrder.Sort(rs)
 	got := strings.Join(Render(rs, DefaultOrder, 0), "\n")
 	want := strings.Join([]string{
-		"  ID   PID  COMM    LOCAL             REMOTE             APPv    WIRE  DELIVERY  CWND    SRTT  RETRANS  LOST  STATE",
-		"8193  5120  iperf3  10.200.0.1:43210  10.200.0.2:5201  930.0M  972.0M   941.0M    310  1840us        3     1  ESTABLISHED",
-		"4097    77  sshd    127.0.0.1:22      127.0.0.1:51000    4.0k       0   250.0k*    10  25.0ms        0     0  ESTABLISHED",
-		"  12     -          10.0.0.1:53       10.0.0.2:40000        0       0         -     -       -        0     0  closed",
+		"  ID   PID  COMM    LOCAL             REMOTE             APPv    WIRE  DELIVERY  CWND    SRTT  RETRANS  DROPS  STATE",
+		"8193  5120  iperf3  10.200.0.1:43210  10.200.0.2:5201  930.0M  972.0M   941.0M    310  1840us        3      1  ESTABLISHED",
+		"4097    77  sshd    127.0.0.1:22      127.0.0.1:51000    4.0k       0   250.0k*    10  25.0ms        0      0  ESTABLISHED",
+		"  12     -          10.0.0.1:53       10.0.0.2:40000        0       0         -     -       -        0      0  closed",
 	}, "\n")
 	if got != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", got, want)

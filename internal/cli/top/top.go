@@ -37,7 +37,7 @@ func New() *cobra.Command {
 		Short: "Show a live table of connections from the magnet daemon",
 		Long: `Show a live table of the connections the magnet daemon tracks (magnet daemon
 must be running): application and wire rates, the kernel's delivery-rate
-estimate, cwnd, srtt, retransmissions and losses, with the owning process.
+estimate, cwnd, srtt, retransmissions and drops, with the owning process.
 
 Rates are bits per second over the daemon's time window (--window), both
 directions added. A "*" after a delivery rate marks a sample the kernel took
