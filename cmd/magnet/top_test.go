@@ -37,7 +37,9 @@ func TestTopInTmux(t *testing.T) {
 
 	server := fmt.Sprintf("magnet-top-%d", os.Getpid())
 	t.Cleanup(func() { tmux(t, server, "kill-server") })
-	topCmd := fmt.Sprintf("%s top --socket %s --interval 250ms --port %d", bin, d.Socket, f.Remote.Port())
+	// A long interval: the test refreshes with the space key, and sees the
+	// resize redrawn at once.
+	topCmd := fmt.Sprintf("%s top --socket %s --interval 30s --port %d", bin, d.Socket, f.Remote.Port())
 	if out, err := tmux(t, server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "30", topCmd); err != nil {
 		t.Fatalf("tmux new-session: %v: %s", err, out)
 	}
@@ -73,7 +75,8 @@ func TestTopInTmux(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no row for %v -> %v at 100 to 250 Mbit/s on the screen:\n%s", f.Local, f.Remote, screen())
 		}
-		time.Sleep(100 * time.Millisecond)
+		tmux(t, server, "send-keys", "-t", "top", "Space")
+		time.Sleep(200 * time.Millisecond)
 	}
 	s := screen()
 	if !strings.Contains(s, "sort APP desc") || !strings.Contains(s, "APPv") {
@@ -86,6 +89,25 @@ func TestTopInTmux(t *testing.T) {
 	})
 	tmux(t, server, "send-keys", "-t", "top", "r")
 	waitFor(t, func() bool { return strings.Contains(screen(), "sort WIRE asc") && strings.Contains(screen(), "WIRE^") })
+
+	// A narrower terminal: redrawn at once (SIGWINCH), every line cut to it.
+	if out, err := tmux(t, server, "resize-window", "-t", "top", "-x", "70", "-y", "20"); err != nil {
+		t.Fatalf("tmux resize-window: %v: %s", err, out)
+	}
+	narrow := func() bool {
+		lines := strings.Split(strings.TrimRight(screen(), "\n"), "\n")
+		for _, l := range lines {
+			if len(strings.TrimRight(l, " ")) > 70 {
+				return false
+			}
+		}
+		return len(lines) >= 4 && strings.HasPrefix(strings.TrimSpace(lines[2]), "ID")
+	}
+	for deadline := time.Now().Add(5 * time.Second); !narrow(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not redrawn for 70 columns:\n%s", screen())
+		}
+	}
 
 	tmux(t, server, "send-keys", "-t", "top", "q")
 	waitFor(t, func() bool {

@@ -32,6 +32,7 @@ type Options struct {
 	Size     func() (w, h int) // the terminal's size now; nil or 0 means 80x24
 	Where    string            // the daemon's address, shown in the title
 	Now      func() time.Time  // the clock of the title; nil means time.Now
+	Redraw   <-chan struct{}   // draw again now, e.g. when the terminal was resized
 }
 
 // Keys the table understands.
@@ -95,6 +96,8 @@ func Run(ctx context.Context, src Source, keys io.Reader, out io.Writer, o Optio
 			return nil
 		case <-tick.C:
 			fetch()
+		case <-o.Redraw:
+			s.draw(out, o)
 		case r := <-results:
 			fetching = false
 			if ctx.Err() != nil {

@@ -111,8 +111,26 @@ refreshes now, q quits. When standard output is not a terminal, or with
 				}
 				return w, h
 			}
+			// A resized terminal is redrawn at once, not at the next refresh.
+			winch := make(chan os.Signal, 1)
+			signal.Notify(winch, syscall.SIGWINCH)
+			defer signal.Stop(winch)
+			redraw := make(chan struct{}, 1)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-winch:
+						select {
+						case redraw <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}()
 			return top.Run(ctx, src, os.Stdin, out, top.Options{
-				Interval: interval, Order: order, Size: size, Where: socketName(socket),
+				Interval: interval, Order: order, Size: size, Where: socketName(socket), Redraw: redraw,
 			})
 		},
 	}
