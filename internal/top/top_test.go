@@ -244,3 +244,22 @@ func equal[T comparable](a, b []T) bool {
 	}
 	return true
 }
+
+// FuzzParseKeys feeds arbitrary terminal input: no panic, and whatever is
+// left over is a prefix of an escape sequence, at most two bytes.
+func FuzzParseKeys(f *testing.F) {
+	for _, s := range []string{"q", "\x1b[C\x1b[D", "\x1b", "\x1b[", "\x1bx", "r<> ,.hl\x03"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, rest := parseKeys(b)
+		for _, k := range keys {
+			if k < keyQuit || k > keyRefresh {
+				t.Fatalf("key %d out of range", k)
+			}
+		}
+		if len(rest) > 2 || len(rest) > 0 && rest[0] != 0x1b {
+			t.Fatalf("left over %q", rest)
+		}
+	})
+}
