@@ -20,7 +20,7 @@ import (
 // second, do not fit), on 25 Mbit/s quarter-resolution ones, and back to
 // half when the rate returns.
 func TestAdaptiveExample(t *testing.T) {
-	d := startDaemon(t, false, "")
+	d := startDaemon(t, false, "filter:\n  port: 15304\n")
 	lab := netlab.ForTest(t, netlab.Options{Name: "adaptt", RateMbit: 100})
 	example := filepath.Join(t.TempDir(), "adaptive")
 	if out, err := exec.Command("go", "build", "-o", example, "../../examples/adaptive").CombinedOutput(); err != nil {

@@ -67,7 +67,7 @@ type bwSample struct {
 // with the bytes the application counted.
 func TestFig7Replay(t *testing.T) {
 	rate := fig7Rate(t)
-	d := startDaemon(t, false, "")
+	d := startDaemon(t, false, "filter:\n  port: 15305\n") // the competitor, 15306, is not traced
 	mc := d.Client(t)
 	lab := netlab.ForTest(t, netlab.Options{Name: "fig7", RateMbit: rate})
 	linkBPS := float64(rate) * 1e6

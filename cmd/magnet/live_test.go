@@ -59,6 +59,8 @@ func (l *lockedBuffer) String() string {
 
 // startDaemon runs the daemon on a socket of its own, with a TCP listener
 // on a free loopback port when tcp is set, and the YAML config (if any).
+// The tests give a filter.port: the daemon then records their own traffic
+// only, whatever else runs on the host.
 // It waits until the daemon records and serves; the daemon is stopped with
 // SIGTERM at the end of the test, and must exit 0.
 func startDaemon(t *testing.T, tcp bool, config string) *liveDaemon {

@@ -89,7 +89,7 @@ func samples(fams map[string]*dto.MetricFamily, name string, want map[string]str
 // metrics, until the configuration makes them public; the cardinality
 // limit holds.
 func TestMetricsScrape(t *testing.T) {
-	cfg := "metrics:\n  max_connections: 1000\n"
+	cfg := "filter:\n  port: 15302\n"
 	d := startDaemon(t, true, cfg)
 	lab := netlab.ForTest(t, netlab.Options{Name: "metricst", RateMbit: 200})
 	f := startFlow(t, lab, 15302, 64<<10)
@@ -168,7 +168,7 @@ func TestMetricsScrape(t *testing.T) {
 	resp.Body.Close()
 
 	// Public metrics and a limit of one connection, after a reload.
-	d.Reload(t, "metrics:\n  public: true\n  max_connections: 1\n")
+	d.Reload(t, cfg+"metrics:\n  public: true\n  max_connections: 1\n")
 	code, body := scrape(t, url, "")
 	if code != http.StatusOK {
 		t.Fatalf("public metrics without a token: %d %s", code, body)

@@ -22,7 +22,7 @@ func TestScopeLive(t *testing.T) {
 	if _, err := webtest.FindBrowser(); err != nil {
 		t.Skip(err)
 	}
-	d := startDaemon(t, true, "")
+	d := startDaemon(t, true, "filter:\n  port: 15303\n")
 	lab := netlab.ForTest(t, netlab.Options{Name: "scopet", RateMbit: 200})
 	f := startFlow(t, lab, 15303, 64<<10)
 	id := findConn(t, d.Client(t), f)

@@ -30,7 +30,7 @@ func TestTopInTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux not installed (scripts/deps.sh installs it)")
 	}
-	d := startDaemon(t, false, "")
+	d := startDaemon(t, false, "filter:\n  port: 15301\n")
 	lab := netlab.ForTest(t, netlab.Options{Name: "topt", RateMbit: 200})
 	f := startFlow(t, lab, 15301, 64<<10)
 	findConn(t, d.Client(t), f)
