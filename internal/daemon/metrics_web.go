@@ -5,6 +5,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -61,10 +62,12 @@ func (d *Daemon) extraRoutes(mux *http.ServeMux) {
 	})
 }
 
-// metricsSnapshot is the state as a see-all client sees it.
+// metricsSnapshot is the state as a see-all client sees it. The status
+// comes from the API's own handler, answered in memory, so that /metrics
+// and /v1/status can never disagree.
 func (d *Daemon) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	if d.stopping.Load() {
-		return metrics.Snapshot{}, fmt.Errorf("the daemon is shutting down")
+		return metrics.Snapshot{}, errors.New("the daemon is shutting down")
 	}
 	all := &identity{seesAll: true, via: "metrics"}
 	rec := httptest.NewRecorder()
