@@ -8,6 +8,7 @@ package export
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -56,6 +57,7 @@ type task struct {
 
 // Resolver keeps what earlier records said about threads and interfaces.
 type Resolver struct {
+	fmts    [256]*typeFmt // by type id, made at first use
 	hdr     *trace.Header
 	tasks   map[uint32]task
 	ifaces  map[uint64]string
@@ -118,7 +120,6 @@ func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
 		return err
 	}
 	rs := NewResolver(r.Header())
-	var line []byte
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -134,7 +135,9 @@ func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
 		if opts.Filter != nil && !opts.Filter(rec) {
 			continue
 		}
-		line = rs.AppendLine(line[:0], rec, opts.Time)
+		// Built in the writer's own free space, the line is not copied
+		// again unless it does not fit there.
+		line := rs.AppendLine(bw.AvailableBuffer(), rec, opts.Time)
 		if _, err := bw.Write(line); err != nil {
 			return err
 		}
@@ -196,17 +199,87 @@ func (rs *Resolver) appendTime(b []byte, ns uint64, tf TimeFormat) []byte {
 	}
 	b = strconv.AppendInt(b, d/1e9, 10)
 	b = append(b, '.')
-	frac := strconv.AppendInt(nil, d%1e9, 10)
-	for i := len(frac); i < 9; i++ {
-		b = append(b, '0')
-	}
+	var tmp [20]byte
+	frac := strconv.AppendInt(tmp[:0], d%1e9, 10)
+	b = append(b, "000000000"[len(frac):]...)
 	return append(b, frac...)
+}
+
+// fieldClass says how a field is printed.
+type fieldClass uint8
+
+const (
+	classUint fieldClass = iota
+	classInt
+	classIP
+	classStr
+	classBytes
+	classEnum
+	classIfindex // a number followed by iface=NAME when known
+	classLost    // a lost record's per-type count, gathered into types=
+)
+
+type fieldFmt struct {
+	f     trace.Field
+	class fieldClass
+	enum  map[uint64]string
+	lost  string // classLost: the type name
+}
+
+// typeFmt is how records of one type are printed, worked out once.
+type typeFmt struct {
+	tcp, lost         bool
+	family, caplen    trace.Field
+	hasFam, hasCaplen bool
+	fields            []fieldFmt
+}
+
+func (rs *Resolver) formatOf(t *trace.EventType) *typeFmt {
+	if tf := rs.fmts[t.ID]; tf != nil {
+		return tf
+	}
+	tf := &typeFmt{lost: t.Name == "lost"}
+	switch t.Name {
+	case "tcp_xmit", "tcp_rcv", "tcp_retrans":
+		tf.tcp = true
+	}
+	tf.family, tf.hasFam = t.Field("family")
+	tf.caplen, tf.hasCaplen = t.Field("caplen")
+	tf.hasFam = tf.hasFam && tf.family.Kind != trace.KindInt
+	for _, f := range t.Fields {
+		ff := fieldFmt{f: f}
+		switch {
+		case tf.lost && strings.HasPrefix(f.Name, "n_"):
+			ff.class, ff.lost = classLost, f.Name[2:]
+		case f.Kind == trace.KindIP:
+			ff.class = classIP
+		case f.Kind == trace.KindStr:
+			ff.class = classStr
+		case f.Kind == trace.KindBytes:
+			ff.class = classBytes
+		case f.Enum() != "":
+			ff.class = classEnum
+			ff.enum = map[uint64]string{}
+			for k, name := range rs.hdr.Enums[f.Enum()] {
+				if v, err := strconv.ParseUint(k, 10, 64); err == nil {
+					ff.enum[v] = name
+				}
+			}
+		case f.Kind == trace.KindInt:
+			ff.class = classInt
+		case f.Name == "ifindex" && t.Name != "iface":
+			ff.class = classIfindex
+		}
+		tf.fields = append(tf.fields, ff)
+	}
+	rs.fmts[t.ID] = tf
+	return tf
 }
 
 // appendFields writes the event-specific fields as name=value, separated by
 // spaces; enums by name, addresses as text, interfaces with their names.
 func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
-	t := rec.Type
+	tf := rs.formatOf(rec.Type)
 	first := true
 	sep := func() {
 		if !first {
@@ -214,61 +287,62 @@ func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
 		}
 		first = false
 	}
-	switch t.Name {
-	case "tcp_xmit", "tcp_rcv", "tcp_retrans":
+	if tf.tcp {
 		sep()
 		b = append(b, "tcpflags="...)
-		b = append(b, TCPFlags(rec.Flags())...)
+		b = appendTCPFlags(b, rec.Flags())
 	}
 	v4 := true
-	if fam, ok := rec.Uint("family"); ok && fam == 6 {
+	if tf.hasFam && fieldUint(rec, tf.family) == 6 {
 		v4 = false
 	}
 	caplen := -1
-	if n, ok := rec.Uint("caplen"); ok {
-		caplen = int(n)
+	if tf.hasCaplen {
+		caplen = int(fieldUint(rec, tf.caplen))
 	}
 	var lostTypes []string
-	for _, f := range t.Fields {
-		if t.Name == "lost" && strings.HasPrefix(f.Name, "n_") {
-			if n, ok := rec.Uint(f.Name); ok && n > 0 {
-				lostTypes = append(lostTypes, f.Name[2:]+":"+strconv.FormatUint(n, 10))
+	for i := range tf.fields {
+		ff := &tf.fields[i]
+		f := ff.f
+		if ff.class == classLost {
+			if n, ok := rec.FieldUint(f); ok && n > 0 {
+				lostTypes = append(lostTypes, ff.lost+":"+strconv.FormatUint(n, 10))
 			}
 			continue
 		}
 		sep()
 		b = append(b, f.Name...)
 		b = append(b, '=')
-		switch {
-		case f.Kind == "ip":
+		switch ff.class {
+		case classIP:
 			a, _ := rec.Addr(f.Name, v4)
 			b = a.AppendTo(b)
-		case f.Kind == "str":
+		case classStr:
 			s, _ := rec.Str(f.Name)
 			if s == "" {
 				s = "-"
 			}
 			b = append(b, sanitize(s)...)
-		case f.Kind == "bytes":
+		case classBytes:
 			raw, _ := rec.Bytes(f.Name)
 			if caplen >= 0 && caplen <= len(raw) {
 				raw = raw[:caplen]
 			}
 			b = hex.AppendEncode(b, raw)
-		case f.Enum() != "":
-			v, _ := rec.Uint(f.Name)
-			if name, ok := rs.hdr.EnumName(f, v); ok {
+		case classEnum:
+			v := fieldUint(rec, f)
+			if name, ok := ff.enum[v]; ok {
 				b = append(b, name...)
 			} else {
 				b = strconv.AppendUint(b, v, 10)
 			}
-		case f.Kind == "i":
-			v, _ := rec.Int(f.Name)
+		case classInt:
+			v, _ := rec.FieldInt(f)
 			b = strconv.AppendInt(b, v, 10)
 		default:
-			v, _ := rec.Uint(f.Name)
+			v := fieldUint(rec, f)
 			b = strconv.AppendUint(b, v, 10)
-			if f.Name == "ifindex" && t.Name != "iface" {
+			if ff.class == classIfindex {
 				if name, ok := rs.ifaces[uint64(rec.NetNS())<<32|v]; ok {
 					b = append(b, " iface="...)
 					b = append(b, sanitize(name)...)
@@ -276,7 +350,7 @@ func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
 			}
 		}
 	}
-	if t.Name == "lost" {
+	if tf.lost {
 		sep()
 		b = append(b, "types="...)
 		b = append(b, strings.Join(lostTypes, ",")...)
@@ -287,22 +361,48 @@ func (rs *Resolver) appendFields(b []byte, rec trace.Record) []byte {
 	return b
 }
 
+// fieldUint reads integer field f of a record in native byte order (what
+// Reader.Next returns); the caller knows f is an integer of the record's
+// type, which the reader has checked lies inside it.
+func fieldUint(rec trace.Record, f trace.Field) uint64 {
+	b := rec.Data
+	if f.Offset < 0 || f.Offset+f.Size > len(b) {
+		return 0
+	}
+	switch f.Size {
+	case 1:
+		return uint64(b[f.Offset])
+	case 2:
+		return uint64(binary.NativeEndian.Uint16(b[f.Offset:]))
+	case 4:
+		return uint64(binary.NativeEndian.Uint32(b[f.Offset:]))
+	case 8:
+		return binary.NativeEndian.Uint64(b[f.Offset:])
+	}
+	return 0
+}
+
+var tcpFlagChars = [...]struct {
+	bit uint8
+	c   byte
+}{{0x02, 'S'}, {0x01, 'F'}, {0x08, 'P'}, {0x04, 'R'}, {0x20, 'U'}, {0x40, 'E'}, {0x80, 'W'}, {0x10, '.'}}
+
 // TCPFlags renders TCP flags as tcpdump does: S, F, P, R, U, E, W, and "."
 // for ACK.
 func TCPFlags(f uint8) string {
-	var s []byte
-	for _, fl := range []struct {
-		bit uint8
-		c   byte
-	}{{0x02, 'S'}, {0x01, 'F'}, {0x08, 'P'}, {0x04, 'R'}, {0x20, 'U'}, {0x40, 'E'}, {0x80, 'W'}, {0x10, '.'}} {
+	return string(appendTCPFlags(nil, f))
+}
+
+func appendTCPFlags(b []byte, f uint8) []byte {
+	if f == 0 {
+		return append(b, "none"...)
+	}
+	for _, fl := range tcpFlagChars {
 		if f&fl.bit != 0 {
-			s = append(s, fl.c)
+			b = append(b, fl.c)
 		}
 	}
-	if len(s) == 0 {
-		return "none"
-	}
-	return string(s)
+	return b
 }
 
 // sanitize keeps a text column a single token: tabs, spaces and control

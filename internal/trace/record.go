@@ -92,6 +92,33 @@ func (r Record) Uint(name string) (uint64, bool) {
 	return decodeUint(b)
 }
 
+// FieldUint returns the value of unsigned integer or enum field f of the
+// record's type, without looking it up by name: what a loop over a type's
+// Fields wants. It reports false when f is of another kind or does not lie
+// inside the record.
+func (r Record) FieldUint(f Field) (uint64, bool) {
+	if f.Kind == KindInt || !f.isInteger() {
+		return 0, false
+	}
+	b, ok := r.bytes(f)
+	if !ok {
+		return 0, false
+	}
+	return decodeUint(b)
+}
+
+// FieldInt is FieldUint for a signed integer field.
+func (r Record) FieldInt(f Field) (int64, bool) {
+	if f.Kind != KindInt {
+		return 0, false
+	}
+	b, ok := r.bytes(f)
+	if !ok {
+		return 0, false
+	}
+	return decodeInt(b)
+}
+
 // Int returns the value of the signed integer field called name. It reports
 // false when the record's type has no such field or the field is of another
 // kind.
