@@ -354,7 +354,7 @@ func TestReportFTPPattern(t *testing.T) {
 	if r := magnet(t, "export", out, "--format", "perfetto", "-o", pf); r.code != 0 {
 		t.Fatalf("export perfetto: %s", r.stderr)
 	}
-	checkPerfetto(t, pf)
+	checkPerfetto(t, pf, 1)
 	// The HTML report: tables and every plot, inline.
 	page := filepath.Join(filepath.Dir(out), "report.html")
 	if r := magnet(t, "report", out, "--html", page); r.code != 0 {
@@ -369,10 +369,12 @@ func TestReportFTPPattern(t *testing.T) {
 	}
 }
 
-// checkPerfetto reads a Chrome/Perfetto JSON trace back and checks that the
-// sender's segments are followed down the stack: a chain of three slices
-// (tcp_xmit→ip_send, ip_send→dev_queue, dev_queue→dev_xmit) joined by flows.
-func checkPerfetto(t *testing.T, path string) {
+// checkPerfetto reads a Chrome/Perfetto JSON trace back and checks that
+// segments are followed from the sender's TCP down its stack (a chain of
+// three slices, tcp_xmit→ip_send, ip_send→dev_queue, dev_queue→dev_xmit,
+// joined by flows), over the wire (dev_xmit→dev_recv) and up the receiver's
+// stack to its application: one process per trace.
+func checkPerfetto(t *testing.T, path string, wantProcs int) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -382,6 +384,7 @@ func checkPerfetto(t *testing.T, path string) {
 		TraceEvents []struct {
 			Ph      string         `json:"ph"`
 			Name    string         `json:"name"`
+			Pid     int            `json:"pid"`
 			Ts      float64        `json:"ts"`
 			Dur     float64        `json:"dur"`
 			BindID  uint64         `json:"bind_id"`
@@ -394,6 +397,7 @@ func checkPerfetto(t *testing.T, path string) {
 		t.Fatalf("perfetto JSON does not parse: %v", err)
 	}
 	chains := map[uint64][]string{}
+	pids := map[uint64]map[int]bool{}
 	procs, threads := 0, 0
 	for _, e := range doc.TraceEvents {
 		switch e.Ph {
@@ -412,15 +416,32 @@ func checkPerfetto(t *testing.T, path string) {
 				t.Fatalf("slice %s continues segment %d without flow_in", e.Name, e.BindID)
 			}
 			chains[e.BindID] = append(chains[e.BindID], e.Name)
+			if pids[e.BindID] == nil {
+				pids[e.BindID] = map[int]bool{}
+			}
+			pids[e.BindID][e.Pid] = true
 		}
 	}
-	full := 0
-	for _, c := range chains {
-		if strings.Join(c, ",") == "tcp_xmit→ip_send,ip_send→dev_queue,dev_queue→dev_xmit" {
-			full++
+	const down = "tcp_xmit→ip_send,ip_send→dev_queue,dev_queue→dev_xmit"
+	const whole = down + ",dev_xmit→dev_recv,dev_recv→ip_recv,ip_recv→tcp_rcv,tcp_rcv→sock_recv"
+	sender, endToEnd, acrossProcs := 0, 0, 0
+	for id, c := range chains {
+		joined := strings.Join(c, ",")
+		if strings.HasPrefix(joined, down) {
+			sender++
+		}
+		if joined == whole {
+			endToEnd++
+			if len(pids[id]) == 2 {
+				acrossProcs++
+			}
 		}
 	}
-	if procs != 1 || threads < 6 || full < 100 {
-		t.Fatalf("perfetto: %d processes, %d tracks, %d full sender chains (want 1, >= 6, >= 100)", procs, threads, full)
+	if procs != wantProcs || threads < 6 || sender < 100 || endToEnd < 90 {
+		t.Fatalf("perfetto: %d processes, %d tracks, %d sender chains, %d followed to the receiving application (want %d, >= 6, >= 100, >= 90)",
+			procs, threads, sender, endToEnd, wantProcs)
+	}
+	if wantProcs == 2 && acrossProcs < 90 {
+		t.Fatalf("perfetto: %d segments followed from one trace's process to the other's, want >= 90", acrossProcs)
 	}
 }

@@ -2,12 +2,7 @@
 
 package analyze
 
-import (
-	"strconv"
-
-	"github.com/magnet-tracer/magnet/internal/sendbuf"
-	"github.com/magnet-tracer/magnet/internal/trace"
-)
+import "github.com/magnet-tracer/magnet/internal/sendbuf"
 
 // SendBuffer is the send-buffer occupancy of a connection over time: bytes
 // the application has written minus bytes the peer has acknowledged
@@ -79,56 +74,44 @@ func newConnDetail() *connDetail {
 	return &connDetail{drops: map[string]uint64{}}
 }
 
-// observe takes one record of the connection.
-func (d *connDetail) observe(h *trace.Header, rec trace.Record) {
-	t := rec.Time()
-	size := int64(rec.Size())
-	switch rec.Type.Name {
-	case "sock_send":
+// observe takes one event of the connection, in time order. Drops are
+// counted as they are read (stream.takeDrop).
+func (d *connDetail) observe(e *ev) {
+	t := e.t
+	size := int64(e.size)
+	switch e.kind {
+	case kSockSend:
 		if size > 0 {
 			if d.sbuf.AppWrote(size) {
 				d.sample(t)
 			}
 			d.app(t, size, false)
 		}
-	case "sock_recv":
+	case kSockRecv:
 		if size > 0 {
 			d.app(t, size, true)
 		}
-	case "tcp_xmit":
-		seq, _ := rec.Uint("seq")
-		if r, _ := rec.Uint("retrans"); r == 1 {
+	case kTCPXmit:
+		if e.c == 1 {
 			d.tcp.RetransSegs++
 			d.tcp.RetransBytes += size
 		}
-		if d.sbuf.Sent(uint32(seq), size, rec.Flags()&0x02 != 0) {
+		if d.sbuf.Sent(e.a, size, e.flags&0x02 != 0) {
 			d.sample(t)
 		}
-	case "tcp_rcv":
-		ack, _ := rec.Uint("ack")
-		if rec.Flags()&0x10 != 0 && d.sbuf.Acked(uint32(ack)) {
+	case kTCPRcv:
+		if e.flags&0x10 != 0 && d.sbuf.Acked(e.b) {
 			d.sample(t)
 		}
-	case "tcp_state":
-		cwnd, _ := rec.Uint("cwnd")
-		srtt, _ := rec.Uint("srtt_us")
-		ss, _ := rec.Uint("ssthresh")
+	case kTCPState:
 		d.tcp.Snapshots++
-		d.tcp.cwnd.Add(float64(cwnd))
-		d.tcp.srtt.Add(float64(srtt))
-		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = ss, true
-	case "tcp_retrans":
+		d.tcp.cwnd.Add(float64(e.a))
+		d.tcp.srtt.Add(float64(e.b))
+		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = uint64(e.c), true
+	case kTCPRetrans:
 		d.tcp.RetransEvents++
-	case "dev_xmit", "dev_recv":
+	case kDevXmit, kDevRecv:
 		d.wire(t, size)
-	case "drop":
-		reason, _ := rec.Uint("reason")
-		f, _ := rec.Type.Field("reason")
-		name, ok := h.EnumName(f, reason)
-		if !ok {
-			name = "reason " + strconv.FormatUint(reason, 10)
-		}
-		d.drops[name]++
 	}
 }
 

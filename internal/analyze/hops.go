@@ -2,17 +2,41 @@
 
 package analyze
 
-import (
-	"container/heap"
-	"math"
+import "math"
+
+// The hops a TCP segment takes, down the sender's stack, over the wire and
+// up the receiver's, in order.
+const (
+	hopXmitIP    = iota // tcp_xmit→ip_send
+	hopIPQueue          // ip_send→dev_queue
+	hopQueueXmit        // dev_queue→dev_xmit
+	hopWire             // dev_xmit→dev_recv: from one end's device to the other's
+	hopRecvIP           // dev_recv→ip_recv
+	hopIPTCP            // ip_recv→tcp_rcv
+	hopTCPSock          // tcp_rcv→sock_recv
+	numHops
 )
 
-// Hops are the steps a TCP segment takes, down the sender's stack and up the
-// receiver's, in the order "where time goes" reports them.
+var hopNames = [numHops]string{
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "dev_xmit→dev_recv",
+	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
+}
+
+// WireHop is the hop from the sender's device to the receiver's, which a
+// report shows when both ends of a connection are in its traces.
+const WireHop = "dev_xmit→dev_recv"
+
+// Hops are the steps a TCP segment takes inside one host, down the
+// sender's stack and up the receiver's, in the order "where time goes"
+// reports them.
 var Hops = []string{
 	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit",
 	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
+
+// PathHops are the steps of a segment from the sender's TCP to the
+// receiver's application, the wire between the two ends included.
+var PathHops = hopNames[:]
 
 // HopStats is the delay distribution of one hop, in microseconds.
 type HopStats struct {
@@ -83,53 +107,86 @@ func (r *readerState) set(t uint64, state int) {
 	r.state = state
 }
 
-// hopEvent is one event of a connection's path, kept in time order.
-type hopEvent struct {
-	t     uint64
-	typ   string
-	size  int32
-	seq   uint32
-	flags uint8  // TCP flags of tcp_xmit and tcp_rcv
-	tid   uint32 // sock_recv: the reader
-	sched schedEvent
+// segRef names a segment by the connection end that numbered it and its
+// number there: where it entered TCP on the sender, or where it reached the
+// device on the receiver when its sender is not in the traces.
+type segRef struct {
+	cs  *connState
+	seg uint64
 }
 
-// hopSched is the type of a scheduler event about a reader (or a loss of
-// some) in a connection's stream.
-const hopSched = "sched"
-
-type hopHeap []hopEvent
-
-func (h hopHeap) Len() int           { return len(h) }
-func (h hopHeap) Less(i, j int) bool { return h[i].t < h[j].t }
-func (h hopHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *hopHeap) Push(x any)        { *h = append(*h, x.(hopEvent)) }
-func (h *hopHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// pending is a segment on its way: when it entered the current hop and,
-// on the receiver, when it reached the device.
+// pending is a segment on its way through one end's stack.
 type pending struct {
-	t, devT uint64
-	end     int64  // receiver: stream offset just past the segment's data
-	seg     uint64 // which segment: numbered where it enters a side
-	// In the socket: the reader expected then (0: none yet) and its time
-	// in each state at that moment.
+	t   uint64 // when it reached its current layer (never before the previous)
+	seg uint64 // numbered where it entered this end
+	// sender: when it passed tcp_xmit, ip_send, dev_queue; what it carries
+	times [3]uint64
+	seq   uint32
+	size  int32
+	ipid  uint16
+	gso   uint16
+	hasID bool // ipid is an IPv4 id (IPv6 has none)
+	// receiver
+	devT   uint64 // when it reached the device
+	end    int64  // chunk waiting for the reader: stream offset past its data
+	lo     uint64 // chunk: its first segment (several coalesce into one tcp_rcv)
+	origin segRef // the sender's segment, once matched across the wire
+	// chunk: the reader expected when it reached the socket (0: none yet)
+	// and that reader's time in each state then
 	reader uint32
 	spent  [nStates]uint64
 }
 
-// hopTracker matches one TCP connection's segments across layers. Each
+// maxQueue bounds every queue of segments between two layers: a chain
+// broken for good (a layer not recorded, events lost) must not hold a
+// trace's worth of segments. The oldest is dropped.
+const maxQueue = 4096
+
+// fifo is a queue of segments between two layers.
+type fifo[T any] struct {
+	buf  []T
+	head int
+}
+
+func (f *fifo[T]) len() int    { return len(f.buf) - f.head }
+func (f *fifo[T]) at(i int) *T { return &f.buf[f.head+i] }
+
+func (f *fifo[T]) push(p T) (dropped bool) {
+	if f.len() >= maxQueue {
+		f.head++
+		dropped = true
+	}
+	if f.head > 0 && f.head >= len(f.buf)/2 && len(f.buf) == cap(f.buf) {
+		// Reuse the room the consumed head leaves rather than grow.
+		n := copy(f.buf, f.buf[f.head:])
+		f.buf, f.head = f.buf[:n], 0
+	}
+	f.buf = append(f.buf, p)
+	return dropped
+}
+
+func (f *fifo[T]) drop(n int) {
+	f.head += n
+	if f.head == len(f.buf) {
+		f.buf, f.head = f.buf[:0], 0
+	}
+}
+
+// hopTracker matches one TCP connection end's segments across layers. Each
 // segment passes every layer of its side once and in order, so the layers
-// pair first in, first out: the n-th ip_send is the n-th tcp_xmit.
+// pair first in, first out: the n-th ip_send is the n-th tcp_xmit. Events
+// come in time order (the stream sorts them).
 type hopTracker struct {
-	win      hopHeap
-	queues   map[string][]pending
-	stats    map[string]*HopStats
+	cs *connState
+	// sender: segments past tcp_xmit, ip_send, dev_queue
+	qXmit, qIP, qQueue fifo[pending]
+	// receiver: packets past dev_recv and ip_recv, chunks waiting for the
+	// reader
+	qDev, qIPr, qSock fifo[pending]
+	// inflight: received segments matched to their sender's, by number,
+	// until the reader takes them
+	inflight fifo[pathSeg]
+	stats    [numHops]HopStats
 	share    TimeShare
 	consumed int64 // bytes the application read
 	isn      uint32
@@ -138,35 +195,215 @@ type hopTracker struct {
 	// (tcp_probe) does not fire: packets before the handshake's ACK are
 	// not queued for it.
 	synSent, established bool
-	// OnHop, if set, is told of every matched hop of every segment.
-	OnHop func(hop string, from, to uint64, seg uint64)
-	segs  uint64
+	segs                 uint64
+	dropped              uint64 // segments given up on (queue full)
+	// onHop, if set, is told of every matched hop: the connection end whose
+	// layer the segment left, the hop, its times and the segment.
+	onHop func(at *connState, hop int, from, to uint64, ref segRef)
 	// The threads that read the connection, and which one read last.
 	readers map[uint32]*readerState
 	reader  uint32
 	wait    ReaderWait
 }
 
-func newHopTracker() *hopTracker {
-	h := &hopTracker{queues: map[string][]pending{}, stats: map[string]*HopStats{}, readers: map[uint32]*readerState{}}
-	for _, n := range Hops {
-		h.stats[n] = &HopStats{Hop: n}
+func newHopTracker(cs *connState) *hopTracker {
+	h := &hopTracker{cs: cs}
+	for i := range h.stats {
+		h.stats[i].Hop = hopNames[i]
 	}
 	return h
 }
 
-var hopNext = map[string]struct{ from, hop string }{
-	"ip_send":   {"tcp_xmit", "tcp_xmit→ip_send"},
-	"dev_queue": {"ip_send", "ip_send→dev_queue"},
-	"dev_xmit":  {"dev_queue", "dev_queue→dev_xmit"},
-	"ip_recv":   {"dev_recv", "dev_recv→ip_recv"},
+func (h *hopTracker) ref(p *pending) segRef {
+	if p.origin.cs != nil {
+		return p.origin
+	}
+	return segRef{h.cs, p.seg}
 }
 
-func (h *hopTracker) add(e hopEvent) {
-	heap.Push(&h.win, e)
-	if len(h.win) > reorderWindow {
-		h.step(heap.Pop(&h.win).(hopEvent))
+// hop records one hop of a segment and returns when the segment reached
+// the next layer: never before it left the previous one, so that a
+// segment's hops add up to its whole journey.
+func (h *hopTracker) hop(i int, from, to uint64, ref segRef) uint64 {
+	if to < from {
+		to = from
 	}
+	s := &h.stats[i]
+	s.Count++
+	s.d.Add(float64(to-from) / 1e3)
+	if h.onHop != nil {
+		h.onHop(h.cs, i, from, to, ref)
+	}
+	return to
+}
+
+func (h *hopTracker) queue(f *fifo[pending], p pending) {
+	if f.push(p) {
+		h.dropped++
+	}
+}
+
+func (h *hopTracker) step(e *ev) {
+	switch e.kind {
+	case kTCPXmit:
+		if e.flags&0x02 != 0 && e.flags&0x10 == 0 {
+			h.synSent = true
+		} else if e.flags&0x02 == 0 {
+			h.established = true
+		}
+		h.segs++
+		h.queue(&h.qXmit, pending{t: e.t, seg: h.segs, times: [3]uint64{e.t}, seq: e.a, size: e.size, gso: uint16(e.b)})
+	case kIPSend:
+		if h.qXmit.len() == 0 {
+			return // its earlier layer was not seen (lost, or before recording)
+		}
+		p := *h.qXmit.at(0)
+		h.qXmit.drop(1)
+		p.t = h.hop(hopXmitIP, p.t, e.t, segRef{h.cs, p.seg})
+		p.times[1] = p.t
+		p.ipid, p.hasID = uint16(e.a), e.b == 4
+		h.queue(&h.qIP, p)
+	case kDevQueue:
+		if h.qIP.len() == 0 {
+			return
+		}
+		p := *h.qIP.at(0)
+		h.qIP.drop(1)
+		p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
+		p.times[2] = p.t
+		h.queue(&h.qQueue, p)
+	case kDevXmit:
+		if h.qQueue.len() == 0 {
+			return
+		}
+		p := *h.qQueue.at(0)
+		h.qQueue.drop(1)
+		p.t = h.hop(hopQueueXmit, p.t, e.t, segRef{h.cs, p.seg})
+		if h.cs.path != nil {
+			h.cs.path.depart(&p)
+		}
+	case kDevRecv:
+		h.segs++
+		h.queue(&h.qDev, pending{t: e.t, devT: e.t, seg: h.segs})
+	case kIPRecv:
+		if h.qDev.len() == 0 {
+			return
+		}
+		p := *h.qDev.at(0)
+		h.qDev.drop(1)
+		if h.synSent && !h.established {
+			return // the SYN-ACK
+		}
+		if e.b == 4 {
+			p.ipid, p.hasID = uint16(e.a), true
+			h.matchWire(&p, e.t)
+		}
+		p.t = h.hop(hopRecvIP, p.t, e.t, h.ref(&p))
+		h.queue(&h.qIPr, p)
+	case kTCPRcv:
+		h.tcpRcv(e)
+	case kSockRecv:
+		h.read(e)
+	}
+}
+
+// matchWire finds the departure, on the other end, of a packet that reached
+// this end's IP layer at ipT, and starts following it to the application.
+func (h *hopTracker) matchWire(p *pending, ipT uint64) {
+	peer := h.cs.peer
+	if peer == nil || peer.path == nil {
+		return
+	}
+	var d departure
+	var ok bool
+	if p.hasID {
+		d, ok = peer.path.takeID(p.ipid, p.devT)
+	} else {
+		d, ok = peer.path.takeSeq(p.seq, p.devT)
+	}
+	if !ok {
+		peer.path.unmatched++
+		return
+	}
+	p.origin = segRef{peer, d.seg}
+	if h.onHop != nil {
+		h.onHop(peer, hopWire, d.times[3], max(p.devT, d.times[3]), p.origin)
+	}
+	if d.size <= 0 {
+		return // a pure ACK: no reader takes it
+	}
+	ps := pathSeg{seg: p.seg, from: peer.path}
+	copy(ps.times[:4], d.times[:])
+	ps.times[4], ps.times[5] = p.devT, ipT
+	if h.inflight.push(ps) {
+		h.dropped++
+	}
+}
+
+// tcpRcv ends the IP hop of every packet that reached the socket before it:
+// while the application holds the socket, arriving segments wait in its
+// backlog, where the kernel coalesces them, so one tcp_rcv can stand for
+// several ip_recv.
+func (h *hopTracker) tcpRcv(e *ev) {
+	n := 0
+	devT := e.t
+	var last *pending
+	var lo uint64
+	for n < h.qIPr.len() && h.qIPr.at(n).t <= e.t {
+		p := h.qIPr.at(n)
+		if n == 0 {
+			lo = p.seg
+			if !p.hasID && p.origin.cs == nil && e.size > 0 {
+				// IPv6 has no packet id: the first packet of the chunk is
+				// matched by its sequence number.
+				p.seq = e.a
+				h.matchWire(p, p.t)
+			}
+		}
+		h.hop(hopIPTCP, p.t, e.t, h.ref(p))
+		devT = min(devT, p.devT)
+		last = p // the coalesced segment goes on as the last one
+		n++
+	}
+	var chunk pending
+	if last != nil {
+		chunk = pending{t: e.t, devT: devT, seg: last.seg, lo: lo, origin: last.origin}
+	}
+	h.qIPr.drop(n)
+	if n == 0 || e.size <= 0 {
+		return
+	}
+	if !h.haveISN {
+		// The first data segment seen starts the stream.
+		h.isn, h.haveISN = e.a, true
+	}
+	chunk.end = int64(e.a-h.isn) + int64(e.size)
+	if r := h.readers[h.reader]; r != nil {
+		chunk.reader, chunk.spent = h.reader, r.at(e.t)
+	}
+	h.queue(&h.qSock, chunk)
+}
+
+// read takes an application read: every chunk whose data it completes has
+// waited in the socket until now.
+func (h *hopTracker) read(e *ev) {
+	if e.size <= 0 {
+		return
+	}
+	h.consumed += int64(e.size)
+	for h.qSock.len() > 0 && h.qSock.at(0).end <= h.consumed {
+		p := h.qSock.at(0)
+		t := h.hop(hopTCPSock, p.t, e.t, h.ref(p))
+		h.share.SocketWaitUs += float64(t-p.t) / 1e3
+		h.share.ReceiveUs += float64(t-min(p.devT, p.t)) / 1e3
+		h.readerWait(p, e)
+		h.deliver(p.lo, p.seg, p.t, t)
+		h.qSock.drop(1)
+	}
+	if r := h.readers[e.tid]; r != nil {
+		r.set(e.t, stateOnCPU) // it is running its read
+	}
+	h.reader = e.tid
 }
 
 // reads says whether the thread tid has read the connection.
@@ -175,111 +412,17 @@ func (h *hopTracker) reads(tid uint32) bool { return h.readers[tid] != nil }
 // addReader starts following the thread tid, which reads the connection:
 // from now on, its sched events are added too.
 func (h *hopTracker) addReader(tid uint32) {
+	if h.readers == nil {
+		h.readers = map[uint32]*readerState{}
+	}
 	if h.readers[tid] == nil {
 		h.readers[tid] = &readerState{}
 	}
 }
 
-func (h *hopTracker) step(e hopEvent) {
-	switch e.typ {
-	case hopSched:
-		h.schedStep(e.sched)
-		return
-	case "tcp_xmit":
-		if e.flags&0x02 != 0 && e.flags&0x10 == 0 {
-			h.synSent = true
-		} else if e.flags&0x02 == 0 {
-			h.established = true
-		}
-	case "ip_recv":
-		if h.synSent && !h.established {
-			// The SYN-ACK: drop it from the device queue too.
-			if q := h.queues["dev_recv"]; len(q) > 0 {
-				h.queues["dev_recv"] = q[1:]
-			}
-			return
-		}
-	}
-	switch e.typ {
-	case "tcp_xmit", "dev_recv":
-		h.segs++
-		h.queues[e.typ] = append(h.queues[e.typ], pending{t: e.t, devT: e.t, seg: h.segs})
-		return
-	case "sock_recv":
-		if e.size <= 0 {
-			return
-		}
-		h.consumed += int64(e.size)
-		q := h.queues["sock"]
-		for len(q) > 0 && q[0].end <= h.consumed {
-			h.record("tcp_rcv→sock_recv", e.t, q[0].t, q[0].seg)
-			h.share.SocketWaitUs += float64(e.t-q[0].t) / 1e3
-			h.share.ReceiveUs += float64(e.t-q[0].devT) / 1e3
-			h.readerWait(q[0], e)
-			q = q[1:]
-		}
-		h.queues["sock"] = q
-		if r := h.readers[e.tid]; r != nil {
-			r.set(e.t, stateOnCPU) // it is running its read
-		}
-		h.reader = e.tid
-		return
-	}
-	if e.typ == "tcp_rcv" {
-		h.tcpRcv(e)
-		return
-	}
-	nx, ok := hopNext[e.typ]
-	if !ok {
-		return
-	}
-	q := h.queues[nx.from]
-	if len(q) == 0 {
-		return // its earlier layer was not seen (lost, or before recording)
-	}
-	p := q[0]
-	h.queues[nx.from] = q[1:]
-	h.record(nx.hop, e.t, p.t, p.seg)
-	p.t = e.t
-	if e.typ != "dev_xmit" {
-		h.queues[e.typ] = append(h.queues[e.typ], p)
-	}
-}
-
-// tcpRcv ends the IP hop of every packet that reached the socket before it:
-// while the application holds the socket, arriving segments wait in its
-// backlog, where the kernel coalesces them, so one tcp_rcv can stand for
-// several ip_recv.
-func (h *hopTracker) tcpRcv(e hopEvent) {
-	q := h.queues["ip_recv"]
-	n := 0
-	devT := e.t
-	var seg uint64
-	for n < len(q) && q[n].t <= e.t {
-		h.record("ip_recv→tcp_rcv", e.t, q[n].t, q[n].seg)
-		devT = min(devT, q[n].devT)
-		seg = q[n].seg // the coalesced segment goes on as the last one
-		n++
-	}
-	h.queues["ip_recv"] = q[n:]
-	if n == 0 || e.size <= 0 {
-		return
-	}
-	if !h.haveISN {
-		// The first data segment seen starts the stream.
-		h.isn, h.haveISN = e.seq, true
-	}
-	end := int64(e.seq-h.isn) + int64(e.size)
-	p := pending{t: e.t, devT: devT, end: end, seg: seg}
-	if r := h.readers[h.reader]; r != nil {
-		p.reader, p.spent = h.reader, r.at(e.t)
-	}
-	h.queues["sock"] = append(h.queues["sock"], p)
-}
-
-// readerWait splits a segment's wait in the socket, from its tcp_rcv p to
-// the read e that took it, by what the reader did meanwhile.
-func (h *hopTracker) readerWait(p pending, e hopEvent) {
+// readerWait splits a chunk's wait in the socket, from its tcp_rcv to the
+// read e that took it, by what the reader did meanwhile.
+func (h *hopTracker) readerWait(p *pending, e *ev) {
 	r := h.readers[e.tid]
 	if r == nil || p.reader != e.tid {
 		return // another thread was expected to read, or none yet: not followed
@@ -325,27 +468,29 @@ func (h *hopTracker) schedStep(e schedEvent) {
 	}
 }
 
-func (h *hopTracker) record(hop string, to, from, seg uint64) {
-	if to < from {
-		to = from
+// deliver completes the journeys of the received segments lo…hi, which
+// reached TCP at tcpT and the application at sockT.
+func (h *hopTracker) deliver(lo, hi, tcpT, sockT uint64) {
+	n := 0
+	for n < h.inflight.len() && h.inflight.at(n).seg <= hi {
+		ps := h.inflight.at(n)
+		if ps.seg >= lo {
+			ps.times[6], ps.times[7] = tcpT, sockT
+			ps.from.complete(ps)
+		} else {
+			ps.from.lostOnTheWay++ // never reached the application as such
+		}
+		n++
 	}
-	if h.OnHop != nil {
-		h.OnHop(hop, from, to, seg)
-	}
-	s := h.stats[hop]
-	s.Count++
-	s.d.Add(float64(to-from) / 1e3)
+	h.inflight.drop(n)
 }
 
-// finish drains the window and returns the hops that saw segments; with
-// sched, the trace had sched events, so the reader's wait is told.
+// finish returns the hops that saw segments and the receive time share;
+// with sched, the trace had sched events, so the reader's wait is told.
 func (h *hopTracker) finish(sched bool) ([]*HopStats, *TimeShare) {
-	for len(h.win) > 0 {
-		h.step(heap.Pop(&h.win).(hopEvent))
-	}
 	var out []*HopStats
-	for _, n := range Hops {
-		if s := h.stats[n]; s.Count > 0 {
+	for i := range h.stats {
+		if s := &h.stats[i]; s.Count > 0 && i != hopWire {
 			s.Delay = summarise(&s.d)
 			out = append(out, s)
 		}

@@ -5,26 +5,26 @@ package analyze
 import "testing"
 
 func TestHopTracker(t *testing.T) {
-	h := newHopTracker()
+	h := newHopTracker(&connState{})
 	us := uint64(1000)
-	evs := []hopEvent{
+	evs := []ev{
 		// Active open: the SYN-ACK reaches IP but never tcp_rcv.
-		{t: 0, typ: "tcp_xmit", flags: 0x02},
-		{t: 1 * us, typ: "ip_send"}, {t: 2 * us, typ: "dev_queue"}, {t: 3 * us, typ: "dev_xmit"},
-		{t: 10 * us, typ: "dev_recv"}, {t: 11 * us, typ: "ip_recv"},
-		{t: 12 * us, typ: "tcp_xmit", flags: 0x10},
-		{t: 13 * us, typ: "ip_send"}, {t: 15 * us, typ: "dev_queue"}, {t: 18 * us, typ: "dev_xmit"},
+		{t: 0, kind: kTCPXmit, flags: 0x02},
+		{t: 1 * us, kind: kIPSend}, {t: 2 * us, kind: kDevQueue}, {t: 3 * us, kind: kDevXmit},
+		{t: 10 * us, kind: kDevRecv}, {t: 11 * us, kind: kIPRecv},
+		{t: 12 * us, kind: kTCPXmit, flags: 0x10},
+		{t: 13 * us, kind: kIPSend}, {t: 15 * us, kind: kDevQueue}, {t: 18 * us, kind: kDevXmit},
 		// Two data segments arrive while the socket is owned; one coalesced
 		// tcp_rcv carries both (1000 + 1000 bytes).
-		{t: 20 * us, typ: "dev_recv"}, {t: 21 * us, typ: "ip_recv"},
-		{t: 22 * us, typ: "dev_recv"}, {t: 24 * us, typ: "ip_recv"},
-		{t: 30 * us, typ: "tcp_rcv", seq: 500, size: 2000, flags: 0x18},
+		{t: 20 * us, kind: kDevRecv}, {t: 21 * us, kind: kIPRecv},
+		{t: 22 * us, kind: kDevRecv}, {t: 24 * us, kind: kIPRecv},
+		{t: 30 * us, kind: kTCPRcv, a: 500, size: 2000, flags: 0x18},
 		// The reader takes 1500 bytes, then the rest.
-		{t: 40 * us, typ: "sock_recv", size: 1500},
-		{t: 50 * us, typ: "sock_recv", size: 500},
+		{t: 40 * us, kind: kSockRecv, size: 1500},
+		{t: 50 * us, kind: kSockRecv, size: 500},
 	}
-	for _, e := range evs {
-		h.add(e)
+	for i := range evs {
+		h.step(&evs[i])
 	}
 	hops, share := h.finish(false)
 	got := map[string][2]float64{}

@@ -8,178 +8,210 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
+	"time"
 
-	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // WritePerfetto writes the traces as a Chrome/Perfetto JSON trace that
 // ui.perfetto.dev opens: one process per trace (host), one track per layer
 // of each TCP connection, a slice for the time each segment spent at each
-// hop, flow arrows following each segment down the sender's stack and up
-// the receiver's, and the application's send and receive calls as instants
-// (MAGNET 2.0's NLV picture). It returns the number of trace events.
+// hop, flow arrows following each segment down the sender's stack, over the
+// wire to the receiver (when both ends are in the traces) and up its stack,
+// and the application's send and receive calls as instants (MAGNET 2.0's
+// NLV picture). Times are microseconds since the first event, on the
+// common timeline of the traces. It returns the number of trace events.
 func WritePerfetto(out io.Writer, paths []string) (int, error) {
 	return WritePerfettoOf(out, trace.Sources(paths))
 }
 
 // WritePerfettoOf is WritePerfetto of sources: files or chains of rotated
 // files.
-func WritePerfettoOf(out io.Writer, srcs []trace.Source) (int, error) {
+func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
+	s, err := openStream(ins)
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
 	w := bufio.NewWriterSize(out, 256<<10)
-	enc := &perfettoWriter{w: w, tracks: map[trackKey]int{}}
+	p := &perfettoWriter{w: w, tracks: map[trackKey]int{}}
+	wall := s.srcs[0].h.Clock.WallOffsetNs
 	if _, err := w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[` + "\n"); err != nil {
 		return 0, err
 	}
-	for si, src := range srcs {
-		if err := enc.trace(si, src); err != nil {
-			w.Flush()
-			return enc.n, err
+	for _, src := range s.srcs {
+		p.meta(map[string]any{"ph": "M", "name": "process_name", "pid": src.index + 1,
+			"args": map[string]any{"name": fmt.Sprintf("%s (%s)", src.h.Host, filepath.Base(src.path))}})
+	}
+	s.newConn = func(cs *connState) {
+		cs.hops = newHopTracker(cs)
+		cs.hops.onHop = p.hopSlice
+	}
+	s.onEvent = func(e *ev) {
+		if !p.started {
+			p.start, p.started = e.t, true
 		}
+		cs := e.cs
+		if cs == nil || cs.notTCP || p.err != nil {
+			return
+		}
+		if e.kind == kSockSend || e.kind == kSockRecv {
+			tid := p.track(cs, e.kind)
+			b := append(p.buf[:0], `{"ph":"i","s":"t","name":"`...)
+			b = append(b, kindNames[e.kind]...)
+			b = append(b, `","pid":`...)
+			b = strconv.AppendInt(b, int64(cs.src.index+1), 10)
+			b = append(b, `,"tid":`...)
+			b = strconv.AppendInt(b, int64(tid), 10)
+			b = append(b, `,"ts":`...)
+			b = p.appendUs(b, e.t)
+			b = append(b, `,"args":{"bytes":`...)
+			b = strconv.AppendInt(b, int64(e.size), 10)
+			b = append(b, "}}"...)
+			p.emit(b)
+		}
+		cs.hops.step(e)
 	}
-	if _, err := w.WriteString("\n]}\n"); err != nil {
-		return enc.n, err
+	err = s.run()
+	if err == nil {
+		err = p.err
 	}
-	return enc.n, w.Flush()
+	if err != nil {
+		w.Flush()
+		return p.n, err
+	}
+	var start string
+	if p.started {
+		start = time.Unix(0, int64(p.start)+wall).UTC().Format(time.RFC3339Nano)
+	}
+	var names []string
+	for _, in := range ins {
+		names = append(names, in.Name)
+	}
+	other, _ := json.Marshal(map[string]any{"magnet_traces": names, "time_zero_utc": start})
+	if _, err := fmt.Fprintf(w, "\n],\"otherData\":%s}\n", other); err != nil {
+		return p.n, err
+	}
+	return p.n, w.Flush()
 }
 
 type trackKey struct {
-	pid   int
-	conn  uint64
-	layer string
+	cs    *connState
+	layer kind
 }
 
 type perfettoWriter struct {
-	w      *bufio.Writer
-	n      int
-	tracks map[trackKey]int
-	// flowsOut: segments whose previous slice already sent an arrow.
-	flowsOut map[uint64]bool
+	w       *bufio.Writer
+	n       int
+	tracks  map[trackKey]int
+	buf     []byte
+	start   uint64
+	started bool
+	err     error
+	nums    map[*connState]uint64
 }
 
-func (p *perfettoWriter) emit(ev map[string]any) error {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
+func (p *perfettoWriter) emit(b []byte) {
+	if p.err != nil {
+		return
 	}
 	if p.n > 0 {
 		p.w.WriteString(",\n")
 	}
 	p.n++
-	_, err = p.w.Write(b)
-	return err
+	p.buf = b
+	_, p.err = p.w.Write(b)
 }
 
-// layerOrder sorts a connection's tracks in the order data passes them.
-var layerOrder = map[string]int{}
-
-func init() {
-	for i, l := range Layers {
-		layerOrder[l] = i
+func (p *perfettoWriter) meta(ev map[string]any) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		p.err = err
+		return
 	}
+	p.emit(b)
+	p.buf = nil // b is not ours to reuse
 }
 
-func (p *perfettoWriter) track(pid int, conn uint64, layer string) (int, error) {
-	k := trackKey{pid, conn, layer}
+// appendUs appends the time t as microseconds since the first event, to
+// the nanosecond.
+func (p *perfettoWriter) appendUs(b []byte, t uint64) []byte {
+	d := int64(t) - int64(p.start)
+	if d < 0 {
+		b = append(b, '-')
+		d = -d
+	}
+	b = strconv.AppendInt(b, d/1000, 10)
+	b = append(b, '.')
+	frac := d % 1000
+	b = append(b, byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+	return b
+}
+
+// track returns the thread id of a connection end's layer, declaring it the
+// first time: named after the connection and layer, sorted in the order
+// data passes the layers.
+func (p *perfettoWriter) track(cs *connState, layer kind) int {
+	k := trackKey{cs, layer}
 	if tid, ok := p.tracks[k]; ok {
-		return tid, nil
+		return tid
 	}
 	tid := len(p.tracks) + 1
 	p.tracks[k] = tid
-	if err := p.emit(map[string]any{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-		"args": map[string]any{"name": fmt.Sprintf("conn %d %s", conn, layer)}}); err != nil {
-		return 0, err
-	}
-	return tid, p.emit(map[string]any{"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-		"args": map[string]any{"sort_index": int(conn%100000)*100 + layerOrder[layer]}})
+	pid := cs.src.index + 1
+	p.meta(map[string]any{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+		"args": map[string]any{"name": fmt.Sprintf("conn %d %s", cs.id, kindNames[layer])}})
+	li, _ := layer.layer()
+	p.meta(map[string]any{"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+		"args": map[string]any{"sort_index": int(cs.id%100000)*100 + li}})
+	return tid
 }
 
-func (p *perfettoWriter) trace(si int, src trace.Source) error {
-	path := src.Name
-	cs, err := connTable(src)
-	if err != nil {
-		return err
+// flowID names a segment's chain of slices: its first connection end and
+// its number there.
+func (p *perfettoWriter) flowID(ref segRef) uint64 {
+	if p.nums == nil {
+		p.nums = map[*connState]uint64{}
 	}
-	tcp := map[uint64]bool{}
-	for _, c := range cs {
-		tcp[c.ID] = c.Proto == "tcp"
+	n, ok := p.nums[ref.cs]
+	if !ok {
+		n = uint64(len(p.nums) + 1)
+		p.nums[ref.cs] = n
 	}
-	r, err := src.Open()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	h := r.Header()
-	pid := si + 1
-	if err := p.emit(map[string]any{"ph": "M", "name": "process_name", "pid": pid,
-		"args": map[string]any{"name": fmt.Sprintf("%s (%s)", h.Host, filepath.Base(path))}}); err != nil {
-		return err
-	}
-	us := func(t uint64) float64 { return float64(int64(t)+h.Clock.WallOffsetNs) / 1e3 }
-	trackers := map[uint64]*hopTracker{}
-	p.flowsOut = map[uint64]bool{}
-	var emitErr error
-	err = export.Walk(path, r, func(_ *export.Resolver, rec trace.Record) error {
-		c, name := rec.Conn(), rec.Type.Name
-		if c == 0 || !tcp[c] {
-			return nil
-		}
-		if name == "sock_send" || name == "sock_recv" {
-			tid, err := p.track(pid, c, name)
-			if err != nil {
-				return err
-			}
-			if err := p.emit(map[string]any{"ph": "i", "s": "t", "name": name, "pid": pid, "tid": tid,
-				"ts": us(rec.Time()), "args": map[string]any{"bytes": rec.Size()}}); err != nil {
-				return err
-			}
-		}
-		if !hopTypes[name] {
-			return nil
-		}
-		ht := trackers[c]
-		if ht == nil {
-			ht = newHopTracker()
-			conn := c
-			ht.OnHop = func(hop string, from, to, seg uint64) {
-				if emitErr == nil {
-					emitErr = p.hopSlice(pid, conn, hop, us(from), us(to), seg)
-				}
-			}
-			trackers[c] = ht
-		}
-		seq, _ := rec.Uint("seq")
-		ht.add(hopEvent{t: rec.Time(), typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
-		return emitErr
-	})
-	if err != nil {
-		return err
-	}
-	for _, ht := range trackers {
-		ht.finish(false)
-	}
-	return emitErr
+	return n<<40 | ref.seg&(1<<40-1)
 }
+
+// hopFrom is the layer a hop leaves, whose track shows the time spent in it.
+var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kDevQueue, kDevXmit, kDevRecv, kIPRecv, kTCPRcv}
 
 // hopSlice draws the time a segment spent between two layers on the track
-// of the layer it left, linked by a flow arrow to its previous hop.
-func (p *perfettoWriter) hopSlice(pid int, conn uint64, hop string, from, to float64, seg uint64) error {
-	layer := hopFrom[hop]
-	tid, err := p.track(pid, conn, layer)
-	if err != nil {
-		return err
+// of the layer it left, linked by a flow arrow to its previous hop: the
+// first hop of a chain starts the arrow (tcp_xmit→ip_send on the sender;
+// dev_recv→ip_recv on a receiver whose sender is not in the traces).
+func (p *perfettoWriter) hopSlice(at *connState, hop int, from, to uint64, ref segRef) {
+	tid := p.track(at, hopFrom[hop])
+	first := hop == hopXmitIP || hop == hopRecvIP && ref.cs == at
+	b := append(p.buf[:0], `{"ph":"X","name":"`...)
+	b = append(b, hopNames[hop]...)
+	b = append(b, `","cat":"segment","pid":`...)
+	b = strconv.AppendInt(b, int64(at.src.index+1), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendInt(b, int64(tid), 10)
+	b = append(b, `,"ts":`...)
+	b = p.appendUs(b, from)
+	b = append(b, `,"dur":`...)
+	b = p.appendUs(b, p.start+(to-from))
+	b = append(b, `,"bind_id":`...)
+	b = strconv.AppendUint(b, p.flowID(ref), 10)
+	b = append(b, `,"flow_out":true`...)
+	if !first {
+		b = append(b, `,"flow_in":true`...)
 	}
-	id := uint64(pid)<<48 | conn<<20 | seg
-	ev := map[string]any{"ph": "X", "name": hop, "cat": "segment", "pid": pid, "tid": tid,
-		"ts": from, "dur": to - from, "bind_id": id, "flow_out": true, "args": map[string]any{"segment": seg}}
-	if p.flowsOut[id] {
-		ev["flow_in"] = true
-	}
-	p.flowsOut[id] = true
-	return p.emit(ev)
-}
-
-var hopFrom = map[string]string{
-	"tcp_xmit→ip_send": "tcp_xmit", "ip_send→dev_queue": "ip_send", "dev_queue→dev_xmit": "dev_queue",
-	"dev_recv→ip_recv": "dev_recv", "ip_recv→tcp_rcv": "ip_recv", "tcp_rcv→sock_recv": "tcp_rcv",
+	b = append(b, `,"args":{"segment":`...)
+	b = strconv.AppendUint(b, ref.seg, 10)
+	b = append(b, `,"conn":`...)
+	b = strconv.AppendUint(b, ref.cs.id, 10)
+	b = append(b, "}}"...)
+	p.emit(b)
 }

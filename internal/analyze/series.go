@@ -3,15 +3,12 @@
 package analyze
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -68,28 +65,16 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 
 // PlotOf builds the figure of kind for one source: a file or a chain of
 // rotated files.
-func PlotOf(src trace.Source, kind string, opts PlotOptions) (*Figure, error) {
+func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 	conn, window := opts.Conn, opts.Window
 	if !contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown plot kind %q (want %v)", kind, Kinds)
 	}
-	path := src.Name
-	cs, err := connTable(src)
+	st, err := openStream([]trace.Source{in})
 	if err != nil {
 		return nil, err
 	}
-	tcp := map[uint64]bool{}
-	for _, c := range cs {
-		tcp[c.ID] = c.Proto == "tcp"
-	}
-	r, err := src.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	h := r.Header()
-	rs := export.NewResolver(h)
-	per := map[uint64]*connSeries{}
+	defer st.close()
 	var start uint64
 	started := false
 	// sched: the time between switches of each CPU, in time order, leaving
@@ -105,83 +90,74 @@ func PlotOf(src trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		n.X = append(n.X, float64(int64(t)-int64(start))/1e9)
 		n.Y = append(n.Y, float64(gap)/1e3)
 	}
-	get := func(c uint64) *connSeries {
-		s := per[c]
-		if s == nil {
-			s = &connSeries{detail: newConnDetail(), hops: newHopTracker()}
-			s.detail.sbTrace = &s.sbT
-			s.detail.sbTraceY = &s.sbY
-			per[c] = s
-		}
-		return s
+	var ends []*connState
+	st.newConn = func(cs *connState) {
+		cs.plot = &connSeries{detail: newConnDetail(), hops: newHopTracker(cs)}
+		cs.plot.detail.sbTrace = &cs.plot.sbT
+		cs.plot.detail.sbTraceY = &cs.plot.sbY
+		ends = append(ends, cs)
 	}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	st.onEvent = func(e *ev) {
 		if !started {
-			start, started = rec.Time(), true
+			start, started = e.t, true
 		}
-		if rs.Observe(rec) {
-			continue
-		}
-		t := rec.Time()
+		t := e.t
 		ts := float64(int64(t)-int64(start)) / 1e9
-		name := rec.Type.Name
-		if kind == "sched" {
-			sched.observe(rec)
-			continue
+		if se, ok := schedOf(e); ok {
+			if kind == "sched" {
+				sched.step(se)
+			}
+			return
 		}
-		c := rec.Conn()
-		if c == 0 || conn != 0 && c != conn {
-			continue
+		cs := e.cs
+		if cs == nil || conn != 0 && cs.id != conn {
+			return
 		}
-		s := get(c)
-		s.detail.start = start
-		s.detail.observe(h, rec)
-		if tcp[c] && hopTypes[name] {
-			seq, _ := rec.Uint("seq")
-			s.hops.add(hopEvent{t: t, typ: name, size: rec.Size(), seq: uint32(seq), flags: rec.Flags()})
+		p := cs.plot
+		p.detail.start = start
+		p.detail.observe(e)
+		if !cs.notTCP {
+			p.hops.step(e)
 		}
-		size := int64(rec.Size())
-		switch name {
-		case "sock_send", "sock_recv":
+		size := int64(e.size)
+		switch e.kind {
+		case kSockSend, kSockRecv:
 			if size <= 0 {
 				break
 			}
-			recv := name == "sock_recv"
-			if !s.haveApp {
-				s.appIsRecv, s.haveApp = recv, true
+			recv := e.kind == kSockRecv
+			if !p.haveApp {
+				p.appIsRecv, p.haveApp = recv, true
 			}
-			if recv == s.appIsRecv {
-				s.appT, s.appB = append(s.appT, t), append(s.appB, size)
-				s.appBytes += size
+			if recv == p.appIsRecv {
+				p.appT, p.appB = append(p.appT, t), append(p.appB, size)
+				p.appBytes += size
 			}
 			if !recv {
-				s.sendT, s.sendB = append(s.sendT, ts), append(s.sendB, float64(size))
+				p.sendT, p.sendB = append(p.sendT, ts), append(p.sendB, float64(size))
 			}
-		case "dev_xmit", "dev_recv":
-			s.wireT, s.wireB = append(s.wireT, t), append(s.wireB, size)
-			if name == "dev_xmit" {
-				s.xmitT, s.xmitB = append(s.xmitT, ts), append(s.xmitB, float64(size))
+		case kDevXmit, kDevRecv:
+			p.wireT, p.wireB = append(p.wireT, t), append(p.wireB, size)
+			if e.kind == kDevXmit {
+				p.xmitT, p.xmitB = append(p.xmitT, ts), append(p.xmitB, float64(size))
 			}
-		case "tcp_state":
-			cw, _ := rec.Uint("cwnd")
-			ss, _ := rec.Uint("ssthresh")
-			rtt, _ := rec.Uint("srtt_us")
-			s.stateT = append(s.stateT, ts)
-			s.cwnd = append(s.cwnd, float64(cw))
-			s.ss = append(s.ss, float64(ss))
-			s.srtt = append(s.srtt, float64(rtt)/1e3)
+		case kTCPState:
+			p.stateT = append(p.stateT, ts)
+			p.cwnd = append(p.cwnd, float64(e.a))
+			p.ss = append(p.ss, float64(e.c))
+			p.srtt = append(p.srtt, float64(e.b)/1e3)
 		}
 	}
+	if err := st.run(); err != nil {
+		return nil, err
+	}
+	per := map[uint64]*connSeries{}
+	for _, cs := range ends {
+		per[cs.id] = cs.plot
+	}
+	path := in.Name
 	fig := &Figure{XLabel: "time since the trace began (s)"}
 	if kind == "sched" {
-		sched.drain()
 		fig.Title = "context switches: time between switches per CPU"
 		fig.YLabel = "time since the previous switch on this CPU (µs, log scale)"
 		fig.LogY = true
@@ -365,20 +341,16 @@ func (d *Dist) CDF() ([]float64, []float64) {
 	if d.N == 0 {
 		return nil, nil
 	}
-	keys := make([]int32, 0, len(d.buckets))
-	for k := range d.buckets {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	var xs, ys []float64
 	seen := d.zeros
 	if seen > 0 {
 		xs, ys = append(xs, 0), append(ys, float64(seen)/float64(d.N))
 	}
-	for _, k := range keys {
-		seen += d.buckets[k]
-		xs = append(xs, math.Exp(float64(k+1)*logBase))
+	d.each(func(o, sub int, n uint64) bool {
+		seen += n
+		xs = append(xs, bucketBound(o, sub, 1))
 		ys = append(ys, float64(seen)/float64(d.N))
-	}
+		return true
+	})
 	return xs, ys
 }

@@ -3,6 +3,7 @@
 package analyze
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -41,35 +42,56 @@ func TestDist(t *testing.T) {
 	}
 }
 
-func TestSeriesReordersWithinWindow(t *testing.T) {
-	s := &series{st: &LayerStats{Layer: "x"}}
-	// Times slightly out of order, as two CPUs' records come from the ring.
-	for _, tm := range []uint64{1000, 3000, 2000, 4000, 6000, 5000} {
+func TestReorder(t *testing.T) {
+	var r reorder
+	// Times slightly out of order, as two CPUs' records come from the ring;
+	// equal times keep their order.
+	in := []uint64{1000, 3000, 2000, 4000, 6000, 5000, 5000}
+	for i, tm := range in {
+		r.insert(ev{t: tm, size: int32(i)})
+	}
+	var got []uint64
+	var sizes []int32
+	for e, ok := r.pop(); ok; e, ok = r.pop() {
+		got = append(got, e.t)
+		sizes = append(sizes, e.size)
+	}
+	want := []uint64{1000, 2000, 3000, 4000, 5000, 5000, 6000}
+	if fmt.Sprint(got) != fmt.Sprint(want) || sizes[4] != 5 || sizes[5] != 6 {
+		t.Fatalf("popped %v (sizes %v), want %v", got, sizes, want)
+	}
+}
+
+func TestSeriesSpacing(t *testing.T) {
+	s := newSeries(kDevXmit)
+	for _, tm := range []uint64{1000, 2000, 3000, 2500} { // the last came too late to sort
 		s.add(tm, 10)
 	}
 	s.finish()
-	if s.st.Count != 6 || s.st.Bytes != 60 || s.st.gap.N != 5 || s.st.gap.Min != 1 || s.st.gap.Max != 1 {
-		t.Fatalf("spacing after reordering: n %d min %v max %v (µs)", s.st.gap.N, s.st.gap.Min, s.st.gap.Max)
+	if s.st.Count != 4 || s.st.Bytes != 40 || s.st.gap.N != 3 || s.st.gap.Min != 0 || s.st.gap.Max != 1 {
+		t.Fatalf("spacing: n %d min %v max %v (µs)", s.st.gap.N, s.st.gap.Min, s.st.gap.Max)
 	}
 }
 
 func TestHostWarnings(t *testing.T) {
-	close := &series{st: &LayerStats{Layer: "dev_xmit"}}
+	src := &source{path: "a.mgt", step: 21}
+	close, far := newSeries(kDevXmit), newSeries(kSockSend)
 	for _, tm := range []uint64{1000, 1010, 5000} {
 		close.add(tm, 100)
 	}
-	close.finish()
-	far := &series{st: &LayerStats{Layer: "sock_send"}}
 	for _, tm := range []uint64{1000, 9000} {
 		far.add(tm, 100)
 	}
-	far.finish()
-	per := map[key]*series{{0, 1, "dev_xmit"}: close, {0, 1, "sock_send"}: far}
-	got := hostWarnings([]string{"a.mgt"}, []float64{21}, per)
+	cs := &connState{src: src}
+	cs.layers[kDevXmit-kSockSend] = close
+	cs.layers[0] = far
+	src.order = []*connState{cs}
+	got := hostWarnings([]*source{src})
 	if len(got) != 1 || got[0] != "a.mgt: dev_xmit events as close as 10 ns, below this host's clock step of 21 ns: their spacing is the clock's, not the network's" {
 		t.Fatalf("warnings %q", got)
 	}
-	if got := hostWarnings([]string{"a.mgt"}, []float64{0}, per); len(got) != 0 {
+	src.step = 0
+	if got := hostWarnings([]*source{src}); len(got) != 0 {
 		t.Fatalf("unknown clock step must not warn: %q", got)
 	}
 }

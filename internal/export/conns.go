@@ -28,13 +28,57 @@ type Conn struct {
 	PID  uint32 `json:"pid"`
 	Comm string `json:"comm"`
 	// Peer is the other end's id when both ends are in the trace.
-	Peer     uint64 `json:"peer,omitempty"`
-	OpenNs   uint64 `json:"open_ns"`
-	CloseNs  uint64 `json:"close_ns,omitempty"`
-	Events   uint64 `json:"events"`
-	SentApp  int64  `json:"app_bytes_sent"`     // sum of sock_send sizes > 0
-	RecvApp  int64  `json:"app_bytes_received"` // sum of sock_recv sizes > 0
-	ownerSet bool
+	Peer    uint64 `json:"peer,omitempty"`
+	OpenNs  uint64 `json:"open_ns"`
+	CloseNs uint64 `json:"close_ns,omitempty"`
+	Events  uint64 `json:"events"`
+	SentApp int64  `json:"app_bytes_sent"`     // sum of sock_send sizes > 0
+	RecvApp int64  `json:"app_bytes_received"` // sum of sock_recv sizes > 0
+	// PeerTrace names the trace that holds the peer, when it is not this
+	// connection's own (two hosts recorded apart).
+	PeerTrace string `json:"peer_trace,omitempty"`
+	ownerSet  bool
+}
+
+// Observe updates c with one of its records (one whose conn is c.ID, not a
+// metadata record); rs has seen the trace's metadata up to rec.
+func (c *Conn) Observe(rs *Resolver, rec trace.Record) {
+	switch rec.Type.Name {
+	case "conn_open":
+		if c.Proto != "" {
+			return // announced again after a map eviction: keep the first
+		}
+		fam, _ := rec.Uint("family")
+		la, _ := rec.Addr("laddr", fam != 6)
+		ra, _ := rec.Addr("raddr", fam != 6)
+		lp, _ := rec.Uint("lport")
+		rp, _ := rec.Uint("rport")
+		proto, _ := rec.Uint("proto")
+		c.Proto = protoName(proto)
+		c.Local = netip.AddrPortFrom(la, uint16(lp))
+		c.Remote = netip.AddrPortFrom(ra, uint16(rp))
+		c.NetNS = rec.NetNS()
+		if !c.ownerSet {
+			c.PID, c.Comm, _ = rs.Task(rec.TID())
+		}
+		return
+	case "conn_close":
+		c.CloseNs = rec.Time()
+		return
+	case "sock_send", "sock_recv":
+		if !c.ownerSet {
+			c.PID, c.Comm, _ = rs.Task(rec.TID())
+			c.ownerSet = true
+		}
+		if n := rec.Size(); n > 0 {
+			if rec.Type.Name == "sock_send" {
+				c.SentApp += int64(n)
+			} else {
+				c.RecvApp += int64(n)
+			}
+		}
+	}
+	c.Events++
 }
 
 // Conns reads the whole trace and builds its connection table, sorted by
@@ -68,57 +112,22 @@ func Conns(r *trace.Reader) ([]*Conn, uint64, error) {
 		if rs.Observe(rec) || rec.Conn() == 0 {
 			continue
 		}
-		c := get(rec.Conn(), rec.Time())
-		switch rec.Type.Name {
-		case "conn_open":
-			if c.Proto != "" {
-				break // announced again after a map eviction: keep the first
-			}
-			fam, _ := rec.Uint("family")
-			la, _ := rec.Addr("laddr", fam != 6)
-			ra, _ := rec.Addr("raddr", fam != 6)
-			lp, _ := rec.Uint("lport")
-			rp, _ := rec.Uint("rport")
-			proto, _ := rec.Uint("proto")
-			c.Proto = protoName(proto)
-			c.Local = netip.AddrPortFrom(la, uint16(lp))
-			c.Remote = netip.AddrPortFrom(ra, uint16(rp))
-			c.NetNS = rec.NetNS()
-			if !c.ownerSet {
-				c.PID, c.Comm, _ = rs.Task(rec.TID())
-			}
-		case "conn_close":
-			c.CloseNs = rec.Time()
-		case "sock_send", "sock_recv":
-			if !c.ownerSet {
-				c.PID, c.Comm, _ = rs.Task(rec.TID())
-				c.ownerSet = true
-			}
-			if n := rec.Size(); n > 0 {
-				if rec.Type.Name == "sock_send" {
-					c.SentApp += int64(n)
-				} else {
-					c.RecvApp += int64(n)
-				}
-			}
-		}
-		if rec.Type.Name != "conn_open" && rec.Type.Name != "conn_close" {
-			c.Events++
-		}
+		get(rec.Conn(), rec.Time()).Observe(rs, rec)
 	}
-	pairConns(order)
+	PairConns(order)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
 	return order, start, err
 }
 
-// pairConns links the two ends of a connection recorded on one host (or in
+// PairConns links the two ends of a connection recorded on one host (or in
 // two namespaces of it): same protocol, each one's local is the other's
 // remote. A tuple can recur (a port reused later, the same addresses in two
 // namespaces), so each end pairs with the unpaired candidate opened nearest
 // in time. A UDP server bound without a remote pairs with its clients' first.
-func pairConns(cs []*Conn) {
+// Connections that already have a peer are left as they are.
+func PairConns(cs []*Conn) {
 	type key struct {
 		proto         string
 		local, remote netip.AddrPort
@@ -226,4 +235,101 @@ func WriteConns(w io.Writer, cs []*Conn, start uint64) error {
 			c.ID, proto, endpoint(c.Local), endpoint(c.Remote), c.NetNS, c.PID, sanitize(comm), peer, rel(c.OpenNs), rel(c.CloseNs), c.Events, c.SentApp, c.RecvApp)
 	}
 	return tw.Flush()
+}
+
+// PeerIndex pairs the ends of connections as their conn_open records come,
+// across any number of traces: same protocol, each end's local address and
+// port the other's remote. An end pairs with an unpaired candidate of its
+// own trace when there is one (one recorder saw both ends, e.g. in two
+// namespaces of one host), else with the candidate of another trace that
+// opened last (the other host's recording). Ends without a remote port
+// (unconnected UDP) are left to PairConns.
+type PeerIndex struct {
+	names []string
+	open  map[peerKey][]peerCand
+}
+
+type peerKey struct {
+	proto         string
+	local, remote netip.AddrPort
+}
+
+type peerCand struct {
+	src int
+	c   *Conn
+}
+
+// NewPeerIndex returns an index for connections of the traces named names
+// (indexed by the src given to Add).
+func NewPeerIndex(names []string) *PeerIndex {
+	return &PeerIndex{names: names, open: map[peerKey][]peerCand{}}
+}
+
+// Add takes connection c of trace src once its addresses are known and
+// pairs it if its other end is already in the index, setting Peer (and
+// PeerTrace across traces) on both. It reports the peer's trace and the
+// peer, or -1 and nil.
+func (x *PeerIndex) Add(src int, c *Conn) (int, *Conn) {
+	if c.Peer != 0 || c.Local.Port() == 0 || c.Remote.Port() == 0 {
+		return -1, nil
+	}
+	k := peerKey{c.Proto, c.Remote, c.Local}
+	cands := x.open[k]
+	best := -1
+	for i := len(cands) - 1; i >= 0; i-- {
+		if cands[i].src == src {
+			best = i
+			break
+		}
+		if best < 0 {
+			best = i
+		}
+	}
+	if best < 0 {
+		own := peerKey{c.Proto, c.Local, c.Remote}
+		x.open[own] = append(x.open[own], peerCand{src, c})
+		return -1, nil
+	}
+	p := cands[best]
+	x.open[k] = append(cands[:best:best], cands[best+1:]...)
+	if len(x.open[k]) == 0 {
+		delete(x.open, k)
+	}
+	c.Peer, p.c.Peer = p.c.ID, c.ID
+	if p.src != src {
+		c.PeerTrace, p.c.PeerTrace = x.name(p.src), x.name(src)
+	}
+	return p.src, p.c
+}
+
+func (x *PeerIndex) name(src int) string {
+	if src < len(x.names) {
+		return x.names[src]
+	}
+	return strconv.Itoa(src)
+}
+
+// PairTraces pairs the connections of several traces' tables (one per
+// trace, as Conns returns them) whose ends were recorded apart, in the
+// order they opened on the common timeline (offsets[i] added to trace i's
+// times). Ends already paired inside their own trace are left alone.
+func PairTraces(tables [][]*Conn, names []string, offsets []int64) {
+	type ref struct {
+		src int
+		c   *Conn
+		t   int64
+	}
+	var all []ref
+	for i, cs := range tables {
+		for _, c := range cs {
+			if c.Peer == 0 {
+				all = append(all, ref{i, c, int64(c.OpenNs) + offsets[i]})
+			}
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].t < all[j].t })
+	x := NewPeerIndex(names)
+	for _, r := range all {
+		x.Add(r.src, r.c)
+	}
 }

@@ -62,6 +62,12 @@ func buildHeader(cfg Config, hooks []probe.HookStatus, hc *hostcheck.Report) (*t
 		hookInfo[hs.Kind+"/"+hs.Target] = state
 	}
 	h.Extra = map[string]any{"hooks": hookInfo, "served_by": probe.ServedBy(hooks)}
+	// Traces of one boot share CLOCK_MONOTONIC: an analysis of several
+	// traces can then compare their times directly, not through wall
+	// clocks (export.Timeline).
+	if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h.Extra["boot_id"] = strings.TrimSpace(string(id))
+	}
 	// What this host can measure (magnet hostcheck --quick), so that an
 	// analysis can say when a trace asks more of its host than it gives.
 	if hc != nil {

@@ -161,6 +161,9 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 		}
 		tw.Flush()
 	}
+	if p := c.Path; p != nil {
+		writePath(w, p)
+	}
 	if r := c.Receive; r != nil {
 		fmt.Fprintf(w, "  receive path: %.0f%% of the time from device to application was spent waiting in the socket for the reader\n", 100*r.SocketShare)
 		if rd := r.Reader; rd != nil {
@@ -198,6 +201,35 @@ func writeSched(w io.Writer, st *analyze.SchedStats) {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n", cpu, c.Switches, c.PerSecond,
 			b.Mean, b.Median, b.P99, b.Max, b.CV, k.Count, k.Mean, k.Median, k.P99, k.Max, lost)
 	}
+	tw.Flush()
+}
+
+// writePath prints the journey of the segments this end sent, from its TCP
+// to the peer's application.
+func writePath(w io.Writer, p *analyze.Path) {
+	peer := fmt.Sprintf("connection %d", p.Peer)
+	if p.PeerTrace != "" {
+		peer += " in " + p.PeerTrace
+	}
+	fmt.Fprintf(w, "  end to end, to %s: %d of %d data packets followed from tcp_xmit to the reader's sock_recv (%d packets found at the peer)\n",
+		peer, p.Segments, p.DataDeparted, p.Matched)
+	if !p.SameClock {
+		fmt.Fprintln(w, "  (the two ends were recorded on different machines: the wire hop is only as good as their clock synchronisation)")
+	}
+	if p.Segments == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "    hop\tsegments\tmean\tmedian\tp99\t")
+	for _, h := range p.Hops {
+		name := h.Hop
+		if name == analyze.WireHop {
+			name += " (wire)"
+		}
+		fmt.Fprintf(tw, "    %s\t%d\t%.1f\t%.1f\t%.1f\t\n", name, h.Count, h.Delay.Mean, h.Delay.Median, h.Delay.P99)
+	}
+	e := p.EndToEnd
+	fmt.Fprintf(tw, "    %s\t%d\t%.1f\t%.1f\t%.1f\t\n", e.Hop, e.Count, e.Delay.Mean, e.Delay.Median, e.Delay.P99)
 	tw.Flush()
 }
 
