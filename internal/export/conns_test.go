@@ -5,6 +5,7 @@ package export_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -243,5 +244,58 @@ func TestWriteConnsUnknown(t *testing.T) {
 	want := []string{"0", "0", "-", "-", "0.000002", "-", "1", "0", "0"}
 	if tail := got[len(got)-len(want):]; !reflect.DeepEqual(tail, want) {
 		t.Errorf("row ends %q, want %q", tail, want)
+	}
+}
+
+func TestPairTraces(t *testing.T) {
+	conn := func(id uint64, local, remote string, open uint64) *export.Conn {
+		return &export.Conn{ID: id, Proto: "tcp", Local: ap(local), Remote: ap(remote), OpenNs: open}
+	}
+	// The sender's trace and the receiver's, on clocks 1 s apart; the
+	// tuple recurs later (a port reused), and the receiver's trace also
+	// holds a loopback pair of its own.
+	sender := []*export.Conn{conn(1, "10.0.0.1:40000", "10.0.0.2:80", 100), conn(2, "10.0.0.1:40000", "10.0.0.2:80", 5000)}
+	receiver := []*export.Conn{
+		conn(11, "10.0.0.2:80", "10.0.0.1:40000", 1_000_000_150),
+		conn(12, "10.0.0.2:80", "10.0.0.1:40000", 1_000_005_050),
+		conn(13, "127.0.0.1:9000", "127.0.0.1:50000", 1_000_000_000),
+		conn(14, "127.0.0.1:50000", "127.0.0.1:9000", 1_000_000_001),
+	}
+	export.PairConns(receiver) // as Conns does for each trace
+	export.PairTraces([][]*export.Conn{sender, receiver}, []string{"s.mgt", "r.mgt"}, []int64{0, -1_000_000_000})
+	want := map[*export.Conn][2]any{
+		sender[0]: {uint64(11), "r.mgt"}, sender[1]: {uint64(12), "r.mgt"},
+		receiver[0]: {uint64(1), "s.mgt"}, receiver[1]: {uint64(2), "s.mgt"},
+		receiver[2]: {uint64(14), ""}, receiver[3]: {uint64(13), ""},
+	}
+	for c, w := range want {
+		if c.Peer != w[0] || c.PeerTrace != w[1] {
+			t.Errorf("conn %d: peer %d in %q, want %v in %q", c.ID, c.Peer, c.PeerTrace, w[0], w[1])
+		}
+	}
+}
+
+func TestPeerIndexPrefersOwnTrace(t *testing.T) {
+	x := export.NewPeerIndex([]string{"a", "b"})
+	other := &export.Conn{ID: 1, Proto: "tcp", Local: ap("10.0.0.1:1"), Remote: ap("10.0.0.2:2")}
+	own := &export.Conn{ID: 2, Proto: "tcp", Local: ap("10.0.0.1:1"), Remote: ap("10.0.0.2:2")}
+	x.Add(1, other)
+	x.Add(0, own)
+	c := &export.Conn{ID: 3, Proto: "tcp", Local: ap("10.0.0.2:2"), Remote: ap("10.0.0.1:1")}
+	if src, p := x.Add(0, c); src != 0 || p != own || c.PeerTrace != "" {
+		t.Fatalf("paired with %v of trace %d (%q), want its own trace's end", p, src, c.PeerTrace)
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	h := func(boot string, wall int64) *trace.Header {
+		return &trace.Header{Clock: trace.Clock{WallOffsetNs: wall}, Extra: map[string]any{"boot_id": boot}}
+	}
+	tl := export.NewTimeline([]*trace.Header{h("a", 1000), h("a", 1003), h("b", 5000), {}})
+	if fmt.Sprint(tl.Offsets) != "[0 0 4000 -1000]" {
+		t.Fatalf("offsets %v, want [0 0 4000 -1000]", tl.Offsets)
+	}
+	if !tl.SameClock(0, 1) || tl.SameClock(0, 2) || tl.SameClock(3, 3) != true || tl.SameClock(2, 3) {
+		t.Fatalf("same clock wrong")
 	}
 }

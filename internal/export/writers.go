@@ -109,7 +109,7 @@ func (j *jsonlWriter) Close() error { return j.w.Flush() }
 // ConnColumns are the columns of the connection table export.
 var ConnColumns = []Column{
 	{"trace", KindString}, {"conn", KindUint}, {"proto", KindString}, {"local", KindString}, {"remote", KindString},
-	{"netns", KindUint}, {"pid", KindUint}, {"comm", KindString}, {"peer", KindUint}, {"open_ns", KindInt},
+	{"netns", KindUint}, {"pid", KindUint}, {"comm", KindString}, {"peer", KindUint}, {"peer_trace", KindString}, {"open_ns", KindInt},
 	{"close_ns", KindInt}, {"events", KindUint}, {"app_bytes_sent", KindInt}, {"app_bytes_received", KindInt},
 }
 
@@ -117,16 +117,19 @@ var ConnColumns = []Column{
 // times are wall-clock ns.
 func ConnRow(name string, c *Conn, wallOffset int64) []Value {
 	null := Value{Null: true}
-	peer, closed := null, null
+	peer, peerTrace, closed := null, null, null
 	if c.Peer != 0 {
 		peer = Value{Uint: c.Peer}
+	}
+	if c.PeerTrace != "" {
+		peerTrace = Value{Str: c.PeerTrace}
 	}
 	if c.CloseNs != 0 {
 		closed = Value{Int: int64(c.CloseNs) + wallOffset}
 	}
 	return []Value{
 		{Str: name}, {Uint: c.ID}, {Str: c.Proto}, {Str: endpoint(c.Local)}, {Str: endpoint(c.Remote)},
-		{Uint: uint64(c.NetNS)}, {Uint: uint64(c.PID)}, {Str: c.Comm}, peer, {Int: int64(c.OpenNs) + wallOffset},
+		{Uint: uint64(c.NetNS)}, {Uint: uint64(c.PID)}, {Str: c.Comm}, peer, peerTrace, {Int: int64(c.OpenNs) + wallOffset},
 		closed, {Uint: c.Events}, {Int: c.SentApp}, {Int: c.RecvApp},
 	}
 }

@@ -138,27 +138,36 @@ func connsPath(out string) string {
 }
 
 func writeConns(path, format string, traces []trace.Source, stdout io.Writer) error {
+	// Every table first: the ends of a connection recorded in two traces
+	// are paired across them.
+	var tables [][]*export.Conn
+	var headers []*trace.Header
+	var names []string
+	for _, src := range traces {
+		r, err := src.Open()
+		if err != nil {
+			return err
+		}
+		cs, _, err := export.Conns(r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", src.Name, err)
+		}
+		tables = append(tables, cs)
+		headers = append(headers, r.Header())
+		names = append(names, filepath.Base(src.Name))
+	}
+	export.PairTraces(tables, names, export.NewTimeline(headers).Offsets)
 	t := export.ConnTable()
 	return writeFile(path, stdout, func(w io.Writer) error {
 		rw, err := export.NewRowWriter(format, t, w)
 		if err != nil {
 			return err
 		}
-		for _, src := range traces {
-			r, err := src.Open()
-			if err != nil {
-				rw.Close()
-				return err
-			}
-			cs, _, err := export.Conns(r)
-			off := r.Header().Clock.WallOffsetNs
-			r.Close()
-			if err != nil {
-				rw.Close()
-				return fmt.Errorf("%s: %w", src.Name, err)
-			}
+		for i, cs := range tables {
+			off := headers[i].Clock.WallOffsetNs
 			for _, c := range cs {
-				if err := rw.WriteRow(export.ConnRow(filepath.Base(src.Name), c, off)); err != nil {
+				if err := rw.WriteRow(export.ConnRow(names[i], c, off)); err != nil {
 					rw.Close()
 					return err
 				}
