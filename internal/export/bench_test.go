@@ -3,12 +3,8 @@
 package export_test
 
 import (
-	"bufio"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/export"
@@ -16,48 +12,24 @@ import (
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
-func synthTrace(b *testing.B, n int) (string, int) {
-	path := filepath.Join(b.TempDir(), "synth.mgt")
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	got, err := synth.Write(bw, synth.Options{Events: n})
-	if err != nil {
-		b.Fatal(err)
-	}
-	bw.Flush()
-	f.Close()
-	return path, got
-}
+// The benchmarks read a synthetic trace (synth.Bench: MAGNET_BENCH_EVENTS
+// sets its size) and report events per second of wall and of CPU time and
+// the peak heap; bench/analysis.sh runs them for bench/ANALYSIS.md.
 
-func cpuNs() int64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-func benchEach(b *testing.B, fn func(r *trace.Reader) error) {
-	path, n := synthTrace(b, 1_000_000)
-	b.ResetTimer()
-	c0 := cpuNs()
-	for range b.N {
+func benchReader(b *testing.B, fn func(r *trace.Reader) error) {
+	synth.Bench(b, func(path string) error {
 		r, err := trace.Open(path)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if err := fn(r); err != nil {
-			b.Fatal(err)
-		}
-		r.Close()
-	}
-	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64(b.N*n)/(float64(cpuNs()-c0)/1e9), "events/cpu-s")
+		defer r.Close()
+		return fn(r)
+	})
 }
 
+// BenchmarkRead is the trace reader alone: every record, nothing done.
 func BenchmarkRead(b *testing.B) {
-	benchEach(b, func(r *trace.Reader) error {
+	benchReader(b, func(r *trace.Reader) error {
 		for {
 			if _, err := r.Next(); err != nil {
 				if errors.Is(err, io.EOF) {
@@ -69,22 +41,32 @@ func BenchmarkRead(b *testing.B) {
 	})
 }
 
-func BenchmarkParseText(b *testing.B) {
-	benchEach(b, func(r *trace.Reader) error {
+// BenchmarkParse is `magnet parse TRACE`: one text line per event.
+func BenchmarkParse(b *testing.B) {
+	benchReader(b, func(r *trace.Reader) error {
 		return export.WriteText(io.Discard, r, export.TextOptions{})
 	})
 }
 
-func BenchmarkExportCSV(b *testing.B) {
-	benchEach(b, func(r *trace.Reader) error {
+func benchExport(b *testing.B, format string) {
+	benchReader(b, func(r *trace.Reader) error {
 		t := export.NewTable([]*trace.Header{r.Header()})
-		w, err := export.NewRowWriter("csv", t, io.Discard)
+		w, err := export.NewRowWriter(format, t, io.Discard)
 		if err != nil {
 			return err
 		}
-		if err := export.WriteTable(t, []export.TableSource{{Name: "synth", Reader: r}}, w); err != nil {
+		if err := export.WriteTable(t, []export.TableSource{{Name: "synth.mgt", Reader: r}}, w); err != nil {
 			return err
 		}
 		return w.Close()
 	})
 }
+
+// BenchmarkExportCSV is `magnet export --format csv`.
+func BenchmarkExportCSV(b *testing.B) { benchExport(b, "csv") }
+
+// BenchmarkExportJSONL is `magnet export --format jsonl`.
+func BenchmarkExportJSONL(b *testing.B) { benchExport(b, "jsonl") }
+
+// BenchmarkExportParquet is `magnet export --format parquet`.
+func BenchmarkExportParquet(b *testing.B) { benchExport(b, "parquet") }

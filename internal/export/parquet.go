@@ -20,7 +20,10 @@ type parquetWriter struct {
 	values []parquet.Value
 }
 
-const parquetBatch = 4096
+const (
+	parquetBatch    = 4096
+	parquetRowGroup = 32 << 10 // rows: about 40 MB of buffers with every field a column
+)
 
 func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
 	group := parquet.Group{}
@@ -39,7 +42,9 @@ func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
 	schema := parquet.NewSchema("magnet", group)
 	// zstd: uncompressed columns made exports ~15x larger (108 vs 7 bytes
 	// per event on a host-wide recording); every Parquet reader has zstd.
-	pw := &parquetWriter{w: parquet.NewWriter(out, schema, parquet.Compression(&parquet.Zstd))}
+	// Row groups of a bounded size keep the writer's memory bounded, however
+	// long the trace: the default puts the whole file in one row group.
+	pw := &parquetWriter{w: parquet.NewWriter(out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(parquetRowGroup))}
 	// A group's leaves are ordered by name: map each to its table column.
 	for _, path := range schema.Columns() {
 		i, ok := t.index[path[0]]

@@ -5,6 +5,7 @@ package export
 import (
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -200,9 +201,9 @@ func (v Value) String(k ColumnKind) string {
 	}
 	switch k {
 	case KindInt:
-		return fmt.Sprint(v.Int)
+		return strconv.FormatInt(v.Int, 10)
 	case KindUint:
-		return fmt.Sprint(v.Uint)
+		return strconv.FormatUint(v.Uint, 10)
 	}
 	return v.Str
 }

@@ -4,6 +4,7 @@ package export
 
 import (
 	"bytes"
+	"encoding/csv"
 	"strings"
 	"testing"
 
@@ -59,5 +60,51 @@ func TestRowWriters(t *testing.T) {
 	}
 	if _, err := NewRowWriter("xml", tb, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `unknown format "xml"`) {
 		t.Errorf("xml format: %v", err)
+	}
+}
+
+// TestDelimitedLikeEncodingCSV: the CSV and TSV writers quote exactly as
+// encoding/csv does, so any CSV reader reads the cells back.
+func TestDelimitedLikeEncodingCSV(t *testing.T) {
+	tb := ConnTable()
+	cells := []string{"", "plain", "a,b", "a\tb", `say "hi"`, " lead", "\ttab", "two\nlines", "cr\rhere", `\.`, "ünï"}
+	for _, format := range []string{"csv", "tsv"} {
+		var got, want bytes.Buffer
+		w, err := NewRowWriter(format, tb, &got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cw := csv.NewWriter(&want)
+		if format == "tsv" {
+			cw.Comma = '\t'
+		}
+		names := make([]string, len(tb.Columns))
+		for i, c := range tb.Columns {
+			names[i] = c.Name
+		}
+		cw.Write(names)
+		for _, s := range cells {
+			row := make([]Value, len(tb.Columns))
+			rec := make([]string, len(tb.Columns))
+			for i, c := range tb.Columns {
+				switch c.Kind {
+				case KindString:
+					row[i], rec[i] = Value{Str: s}, s
+				case KindInt:
+					row[i], rec[i] = Value{Int: -42}, "-42"
+				default:
+					row[i] = Value{Null: true}
+				}
+			}
+			if err := w.WriteRow(row); err != nil {
+				t.Fatal(err)
+			}
+			cw.Write(rec)
+		}
+		w.Close()
+		cw.Flush()
+		if got.String() != want.String() {
+			t.Errorf("%s differs from encoding/csv:\n%q\nwant\n%q", format, got.String(), want.String())
+		}
 	}
 }

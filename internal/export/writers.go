@@ -4,7 +4,6 @@ package export
 
 import (
 	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,39 +28,82 @@ func NewRowWriter(format string, t *Table, w io.Writer) (RowWriter, error) {
 	return nil, CheckFormat(format)
 }
 
-// delimitedWriter writes CSV (RFC 4180) or TSV with a header line; a null
-// cell is empty.
+// delimitedWriter writes CSV (RFC 4180, as encoding/csv writes it) or the
+// same with tabs, with a header line; a null cell is empty. Cells are
+// appended to one buffer per row rather than written field by field: a row
+// has a column for every field of every event type, most of them empty.
 type delimitedWriter struct {
-	t   *Table
-	cw  *csv.Writer
-	rec []string
+	t     *Table
+	w     *bufio.Writer
+	comma byte
+	buf   []byte
 }
 
 func newDelimited(format string, t *Table, w io.Writer) (*delimitedWriter, error) {
-	cw := csv.NewWriter(w)
+	d := &delimitedWriter{t: t, w: bufio.NewWriterSize(w, 256<<10), comma: ','}
 	if format == "tsv" {
-		cw.Comma = '\t'
+		d.comma = '\t'
 	}
-	names := make([]string, len(t.Columns))
+	b := d.buf[:0]
 	for i, c := range t.Columns {
-		names[i] = c.Name
+		if i > 0 {
+			b = append(b, d.comma)
+		}
+		b = d.appendField(b, c.Name)
 	}
-	if err := cw.Write(names); err != nil {
+	d.buf = append(b, '\n')
+	if _, err := d.w.Write(d.buf); err != nil {
 		return nil, err
 	}
-	return &delimitedWriter{t: t, cw: cw, rec: make([]string, len(t.Columns))}, nil
+	return d, nil
+}
+
+// appendField appends s, quoted when encoding/csv would quote it: it holds
+// the separator, a quote or a line break, starts with a space or a tab, or
+// is the PostgreSQL end-of-data marker.
+func (d *delimitedWriter) appendField(b []byte, s string) []byte {
+	quote := s == `\.`
+	if !quote && s != "" {
+		quote = s[0] == ' ' || s[0] == '\t' || strings.ContainsAny(s, "\"\r\n") || strings.IndexByte(s, d.comma) >= 0
+	}
+	if !quote {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' {
+			b = append(b, '"')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
 }
 
 func (d *delimitedWriter) WriteRow(row []Value) error {
+	b := d.buf[:0]
 	for i, v := range row {
-		d.rec[i] = v.String(d.t.Columns[i].Kind)
+		if i > 0 {
+			b = append(b, d.comma)
+		}
+		if v.Null {
+			continue
+		}
+		switch d.t.Columns[i].Kind {
+		case KindInt:
+			b = strconv.AppendInt(b, v.Int, 10)
+		case KindUint:
+			b = strconv.AppendUint(b, v.Uint, 10)
+		default:
+			b = d.appendField(b, v.Str)
+		}
 	}
-	return d.cw.Write(d.rec)
+	d.buf = append(b, '\n')
+	_, err := d.w.Write(d.buf)
+	return err
 }
 
 func (d *delimitedWriter) Close() error {
-	d.cw.Flush()
-	return d.cw.Error()
+	return d.w.Flush()
 }
 
 // jsonlWriter writes one JSON object per row, columns in table order, nulls
