@@ -7,7 +7,6 @@
 package export
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -114,19 +113,26 @@ type TextOptions struct {
 // line, after a header line. It stops at the first error, after writing
 // every record before it.
 func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
-	bw := bufio.NewWriterSize(w, 256<<10)
-	defer bw.Flush()
-	if _, err := bw.WriteString(strings.Join(Columns, "\t") + "\n"); err != nil {
+	// Lines are appended to one buffer written out when nearly full: a
+	// bufio.Writer would copy each line once more.
+	const flushAt = 256 << 10
+	buf := make([]byte, 0, flushAt+4096)
+	buf = append(buf, strings.Join(Columns, "\t")+"\n"...)
+	flush := func() error {
+		_, err := w.Write(buf)
+		buf = buf[:0]
 		return err
 	}
 	rs := NewResolver(r.Header())
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return bw.Flush()
+			return flush()
 		}
 		if err != nil {
-			bw.Flush()
+			if ferr := flush(); ferr != nil {
+				return ferr
+			}
 			return err
 		}
 		if rs.Observe(rec) && !opts.Meta {
@@ -135,11 +141,11 @@ func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
 		if opts.Filter != nil && !opts.Filter(rec) {
 			continue
 		}
-		// Built in the writer's own free space, the line is not copied
-		// again unless it does not fit there.
-		line := rs.AppendLine(bw.AvailableBuffer(), rec, opts.Time)
-		if _, err := bw.Write(line); err != nil {
-			return err
+		buf = rs.AppendLine(buf, rec, opts.Time)
+		if len(buf) >= flushAt {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
 }
