@@ -100,7 +100,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 	echo
 	echo "## What bounds the memory"
 	echo
-	echo "Every command streams the trace block by block (1 MiB blocks). \`report\` and \`perfetto\` keep per"
+	echo "Every command streams the trace block by block (64 KiB as magnet record writes them, at most 64 MiB)."
+	echo "\`report\` and \`perfetto\` keep per"
 	echo "connection end: counters, histograms of 1/128 octave (a few KB each), the segments in flight"
 	echo "between two layers (at most 4,096 per queue) and, for connections whose both ends are in the"
 	echo "traces, the packets on the wire (at most one per IPv4 id, forgotten after 10 s); plus a window of"

@@ -49,3 +49,54 @@ func TestHopTracker(t *testing.T) {
 		t.Fatalf("receive time share %+v, want 30 µs with 20 µs in the socket", share)
 	}
 }
+
+func TestFifoBounded(t *testing.T) {
+	var f fifo[pending]
+	dropped := 0
+	for i := range maxQueue + 100 {
+		if f.push(pending{seg: uint64(i)}) {
+			dropped++
+		}
+		if i%3 == 0 {
+			f.drop(0)
+		}
+	}
+	if f.len() != maxQueue || dropped != 100 || f.at(0).seg != 100 || f.at(f.len()-1).seg != maxQueue+99 {
+		t.Fatalf("len %d, dropped %d, oldest %d, newest %d", f.len(), dropped, f.at(0).seg, f.at(f.len()-1).seg)
+	}
+	f.drop(f.len())
+	if f.len() != 0 || len(f.buf) != 0 {
+		t.Fatalf("emptied queue holds %d (%d in its buffer)", f.len(), len(f.buf))
+	}
+}
+
+// TestWireMatch: a packet is found among the peer's departures by its IPv4
+// id, also when it starts inside a departed GSO packet (segmented on the
+// way, coalesced again); not when it would have arrived before it left on
+// one clock, or long after.
+func TestWireMatch(t *testing.T) {
+	ps := newPathStats(&connState{}, true)
+	ms := uint64(1e6)
+	ps.depart(&pending{t: 10 * ms, seg: 1, ipid: 100, hasID: true, gso: 4, size: 5792})
+	ps.depart(&pending{t: 11 * ms, seg: 2, ipid: 104, hasID: true, gso: 1, size: 1448})
+	if _, ok := ps.takeID(104, 10*ms); ok {
+		t.Errorf("matched a packet arriving before it left, on one clock")
+	}
+	if d, ok := ps.takeID(102, 12*ms); !ok || d.seg != 1 {
+		t.Errorf("id 102 inside the GSO packet 100-103: %+v %v", d, ok)
+	}
+	if d, ok := ps.takeID(100, 12*ms); !ok || d.seg != 1 {
+		t.Errorf("id 100: %+v %v", d, ok)
+	}
+	if _, ok := ps.takeID(103, 12*ms); ok {
+		t.Errorf("id 103 matched after its packet was taken whole")
+	}
+	if _, ok := ps.takeID(104, 11*ms+maxWireNs); ok {
+		t.Errorf("matched a departure older than %v ns", maxWireNs)
+	}
+	other := newPathStats(&connState{}, false)
+	other.depart(&pending{t: 10 * ms, seg: 7, ipid: 9, hasID: true, gso: 1, size: 1})
+	if d, ok := other.takeID(9, 9*ms); !ok || d.seg != 7 {
+		t.Errorf("on two clocks an arrival may read earlier than its departure: %+v %v", d, ok)
+	}
+}

@@ -34,7 +34,8 @@ passes, from the application's sends down to the device and up to the
 receiving application, the number of events, bytes, data size (mean, median,
 p99) and spacing between events (mean, median, p99 in microseconds, and the
 coefficient of variation) -- MAGNeT's Table II. Pure ACKs and failed calls
-are left out at the socket and TCP layers.
+are left out at the socket and TCP layers. Then the send buffer, throughput,
+TCP state and where time goes: the delay of each hop a segment takes.
 
 With sched events (record --events default,sched), a sched section per trace:
 context switches per CPU (count, rate, time between switches) and the
@@ -42,10 +43,18 @@ wakeup-to-run latency (sched_wakeup to the switch that runs the task), and,
 for each connection's receive path, where the reading thread was while data
 waited in the socket for it.
 
+Several traces (e.g. the sender's and the receiver's, recorded apart) go on
+one timeline: the same clock when recorded during one boot of one machine,
+else their wall clocks. The two ends of each connection are paired across
+them, and every data segment is followed from the sender's tcp_xmit over the
+wire (dev_xmit→dev_recv) to the receiver's sock_recv: "end to end".
+
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until: each
 recording selected is one trace of the report.`,
-		Example: `  magnet report sender.mgt receiver.mgt
+		Example: `  magnet report ftp.mgt
+  magnet report --json sender.mgt receiver.mgt
+  magnet report --conn 4129 --html ftp.html ftp.mgt
   magnet report /srv/magnet-archive --host a,b --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
