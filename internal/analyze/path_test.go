@@ -4,6 +4,7 @@ package analyze_test
 
 import (
 	"bufio"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -147,4 +148,40 @@ func indexOf(list []string, s string) int {
 		}
 	}
 	return -1
+}
+
+// FuzzReportPair reports an arbitrary file together with a sender's trace
+// (and exports both to Perfetto), so that pairing across traces and
+// following segments over the wire meet whatever a file can say: they
+// return a result or an error and never panic.
+func FuzzReportPair(f *testing.F) {
+	dir := f.TempDir()
+	sender, receiver := filepath.Join(dir, "s.mgt"), filepath.Join(dir, "r.mgt")
+	ws, err := os.Create(sender)
+	if err != nil {
+		f.Fatal(err)
+	}
+	wr, err := os.Create(receiver)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := synth.WritePair(ws, wr, synth.Options{Events: 300, Conns: 1}); err != nil {
+		f.Fatal(err)
+	}
+	ws.Close()
+	wr.Close()
+	seed, err := os.ReadFile(receiver)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add(seed[:len(seed)/2])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "f.mgt")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		analyze.Modulation([]string{sender, path}, 0)
+		analyze.WritePerfetto(io.Discard, []string{path, sender})
+	})
 }
