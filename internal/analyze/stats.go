@@ -10,19 +10,21 @@ import (
 )
 
 // Dist summarises a distribution in bounded memory: exact count, sum, min,
-// max, mean and variance (Welford), and quantiles from a histogram with
+// max, mean, and variance (from sums shifted by the first value, which
+// keeps it exact enough without a division per value), and quantiles from a histogram with
 // 1/128 of an octave per bucket (under 0.8 % relative width; values are
 // non-negative). The bucket of a value is read off its floating-point
 // exponent and top mantissa bits, which costs a shift instead of a
 // logarithm: Add runs once or twice per event of a trace.
 type Dist struct {
-	N        uint64  `json:"count"`
-	Sum      float64 `json:"sum"`
-	Min      float64 `json:"min"`
-	Max      float64 `json:"max"`
-	mean, m2 float64
-	zeros    uint64
-	octaves  *[numOctaves]*[subBuckets]uint64 // allocated at the first value > 0
+	N       uint64  `json:"count"`
+	Sum     float64 `json:"sum"`
+	Min     float64 `json:"min"`
+	Max     float64 `json:"max"`
+	shift   float64 // the first value
+	s1, s2  float64 // sums of (v - shift) and of its square
+	zeros   uint64
+	octaves *[numOctaves]*[subBuckets]uint64 // allocated at the first value > 0
 }
 
 const (
@@ -59,17 +61,19 @@ func (d *Dist) Add(v float64) {
 	if v < 0 {
 		v = 0
 	}
-	if d.N == 0 || v < d.Min {
+	switch {
+	case d.N == 0:
+		d.Min, d.Max, d.shift = v, v, v
+	case v < d.Min:
 		d.Min = v
-	}
-	if d.N == 0 || v > d.Max {
+	case v > d.Max:
 		d.Max = v
 	}
 	d.N++
 	d.Sum += v
-	delta := v - d.mean
-	d.mean += delta / float64(d.N)
-	d.m2 += delta * (v - d.mean)
+	x := v - d.shift
+	d.s1 += x
+	d.s2 += x * x
 	if v == 0 {
 		d.zeros++
 		return
@@ -87,22 +91,29 @@ func (d *Dist) Add(v float64) {
 }
 
 // Mean is the arithmetic mean (0 when empty).
-func (d *Dist) Mean() float64 { return d.mean }
+func (d *Dist) Mean() float64 {
+	if d.N == 0 {
+		return 0
+	}
+	return d.Sum / float64(d.N)
+}
 
 // Stddev is the population standard deviation.
 func (d *Dist) Stddev() float64 {
 	if d.N == 0 {
 		return 0
 	}
-	return math.Sqrt(d.m2 / float64(d.N))
+	n := float64(d.N)
+	return math.Sqrt(max(d.s2-d.s1*d.s1/n, 0) / n)
 }
 
 // CV is the coefficient of variation, stddev / mean.
 func (d *Dist) CV() float64 {
-	if d.mean == 0 {
+	m := d.Mean()
+	if m == 0 {
 		return 0
 	}
-	return d.Stddev() / d.mean
+	return d.Stddev() / m
 }
 
 // each calls fn for every non-empty bucket, smallest first.

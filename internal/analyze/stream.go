@@ -339,9 +339,14 @@ func (s *stream) advance(src *source) error {
 		var cs *connState
 		if id := rec.Conn(); id != 0 {
 			cs = src.connOf(s, id, t)
-			cs.conn.Observe(src.rs, rec)
-			if k == kConnOpen {
-				s.opened(cs)
+			switch k {
+			case kConnOpen, kConnClose, kSockSend, kSockRecv:
+				cs.conn.Observe(src.rs, rec)
+				if k == kConnOpen {
+					s.opened(cs)
+				}
+			default:
+				cs.conn.Events++ // all Observe does for the others
 			}
 		}
 		switch k {

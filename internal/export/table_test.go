@@ -5,6 +5,7 @@ package export
 import (
 	"bytes"
 	"encoding/csv"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -105,6 +106,19 @@ func TestDelimitedLikeEncodingCSV(t *testing.T) {
 		cw.Flush()
 		if got.String() != want.String() {
 			t.Errorf("%s differs from encoding/csv:\n%q\nwant\n%q", format, got.String(), want.String())
+		}
+	}
+}
+
+func TestAppendUint(t *testing.T) {
+	for _, v := range []uint64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 4026531840, 1<<63 + 12345, ^uint64(0)} {
+		if got, want := string(appendUint([]byte("x"), v)), "x"+strconv.FormatUint(v, 10); got != want {
+			t.Errorf("appendUint(%d) = %q, want %q", v, got, want)
+		}
+	}
+	for _, v := range []int64{0, -1, -10, -99, 123456789, -9223372036854775808, 9223372036854775807} {
+		if got, want := string(appendInt(nil, v)), strconv.FormatInt(v, 10); got != want {
+			t.Errorf("appendInt(%d) = %q, want %q", v, got, want)
 		}
 	}
 }
