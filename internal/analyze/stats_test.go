@@ -52,9 +52,10 @@ func TestReorder(t *testing.T) {
 	}
 	var got []uint64
 	var sizes []int32
-	for e, ok := r.pop(); ok; e, ok = r.pop() {
-		got = append(got, e.t)
-		sizes = append(sizes, e.size)
+	for r.n > 0 {
+		got = append(got, r.at(0).t)
+		sizes = append(sizes, r.at(0).size)
+		r.dropFront()
 	}
 	want := []uint64{1000, 2000, 3000, 4000, 5000, 5000, 6000}
 	if fmt.Sprint(got) != fmt.Sprint(want) || sizes[4] != 5 || sizes[5] != 6 {

@@ -299,11 +299,8 @@ func (s *stream) push(e ev) {
 
 // emitFront passes the earliest record held on, in place, and drops it.
 func (s *stream) emitFront() {
-	e := s.buf.at(0)
-	s.onEvent(e)
-	s.buf.last, s.buf.anyOut = e.t, true
-	s.buf.head = (s.buf.head + 1) & (len(s.buf.ring) - 1)
-	s.buf.n--
+	s.onEvent(s.buf.at(0))
+	s.buf.dropFront()
 }
 
 // advance reads src's next record that goes through the time order into
@@ -493,15 +490,11 @@ func (r *reorder) insert(e ev) {
 	r.n++
 }
 
-func (r *reorder) pop() (ev, bool) {
-	if r.n == 0 {
-		return ev{}, false
-	}
-	e := *r.at(0)
+// dropFront drops the earliest record held, at(0), once it was used.
+func (r *reorder) dropFront() {
+	r.last, r.anyOut = r.at(0).t, true
 	r.head = (r.head + 1) & (len(r.ring) - 1)
 	r.n--
-	r.last, r.anyOut = e.t, true
-	return e, true
 }
 
 func (r *reorder) lastOut() (uint64, bool) { return r.last, r.anyOut }

@@ -273,7 +273,8 @@ func (x *PeerIndex) Add(src int, c *Conn) (int, *Conn) {
 	if c.Peer != 0 || c.Local.Port() == 0 || c.Remote.Port() == 0 {
 		return -1, nil
 	}
-	k := peerKey{c.Proto, c.Remote, c.Local}
+	local, remote := unmapped(c.Local), unmapped(c.Remote)
+	k := peerKey{c.Proto, remote, local}
 	cands := x.open[k]
 	best := -1
 	for i := len(cands) - 1; i >= 0; i-- {
@@ -286,7 +287,7 @@ func (x *PeerIndex) Add(src int, c *Conn) (int, *Conn) {
 		}
 	}
 	if best < 0 {
-		own := peerKey{c.Proto, c.Local, c.Remote}
+		own := peerKey{c.Proto, local, remote}
 		x.open[own] = append(x.open[own], peerCand{src, c})
 		return -1, nil
 	}
@@ -300,6 +301,12 @@ func (x *PeerIndex) Add(src int, c *Conn) (int, *Conn) {
 		c.PeerTrace, p.c.PeerTrace = x.name(p.src), x.name(src)
 	}
 	return p.src, p.c
+}
+
+// unmapped is ap with an IPv4-mapped IPv6 address as plain IPv4: an
+// AF_INET6 socket talking to an IPv4 peer records its addresses mapped.
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 func (x *PeerIndex) name(src int) string {

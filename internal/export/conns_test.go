@@ -299,3 +299,13 @@ func TestTimeline(t *testing.T) {
 		t.Fatalf("same clock wrong")
 	}
 }
+
+func TestPeerIndexUnmaps(t *testing.T) {
+	x := export.NewPeerIndex([]string{"a", "b"})
+	v6 := &export.Conn{ID: 1, Proto: "tcp", Local: ap("[::ffff:10.0.0.1]:40000"), Remote: ap("[::ffff:10.0.0.2]:80")}
+	v4 := &export.Conn{ID: 2, Proto: "tcp", Local: ap("10.0.0.2:80"), Remote: ap("10.0.0.1:40000")}
+	x.Add(0, v6)
+	if _, p := x.Add(1, v4); p != v6 {
+		t.Fatalf("an AF_INET6 end with IPv4-mapped addresses does not pair with its IPv4 peer")
+	}
+}
