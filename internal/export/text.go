@@ -63,11 +63,20 @@ type Resolver struct {
 	lastTID           uint32
 	lastTask          task
 	lastKnown, lastOK bool
-	hdr               *trace.Header
-	tasks             map[uint32]task
-	ifaces            map[uint64]string
-	start             uint64
-	started           bool
+	// the text of the latest line's pid and tid, namespace, connection and
+	// whole seconds (relative time), reused while they repeat
+	pidText, tidText []byte
+	netns            uint32
+	netnsText        []byte
+	conn             uint64
+	connText         []byte
+	sec              int64
+	secText          []byte
+	hdr              *trace.Header
+	tasks            map[uint32]task
+	ifaces           map[uint64]string
+	start            uint64
+	started          bool
 }
 
 // NewResolver prepares to resolve records of the trace with header h.
@@ -166,6 +175,8 @@ func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte
 	b = appendUint(b, uint64(rec.CPU()))
 	b = append(b, '\t')
 	fm := rs.formatOf(rec.Type)
+	// The thread, namespace and connection of a line mostly repeat the
+	// previous line's: their text is kept and reused.
 	tid := rec.TID()
 	// Events come in runs of one thread: the last one looked up is kept.
 	if !rs.lastOK || tid != rs.lastTID {
@@ -174,15 +185,17 @@ func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte
 			t, ok = task{0, "swapper", "swapper"}, true
 		}
 		rs.lastTID, rs.lastTask, rs.lastKnown, rs.lastOK = tid, t, ok, true
+		rs.pidText = appendUint(rs.pidText[:0], uint64(t.pid))
+		rs.tidText = appendUint(rs.tidText[:0], uint64(tid))
 	}
 	t, ok := rs.lastTask, rs.lastKnown && !fm.lost // lost: counted per CPU, not by a task
 	if ok {
-		b = appendUint(b, uint64(t.pid))
+		b = append(b, rs.pidText...)
 	} else {
 		b = append(b, '-')
 	}
 	b = append(b, '\t')
-	b = appendUint(b, uint64(tid))
+	b = append(b, rs.tidText...)
 	b = append(b, '\t')
 	if ok && t.clean != "" {
 		b = append(b, t.clean...)
@@ -190,12 +203,18 @@ func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte
 		b = append(b, '-')
 	}
 	b = append(b, '\t')
-	b = appendUint(b, uint64(rec.NetNS()))
+	if ns := rec.NetNS(); ns != rs.netns || rs.netnsText == nil {
+		rs.netns, rs.netnsText = ns, appendUint(rs.netnsText[:0], uint64(ns))
+	}
+	b = append(b, rs.netnsText...)
 	b = append(b, '\t')
-	if c := rec.Conn(); c != 0 {
-		b = appendUint(b, c)
-	} else {
+	if c := rec.Conn(); c == 0 {
 		b = append(b, '-')
+	} else {
+		if c != rs.conn || rs.connText == nil {
+			rs.conn, rs.connText = c, appendUint(rs.connText[:0], c)
+		}
+		b = append(b, rs.connText...)
 	}
 	b = append(b, '\t')
 	b = append(b, rec.Type.Name...)
@@ -219,12 +238,21 @@ func (rs *Resolver) appendTime(b []byte, ns uint64, tf TimeFormat) []byte {
 		b = append(b, '-')
 		d = -d
 	}
-	b = appendInt(b, d/1e9)
-	b = append(b, '.')
-	var tmp [20]byte
-	frac := appendInt(tmp[:0], d%1e9)
-	b = append(b, "000000000"[len(frac):]...)
-	return append(b, frac...)
+	if sec := d / 1e9; sec != rs.sec || rs.secText == nil {
+		rs.sec, rs.secText = sec, append(appendInt(rs.secText[:0], sec), '.')
+	}
+	b = append(b, rs.secText...)
+	// Nine digits of nanoseconds, two at a time.
+	f := uint64(d % 1e9)
+	i := len(b)
+	b = append(b, "000000000"...)
+	for j := i + 8; j > i; j -= 2 {
+		r := f % 100 * 2
+		f /= 100
+		b[j-1], b[j] = digitPairs[r], digitPairs[r+1]
+	}
+	b[i] = byte('0' + f)
+	return b
 }
 
 // fieldClass says how a field is printed.
