@@ -82,6 +82,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 	echo "reader alone; Parse: \`magnet parse\` (one text line per event); Export*: \`magnet export --format …\` to a"
 	echo "discarding writer; Report: \`magnet report\` (every table, segments followed end to end); Perfetto:"
 	echo "\`magnet export --format perfetto\`. Peak heap: the most the Go heap held in objects, sampled every ms."
+	echo "Read, the reader alone, is also the yardstick of how much other work on the machine slowed the"
+	echo "run: compare it between runs before comparing the rest."
 	echo
 	echo "| benchmark | events | events/s (wall) | events/CPU-s | peak heap MB |"
 	echo "|---|---:|---:|---:|---:|"
