@@ -25,8 +25,8 @@ mountpoint -q /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/ker
 go test -count=1 -timeout 15m ./... 2>&1 | tee /tmp/magnet-test.log
 
 echo "== fuzz (short)"
-go test -run='^$' -fuzz=FuzzReader -fuzztime=20s ./internal/trace
-go test -run='^$' -fuzz=FuzzExport -fuzztime=15s ./internal/export
-go test -run='^$' -fuzz=FuzzReport -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
-go test -run='^$' -fuzz=FuzzParse -fuzztime=15s ./internal/filter
-go test -run='^$' -fuzz=FuzzDecodeMessage -fuzztime=10s ./internal/bwprobe
+go test -run='^$' -fuzz='^FuzzReader$' -fuzztime=20s ./internal/trace
+go test -run='^$' -fuzz='^FuzzExport$' -fuzztime=15s ./internal/export
+go test -run='^$' -fuzz='^FuzzReport$' -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
+go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=15s ./internal/filter
+go test -run='^$' -fuzz='^FuzzDecodeMessage$' -fuzztime=10s ./internal/bwprobe
