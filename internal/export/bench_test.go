@@ -55,7 +55,7 @@ func benchExport(b *testing.B, format string) {
 		if err != nil {
 			return err
 		}
-		if err := export.WriteTable(t, []export.TableSource{{Name: "synth.mgt", Reader: r}}, w); err != nil {
+		if _, err := export.WriteTable(t, []export.TableSource{{Name: "synth.mgt", Reader: r}}, w); err != nil {
 			return err
 		}
 		return w.Close()

@@ -12,8 +12,9 @@ import (
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
-// FuzzExport feeds arbitrary files to the text listing and the connection
-// table: whatever the dictionary says, they must not panic.
+// FuzzExport feeds arbitrary files to the text listing, the connection
+// table and the table export: whatever the dictionary says, they must not
+// panic.
 func FuzzExport(f *testing.F) {
 	if seed, err := os.ReadFile("../../testdata/bigendian.mgt"); err == nil {
 		f.Add(seed)
@@ -33,5 +34,23 @@ func FuzzExport(f *testing.F) {
 		}
 		cs, start, _ := export.Conns(r)
 		_ = export.WriteConns(io.Discard, cs, start)
+		// The table export, the trace merged with itself.
+		var srcs []export.TableSource
+		var hs []*trace.Header
+		for _, name := range []string{"a", "b"} {
+			r, err := trace.NewReader(bytes.NewReader(data))
+			if err != nil {
+				return
+			}
+			srcs = append(srcs, export.TableSource{Name: name, Reader: r})
+			hs = append(hs, r.Header())
+		}
+		tb := export.NewTable(hs)
+		w, err := export.NewRowWriter("csv", tb, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = export.WriteTable(tb, srcs, w)
+		_ = w.Close()
 	})
 }

@@ -33,6 +33,12 @@ timeline), cpu, pid, tid, comm, netns, conn, event, size, then every event
 field (empty where an event has none). The connection table goes beside it,
 in the same format: OUT with ".conns" before its extension.
 
+Rows are in time order: the traces are merged by time_ns, and each is put in
+order through a window of 1,024 rows (a recorder writes its per-CPU rings in
+drain order, slightly out of time order). Rows further out of order than that
+are written as they come, with a warning; equal times keep the order of the
+TRACE arguments.
+
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until.`,
 		Example: `  magnet export ftp.mgt --format parquet -o ftp.parquet   # and ftp.conns.parquet
@@ -92,18 +98,22 @@ directory or archive, narrowed with --host, --since and --until.`,
 				})
 			}
 			t := export.NewTable(headers)
+			var late uint64
 			if err := writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
 				rw, err := export.NewRowWriter(format, t, w)
 				if err != nil {
 					return err
 				}
-				if err := export.WriteTable(t, srcs, rw); err != nil {
+				if late, err = export.WriteTable(t, srcs, rw); err != nil {
 					rw.Close()
 					return err
 				}
 				return rw.Close()
 			}); err != nil {
 				return fmt.Errorf("export: %w", err)
+			}
+			if late > 0 {
+				fmt.Fprintf(os.Stderr, "magnet: warning: %d rows were further out of time order in their trace than the reorder window; sort by time_ns for a strict order\n", late)
 			}
 			for _, s := range srcs {
 				for _, w := range s.Reader.Warnings() {
