@@ -13,6 +13,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,22 +67,59 @@ type Options struct {
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
 	// (whole packets) otherwise.
 	TcpdumpSnaplen int
-	Command        string    // the command line, for the report
-	Note           string    // put in the report's header (e.g. reduced settings)
-	Log            io.Writer // progress, one line per run; nil = quiet
+	Command        string  // the command line, for the report
+	Note           string  // put in the report's header (e.g. reduced settings)
+	Label          string  // what was measured (e.g. a commit), for before/after comparisons
+	Before         *Before // an earlier report's per-event cost, shown next to this one's
+	// CompareWith is another magnet binary whose recorder records the same
+	// transfers as this one's, at the same time (PairedResult).
+	CompareWith  string
+	CompareLabel string
+	Log          io.Writer // progress, one line per run; nil = quiet
 }
 
 // Report is everything one bench run measured.
 type Report struct {
-	Command  string       `json:"command"`
-	Note     string       `json:"note,omitempty"`
-	Date     time.Time    `json:"date"`
-	Machine  Machine      `json:"machine"`
-	Settings Settings     `json:"settings"`
-	Links    []LinkResult `json:"links"`
-	Cost     *CostResult  `json:"cost,omitempty"`
-	Sweep    *SweepResult `json:"sweep,omitempty"`
-	Goals    []Goal       `json:"goals"`
+	Command  string        `json:"command"`
+	Note     string        `json:"note,omitempty"`
+	Label    string        `json:"label,omitempty"`
+	Date     time.Time     `json:"date"`
+	Machine  Machine       `json:"machine"`
+	Settings Settings      `json:"settings"`
+	Links    []LinkResult  `json:"links"`
+	Cost     *CostResult   `json:"cost,omitempty"`
+	Sweep    *SweepResult  `json:"sweep,omitempty"`
+	Goals    []Goal        `json:"goals"`
+	Before   *Before       `json:"before,omitempty"`
+	Paired   *PairedResult `json:"paired,omitempty"`
+}
+
+// Before is the per-event cost of an earlier report (of an earlier build,
+// say), to set beside this one's.
+type Before struct {
+	Label     string      `json:"label"`
+	Command   string      `json:"command"`
+	Date      time.Time   `json:"date"`
+	Note      string      `json:"note,omitempty"`
+	DurationS float64     `json:"duration_s"`
+	Cost      *CostResult `json:"cost"`
+}
+
+// ReadBefore reads the per-event cost of the JSON report at path (written
+// by magnet bench --json with --cost or --sweep).
+func ReadBefore(path string) (*Before, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: not a magnet bench JSON report: %w", path, err)
+	}
+	if r.Cost == nil || len(r.Cost.Runs) == 0 {
+		return nil, fmt.Errorf("%s: the report has no per-event cost (run it with --cost)", path)
+	}
+	return &Before{Label: labelOr(r.Label, "an earlier report"), Command: r.Command, Date: r.Date, Note: r.Note, DurationS: r.Settings.DurationS, Cost: r.Cost}, nil
 }
 
 // Settings echo the options that shaped the numbers.
@@ -147,6 +185,7 @@ type Traced struct {
 	Drops    uint64  `json:"drops,omitempty"`    // tcpdump: dropped by kernel
 	Bytes    int64   `json:"bytes"`              // trace file size
 	CPUS     float64 `json:"cpu_s"`              // the tracer's user-side CPU time
+	SysS     float64 `json:"sys_s,omitempty"`    // magnet: the part of CPUS spent in the kernel (writes, waits)
 }
 
 // ErrNotRoot is returned when the bench cannot build its namespaces or load
@@ -171,6 +210,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{
 		Command: opts.Command,
 		Note:    opts.Note,
+		Label:   opts.Label,
+		Before:  opts.Before,
 		Date:    time.Now().UTC(),
 		Machine: readMachine(),
 		Settings: Settings{
@@ -187,7 +228,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		rep.Links = append(rep.Links, *lr)
 	}
-	if opts.Cost || opts.Sweep {
+	if opts.Cost || opts.Sweep || opts.CompareWith != "" {
 		lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 0})
 		if err != nil {
 			return nil, err
@@ -197,6 +238,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			b.logf("cost: per-event kernel and user-side cost (bpf_stats)")
 			if rep.Cost, err = b.cost(ctx, lab, rep.Machine.MHz); err != nil {
 				return nil, fmt.Errorf("cost: %w", err)
+			}
+		}
+		if opts.CompareWith != "" {
+			b.logf("paired: this build and %s recording the same transfers", opts.CompareWith)
+			if rep.Paired, err = b.paired(ctx, lab); err != nil {
+				return nil, fmt.Errorf("paired: %w", err)
 			}
 		}
 		if opts.Sweep {

@@ -104,3 +104,85 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestCostSummariesAndBefore(t *testing.T) {
+	run := func(w string, rep int, perRun, floor, user float64) CostRun {
+		return CostRun{Workload: w, Rep: rep, KernelNsPerRun: perRun, FloorNsPerRun: floor, FloorRuns: 10,
+			KernelNsPerEvent: 2 * perRun, UserNsPerEvent: user, Produced: 1000,
+			Programs: []ProgCost{{Name: "p", RunCount: 10, RuntimeNs: uint64(10 * perRun)}}}
+	}
+	after := &CostResult{MHz: 2600, Runs: []CostRun{
+		run("bulk", 1, 100, 40, 30), run("small", 1, 80, 40, 20),
+		run("bulk", 2, 110, 40, 32), run("small", 2, 90, 40, 22),
+	}}
+	sums := after.Summaries()
+	if len(sums) != 2 || sums[0].Workload != "bulk" || sums[1].Workload != "small" {
+		t.Fatalf("summaries %+v", sums)
+	}
+	if b := sums[0]; b.KernelNsPerRun.Mean != 105 || b.KernelNetNsPerRun.Mean != 65 || b.KernelNsPerRun.N != 2 ||
+		b.Programs[0].RunCount != 20 || b.Programs[0].NsPerRun != 105 {
+		t.Fatalf("bulk summary %+v", b)
+	}
+	// An earlier report without the empty program: no net figure.
+	old := &CostResult{Runs: []CostRun{{Workload: "bulk", KernelNsPerRun: 200, KernelNsPerEvent: 400, UserNsPerEvent: 130}}}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "before.json")
+	var buf bytes.Buffer
+	if err := (&Report{Command: "magnet bench --cost", Label: "main", Cost: old}).WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := ReadBefore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Cost: after, Before: before, Label: "perf"}
+	r.Goals = evaluate(r)
+	buf.Reset()
+	if err := r.WriteMarkdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.String()
+	for _, want := range []string{
+		"## Per-event cost, before and after",
+		"Before: main",
+		"| bulk | kernel ns/run (bpf_stats) | 200.0 | 105.0 ± 63.5 | -48 % |",
+		"| bulk | kernel net ns/run | - | 65.0 ± 63.5 | - |",
+		"| bulk | drain ns/event | 130.0 | 31.0 ± 12.7 | -76 % |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if _, err := ReadBefore(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("a missing file was accepted")
+	}
+	os.WriteFile(path, []byte(`{"command":"x"}`), 0o644)
+	if _, err := ReadBefore(path); err == nil || !strings.Contains(err.Error(), "no per-event cost") {
+		t.Errorf("a report without cost: %v", err)
+	}
+}
+
+func TestPairedSummaries(t *testing.T) {
+	side := func(perRun, drain float64) PairSide {
+		return PairSide{NsPerRun: perRun, DrainNsPerEvent: drain, Produced: 100}
+	}
+	pr := &PairedResult{This: "new", Other: "old", Note: "both at once", Runs: []PairedRun{
+		{Workload: "bulk", Rep: 1, ThisFirst: true, This: side(100, 30), Other: side(200, 60), FloorNsPerRun: 40},
+		{Workload: "bulk", Rep: 1, ThisFirst: false, This: side(90, 30), Other: side(180, 60), FloorNsPerRun: 40},
+	}}
+	sums := pr.Summaries()
+	if len(sums) != 1 || sums[0].ThisNsPerRun.Mean != 95 || sums[0].OtherNsPerRun.Mean != 190 ||
+		sums[0].RunRatio.Mean != 0.5 || sums[0].DrainRatio.Mean != 0.5 || sums[0].Floor.Mean != 40 {
+		t.Fatalf("summaries %+v", sums)
+	}
+	var buf bytes.Buffer
+	if err := (&Report{Paired: pr, Settings: Settings{DurationS: 3}}).WriteMarkdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| bulk | kernel ns/run (bpf_stats) | 190.0 ± 127.1 | 95.0 ± 63.5 | 0.50 ± 0.00 |"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("markdown lacks %q:\n%s", want, buf.String())
+	}
+}

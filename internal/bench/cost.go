@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
@@ -68,6 +70,7 @@ type CostResult struct {
 // CostRun is one transfer recorded with bpf_stats enabled.
 type CostRun struct {
 	Workload string     `json:"workload"`
+	Rep      int        `json:"rep,omitempty"`
 	Programs []ProgCost `json:"programs"`
 	// KernelNsPerRun is all programs' run time over all their runs: the
 	// average over every program invocation.
@@ -79,8 +82,17 @@ type CostRun struct {
 	Drained          uint64  `json:"drained"`
 	Lost             uint64  `json:"lost"`
 	UserCPUS         float64 `json:"user_cpu_s"`
-	UserNsPerEvent   float64 `json:"user_ns_per_event"`
-	ThroughputMbit   float64 `json:"throughput_mbit"`
+	// UserSysNsPerEvent is the part of UserNsPerEvent spent in the kernel
+	// (system calls: writing the trace, waiting for the rings).
+	UserSysNsPerEvent float64 `json:"user_sys_ns_per_event,omitempty"`
+	UserNsPerEvent    float64 `json:"user_ns_per_event"`
+	ThroughputMbit    float64 `json:"throughput_mbit"`
+	// FloorNsPerRun is what bpf_stats reports for an empty program on
+	// the net_dev_queue tracepoint during the same run: the cost of the
+	// measurement itself (two sched_clock reads) and of calling a
+	// program, which every figure above includes. 0 if not measured.
+	FloorNsPerRun float64 `json:"floor_ns_per_run,omitempty"`
+	FloorRuns     uint64  `json:"floor_runs,omitempty"`
 }
 
 // ProgCost is one program's bpf_stats.
@@ -101,18 +113,100 @@ func (b *bencher) cost(ctx context.Context, lab *netlab.Lab, mhz float64) (*Cost
 	}
 	defer stats.Close()
 	cr := &CostResult{MHz: mhz, Note: "record on the sender's side (--netns client), default buffer, bpf_stats enabled for these runs only"}
-	for _, w := range []struct {
-		proto string
-		size  int
-	}{{"tcp", BulkSize}, {"tcp", SmallSize}} {
-		run, err := b.costRun(ctx, lab, w.proto, w.size)
-		if err != nil {
-			return nil, err
+	for rep := 1; rep <= b.opts.Reps; rep++ {
+		for _, w := range []struct {
+			proto string
+			size  int
+		}{{"tcp", BulkSize}, {"tcp", SmallSize}} {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			run, err := b.costRun(ctx, lab, w.proto, w.size)
+			if err != nil {
+				return nil, err
+			}
+			run.Rep = rep
+			b.logf("cost rep %d %s: kernel %.1f ns/run, %.1f ns/event (empty program %.1f ns/run); drain %.1f ns/event (%.1f in system calls)", rep, run.Workload, run.KernelNsPerRun, run.KernelNsPerEvent, run.FloorNsPerRun, run.UserNsPerEvent, run.UserSysNsPerEvent)
+			cr.Runs = append(cr.Runs, *run)
 		}
-		b.logf("cost %s: kernel %.1f ns/run, %.1f ns/event; user %.1f ns/event", run.Workload, run.KernelNsPerRun, run.KernelNsPerEvent, run.UserNsPerEvent)
-		cr.Runs = append(cr.Runs, *run)
 	}
 	return cr, nil
+}
+
+// CostSummary is a workload's per-event cost over the repetitions.
+type CostSummary struct {
+	Workload string `json:"workload"`
+	// KernelNsPerRun is bpf_stats' figure: every program's run time over
+	// its runs; KernelNetNsPerRun is the same less what the empty program
+	// measured in the same run (the cost of measuring and of calling a
+	// program).
+	KernelNsPerRun    Stat       `json:"kernel_ns_per_run"`
+	KernelNetNsPerRun Stat       `json:"kernel_net_ns_per_run"`
+	FloorNsPerRun     Stat       `json:"floor_ns_per_run"`
+	KernelNsPerEvent  Stat       `json:"kernel_ns_per_event"`
+	UserNsPerEvent    Stat       `json:"user_ns_per_event"`
+	UserSysNsPerEvent Stat       `json:"user_sys_ns_per_event"` // the system-call part
+	Produced          Stat       `json:"produced"`
+	Lost              uint64     `json:"lost"`
+	Programs          []ProgCost `json:"programs"` // summed over the repetitions
+}
+
+// Summaries groups the runs by workload, in the order they first ran. Runs
+// without a floor measurement have no net figure.
+func (c *CostResult) Summaries() []CostSummary {
+	var order []string
+	byName := map[string][]CostRun{}
+	for _, r := range c.Runs {
+		if _, ok := byName[r.Workload]; !ok {
+			order = append(order, r.Workload)
+		}
+		byName[r.Workload] = append(byName[r.Workload], r)
+	}
+	var out []CostSummary
+	for _, name := range order {
+		runs := byName[name]
+		var perRun, net, floor, perEvent, user, sys, produced []float64
+		progs := map[string]*ProgCost{}
+		var progOrder []string
+		s := CostSummary{Workload: name}
+		for _, r := range runs {
+			perRun = append(perRun, r.KernelNsPerRun)
+			if r.FloorRuns > 0 {
+				floor = append(floor, r.FloorNsPerRun)
+				net = append(net, r.KernelNsPerRun-r.FloorNsPerRun)
+			}
+			perEvent = append(perEvent, r.KernelNsPerEvent)
+			user = append(user, r.UserNsPerEvent)
+			if r.UserSysNsPerEvent > 0 {
+				sys = append(sys, r.UserSysNsPerEvent)
+			}
+			produced = append(produced, float64(r.Produced))
+			s.Lost += r.Lost
+			for _, p := range r.Programs {
+				pc := progs[p.Name]
+				if pc == nil {
+					pc = &ProgCost{Name: p.Name}
+					progs[p.Name] = pc
+					progOrder = append(progOrder, p.Name)
+				}
+				pc.RunCount += p.RunCount
+				pc.RuntimeNs += p.RuntimeNs
+			}
+		}
+		s.KernelNsPerRun, s.KernelNetNsPerRun, s.FloorNsPerRun = Summarize(perRun), Summarize(net), Summarize(floor)
+		s.KernelNsPerEvent, s.UserNsPerEvent, s.Produced = Summarize(perEvent), Summarize(user), Summarize(produced)
+		s.UserSysNsPerEvent = Summarize(sys)
+		for _, name := range progOrder {
+			pc := progs[name]
+			if pc.RunCount > 0 {
+				pc.NsPerRun = float64(pc.RuntimeNs) / float64(pc.RunCount)
+			}
+			s.Programs = append(s.Programs, *pc)
+		}
+		sort.SliceStable(s.Programs, func(i, j int) bool { return s.Programs[i].RuntimeNs > s.Programs[j].RuntimeNs })
+		out = append(out, s)
+	}
+	return out
 }
 
 func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, size int) (*CostRun, error) {
@@ -128,6 +222,12 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 		}
 	}()
 	port := b.nextPort()
+	floor, ferr := attachEmpty("net_dev_queue")
+	if ferr != nil {
+		b.logf("cost: no measurement floor: %v", ferr)
+	} else {
+		defer floor.close()
+	}
 	t, err := b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, record.DefaultBufferBytes, func() {
 		progs, openErr = magnetPrograms(before)
 	})
@@ -179,8 +279,52 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 	}
 	if tr.Events > 0 {
 		run.UserNsPerEvent = tr.CPUS * 1e9 / float64(tr.Events)
+		run.UserSysNsPerEvent = tr.SysS * 1e9 / float64(tr.Events)
+	}
+	if ferr == nil {
+		st, err := floor.prog.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("empty program stats: %w", err)
+		}
+		run.FloorRuns = st.RunCount
+		if st.RunCount > 0 {
+			run.FloorNsPerRun = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+		}
 	}
 	return run, nil
+}
+
+// emptyProgram is a program that returns at once, attached to a
+// tracepoint next to magnet's: what bpf_stats reports for it is the cost of
+// measuring and calling a program, not of anything magnet does.
+type emptyProgram struct {
+	prog *ebpf.Program
+	link link.Link
+}
+
+func attachEmpty(tracepoint string) (*emptyProgram, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "bench_empty",
+		Type:         ebpf.Tracing,
+		AttachType:   ebpf.AttachTraceRawTp,
+		AttachTo:     tracepoint,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load empty program: %w", err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		prog.Close()
+		return nil, fmt.Errorf("attach empty program: %w", err)
+	}
+	return &emptyProgram{prog: prog, link: l}, nil
+}
+
+func (e *emptyProgram) close() {
+	e.link.Close()
+	e.prog.Close()
 }
 
 // lastProgramID is the highest BPF program id now loaded; programs loaded

@@ -101,16 +101,22 @@ func evaluate(r *Report) []Goal {
 	}
 	goals = append(goals, g)
 
-	gk := Goal{Goal: "kernel cost ≤ 60 ns per event, averaged over all programs", Verdict: notMeasured, Measured: "-"}
+	gk := Goal{Goal: "kernel cost ≤ 60 ns per event, averaged over all programs (bpf_stats, less its own cost: an empty program's figure in the same run)", Verdict: notMeasured, Measured: "-"}
 	gd := Goal{Goal: "drain ≤ 30 ns per event", Verdict: notMeasured, Measured: "-"}
 	if r.Cost != nil && len(r.Cost.Runs) > 0 {
 		var km, dm []string
 		kok, dok := true, true
-		for _, c := range r.Cost.Runs {
-			km = append(km, fmt.Sprintf("%s: %.1f ns per program run, %.1f ns per event produced", c.Workload, c.KernelNsPerRun, c.KernelNsPerEvent))
-			dm = append(dm, fmt.Sprintf("%s: %.1f ns", c.Workload, c.UserNsPerEvent))
-			kok = kok && c.KernelNsPerRun <= 60
-			dok = dok && c.UserNsPerEvent <= 30
+		for _, c := range r.Cost.Summaries() {
+			if c.KernelNetNsPerRun.N > 0 {
+				km = append(km, fmt.Sprintf("%s: %s ns per program run (bpf_stats %s, empty program %s), %s ns per event produced",
+					c.Workload, fmtStat(c.KernelNetNsPerRun, 1), fmtStat(c.KernelNsPerRun, 1), fmtStat(c.FloorNsPerRun, 1), fmtStat(c.KernelNsPerEvent, 1)))
+				kok = kok && c.KernelNetNsPerRun.Mean <= 60
+			} else {
+				km = append(km, fmt.Sprintf("%s: %s ns per program run (bpf_stats, its own cost included), %s ns per event produced", c.Workload, fmtStat(c.KernelNsPerRun, 1), fmtStat(c.KernelNsPerEvent, 1)))
+				kok = kok && c.KernelNsPerRun.Mean <= 60
+			}
+			dm = append(dm, fmt.Sprintf("%s: %s ns", c.Workload, fmtStat(c.UserNsPerEvent, 1)))
+			dok = dok && c.UserNsPerEvent.Mean <= 30
 		}
 		gk.Measured, gk.Verdict = strings.Join(km, "; "), verdict(kok)
 		gd.Measured, gd.Verdict = strings.Join(dm, "; "), verdict(dok)
@@ -209,19 +215,71 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 
 	if c := r.Cost; c != nil {
-		p("\n## Per-event cost\n\n%s. Kernel: bpf_stats run time (BPF_STATS_RUN_TIME) of every magnet program. User side: the recorder's CPU time (getrusage) from attach to close / events drained. Cycles = ns × %.0f MHz.\n\n", capital(c.Note), c.MHz)
-		p("| workload | kernel ns/run (cycles) | kernel ns/event produced (cycles) | drain ns/event (cycles) | produced | drained | lost | throughput Mbit/s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, run := range c.Runs {
-			p("| %s | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %d | %d | %d | %.1f |\n", run.Workload,
-				run.KernelNsPerRun, run.KernelNsPerRun*c.MHz/1000,
-				run.KernelNsPerEvent, run.KernelNsPerEvent*c.MHz/1000,
-				run.UserNsPerEvent, run.UserNsPerEvent*c.MHz/1000,
-				run.Produced, run.Drained, run.Lost, run.ThroughputMbit)
+		sums := c.Summaries()
+		p("\n## Per-event cost\n\n%s. Kernel: bpf_stats run time (BPF_STATS_RUN_TIME) of every magnet program over their runs, and the same for an empty program attached to net_dev_queue during the run: what measuring and calling a program costs, which every figure includes; **net** is the difference. Per event produced: all programs' run time / events produced (runs that produce nothing, such as filtered packets, cost too). Drain: the recorder's CPU time (getrusage of the bench process, which runs the recorder; user + system, so writing the trace included, and the system-call part apart) from attach to close / events drained. Mean ± 95 %% CI over %d repetitions of %gs transfers. Cycles = ns × %.0f MHz.\n\n",
+			capital(c.Note), maxReps(sums), r.Settings.DurationS, c.MHz)
+		p("| workload | kernel ns/run | empty program ns/run | net ns/run (cycles) | kernel ns/event produced | drain ns/event (cycles) | of which system calls | events produced | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range sums {
+			p("| %s | %s | %s | %s (%.0f) | %s | %s (%.0f) | %s | %s | %d |\n", s.Workload,
+				fmtStat(s.KernelNsPerRun, 1), fmtStat(s.FloorNsPerRun, 1),
+				fmtStat(s.KernelNetNsPerRun, 1), s.KernelNetNsPerRun.Mean*c.MHz/1000,
+				fmtStat(s.KernelNsPerEvent, 1),
+				fmtStat(s.UserNsPerEvent, 1), s.UserNsPerEvent.Mean*c.MHz/1000,
+				fmtStat(s.UserSysNsPerEvent, 1),
+				fmtStat(s.Produced, 0), s.Lost)
 		}
-		for _, run := range c.Runs {
-			p("\n%s, per program:\n\n| program | runs | run time ns | ns/run | cycles/run |\n|---|---:|---:|---:|---:|\n", run.Workload)
-			for _, pc := range run.Programs {
+		for _, s := range sums {
+			p("\n%s, per program (all repetitions):\n\n| program | runs | run time ns | ns/run | cycles/run |\n|---|---:|---:|---:|---:|\n", s.Workload)
+			for _, pc := range s.Programs {
 				p("| %s | %d | %d | %.1f | %.0f |\n", pc.Name, pc.RunCount, pc.RuntimeNs, pc.NsPerRun, pc.NsPerRun*c.MHz/1000)
+			}
+		}
+	}
+
+	if pr := r.Paired; pr != nil && len(pr.Runs) > 0 {
+		sums := pr.Summaries()
+		p("\n## Per-event cost, two builds at once\n\n")
+		p("%s. This: %s; other: %s. Each workload %d times in each order (the recorder started second attaches second and finds caches warmed by the first), %gs transfers; mean ± 95 %% CI. The ratio is this build's figure over the other's in the same run, averaged over runs. Drain: each recorder process's CPU time (all threads, user + system) over the transfer / events it wrote.\n\n",
+			capital(pr.Note), pr.This, pr.Other, len(pr.Runs)/max(2*len(sums), 1), r.Settings.DurationS)
+		p("| workload | figure | other | this | this / other |\n|---|---|---:|---:|---:|\n")
+		for _, s := range sums {
+			p("| %s | kernel ns/run (bpf_stats) | %s | %s | %s |\n", s.Workload, fmtStat(s.OtherNsPerRun, 1), fmtStat(s.ThisNsPerRun, 1), fmtStat(s.RunRatio, 2))
+			p("| %s | empty program ns/run (both) | %s | %s | |\n", s.Workload, fmtStat(s.Floor, 1), fmtStat(s.Floor, 1))
+			p("| %s | kernel ns/event produced | %s | %s | |\n", s.Workload, fmtStat(s.OtherNsPerEvent, 1), fmtStat(s.ThisNsPerEvent, 1))
+			p("| %s | drain ns/event | %s | %s | %s |\n", s.Workload, fmtStat(s.OtherDrainNsPerEvent, 1), fmtStat(s.ThisDrainNsPerEvent, 1), fmtStat(s.DrainRatio, 2))
+			p("| %s | events produced | %s | %s | |\n", s.Workload, fmtStat(s.Produced, 0), fmtStat(s.Produced, 0))
+		}
+	}
+
+	if b := r.Before; b != nil && b.Cost != nil && r.Cost != nil {
+		p("\n## Per-event cost, before and after\n\n")
+		p("Before: %s — `%s`, %s, %d repetitions of %gs", b.Label, b.Command, b.Date.Format("2006-01-02 15:04 MST"), maxReps(b.Cost.Summaries()), b.DurationS)
+		if b.Note != "" {
+			p(" (%s)", b.Note)
+		}
+		p(". After: %s, this report. Same harness and workloads; the machine is shared, so compare the intervals, not single digits.\n\n", labelOr(r.Label, "this build"))
+		p("| workload | figure | before | after | change |\n|---|---|---:|---:|---:|\n")
+		before := map[string]CostSummary{}
+		for _, s := range b.Cost.Summaries() {
+			before[s.Workload] = s
+		}
+		for _, a := range r.Cost.Summaries() {
+			bs, ok := before[a.Workload]
+			if !ok {
+				continue
+			}
+			for _, row := range []struct {
+				name   string
+				bv, av Stat
+			}{
+				{"kernel ns/run (bpf_stats)", bs.KernelNsPerRun, a.KernelNsPerRun},
+				{"kernel net ns/run", bs.KernelNetNsPerRun, a.KernelNetNsPerRun},
+				{"kernel ns/event produced", bs.KernelNsPerEvent, a.KernelNsPerEvent},
+				{"drain ns/event", bs.UserNsPerEvent, a.UserNsPerEvent},
+				{"drain ns/event in system calls", bs.UserSysNsPerEvent, a.UserSysNsPerEvent},
+				{"events produced", bs.Produced, a.Produced},
+			} {
+				p("| %s | %s | %s | %s | %s |\n", a.Workload, row.name, fmtStat(row.bv, 1), fmtStat(row.av, 1), change(row.bv, row.av))
 			}
 		}
 	}
@@ -256,4 +314,27 @@ func capital(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func maxReps(sums []CostSummary) int {
+	n := 0
+	for _, s := range sums {
+		n = max(n, s.KernelNsPerRun.N)
+	}
+	return n
+}
+
+// change is after against before in per cent, or "-" when either is missing.
+func change(before, after Stat) string {
+	if before.N == 0 || after.N == 0 || before.Mean == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.0f %%", 100*(after.Mean/before.Mean-1))
+}
+
+func labelOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

@@ -180,6 +180,7 @@ func (t *recordTracer) stop() (Traced, error) {
 		}
 	}
 	tr.CPUS = rusageSeconds(ru) - rusageSeconds(t.ru0)
+	tr.SysS = float64(ru.Stime.Sec-t.ru0.Stime.Sec) + float64(ru.Stime.Usec-t.ru0.Stime.Usec)/1e6
 	return tr, nil
 }
 

@@ -30,6 +30,9 @@ func New() *cobra.Command {
 		duration            time.Duration
 		links, configs, out string
 		sweep, full, asJSON bool
+		cost                bool
+		before, label       string
+		compareWith, cmpLbl string
 		snaplen             int
 	)
 	cmd := &cobra.Command{
@@ -51,7 +54,8 @@ packet. Configurations:
   bpftrace          bpftrace with the equivalent tracepoints, printing to a file
 
 --sweep adds per-event cost (bpf_stats) and events lost against the
-ring-buffer size. --full is the documented full run (every link,
+ring-buffer size; --cost adds only the per-event cost (with --links none,
+nothing else runs). --full is the documented full run (every link,
 configuration, the sweep). Needs root.`,
 		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
   sudo magnet bench --full -o bench/RESULTS.md`,
@@ -59,7 +63,7 @@ configuration, the sweep). Needs root.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			opts := bench.Options{
-				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep,
+				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep || cost,
 				TcpdumpSnaplen: snaplen, Log: cmd.ErrOrStderr(),
 				Command: "magnet " + strings.Join(os.Args[1:], " "),
 			}
@@ -90,6 +94,21 @@ configuration, the sweep). Needs root.`,
 			}
 			if opts.Magnet, err = os.Executable(); err != nil {
 				return fmt.Errorf("bench: find the magnet binary: %w", err)
+			}
+			opts.Label = label
+			if compareWith != "" {
+				if _, err := os.Stat(compareWith); err != nil {
+					return fmt.Errorf("bench: --compare-with: %w", err)
+				}
+				opts.CompareWith, opts.CompareLabel = compareWith, cmpLbl
+			}
+			if before != "" {
+				if opts.Before, err = bench.ReadBefore(before); err != nil {
+					return fmt.Errorf("bench: --before: %w", err)
+				}
+				if !opts.Cost {
+					return errors.New("bench: --before compares per-event cost: add --cost, --sweep or --full")
+				}
 			}
 			if full && (reps != 5 || duration != 5*time.Second) {
 				opts.Note = fmt.Sprintf("reduced from the documented full run (5 repetitions of 5s) to %d of %v to bound the machine time", reps, duration)
@@ -129,9 +148,14 @@ configuration, the sweep). Needs root.`,
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 5, "repetitions of each configuration")
 	f.DurationVar(&duration, "duration", 5*time.Second, "length of each transfer")
-	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100)")
+	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
 	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
 	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
+	f.BoolVar(&cost, "cost", false, "also measure per-event cost (bpf_stats), --reps times; with --links none, only that")
+	f.StringVar(&before, "before", "", "set the per-event cost of this earlier JSON report (magnet bench --json) beside this run's")
+	f.StringVar(&compareWith, "compare-with", "", "also record each cost workload with this other magnet binary at the same time, --reps times in each order, and compare")
+	f.StringVar(&cmpLbl, "compare-label", "", "what the --compare-with binary is (e.g. a commit)")
+	f.StringVar(&label, "label", "", "what this run measures (e.g. a commit), shown when a later report compares with it")
 	f.BoolVar(&full, "full", false, "the full run: every link, every configuration, the sweep")
 	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
@@ -140,9 +164,13 @@ configuration, the sweep). Needs root.`,
 	return cmd
 }
 
-// ParseLinks parses --links: "unlimited" (or 0) and rates in Mbit/s.
+// ParseLinks parses --links: "unlimited" (or 0) and rates in Mbit/s, or
+// "none" for no overhead table at all (--cost or --sweep alone).
 func ParseLinks(s string) ([]int, error) {
 	var out []int
+	if strings.TrimSpace(s) == "none" {
+		return []int{}, nil
+	}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {

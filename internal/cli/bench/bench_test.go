@@ -12,6 +12,9 @@ func TestParseLinks(t *testing.T) {
 	if err != nil || !slices.Equal(got, []int{0, 1000, 100}) {
 		t.Fatalf("ParseLinks = %v, %v", got, err)
 	}
+	if got, err := ParseLinks("none"); err != nil || len(got) != 0 {
+		t.Fatalf("ParseLinks(none) = %v, %v", got, err)
+	}
 	for _, bad := range []string{"", "fast", "-5"} {
 		if _, err := ParseLinks(bad); err == nil {
 			t.Errorf("ParseLinks(%q) accepted", bad)

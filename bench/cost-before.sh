@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Measures the per-event cost of an earlier recording path with today's
+# bench harness, for the "before and after" tables of bench/RESULTS.md:
+# builds this tree with bpf/, internal/probe and internal/record taken from
+# BASE (a commit) into bin/magnet-before, runs `magnet bench --cost --links
+# none` with it and writes bench/cost-before.json. Needs root. Extra
+# arguments go to `magnet bench` (e.g. --reps 5 --duration 3s).
+#
+#   sudo bench/cost-before.sh d9b3783 --reps 5 --duration 3s
+#   sudo bench/run.sh --before bench/cost-before.json --label "this branch" \
+#        --compare-with bin/magnet-before --compare-label "recording path of d9b3783"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "bench/cost-before.sh: run as root (network namespaces and BPF)" >&2; exit 1; }
+[ $# -ge 1 ] || { echo "usage: bench/cost-before.sh BASE [magnet bench flags]" >&2; exit 2; }
+base=$(git rev-parse --short "$1")
+shift
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git archive HEAD | tar -x -C "$work"
+rm -rf "$work/bpf" "$work/internal/probe" "$work/internal/record" "$work/internal/ring"
+git archive "$base" bpf internal/probe internal/record | tar -x -C "$work"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+mkdir -p bin
+(cd "$work" && go build -o "$OLDPWD/bin/magnet-before" ./cmd/magnet)
+bin/magnet-before bench --cost --links none --json --label "recording path of $base" -o bench/cost-before.json "$@"
