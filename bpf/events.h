@@ -9,10 +9,13 @@
  * against this header's BTF; the trace's event dictionary is built from
  * those Go types, so nothing about the layout is written down twice.
  *
- * In the ring buffer, an event is: struct mg_hdr, struct mg_task, payload.
- * The recorder strips struct mg_task (pid and command name, 24 bytes) and
- * writes a `task` record whenever a thread's pid or name is new, which keeps
- * the trace under 40 bytes per event on bulk transfers.
+ * In the ring buffers, a record is the event (struct mg_hdr, payload),
+ * followed by struct mg_task (pid and command name, 24 bytes) when the
+ * reader may not know the thread yet: in the events ring, when the CPU did
+ * not put this thread's (tid, pid, comm) in the ring last; in the control
+ * ring, always. The record's length says which. The recorder writes a `task`
+ * record whenever a thread's pid or name is new to the trace, which keeps the
+ * trace under 40 bytes per event on bulk transfers.
  */
 #ifndef MAGNET_EVENTS_H
 #define MAGNET_EVENTS_H
@@ -75,7 +78,8 @@ struct mg_hdr {
 	__u8 flags; /* per type: TCP flags for tcp_*, direction for headers */
 };
 
-/* Ring-buffer only: who was current. Stripped by the recorder. */
+/* Ring-buffer only: who was current, after the event it belongs to. The
+ * recorder turns it into a `task` record. */
 struct mg_task {
 	__u32 pid;
 	__u32 uid; /* real uid (bpf_get_current_uid_gid), for the daemon's access rules */

@@ -62,9 +62,23 @@ struct mg_counters _t20 = {};
 enum mg_type _t21 = MG_NONE;
 enum mg_group _t22 = MG_G_SOCK;
 
-struct {
+/*
+ * Events go to a ring of their CPU: a CPU's programs then never wait for
+ * another CPU's on a ring's lock, and never pull its positions' cache line
+ * from another CPU. The recorder creates one ring per CPU and merges them by
+ * time. A CPU without a ring (one that came online later) loses its events,
+ * counted as such.
+ */
+struct cpu_ring {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, 4 << 20);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1); /* the loader sets the number of CPUs */
+	__type(key, __u32);
+	__array(values, struct cpu_ring);
 } events SEC(".maps");
 
 struct {
@@ -96,9 +110,6 @@ struct {
 
 /* Per-socket state, keyed by socket cookie. */
 struct conn_info {
-	__u64 last_state_ns;
-	__u32 last_ssthresh;
-	__u32 last_retrans;
 	__u8 selected;
 	__u8 proto;
 	__u8 closed;   /* conn_close written: late packets stay attributed */
@@ -106,6 +117,22 @@ struct conn_info {
 	__u16 lport;   /* as first seen: the kernel zeroes it before TCP_CLOSE */
 	__u16 _pad;
 };
+
+/* The last tcp_state snapshot of a TCP socket, kept in the socket: it is
+ * consulted at every segment received, and a socket's own storage is found
+ * without hashing. */
+struct tcp_state_sent {
+	__u64 time_ns;
+	__u32 ssthresh;
+	__u32 retrans;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tcp_state_sent);
+} tcp_states SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -160,16 +187,84 @@ struct {
 /* ---------------------------------------------------------------- */
 /* ring buffer protocol */
 
+/* A thread's ids and name, as struct mg_task carries them. */
+struct task_id {
+	__u64 pid_tgid;
+	__u32 uid;
+	__u32 _pad;
+	__u64 comm[2];
+};
+
+#define CONN_CACHE_SLOTS 64
+#define IFACE_CACHE_SLOTS 16
+#define TUPLE_CACHE_SLOTS 16
+
+/* A cached exact match of the tuples map, valid while tuple_gen is gen. */
+struct tuple_slot {
+	__u32 key[11]; /* struct tuple */
+	__u32 gen;
+	__u64 cookie;
+};
+
+/*
+ * What every event of a CPU consults, in one per-CPU value whose first cache
+ * line holds what every event reads: at high rates with large copies
+ * between events, each distinct line an event touches is a likely cache
+ * miss.
+ */
+struct cpu_state {
+	/* The thread whose (tid, pid, comm) this CPU last put in its events
+	 * ring: an event of the same thread needs no struct mg_task after it.
+	 * The current task of a CPU changes far less often than events. */
+	struct task_id task_sent;
+	/* Per ring: lost_states may hold losses not yet in the stream. */
+	__u32 lost_pending[2];
+	__u32 _pad[6];
+	/* Caches in front of the LRU maps on the paths every packet takes,
+	 * direct-mapped and never invalidated, so they only hold answers that
+	 * cannot change: a selected connection stays selected and one the
+	 * netns, port or cgroup filter excluded stays excluded (cookies are
+	 * never reused), an announced interface stays announced. */
+	__u64 verdicts[CONN_CACHE_SLOTS]; /* cookie << 1 | selected */
+	__u64 ifaces[IFACE_CACHE_SLOTS];  /* netns << 32 | ifindex, + 1 */
+	/* Packets without a socket (received, at the device) find their
+	 * connection by address: these cache the tuples map's exact matches,
+	 * all invalidated at once whenever the map changes. */
+	struct tuple_slot tuples[TUPLE_CACHE_SLOTS];
+};
+
+/* Bumped whenever the tuples map changes, so that no CPU uses a cached
+ * answer the map no longer gives. Connections open and close far less
+ * often than their packets arrive. */
+volatile __u32 tuple_gen = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+static __always_inline struct cpu_state *my_state(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cpu_states, &zero);
+}
+
 static __always_inline struct mg_counters *my_counters(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&counters, &zero);
 }
 
-static __always_inline void note_lost(__u32 ringidx, __u8 type, __u64 now)
+/* The ring was full (or this CPU has none): count the event as lost. Out
+ * of line, like everything rare here, to keep the programs' common path
+ * short and its code dense. */
+static __noinline void note_lost(__u32 ringidx, __u32 type, __u64 now)
 {
 	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
 	struct mg_counters *c = my_counters();
+	struct cpu_state *st = my_state();
 
 	if (c && type < MG_NTYPES)
 		__sync_fetch_and_add(&c->lost[type], 1);
@@ -179,18 +274,17 @@ static __always_inline void note_lost(__u32 ringidx, __u8 type, __u64 now)
 		ls->first_ns = now;
 	ls->last_ns = now;
 	__sync_fetch_and_add(&ls->counts[type], 1);
+	/* After the counts: a flush that clears the flag first sees them. */
+	if (st)
+		st->lost_pending[ringidx & 1] = 1;
 }
 
-struct rec_lost {
-	struct mg_task task;
-	struct mg_lost ev;
-};
-
 /* Write the pending `lost` record of this CPU into ring, if it fits now. */
-static __always_inline void flush_lost(void *ring, __u32 ringidx, __u64 now)
+static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 {
 	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
-	struct rec_lost *r;
+	struct cpu_state *st = my_state();
+	struct mg_lost *r;
 	__u32 total = 0;
 
 	if (!ls || !ls->pending)
@@ -198,77 +292,159 @@ static __always_inline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
 	if (!r)
 		return;
+	if (st)
+		st->lost_pending[ringidx & 1] = 0;
 	__builtin_memset(r, 0, sizeof(*r));
 	__sync_lock_test_and_set(&ls->pending, 0);
-	r->ev.first_ns = ls->first_ns;
-	r->ev.last_ns = ls->last_ns;
+	r->first_ns = ls->first_ns;
+	r->last_ns = ls->last_ns;
 	for (int i = 0; i < MG_NTYPES; i++) {
 		__u32 n = __sync_lock_test_and_set(&ls->counts[i], 0);
-		r->ev.counts[i] = n;
+		r->counts[i] = n;
 		total += n;
 	}
 	if (!total) {
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return;
 	}
-	r->ev.total = total;
-	r->ev.ring = ringidx;
-	r->ev.hdr.time_ns = now;
-	r->ev.hdr.cpu = bpf_get_smp_processor_id();
-	r->ev.hdr.type = MG_LOST;
-	r->ev.hdr.size = total;
+	r->total = total;
+	r->ring = ringidx;
+	r->hdr.time_ns = now;
+	r->hdr.cpu = bpf_get_smp_processor_id();
+	r->hdr.type = MG_LOST;
+	r->hdr.size = total;
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 }
 
-/*
- * Reserve a record of sz bytes (struct mg_task + event) of the given type.
- * Counts the attempt as produced; on failure counts it as lost.
- */
-static __always_inline void *reserve(void *ring, __u32 ringidx, __u8 type, __u64 sz, __u64 now)
+/* The current thread's ids, uid and name, read in place: one helper call,
+ * no copy (what bpf_get_current_pid_tgid(), bpf_get_current_uid_gid() and
+ * bpf_get_current_comm() would return, from the same task_struct). */
+static __always_inline void current_task_id(struct task_id *t)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	t->pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
+	t->uid = task->cred->uid.val;
+	t->_pad = 0;
+	t->comm[0] = *(__u64 *)&task->comm[0];
+	t->comm[1] = *(__u64 *)&task->comm[8];
+}
+
+static __always_inline void put_task(struct mg_task *t, const struct task_id *id)
+{
+	t->pid = id->pid_tgid >> 32;
+	t->uid = id->uid;
+	__builtin_memcpy(t->comm, id->comm, sizeof(t->comm));
+}
+
+static __always_inline void count_produced(__u8 type)
 {
 	struct mg_counters *c = my_counters();
-	void *r;
 
 	if (c && type < MG_NTYPES)
 		__sync_fetch_and_add(&c->produced[type], 1);
-	flush_lost(ring, ringidx, now);
-	r = bpf_ringbuf_reserve(ring, sz, 0);
-	if (!r)
-		note_lost(ringidx, type, now);
+}
+
+/* What an emitter learns when it reserves a record. */
+struct emit {
+	__u64 pid_tgid; /* the current thread, for the header */
+	__u64 wakeup;   /* flags for bpf_ringbuf_submit */
+};
+
+/* Wake the reader once a ring is filled past threshold; it also polls. */
+static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
+{
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
+									: BPF_RB_NO_WAKEUP;
+}
+
+
+/*
+ * Reserve an event of sz bytes of the given type in this CPU's events ring,
+ * with struct mg_task after it when this CPU has not yet sent the current
+ * thread's (tid, pid, comm). Counts the attempt as produced; on failure
+ * counts it as lost (and sends nothing, so the next event carries the
+ * task).
+ */
+static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struct emit *e)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct cpu_state *st = my_state();
+	struct task_id cur;
+	void *ring, *r;
+
+	count_produced(type);
+	ring = bpf_map_lookup_elem(&events, &cpu);
+	if (!ring || !st) {
+		note_lost(0, type, now);
+		return NULL;
+	}
+	if (st->lost_pending[0])
+		flush_lost(ring, 0, now);
+	current_task_id(&cur);
+	e->pid_tgid = cur.pid_tgid;
+	/* At every event: looking only every few events let a loaded
+	 * machine's reader sleep past the point of losses (measured), for a
+	 * few nanoseconds saved. */
+	e->wakeup = wakeup_flag(ring, events_wakeup);
+	if (st->task_sent.pid_tgid == cur.pid_tgid && st->task_sent.uid == cur.uid &&
+	    st->task_sent.comm[0] == cur.comm[0] && st->task_sent.comm[1] == cur.comm[1]) {
+		r = bpf_ringbuf_reserve(ring, sz, 0);
+		if (!r)
+			note_lost(0, type, now);
+		return r;
+	}
+	r = bpf_ringbuf_reserve(ring, sz + sizeof(struct mg_task), 0);
+	if (!r) {
+		note_lost(0, type, now);
+		return NULL;
+	}
+	put_task(r + sz, &cur);
+	/* Only once it is in the ring: a lost record taught the reader nothing. */
+	st->task_sent = cur;
 	return r;
 }
 
-static __always_inline void submit(void *r, void *ring, __u64 threshold)
+/* Control records are rare: each carries its struct mg_task, so the reader
+ * never depends on the order in which it reads the rings. */
+static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, struct emit *e)
 {
-	__u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+	struct cpu_state *st = my_state();
+	struct task_id cur;
+	void *r;
 
-	bpf_ringbuf_submit(r, avail >= threshold ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	count_produced(type);
+	if (st && st->lost_pending[1])
+		flush_lost(&control, 1, now);
+	current_task_id(&cur);
+	e->pid_tgid = cur.pid_tgid;
+	e->wakeup = wakeup_flag(&control, control_wakeup);
+	r = bpf_ringbuf_reserve(&control, sz + sizeof(struct mg_task), 0);
+	if (!r) {
+		note_lost(1, type, now);
+		return NULL;
+	}
+	put_task(r + sz, &cur);
+	return r;
 }
 
-/* Each ring record is struct mg_task followed by the event T. */
-#define RESERVE_EVENT(T, typ, now) \
-	reserve(&events, 0, typ, sizeof(struct mg_task) + sizeof(T), now)
-#define RESERVE_CONTROL(T, typ, now) \
-	reserve(&control, 1, typ, sizeof(struct mg_task) + sizeof(T), now)
-#define SUBMIT_EVENT(r) submit(r, &events, events_wakeup)
-#define SUBMIT_CONTROL(r) submit(r, &control, control_wakeup)
+/* A ring record is the event T, then struct mg_task when the reader does not
+ * know the thread yet (always, in the control ring). */
+#define RESERVE_EVENT(T, typ, now, e) ((T *)reserve_event(typ, sizeof(T), now, e))
+#define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control(typ, sizeof(T), now, e))
+#define SUBMIT(r, e) bpf_ringbuf_submit(r, (e)->wakeup)
 
-static __always_inline void fill(struct mg_task *t, struct mg_hdr *h, __u8 type, __u64 now,
+static __always_inline void fill(struct mg_hdr *h, __u8 type, __u64 now, __u64 pid_tgid,
 				 __u64 conn, __s32 size, __u32 netns)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-
 	h->time_ns = now;
 	h->conn = conn;
-	h->tid = (__u32)id;
+	h->tid = (__u32)pid_tgid;
 	h->size = size;
 	h->netns = netns;
 	h->cpu = bpf_get_smp_processor_id();
 	h->type = type;
 	h->flags = 0;
-	t->pid = id >> 32;
-	t->uid = (__u32)bpf_get_current_uid_gid();
-	bpf_get_current_comm(t->comm, sizeof(t->comm));
 }
 
 static __always_inline int enabled(__u32 group)
@@ -279,9 +455,30 @@ static __always_inline int enabled(__u32 group)
 /* ---------------------------------------------------------------- */
 /* sockets and connections */
 
+/*
+ * Kernel structures are read in place wherever the verifier knows the
+ * pointer's BTF type (tracepoint arguments, the kernel context of cgroup and
+ * sockops programs, and what is reached from them): a direct load costs a
+ * nanosecond, a bpf_probe_read_kernel() call ten or more. Packet bytes, which
+ * are behind a plain address, are typed with bpf_rdonly_cast() for the same.
+ * Rare paths (filters, connection open and close) keep BPF_CORE_READ.
+ */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+#define KERNEL_CAST(T, p) ((T *)bpf_rdonly_cast((void *)(p), bpf_core_type_id_kernel(T)))
+
 static __always_inline __u32 sk_netns(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	return sk->__sk_common.skc_net.net->ns.inum;
+}
+
+/* The socket cookie: read where the kernel keeps it once made, else made
+ * by the helper (ctx is what the program type's helper takes). */
+static __always_inline __u64 cookie_of(const struct sock *sk, void *ctx)
+{
+	__u64 c = sk->__sk_common.skc_cookie.counter;
+
+	return c ? c : bpf_get_socket_cookie(ctx);
 }
 
 /* Whether cg is the cgroup with this id or below it (16 levels at most). */
@@ -331,7 +528,7 @@ static __always_inline void read_addrs(const struct sock *sk, struct sock_addrs 
 	a->state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	a->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	a->rport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	a->netns = sk_netns(sk);
+	a->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	if (family == AF_INET6) {
 		BPF_CORE_READ_INTO(&a->laddr, sk, __sk_common.skc_v6_rcv_saddr);
 		BPF_CORE_READ_INTO(&a->raddr, sk, __sk_common.skc_v6_daddr);
@@ -354,6 +551,7 @@ static __always_inline void remember_tuple(const struct sock_addrs *a, __u64 coo
 	__builtin_memcpy(k.raddr, a->raddr, 16);
 	k.proto = a->proto;
 	bpf_map_update_elem(&tuples, &k, &cookie, BPF_ANY);
+	__sync_fetch_and_add(&tuple_gen, 1);
 }
 
 static __always_inline void forget_tuple(const struct sock_addrs *a)
@@ -367,6 +565,7 @@ static __always_inline void forget_tuple(const struct sock_addrs *a)
 	__builtin_memcpy(k.raddr, a->raddr, 16);
 	k.proto = a->proto;
 	bpf_map_delete_elem(&tuples, &k);
+	__sync_fetch_and_add(&tuple_gen, 1);
 }
 
 /* Forget a closing socket's tuple, under the local port it had when first
@@ -380,51 +579,87 @@ static __always_inline void forget_conn_tuple(struct sock_addrs *a, __u64 cookie
 	forget_tuple(a);
 }
 
-static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, __u64 now)
+static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie)
 {
-	struct { struct mg_task task; struct mg_conn_open ev; } *r;
+	__u64 now = bpf_ktime_get_ns();
+	struct mg_conn_open *r;
+	struct emit e;
 
-	r = RESERVE_CONTROL(struct mg_conn_open, MG_CONN_OPEN, now);
+	r = RESERVE_CONTROL(struct mg_conn_open, MG_CONN_OPEN, now, &e);
 	if (!r)
 		return;
-	fill(&r->task, &r->ev.hdr, MG_CONN_OPEN, now, cookie, 0, a->netns);
-	r->ev.proto = a->proto;
-	r->ev.family = a->family;
-	r->ev.state = a->state;
-	r->ev._pad = 0;
-	r->ev.lport = a->lport;
-	r->ev.rport = a->rport;
-	__builtin_memcpy(r->ev.laddr, a->laddr, 16);
-	__builtin_memcpy(r->ev.raddr, a->raddr, 16);
-	SUBMIT_CONTROL(r);
+	fill(&r->hdr, MG_CONN_OPEN, now, e.pid_tgid, cookie, 0, a->netns);
+	r->proto = a->proto;
+	r->family = a->family;
+	r->state = a->state;
+	r->_pad = 0;
+	r->lport = a->lport;
+	r->rport = a->rport;
+	__builtin_memcpy(r->laddr, a->laddr, 16);
+	__builtin_memcpy(r->raddr, a->raddr, 16);
+	SUBMIT(r, &e);
 }
 
 /*
  * conn_of returns the connection id (socket cookie) of sk, announcing the
  * connection with conn_open the first time it is seen, or FILTERED when the
  * filters exclude it. process says whether current is the socket's user
- * (socket-layer events), which the pid filter needs.
+ * (socket-layer events), which the pid filter needs. It reads the clock
+ * only to announce a connection: callers read it once they know they have
+ * something to record, which a filtered-out packet never has.
  */
-static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process, __u64 now)
+#define VERDICT_NONE 0
+#define VERDICT_SELECTED 1
+#define VERDICT_FILTERED 2
+
+static __always_inline int cached_verdict(struct cpu_state *st, __u64 cookie)
+{
+	__u64 v;
+
+	if (!st)
+		return VERDICT_NONE;
+	v = st->verdicts[cookie & (CONN_CACHE_SLOTS - 1)];
+	if (v >> 1 != cookie)
+		return VERDICT_NONE;
+	return v & 1 ? VERDICT_SELECTED : VERDICT_FILTERED;
+}
+
+/* Only for verdicts that cannot change. */
+static __always_inline void cache_verdict(__u64 cookie, int selected)
+{
+	struct cpu_state *st = my_state();
+
+	if (st && !(cookie >> 63))
+		st->verdicts[cookie & (CONN_CACHE_SLOTS - 1)] = cookie << 1 | !!selected;
+}
+
+/* conn_of past the per-CPU cache: the connection table, and the filters
+ * for a socket seen for the first time. */
+static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 {
 	struct conn_info *ci, fresh = {};
 	struct sock_addrs a;
 	int sel = 1;
 
-	if (!cookie)
-		return 0;
 	ci = bpf_map_lookup_elem(&conns, &cookie);
 	if (ci) {
-		if (ci->selected)
+		if (ci->selected) {
+			cache_verdict(cookie, 1);
 			return cookie;
-		if (ci->closed || !ci->eligible)
+		}
+		if (!ci->eligible) {
+			cache_verdict(cookie, 0);
+			return FILTERED;
+		}
+		if (ci->closed)
 			return FILTERED;
 		/* The pid filter can only be judged in the owner's context. */
 		if (!(process && filter_tgid && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))
 			return FILTERED;
 		ci->selected = 1;
 		read_addrs(sk, &a);
-		emit_conn_open(&a, cookie, now);
+		emit_conn_open(&a, cookie);
+		cache_verdict(cookie, 1);
 		return cookie;
 	}
 	read_addrs(sk, &a);
@@ -451,24 +686,38 @@ static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process,
 	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	remember_tuple(&a, cookie);
 	if (sel)
-		emit_conn_open(&a, cookie, now);
+		emit_conn_open(&a, cookie);
+	if (sel || !fresh.eligible)
+		cache_verdict(cookie, sel);
 	return sel ? cookie : FILTERED;
 }
 
+static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process)
+{
+	if (!cookie)
+		return 0;
+	switch (cached_verdict(my_state(), cookie)) {
+	case VERDICT_SELECTED:
+		return cookie;
+	case VERDICT_FILTERED:
+		return FILTERED;
+	}
+	return conn_slow(sk, cookie, process);
+}
+
 /*
- * The cookie the socket already has. Where the helper cannot be called (an
- * skb's socket is an RCU pointer to the verifier), the cookie is read as
- * stored: every socket magnet attributes got one at its first socket- or
- * TCP-layer event, before any of its packets reached a device.
+ * The cookie the socket already has, for a socket reached through an skb:
+ * every socket magnet attributes got one at its first socket- or TCP-layer
+ * event, before any of its packets reached a device.
  */
 static __always_inline __u64 sk_cookie(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	return sk->__sk_common.skc_cookie.counter;
 }
 
 static __always_inline int sk_is_full(const struct sock *sk)
 {
-	__u8 st = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__u8 st = sk->__sk_common.skc_state;
 	return st != TCP_TIME_WAIT_ && st != TCP_NEW_SYN_RECV_;
 }
 
@@ -480,31 +729,45 @@ static __always_inline int unattributed_ok(__u32 netns)
 	return !filter_port && !filter_tgid && !filter_cgroup;
 }
 
+/* Length of a TCP segment's data from its control block. */
+static __always_inline __s32 seg_len(const struct tcp_skb_cb *cb)
+{
+	__u16 tflags = cb->tcp_flags;
+
+	return cb->end_seq - cb->seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
+}
+
+static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
+{
+	return (struct tcp_skb_cb *)&skb->cb[0];
+}
+
 /* ---------------------------------------------------------------- */
 /* socket layer */
 
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {
+	struct mg_hdr *r;
 	__u64 now, conn;
+	struct emit e;
 	__u16 family;
 
 	if (!enabled(MG_G_SOCK) || !sk)
 		return 0;
-	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
 	if (self_tgid && (bpf_get_current_pid_tgid() >> 32) == self_tgid)
 		return 0;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(sk), 1, now);
+	conn = conn_of(sk, cookie_of(sk, sk), 1);
 	if (conn == FILTERED || !conn)
 		return 0;
-	struct { struct mg_task task; struct mg_hdr ev; } *r;
-	r = RESERVE_EVENT(struct mg_hdr, type, now);
+	now = bpf_ktime_get_ns();
+	r = RESERVE_EVENT(struct mg_hdr, type, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev, type, now, conn, ret, sk_netns(sk));
-	SUBMIT_EVENT(r);
+	fill(r, type, now, e.pid_tgid, conn, ret, sk_netns(sk));
+	SUBMIT(r, &e);
 	return 0;
 }
 
@@ -530,116 +793,120 @@ SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb,
 	     int size_goal)
 {
-	struct { struct mg_task task; struct mg_hdr ev; } *r;
+	struct mg_hdr *r;
 	__u64 now, conn;
+	struct emit e;
 	__u32 left, room;
 
 	if (!enabled(MG_G_TCP))
 		return 0;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(sk), 1, now);
+	conn = conn_of(sk, cookie_of(sk, sk), 1);
 	if (conn == FILTERED || !conn)
 		return 0;
-	left = BPF_CORE_READ(msg, msg_iter.count);
+	now = bpf_ktime_get_ns();
+	left = msg->msg_iter.count;
 	room = size_goal;
 	if (skb)
-		room = size_goal - BPF_CORE_READ(skb, len);
+		room = size_goal - skb->len;
 	if ((__s32)room <= 0)
 		room = size_goal;
-	r = RESERVE_EVENT(struct mg_hdr, MG_TCP_SEND, now);
+	r = RESERVE_EVENT(struct mg_hdr, MG_TCP_SEND, now, &e);
 	if (!r)
 		return 0;
 	/* What this step of tcp_sendmsg_locked can take: the room left in the
 	 * tail skb (or a new one), bounded by what the call has left. */
-	fill(&r->task, &r->ev, MG_TCP_SEND, now, conn, left < room ? left : room, sk_netns(sk));
-	SUBMIT_EVENT(r);
+	fill(r, MG_TCP_SEND, now, e.pid_tgid, conn, left < room ? left : room, sk_netns(sk));
+	SUBMIT(r, &e);
 	return 0;
+}
+
+/* Write a tcp_state snapshot of sk. */
+static __noinline void emit_tcp_state_rec(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct mg_tcp_state *r;
+	struct emit e;
+
+	r = RESERVE_EVENT(struct mg_tcp_state, MG_TCP_STATE, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_STATE, now, e.pid_tgid, conn, 0, sk_netns(sk));
+	r->cwnd = tp->snd_cwnd;
+	r->ssthresh = tp->snd_ssthresh;
+	r->srtt_us = tp->srtt_us >> 3;
+	r->snd_wnd = tp->snd_wnd;
+	r->rcv_wnd = tp->rcv_wnd;
+	r->snd_una = tp->snd_una;
+	r->snd_nxt = tp->snd_nxt;
+	r->packets_out = tp->packets_out;
+	r->retrans_out = tp->retrans_out;
+	r->total_retrans = tp->total_retrans;
+	r->state = sk->__sk_common.skc_state;
+	r->ca_state = BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state);
+	r->rate_app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
+	r->_pad = 0;
+	r->mss = tp->mss_cache;
+	r->delivered = tp->delivered;
+	r->rate_delivered = tp->rate_delivered;
+	r->rate_interval_us = tp->rate_interval_us;
+	r->lost = tp->lost;
+	SUBMIT(r, &e);
 }
 
 static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
 {
-	struct { struct mg_task task; struct mg_tcp_state ev; } *r;
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	struct conn_info *ci;
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct tcp_state_sent *ts;
 	__u32 srtt_us, ssthresh, retrans;
 	__u64 gap;
 
 	if (!enabled(MG_G_TCPSTATE))
 		return;
-	ci = bpf_map_lookup_elem(&conns, &conn);
-	if (!ci)
+	ts = bpf_sk_storage_get(&tcp_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ts)
 		return;
-	srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
-	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	retrans = BPF_CORE_READ(tp, retrans_out);
+	srtt_us = tp->srtt_us >> 3;
+	ssthresh = tp->snd_ssthresh;
+	retrans = tp->retrans_out;
 	/* A snapshot per smoothed RTT (at most one per 4 ms), and whenever loss
 	 * recovery changes something, keeps the series faithful at a fraction
 	 * of the cost of one per ACK: on a LAN, srtt is tens of microseconds. */
 	gap = (__u64)srtt_us * 1000;
 	if (gap < 4000000)
 		gap = 4000000;
-	if (!force && ci->last_state_ns && now - ci->last_state_ns < gap &&
-	    ssthresh == ci->last_ssthresh && retrans == ci->last_retrans)
+	if (!force && ts->time_ns && now - ts->time_ns < gap && ssthresh == ts->ssthresh &&
+	    retrans == ts->retrans)
 		return;
-	ci->last_state_ns = now;
-	ci->last_ssthresh = ssthresh;
-	ci->last_retrans = retrans;
-	r = RESERVE_EVENT(struct mg_tcp_state, MG_TCP_STATE, now);
-	if (!r)
-		return;
-	fill(&r->task, &r->ev.hdr, MG_TCP_STATE, now, conn, 0, sk_netns(sk));
-	r->ev.cwnd = BPF_CORE_READ(tp, snd_cwnd);
-	r->ev.ssthresh = ssthresh;
-	r->ev.srtt_us = srtt_us;
-	r->ev.snd_wnd = BPF_CORE_READ(tp, snd_wnd);
-	r->ev.rcv_wnd = BPF_CORE_READ(tp, rcv_wnd);
-	r->ev.snd_una = BPF_CORE_READ(tp, snd_una);
-	r->ev.snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-	r->ev.packets_out = BPF_CORE_READ(tp, packets_out);
-	r->ev.retrans_out = retrans;
-	r->ev.total_retrans = BPF_CORE_READ(tp, total_retrans);
-	r->ev.state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	r->ev.ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	r->ev.rate_app_limited = BPF_CORE_READ_BITFIELD_PROBED(tp, rate_app_limited);
-	r->ev._pad = 0;
-	r->ev.mss = BPF_CORE_READ(tp, mss_cache);
-	r->ev.delivered = BPF_CORE_READ(tp, delivered);
-	r->ev.rate_delivered = BPF_CORE_READ(tp, rate_delivered);
-	r->ev.rate_interval_us = BPF_CORE_READ(tp, rate_interval_us);
-	r->ev.lost = BPF_CORE_READ(tp, lost);
-	SUBMIT_EVENT(r);
+	ts->time_ns = now;
+	ts->ssthresh = ssthresh;
+	ts->retrans = retrans;
+	emit_tcp_state_rec(sk, conn, now);
 }
 
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
-	struct { struct mg_task task; struct mg_tcp_rcv ev; } *r;
+	struct mg_tcp_rcv *r;
 	struct tcp_skb_cb *cb;
-	__u32 seq, end_seq;
-	__u16 tflags;
 	__u64 now, conn;
-	__s32 len;
+	struct emit e;
 
 	if (!enabled(MG_G_TCP | MG_G_TCPSTATE))
 		return 0;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(sk), 0, now);
+	conn = conn_of(sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
+	now = bpf_ktime_get_ns();
 	if (enabled(MG_G_TCP)) {
-		cb = (struct tcp_skb_cb *)&skb->cb[0];
-		seq = BPF_CORE_READ(cb, seq);
-		end_seq = BPF_CORE_READ(cb, end_seq);
-		tflags = BPF_CORE_READ(cb, tcp_flags);
-		len = end_seq - seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
-		r = RESERVE_EVENT(struct mg_tcp_rcv, MG_TCP_RCV, now);
+		cb = tcp_cb(skb);
+		r = RESERVE_EVENT(struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
 		if (r) {
-			fill(&r->task, &r->ev.hdr, MG_TCP_RCV, now, conn, len, sk_netns(sk));
-			r->ev.hdr.flags = tflags;
-			r->ev.seq = seq;
-			r->ev.ack = BPF_CORE_READ(cb, ack_seq);
-			SUBMIT_EVENT(r);
+			fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
+			r->hdr.flags = cb->tcp_flags;
+			r->seq = cb->seq;
+			r->ack = cb->ack_seq;
+			SUBMIT(r, &e);
 		}
 	}
 	emit_tcp_state(sk, conn, now, 0);
@@ -649,59 +916,55 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 {
-	struct { struct mg_task task; struct mg_tcp_retrans ev; } *r;
+	struct mg_tcp_retrans *r;
 	struct tcp_skb_cb *cb;
-	__u32 seq, end_seq;
-	__u16 tflags;
 	__u64 now, conn;
-	__s32 len;
+	struct emit e;
 
 	if (!enabled(MG_G_TCP))
 		return 0;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(sk), 0, now);
+	conn = conn_of(sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	cb = (struct tcp_skb_cb *)&skb->cb[0];
-	seq = BPF_CORE_READ(cb, seq);
-	end_seq = BPF_CORE_READ(cb, end_seq);
-	tflags = BPF_CORE_READ(cb, tcp_flags);
-	len = end_seq - seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
-	r = RESERVE_EVENT(struct mg_tcp_retrans, MG_TCP_RETRANS, now);
+	now = bpf_ktime_get_ns();
+	cb = tcp_cb(skb);
+	r = RESERVE_EVENT(struct mg_tcp_retrans, MG_TCP_RETRANS, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_TCP_RETRANS, now, conn, err < 0 ? err : len, sk_netns(sk));
-	r->ev.hdr.flags = tflags;
-	r->ev.seq = seq;
-	r->ev.state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_TCP_RETRANS, now, e.pid_tgid, conn, err < 0 ? err : seg_len(cb), sk_netns(sk));
+	r->hdr.flags = cb->tcp_flags;
+	r->seq = cb->seq;
+	r->state = sk->__sk_common.skc_state;
+	r->_pad[0] = r->_pad[1] = r->_pad[2] = 0;
+	SUBMIT(r, &e);
 	emit_tcp_state(sk, conn, now, 1);
 	return 0;
 }
 
 static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64 now)
 {
-	struct { struct mg_task task; struct mg_conn_close ev; } *r;
+	struct mg_conn_close *r;
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	struct sock_addrs a;
+	struct emit e;
 
 	read_addrs(sk, &a);
 	forget_conn_tuple(&a, cookie);
-	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now);
+	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
 	if (r) {
-		fill(&r->task, &r->ev.hdr, MG_CONN_CLOSE, now, cookie, 0, a.netns);
+		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
 		if (a.proto == IPPROTO_TCP_) {
-			r->ev.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
-			r->ev.bytes_received = BPF_CORE_READ(tp, bytes_received);
-			r->ev.total_retrans = BPF_CORE_READ(tp, total_retrans);
+			r->bytes_acked = BPF_CORE_READ(tp, bytes_acked);
+			r->bytes_received = BPF_CORE_READ(tp, bytes_received);
+			r->total_retrans = BPF_CORE_READ(tp, total_retrans);
 		} else {
-			r->ev.bytes_acked = 0;
-			r->ev.bytes_received = 0;
-			r->ev.total_retrans = 0;
+			r->bytes_acked = 0;
+			r->bytes_received = 0;
+			r->total_retrans = 0;
 		}
-		r->ev.state = a.state;
-		r->ev._pad[0] = r->ev._pad[1] = r->ev._pad[2] = 0;
-		SUBMIT_CONTROL(r);
+		r->state = a.state;
+		r->_pad[0] = r->_pad[1] = r->_pad[2] = 0;
+		SUBMIT(r, &e);
 	}
 	/* Kept (the LRU map ages it out) so that the last ACKs and a reused
 	 * cookie lookup do not announce the connection again. */
@@ -715,17 +978,17 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 {
 	__u64 now, cookie, conn;
 
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP_)
+	if (sk->sk_protocol != IPPROTO_TCP_)
 		return 0;
 	if (newstate != TCP_CLOSE_ && newstate != TCP_ESTABLISHED_)
 		return 0;
-	now = bpf_ktime_get_ns();
-	cookie = bpf_get_socket_cookie(sk);
+	cookie = cookie_of(sk, sk);
 	if (newstate == TCP_ESTABLISHED_) {
 		/* Learn the tuple now that both ends are known. */
-		conn_of(sk, cookie, 0, now);
+		conn_of(sk, cookie, 0);
 		return 0;
 	}
+	now = bpf_ktime_get_ns();
 	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
 	if (!ci || ci->closed)
 		return 0;
@@ -780,8 +1043,7 @@ static __always_inline int udp_bound(struct bpf_sock *ctx)
 {
 	if (ctx->protocol != IPPROTO_UDP_)
 		return 1;
-	conn_of((struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1,
-		bpf_ktime_get_ns());
+	conn_of((struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1);
 	return 1;
 }
 
@@ -800,24 +1062,23 @@ int udp_bind6(struct bpf_sock *ctx)
 static __always_inline void emit_tcp_xmit(struct sock *sk, struct sk_buff *skb, __u64 conn,
 					 __u32 snd_nxt, __u64 now)
 {
-	struct { struct mg_task task; struct mg_tcp_xmit ev; } *r;
-	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)&skb->cb[0];
-	__u32 seq = BPF_CORE_READ(cb, seq);
-	__u32 end_seq = BPF_CORE_READ(cb, end_seq);
-	__u16 tflags = BPF_CORE_READ(cb, tcp_flags);
-	__s32 len = end_seq - seq - !!(tflags & TCPHDR_SYN) - !!(tflags & TCPHDR_FIN);
-	__u16 segs = BPF_CORE_READ(cb, tcp_gso_segs);
+	struct mg_tcp_xmit *r;
+	struct tcp_skb_cb *cb = tcp_cb(skb);
+	__u32 seq = cb->seq;
+	__s32 len = seg_len(cb);
+	__u16 segs = cb->tcp_gso_segs;
+	struct emit e;
 
-	r = RESERVE_EVENT(struct mg_tcp_xmit, MG_TCP_XMIT, now);
+	r = RESERVE_EVENT(struct mg_tcp_xmit, MG_TCP_XMIT, now, &e);
 	if (!r)
 		return;
-	fill(&r->task, &r->ev.hdr, MG_TCP_XMIT, now, conn, len, sk_netns(sk));
-	r->ev.hdr.flags = tflags;
-	r->ev.seq = seq;
-	r->ev.gso_segs = segs ? segs : 1;
-	r->ev.retrans = len > 0 && seq_before(seq, snd_nxt);
-	r->ev._pad = 0;
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_TCP_XMIT, now, e.pid_tgid, conn, len, sk_netns(sk));
+	r->hdr.flags = cb->tcp_flags;
+	r->seq = seq;
+	r->gso_segs = segs ? segs : 1;
+	r->retrans = len > 0 && seq_before(seq, snd_nxt);
+	r->_pad = 0;
+	SUBMIT(r, &e);
 }
 
 /*
@@ -845,7 +1106,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		sk = k->sk;
 		if (sk)
 			conn_of(sk, bpf_get_socket_cookie(skops),
-				skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB, bpf_ktime_get_ns());
+				skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB);
 		return 1;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 		break;
@@ -860,10 +1121,10 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	/* tcp_current_mss() asks for the option length with no skb. */
 	if (!skb || !sk)
 		return 1;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(skops), 0, now);
+	conn = conn_of(sk, cookie_of(sk, skops), 0);
 	if (conn == FILTERED || !conn)
 		return 1;
+	now = bpf_ktime_get_ns();
 
 	emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
 	return 1;
@@ -882,11 +1143,11 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 
 	if (!enabled(MG_G_TCP) || !xmit_by_fentry)
 		return 0;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(sk), 0, now);
+	conn = conn_of(sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	emit_tcp_xmit(sk, skb, conn, BPF_CORE_READ((struct tcp_sock *)sk, snd_nxt), now);
+	now = bpf_ktime_get_ns();
+	emit_tcp_xmit(sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
 	return 0;
 }
 
@@ -895,49 +1156,46 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 
 static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 {
-	struct { struct mg_task task; struct mg_ip ev; } *r;
+	struct mg_ip *r;
 	struct sk_buff *skb;
 	struct sock *sk;
+	struct iphdr *ip;
 	__u64 now, conn;
-	__u8 buf[8];
-	__u8 ver;
+	struct emit e;
 
 	if (!enabled(MG_G_IP))
 		return;
 	skb = bpf_cast_to_kern_ctx(ctx);
-	sk = BPF_CORE_READ(skb, sk);
+	sk = skb->sk;
 	if (!sk)
 		return;
-	if (bpf_skb_load_bytes(ctx, 0, buf, sizeof(buf)) < 0)
-		return;
-	now = bpf_ktime_get_ns();
-	conn = conn_of(sk, bpf_get_socket_cookie(ctx), 0, now);
+	conn = conn_of(sk, cookie_of(sk, ctx), 0);
 	if (conn == FILTERED || !conn)
 		return;
-	r = RESERVE_EVENT(struct mg_ip, type, now);
+	now = bpf_ktime_get_ns();
+	/* Here skb->data is the IP header, in the linear part. */
+	ip = KERNEL_CAST(struct iphdr, skb->data);
+	r = RESERVE_EVENT(struct mg_ip, type, now, &e);
 	if (!r)
 		return;
-	fill(&r->task, &r->ev.hdr, type, now, conn, ctx->len, sk_netns(sk));
-	ver = buf[0] >> 4;
-	if (ver == 4) {
-		struct iphdr ip = {};
-		bpf_skb_load_bytes(ctx, 0, &ip, sizeof(ip));
-		r->ev.ip_id = __builtin_bswap16(ip.id);
-		r->ev.ttl = ip.ttl;
-		r->ev.tos = ip.tos;
-		r->ev.proto = ip.protocol;
-		r->ev.family = 4;
+	fill(&r->hdr, type, now, e.pid_tgid, conn, ctx->len, sk_netns(sk));
+	if (BPF_CORE_READ_BITFIELD(ip, version) == 4) {
+		r->ip_id = __builtin_bswap16(ip->id);
+		r->ttl = ip->ttl;
+		r->tos = ip->tos;
+		r->proto = ip->protocol;
+		r->family = 4;
 	} else {
-		struct ipv6hdr ip6 = {};
-		bpf_skb_load_bytes(ctx, 0, &ip6, sizeof(ip6));
-		r->ev.ip_id = 0;
-		r->ev.ttl = ip6.hop_limit;
-		r->ev.tos = (ip6.priority << 4) | (ip6.flow_lbl[0] >> 4);
-		r->ev.proto = ip6.nexthdr;
-		r->ev.family = 6;
+		struct ipv6hdr *ip6 = (struct ipv6hdr *)ip;
+
+		r->ip_id = 0;
+		r->ttl = ip6->hop_limit;
+		r->tos = (BPF_CORE_READ_BITFIELD(ip6, priority) << 4) | (ip6->flow_lbl[0] >> 4);
+		r->proto = ip6->nexthdr;
+		r->family = 6;
 	}
-	r->ev._pad = 0;
-	SUBMIT_EVENT(r);
+	r->_pad = 0;
+	SUBMIT(r, &e);
 }
 
 SEC("cgroup_skb/egress")
@@ -959,19 +1217,52 @@ int ip_ingress(struct __sk_buff *ctx)
 
 /* The socket a packet belongs to: connected, else bound to the local
  * address only, else bound to the wildcard address. */
-static __always_inline __u64 *lookup_tuple(struct tuple *k)
-{
-	__u64 *c = bpf_map_lookup_elem(&tuples, k);
+_Static_assert(sizeof(struct tuple) == sizeof(((struct tuple_slot *)0)->key), "tuple_slot.key");
 
-	if (c)
-		return c;
+static __always_inline __u32 tuple_slot_of(const __u32 *w)
+{
+	/* netns, ports, and the last word of each address. */
+	return (w[0] ^ w[1] ^ w[5] ^ w[9]) % TUPLE_CACHE_SLOTS;
+}
+
+/* The cookie of the socket a packet belongs to: connected, else bound to
+ * the local address only, else bound to the wildcard address; 0 if none.
+ * k is changed. */
+static __always_inline __u64 tuple_cookie(struct tuple *k)
+{
+	__u32 gen = tuple_gen; /* before the lookup: a change after it invalidates */
+	struct cpu_state *st = my_state();
+	const __u32 *w = (const __u32 *)k;
+	struct tuple_slot *ts = NULL;
+	__u64 *c;
+
+	if (st) {
+		ts = &st->tuples[tuple_slot_of(w)];
+		if (ts->gen == gen && ts->cookie && ts->key[0] == w[0] && ts->key[1] == w[1] &&
+		    ts->key[2] == w[2] && ts->key[3] == w[3] && ts->key[4] == w[4] &&
+		    ts->key[5] == w[5] && ts->key[6] == w[6] && ts->key[7] == w[7] &&
+		    ts->key[8] == w[8] && ts->key[9] == w[9] && ts->key[10] == w[10])
+			return ts->cookie;
+	}
+	c = bpf_map_lookup_elem(&tuples, k);
+	if (c) {
+		__u64 cookie = *c;
+
+		if (ts) {
+			__builtin_memcpy(ts->key, k, sizeof(ts->key));
+			ts->gen = gen;
+			ts->cookie = cookie;
+		}
+		return cookie;
+	}
 	__builtin_memset(k->raddr, 0, 16);
 	k->rport = 0;
 	c = bpf_map_lookup_elem(&tuples, k);
 	if (c)
-		return c;
+		return *c;
 	__builtin_memset(k->laddr, 0, 16);
-	return bpf_map_lookup_elem(&tuples, k);
+	c = bpf_map_lookup_elem(&tuples, k);
+	return c ? *c : 0;
 }
 
 /*
@@ -983,176 +1274,240 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 					       int ingress)
 {
 	struct tuple k = {};
-	__u16 ports[2];
-	__u64 *c;
+	struct udphdr *ports;
+	__u16 sport, dport;
+	__u64 *c, cookie;
 
 	k.netns = netns;
 	if (l3proto == ETH_P_IP) {
-		struct iphdr ip;
+		struct iphdr *ip = KERNEL_CAST(struct iphdr, l3);
 		struct frag_key fk = {};
+		__u32 saddr, daddr;
 		__u16 frag;
 
-		if (bpf_probe_read_kernel(&ip, sizeof(ip), l3))
-			return 0;
-		k.proto = ip.protocol;
+		k.proto = ip->protocol;
 		if (k.proto != IPPROTO_TCP_ && k.proto != IPPROTO_UDP_)
 			return 0;
-		frag = __builtin_bswap16(ip.frag_off);
-		fk.netns = netns;
-		fk.saddr = ip.saddr;
-		fk.daddr = ip.daddr;
-		fk.id = ip.id;
-		fk.proto = ip.protocol;
+		frag = __builtin_bswap16(ip->frag_off);
+		saddr = ip->saddr;
+		daddr = ip->daddr;
+		if (frag & (IP_OFFSET | IP_MF)) {
+			fk.netns = netns;
+			fk.saddr = saddr;
+			fk.daddr = daddr;
+			fk.id = ip->id;
+			fk.proto = k.proto;
+		}
 		if (frag & IP_OFFSET) {
 			c = bpf_map_lookup_elem(&frags, &fk);
 			return c ? *c : 0;
 		}
-		if (bpf_probe_read_kernel(ports, sizeof(ports), l3 + (ip.ihl & 0xf) * 4))
-			return 0;
+		/* TCP and UDP both start with the two ports. */
+		ports = KERNEL_CAST(struct udphdr, l3 + BPF_CORE_READ_BITFIELD(ip, ihl) * 4);
+		sport = ports->source;
+		dport = ports->dest;
 		if (ingress) {
-			__builtin_memcpy(k.laddr, &ip.daddr, 4);
-			__builtin_memcpy(k.raddr, &ip.saddr, 4);
+			__builtin_memcpy(k.laddr, &daddr, 4);
+			__builtin_memcpy(k.raddr, &saddr, 4);
 		} else {
-			__builtin_memcpy(k.laddr, &ip.saddr, 4);
-			__builtin_memcpy(k.raddr, &ip.daddr, 4);
+			__builtin_memcpy(k.laddr, &saddr, 4);
+			__builtin_memcpy(k.raddr, &daddr, 4);
 		}
-		k.lport = __builtin_bswap16(ingress ? ports[1] : ports[0]);
-		k.rport = __builtin_bswap16(ingress ? ports[0] : ports[1]);
-		c = lookup_tuple(&k);
-		if (c && (frag & IP_MF))
-			bpf_map_update_elem(&frags, &fk, c, BPF_ANY);
-		return c ? *c : 0;
+		k.lport = __builtin_bswap16(ingress ? dport : sport);
+		k.rport = __builtin_bswap16(ingress ? sport : dport);
+		cookie = tuple_cookie(&k);
+		if (cookie && (frag & IP_MF))
+			bpf_map_update_elem(&frags, &fk, &cookie, BPF_ANY);
+		return cookie;
 	}
 	if (l3proto == ETH_P_IPV6) {
-		struct ipv6hdr ip6;
+		struct ipv6hdr *ip6 = KERNEL_CAST(struct ipv6hdr, l3);
 
-		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), l3))
-			return 0;
-		k.proto = ip6.nexthdr;
+		k.proto = ip6->nexthdr;
 		if (k.proto != IPPROTO_TCP_ && k.proto != IPPROTO_UDP_)
 			return 0;
-		if (bpf_probe_read_kernel(ports, sizeof(ports), l3 + sizeof(ip6)))
-			return 0;
+		ports = KERNEL_CAST(struct udphdr, l3 + sizeof(struct ipv6hdr));
+		sport = ports->source;
+		dport = ports->dest;
 		if (ingress) {
-			__builtin_memcpy(k.laddr, &ip6.daddr, 16);
-			__builtin_memcpy(k.raddr, &ip6.saddr, 16);
+			__builtin_memcpy(k.laddr, &ip6->daddr, 16);
+			__builtin_memcpy(k.raddr, &ip6->saddr, 16);
 		} else {
-			__builtin_memcpy(k.laddr, &ip6.saddr, 16);
-			__builtin_memcpy(k.raddr, &ip6.daddr, 16);
+			__builtin_memcpy(k.laddr, &ip6->saddr, 16);
+			__builtin_memcpy(k.raddr, &ip6->daddr, 16);
 		}
-		k.lport = __builtin_bswap16(ingress ? ports[1] : ports[0]);
-		k.rport = __builtin_bswap16(ingress ? ports[0] : ports[1]);
-		c = lookup_tuple(&k);
-		return c ? *c : 0;
+		k.lport = __builtin_bswap16(ingress ? dport : sport);
+		k.rport = __builtin_bswap16(ingress ? sport : dport);
+		return tuple_cookie(&k);
 	}
 	return 0;
+}
+
+/* The connection of a cookie found from a packet's addresses: itself if
+ * selected, FILTERED if not, 0 if the table no longer has it (a stale
+ * tuple: not announced, not ours). */
+static __always_inline __u64 conn_known(__u64 cookie)
+{
+	struct conn_info *ci;
+
+	switch (cached_verdict(my_state(), cookie)) {
+	case VERDICT_SELECTED:
+		return cookie;
+	case VERDICT_FILTERED:
+		return FILTERED;
+	}
+	ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (!ci)
+		return 0;
+	if (ci->selected) {
+		cache_verdict(cookie, 1);
+		return cookie;
+	}
+	if (!ci->eligible)
+		cache_verdict(cookie, 0);
+	return FILTERED;
+}
+
+/* Announce an interface not in this CPU's cache: from the map, or with a
+ * new iface record. */
+static __noinline void announce_iface_slow(const struct net_device *dev, __u32 netns, __u32 ifindex,
+					   __u64 now)
+{
+	__u64 key = ((__u64)netns << 32) | ifindex;
+	struct cpu_state *st = my_state();
+	__u32 slot = (netns ^ ifindex) & (IFACE_CACHE_SLOTS - 1);
+	struct mg_iface *r;
+	__u8 one = 1;
+	struct emit e;
+
+	if (bpf_map_lookup_elem(&ifaces_seen, &key)) {
+		if (st)
+			st->ifaces[slot] = key + 1;
+		return;
+	}
+	r = RESERVE_CONTROL(struct mg_iface, MG_IFACE, now, &e);
+	if (!r)
+		return;
+	bpf_map_update_elem(&ifaces_seen, &key, &one, BPF_ANY);
+	if (st)
+		st->ifaces[slot] = key + 1;
+	fill(&r->hdr, MG_IFACE, now, e.pid_tgid, 0, 0, netns);
+	r->ifindex = ifindex;
+	r->_pad = 0;
+	BPF_CORE_READ_STR_INTO(&r->name, dev, name);
+	SUBMIT(r, &e);
 }
 
 static __always_inline void announce_iface(const struct net_device *dev, __u32 netns, __u32 ifindex,
 					   __u64 now)
 {
-	struct { struct mg_task task; struct mg_iface ev; } *r;
 	__u64 key = ((__u64)netns << 32) | ifindex;
-	__u8 one = 1;
+	struct cpu_state *st = my_state();
 
-	if (bpf_map_lookup_elem(&ifaces_seen, &key))
+	/* + 1: a zeroed slot must not match netns 0, ifindex 0. */
+	if (st && st->ifaces[(netns ^ ifindex) & (IFACE_CACHE_SLOTS - 1)] == key + 1)
 		return;
-	r = RESERVE_CONTROL(struct mg_iface, MG_IFACE, now);
-	if (!r)
-		return;
-	bpf_map_update_elem(&ifaces_seen, &key, &one, BPF_ANY);
-	fill(&r->task, &r->ev.hdr, MG_IFACE, now, 0, 0, netns);
-	r->ev.ifindex = ifindex;
-	r->ev._pad = 0;
-	BPF_CORE_READ_STR_INTO(&r->ev.name, dev, name);
-	SUBMIT_CONTROL(r);
+	announce_iface_slow(dev, netns, ifindex, now);
 }
 
-static __always_inline void emit_headers(struct sk_buff *skb, unsigned char *l2, __u32 netns,
-					 __u32 ifindex, __u64 conn, __u8 dir, __u64 now)
-{
-	struct { struct mg_task task; struct mg_headers ev; } *r;
-	unsigned char *data = BPF_CORE_READ(skb, data);
-	__u32 headlen = BPF_CORE_READ(skb, len) - BPF_CORE_READ(skb, data_len);
-	__u32 cap = headlen + (__u32)(data - l2);
+/* Where emit_headers finds a packet and what it knows of it. */
+struct headers_at {
+	unsigned char *l2;
+	__u64 conn;
+	__u64 now;
+	__u32 netns;
+	__u32 ifindex;
+	__u8 dir;
+};
 
-	r = RESERVE_EVENT(struct mg_headers, MG_HEADERS, now);
+static __noinline void emit_headers(struct sk_buff *skb, const struct headers_at *at)
+{
+	struct mg_headers *r;
+	unsigned char *data = skb->data, *l2 = at->l2;
+	__u32 headlen = skb->len - skb->data_len;
+	__u32 cap = headlen + (__u32)(data - l2);
+	__u64 now = at->now;
+	struct emit e;
+
+	r = RESERVE_EVENT(struct mg_headers, MG_HEADERS, now, &e);
 	if (!r)
 		return;
-	fill(&r->task, &r->ev.hdr, MG_HEADERS, now, conn, BPF_CORE_READ(skb, len) + (__u32)(data - l2),
-	     netns);
-	r->ev.hdr.flags = dir;
+	fill(&r->hdr, MG_HEADERS, now, e.pid_tgid, at->conn, skb->len + (__u32)(data - l2), at->netns);
+	r->hdr.flags = at->dir;
 	if (cap > MG_SNAP_LEN)
 		cap = MG_SNAP_LEN;
-	r->ev.ifindex = ifindex;
-	r->ev.caplen = cap;
-	r->ev.dir = dir;
-	r->ev._pad = 0;
-	__builtin_memset(r->ev.data, 0, MG_SNAP_LEN);
+	r->ifindex = at->ifindex;
+	r->caplen = cap;
+	r->dir = at->dir;
+	r->_pad = 0;
+	__builtin_memset(r->data, 0, MG_SNAP_LEN);
 	if (cap)
-		bpf_probe_read_kernel(r->ev.data, cap, l2);
-	SUBMIT_EVENT(r);
+		bpf_probe_read_kernel(r->data, cap, l2);
+	SUBMIT(r, &e);
 }
 
 static __always_inline void dev_event(struct sk_buff *skb, const struct net_device *dev, __u8 type)
 {
-	struct { struct mg_task task; struct mg_dev ev; } *r;
+	struct mg_dev *r;
+	struct skb_shared_info *si;
 	unsigned char *head, *l3, *l2;
 	struct sock *sk;
 	__u32 netns, ifindex;
 	__u64 now, conn = 0;
-	__u16 l3proto;
+	struct emit e;
+	__u16 l3proto, segs;
 	int ingress = type == MG_DEV_RECV;
 
 	if (!enabled(MG_G_DEV | MG_G_HEADERS))
 		return;
 	if (!dev)
-		dev = BPF_CORE_READ(skb, dev);
-	netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-	ifindex = BPF_CORE_READ(dev, ifindex);
-	l3proto = __builtin_bswap16(BPF_CORE_READ(skb, protocol));
-	head = BPF_CORE_READ(skb, head);
-	l2 = head + BPF_CORE_READ(skb, mac_header);
+		dev = skb->dev;
+	netns = dev->nd_net.net->ns.inum;
+	ifindex = dev->ifindex;
+	l3proto = __builtin_bswap16(skb->protocol);
+	head = skb->head;
+	l2 = head + skb->mac_header;
 	if (ingress)
-		l3 = BPF_CORE_READ(skb, data);
+		l3 = skb->data;
 	else
-		l3 = head + BPF_CORE_READ(skb, network_header);
-	now = bpf_ktime_get_ns();
-	sk = BPF_CORE_READ(skb, sk);
+		l3 = head + skb->network_header;
+	sk = skb->sk;
 	if (!ingress && sk && sk_is_full(sk)) {
-		conn = conn_of(sk, sk_cookie(sk), 0, now);
+		conn = conn_of(sk, sk_cookie(sk), 0);
 	} else {
 		conn = conn_from_headers(l3, l3proto, netns, ingress);
-		if (conn) {
-			struct conn_info *ci = bpf_map_lookup_elem(&conns, &conn);
-			if (!ci)
-				conn = 0; /* a stale tuple: not announced, not ours */
-			else if (!ci->selected)
-				conn = FILTERED;
-		}
+		if (conn)
+			conn = conn_known(conn);
 	}
 	if (conn == FILTERED)
 		return;
 	if (!conn && !unattributed_ok(netns))
 		return;
+	now = bpf_ktime_get_ns();
 	announce_iface(dev, netns, ifindex, now);
-	if (enabled(MG_G_HEADERS) && type != MG_DEV_QUEUE)
-		emit_headers(skb, ingress ? l2 : BPF_CORE_READ(skb, data), netns, ifindex, conn,
-			     ingress, now);
+	if (enabled(MG_G_HEADERS) && type != MG_DEV_QUEUE) {
+		struct headers_at at = {
+			.l2 = ingress ? l2 : skb->data,
+			.conn = conn,
+			.now = now,
+			.netns = netns,
+			.ifindex = ifindex,
+			.dir = ingress,
+		};
+		emit_headers(skb, &at);
+	}
 	if (!enabled(MG_G_DEV))
 		return;
-	r = RESERVE_EVENT(struct mg_dev, type, now);
+	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
+	segs = si->gso_segs;
+	r = RESERVE_EVENT(struct mg_dev, type, now, &e);
 	if (!r)
 		return;
-	fill(&r->task, &r->ev.hdr, type, now, conn, BPF_CORE_READ(skb, len), netns);
-	r->ev.ifindex = ifindex;
-	{
-		struct skb_shared_info *si = (void *)(head + BPF_CORE_READ(skb, end));
-		__u16 segs = BPF_CORE_READ(si, gso_segs);
-		r->ev.gso_segs = segs ? segs : 1;
-	}
-	r->ev._pad = 0;
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, type, now, e.pid_tgid, conn, skb->len, netns);
+	r->ifindex = ifindex;
+	r->gso_segs = segs ? segs : 1;
+	r->_pad = 0;
+	SUBMIT(r, &e);
 }
 
 SEC("tp_btf/net_dev_queue")
@@ -1183,40 +1538,41 @@ SEC("tp_btf/kfree_skb")
 int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
 	     struct sock *rx_sk)
 {
-	struct { struct mg_task task; struct mg_drop ev; } *r;
+	struct mg_drop *r;
 	struct net_device *dev;
 	struct sock *sk = rx_sk;
 	__u32 netns = 0, ifindex = 0;
 	__u64 now, conn = 0;
+	struct emit e;
 
 	if (!enabled(MG_G_DROP))
 		return 0;
-	now = bpf_ktime_get_ns();
 	if (!sk)
-		sk = BPF_CORE_READ(skb, sk);
-	dev = BPF_CORE_READ(skb, dev);
+		sk = skb->sk;
+	dev = skb->dev;
 	if (dev) {
-		netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
-		ifindex = BPF_CORE_READ(dev, ifindex);
+		netns = dev->nd_net.net->ns.inum;
+		ifindex = dev->ifindex;
 	}
 	if (sk && sk_is_full(sk)) {
-		conn = conn_of(sk, sk_cookie(sk), 0, now);
+		conn = conn_of(sk, sk_cookie(sk), 0);
 		if (conn == FILTERED)
 			return 0;
 		netns = sk_netns(sk);
 	}
 	if (!conn && !unattributed_ok(netns))
 		return 0;
-	r = RESERVE_EVENT(struct mg_drop, MG_DROP, now);
+	now = bpf_ktime_get_ns();
+	r = RESERVE_EVENT(struct mg_drop, MG_DROP, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_DROP, now, conn, BPF_CORE_READ(skb, len), netns);
-	r->ev.reason = reason;
-	r->ev.ifindex = ifindex;
-	r->ev.l3proto = __builtin_bswap16(BPF_CORE_READ(skb, protocol));
-	r->ev.l4proto = sk && sk_is_full(sk) ? BPF_CORE_READ(sk, sk_protocol) : 0;
-	__builtin_memset(r->ev._pad, 0, sizeof(r->ev._pad));
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_DROP, now, e.pid_tgid, conn, skb->len, netns);
+	r->reason = reason;
+	r->ifindex = ifindex;
+	r->l3proto = __builtin_bswap16(skb->protocol);
+	r->l4proto = sk && sk_is_full(sk) ? sk->sk_protocol : 0;
+	__builtin_memset(r->_pad, 0, sizeof(r->_pad));
+	SUBMIT(r, &e);
 	return 0;
 }
 
@@ -1227,89 +1583,93 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	struct { struct mg_task task; struct mg_sched_switch ev; } *r;
+	struct mg_sched_switch *r;
 	__u64 now;
+	struct emit e;
 
 	if (!enabled(MG_G_SCHED))
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(prev) && !task_selected(next))
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT(struct mg_sched_switch, MG_SCHED_SWITCH, now);
+	r = RESERVE_EVENT(struct mg_sched_switch, MG_SCHED_SWITCH, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_SCHED_SWITCH, now, 0, 0, 0);
-	r->ev.next_tid = BPF_CORE_READ(next, pid);
-	r->ev.next_pid = BPF_CORE_READ(next, tgid);
-	r->ev.prev_state = prev_state;
-	r->ev._pad = 0;
-	BPF_CORE_READ_STR_INTO(&r->ev.next_comm, next, comm);
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_SCHED_SWITCH, now, e.pid_tgid, 0, 0, 0);
+	r->next_tid = next->pid;
+	r->next_pid = next->tgid;
+	r->prev_state = prev_state;
+	r->_pad = 0;
+	BPF_CORE_READ_STR_INTO(&r->next_comm, next, comm);
+	SUBMIT(r, &e);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(sched_wakeup, struct task_struct *p)
 {
-	struct { struct mg_task task; struct mg_sched_wakeup ev; } *r;
+	struct mg_sched_wakeup *r;
 	__u64 now;
+	struct emit e;
 
 	if (!enabled(MG_G_SCHED))
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(p))
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT(struct mg_sched_wakeup, MG_SCHED_WAKEUP, now);
+	r = RESERVE_EVENT(struct mg_sched_wakeup, MG_SCHED_WAKEUP, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_SCHED_WAKEUP, now, 0, 0, 0);
-	r->ev.target_tid = BPF_CORE_READ(p, pid);
-	r->ev.target_cpu = BPF_CORE_READ(p, wake_cpu);
-	BPF_CORE_READ_STR_INTO(&r->ev.target_comm, p, comm);
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_SCHED_WAKEUP, now, e.pid_tgid, 0, 0, 0);
+	r->target_tid = p->pid;
+	r->target_cpu = p->wake_cpu;
+	BPF_CORE_READ_STR_INTO(&r->target_comm, p, comm);
+	SUBMIT(r, &e);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct *child)
 {
-	struct { struct mg_task task; struct mg_sched_fork ev; } *r;
+	struct mg_sched_fork *r;
 	__u64 now;
+	struct emit e;
 
 	if (!enabled(MG_G_SCHED))
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(parent))
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT(struct mg_sched_fork, MG_SCHED_FORK, now);
+	r = RESERVE_EVENT(struct mg_sched_fork, MG_SCHED_FORK, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_SCHED_FORK, now, 0, 0, 0);
-	r->ev.child_tid = BPF_CORE_READ(child, pid);
-	r->ev.child_pid = BPF_CORE_READ(child, tgid);
-	BPF_CORE_READ_STR_INTO(&r->ev.child_comm, child, comm);
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_SCHED_FORK, now, e.pid_tgid, 0, 0, 0);
+	r->child_tid = child->pid;
+	r->child_pid = child->tgid;
+	BPF_CORE_READ_STR_INTO(&r->child_comm, child, comm);
+	SUBMIT(r, &e);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 {
-	struct { struct mg_task task; struct mg_sched_exit ev; } *r;
+	struct mg_sched_exit *r;
 	__u64 now;
+	struct emit e;
 
 	if (!enabled(MG_G_SCHED))
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(p))
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT(struct mg_sched_exit, MG_SCHED_EXIT, now);
+	r = RESERVE_EVENT(struct mg_sched_exit, MG_SCHED_EXIT, now, &e);
 	if (!r)
 		return 0;
-	fill(&r->task, &r->ev.hdr, MG_SCHED_EXIT, now, 0, BPF_CORE_READ(p, exit_code), 0);
-	r->ev.exit_code = BPF_CORE_READ(p, exit_code);
-	r->ev.group_dead = group_dead;
-	r->ev._pad[0] = r->ev._pad[1] = r->ev._pad[2] = 0;
-	SUBMIT_EVENT(r);
+	fill(&r->hdr, MG_SCHED_EXIT, now, e.pid_tgid, 0, p->exit_code, 0);
+	r->exit_code = p->exit_code;
+	r->group_dead = group_dead;
+	r->_pad[0] = r->_pad[1] = r->_pad[2] = 0;
+	SUBMIT(r, &e);
 	return 0;
 }

@@ -3,7 +3,10 @@
 package probe
 
 import (
+	"os"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -209,13 +212,13 @@ func TestMapValueLayoutsMatchBTF(t *testing.T) {
 	}
 }
 
-func TestTaskPrefixSize(t *testing.T) {
+func TestTaskSuffixSize(t *testing.T) {
 	task := cStruct(t, objectBTF(t), "mg_task")
-	if TaskPrefixSize != int(task.Size) {
-		t.Errorf("TaskPrefixSize = %d, struct mg_task is %d bytes", TaskPrefixSize, task.Size)
+	if TaskSuffixSize != int(task.Size) {
+		t.Errorf("TaskSuffixSize = %d, struct mg_task is %d bytes", TaskSuffixSize, task.Size)
 	}
-	if TaskPrefixSize%8 != 0 {
-		t.Errorf("TaskPrefixSize = %d keeps the payload after it unaligned", TaskPrefixSize)
+	if TaskSuffixSize%8 != 0 {
+		t.Errorf("TaskSuffixSize = %d makes ring records that are not a multiple of 8", TaskSuffixSize)
 	}
 }
 
@@ -256,5 +259,36 @@ func TestCommonFieldsMatchBTF(t *testing.T) {
 		if f.Kind != want {
 			t.Errorf("%s: trace kind %q, C type %s wants %q", m.Name, f.Kind, in.Name, want)
 		}
+	}
+}
+
+func TestRingBytesPerCPU(t *testing.T) {
+	page := os.Getpagesize()
+	for _, tc := range []struct{ total, cpus, want int }{
+		{8 << 20, 2, 4 << 20},
+		{8 << 20, 3, 2 << 20},
+		{8 << 20, 64, 128 << 10},
+		{page, 2, page},
+		{page, 1, page},
+		{64 << 10, 2, 32 << 10},
+	} {
+		if got := RingBytesPerCPU(tc.total, tc.cpus); got != tc.want {
+			t.Errorf("RingBytesPerCPU(%d, %d) = %d, want %d", tc.total, tc.cpus, got, tc.want)
+		}
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	got, err := parseCPUList("0-3,5,7-8")
+	if err != nil || !slices.Equal(got, []int{0, 1, 2, 3, 5, 7, 8}) {
+		t.Fatalf("parseCPUList = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "a", "3-1", "1-", "-1"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) accepted", bad)
+		}
+	}
+	if cpus := OnlineCPUs(runtime.NumCPU()); len(cpus) == 0 {
+		t.Error("no online CPU")
 	}
 }

@@ -14,16 +14,34 @@ import (
 )
 
 type magnetConnInfo struct {
-	_            structs.HostLayout
-	LastStateNs  uint64
-	LastSsthresh uint32
-	LastRetrans  uint32
-	Selected     uint8
-	Proto        uint8
-	Closed       uint8
-	Eligible     uint8
-	Lport        uint16
-	Pad          uint16
+	_        structs.HostLayout
+	Selected uint8
+	Proto    uint8
+	Closed   uint8
+	Eligible uint8
+	Lport    uint16
+	Pad      uint16
+}
+
+type magnetCpuState struct {
+	_        structs.HostLayout
+	TaskSent struct {
+		_       structs.HostLayout
+		PidTgid uint64
+		Uid     uint32
+		Pad     uint32
+		Comm    [2]uint64
+	}
+	LostPending [2]uint32
+	Pad         [6]uint32
+	Verdicts    [64]uint64
+	Ifaces      [16]uint64
+	Tuples      [16]struct {
+		_      structs.HostLayout
+		Key    [11]uint32
+		Gen    uint32
+		Cookie uint64
+	}
 }
 
 type magnetFragKey struct {
@@ -454,6 +472,13 @@ const (
 	magnetMgTypeMG_TYPE_MAX     magnetMgType = 24
 )
 
+type magnetTcpStateSent struct {
+	_        structs.HostLayout
+	TimeNs   uint64
+	Ssthresh uint32
+	Retrans  uint32
+}
+
 type magnetTuple struct {
 	_     structs.HostLayout
 	Netns uint32
@@ -472,10 +497,12 @@ const (
 	magnetMapConns             = "conns"
 	magnetMapControl           = "control"
 	magnetMapCounters          = "counters"
+	magnetMapCpuStates         = "cpu_states"
 	magnetMapEvents            = "events"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
 	magnetMapLostStates        = "lost_states"
+	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
 	magnetProgInetSockSetState = "inet_sock_set_state"
 	magnetProgIpEgress         = "ip_egress"
@@ -529,6 +556,7 @@ const (
 	magnetVarFilterPort        = "filter_port"
 	magnetVarFilterTgid        = "filter_tgid"
 	magnetVarSelfTgid          = "self_tgid"
+	magnetVarTupleGen          = "tuple_gen"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
@@ -604,10 +632,12 @@ type magnetMapSpecs struct {
 	Conns      *ebpf.MapSpec `ebpf:"conns"`
 	Control    *ebpf.MapSpec `ebpf:"control"`
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	CpuStates  *ebpf.MapSpec `ebpf:"cpu_states"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Frags      *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen *ebpf.MapSpec `ebpf:"ifaces_seen"`
 	LostStates *ebpf.MapSpec `ebpf:"lost_states"`
+	TcpStates  *ebpf.MapSpec `ebpf:"tcp_states"`
 	Tuples     *ebpf.MapSpec `ebpf:"tuples"`
 }
 
@@ -646,6 +676,7 @@ type magnetVariableSpecs struct {
 	FilterPort    *ebpf.VariableSpec `ebpf:"filter_port"`
 	FilterTgid    *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TupleGen      *ebpf.VariableSpec `ebpf:"tuple_gen"`
 	XmitByFentry  *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -672,10 +703,12 @@ type magnetMaps struct {
 	Conns      *ebpf.Map `ebpf:"conns"`
 	Control    *ebpf.Map `ebpf:"control"`
 	Counters   *ebpf.Map `ebpf:"counters"`
+	CpuStates  *ebpf.Map `ebpf:"cpu_states"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Frags      *ebpf.Map `ebpf:"frags"`
 	IfacesSeen *ebpf.Map `ebpf:"ifaces_seen"`
 	LostStates *ebpf.Map `ebpf:"lost_states"`
+	TcpStates  *ebpf.Map `ebpf:"tcp_states"`
 	Tuples     *ebpf.Map `ebpf:"tuples"`
 }
 
@@ -684,10 +717,12 @@ func (m *magnetMaps) Close() error {
 		m.Conns,
 		m.Control,
 		m.Counters,
+		m.CpuStates,
 		m.Events,
 		m.Frags,
 		m.IfacesSeen,
 		m.LostStates,
+		m.TcpStates,
 		m.Tuples,
 	)
 }
@@ -727,6 +762,7 @@ type magnetVariables struct {
 	FilterPort    *ebpf.Variable `ebpf:"filter_port"`
 	FilterTgid    *ebpf.Variable `ebpf:"filter_tgid"`
 	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
+	TupleGen      *ebpf.Variable `ebpf:"tuple_gen"`
 	XmitByFentry  *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

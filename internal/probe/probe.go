@@ -13,6 +13,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -78,7 +79,7 @@ type Filters struct {
 type Options struct {
 	Groups       event.Group
 	Filters      Filters
-	BufferBytes  int // events ring; a power of two, at least one page
+	BufferBytes  int // events rings, all CPUs together; a power of two, at least one page
 	ControlBytes int // control ring
 	SelfTGID     uint32
 	// ExcludeCgroupID is a cgroup2 id whose sockets are never traced, at
@@ -95,10 +96,10 @@ var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run
 // Probe is a loaded and attached set of magnet's programs. Close detaches
 // and unloads them; the caller must call it.
 type Probe struct {
-	Events   *ebpf.Map // ring buffer of data events
-	Control  *ebpf.Map // ring buffer of connection lifecycle
-	Counters *ebpf.Map // per-CPU produced/lost counters per type
-	Lost     *ebpf.Map // per-CPU losses not yet reported in the stream
+	Events   []*ebpf.Map // ring buffers of data events, one per CPU online at Load
+	Control  *ebpf.Map   // ring buffer of connection lifecycle
+	Counters *ebpf.Map   // per-CPU produced/lost counters per type
+	Lost     *ebpf.Map   // per-CPU losses not yet reported in the stream
 	Status   []HookStatus
 	coll     *ebpf.Collection
 	links    []link.Link
@@ -114,7 +115,24 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse bpf object: %w", err)
 	}
-	spec.Maps["events"].MaxEntries = uint32(opts.BufferBytes)
+	possible, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count CPUs: %w", err)
+	}
+	online := OnlineCPUs(possible)
+	perCPU := RingBytesPerCPU(opts.BufferBytes, len(online))
+	rings, err := newCPURings(spec.Maps["events"], possible, online, perCPU)
+	if err != nil {
+		return nil, err
+	}
+	closeRings := true
+	defer func() {
+		if closeRings {
+			for _, m := range rings {
+				m.Close()
+			}
+		}
+	}()
 	spec.Maps["control"].MaxEntries = uint32(opts.ControlBytes)
 	set := func(name string, v any) error {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -133,7 +151,7 @@ func Load(opts Options) (*Probe, error) {
 		{"filter_cgroup", opts.Filters.CgroupID},
 		{"self_tgid", opts.SelfTGID},
 		{"exclude_cgroup", opts.ExcludeCgroupID},
-		{"events_wakeup", uint64(opts.BufferBytes / 8)},
+		{"events_wakeup", uint64(perCPU / 8)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
 	} {
@@ -182,8 +200,9 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
+	closeRings = false
 	p := &Probe{
-		Events:   coll.Maps["events"],
+		Events:   rings,
 		Control:  coll.Maps["control"],
 		Counters: coll.Maps["counters"],
 		Lost:     coll.Maps["lost_states"],
@@ -281,7 +300,95 @@ func (p *Probe) Detach() {
 func (p *Probe) Close() error {
 	p.Detach()
 	p.coll.Close()
+	for _, m := range p.Events {
+		m.Close()
+	}
 	return nil
+}
+
+// RingBytesPerCPU is the size of each CPU's events ring when cpus CPUs share
+// total bytes: the largest power of two that fits, and at least a page (so
+// a tiny total may be exceeded).
+func RingBytesPerCPU(total, cpus int) int {
+	n := os.Getpagesize()
+	for n*2*max(cpus, 1) <= total {
+		n *= 2
+	}
+	return n
+}
+
+// OnlineCPUs lists the CPUs online now (/sys/devices/system/cpu/online),
+// or all possible ones if that cannot be read.
+func OnlineCPUs(possible int) []int {
+	all := make([]int, possible)
+	for i := range all {
+		all[i] = i
+	}
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return all
+	}
+	cpus, err := parseCPUList(strings.TrimSpace(string(data)))
+	if err != nil || len(cpus) == 0 {
+		return all
+	}
+	var out []int
+	for _, c := range cpus {
+		if c < possible {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// parseCPUList parses the kernel's CPU list format: "0-3,5,7-8".
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("cpu list %q: %w", s, err)
+			}
+		}
+		if a < 0 || b < a || b-a > 1<<16 {
+			return nil, fmt.Errorf("cpu list %q: bad range %q", s, part)
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// newCPURings creates the events ring of each online CPU and makes them
+// the content of the outer map spec (sized for every possible CPU), so that
+// no program ever runs on an online CPU without its ring. The caller closes
+// the rings.
+func newCPURings(outer *ebpf.MapSpec, possible int, online []int, size int) ([]*ebpf.Map, error) {
+	inner := outer.InnerMap.Copy()
+	inner.MaxEntries = uint32(size)
+	outer.MaxEntries = uint32(possible)
+	outer.InnerMap.MaxEntries = uint32(size)
+	outer.Contents = nil
+	var rings []*ebpf.Map
+	for _, cpu := range online {
+		m, err := ebpf.NewMap(inner)
+		if err != nil {
+			for _, r := range rings {
+				r.Close()
+			}
+			return nil, fmt.Errorf("create events ring of CPU %d: %w", cpu, err)
+		}
+		rings = append(rings, m)
+		outer.Contents = append(outer.Contents, ebpf.MapKV{Key: uint32(cpu), Value: m})
+	}
+	return rings, nil
 }
 
 // CheckHooks reports, without loading anything, which hooks this kernel
@@ -343,7 +450,8 @@ func tryLoad(program string) error {
 			delete(spec.Programs, name)
 		}
 	}
-	spec.Maps["events"].MaxEntries = uint32(os.Getpagesize())
+	spec.Maps["events"].MaxEntries = 1
+	spec.Maps["events"].InnerMap.MaxEntries = uint32(os.Getpagesize())
 	spec.Maps["control"].MaxEntries = uint32(os.Getpagesize())
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
@@ -423,9 +531,11 @@ func Layouts() map[event.Type]reflect.Type {
 	}
 }
 
-// TaskPrefixSize is the size of struct mg_task, which precedes every event
-// in the ring buffers and is not written to traces.
-var TaskPrefixSize = int(reflect.TypeOf(magnetMgTask{}).Size())
+// TaskSuffixSize is the size of struct mg_task, which follows an event in a
+// ring record when the reader may not know the event's thread yet (always
+// in the control ring), and is not written to traces as such: a ring record
+// is exactly its event's size, or that plus TaskSuffixSize.
+var TaskSuffixSize = int(reflect.TypeOf(magnetMgTask{}).Size())
 
 // CountersOf sums the per-CPU produced and lost counters by event type.
 func (p *Probe) CountersOf() (produced, lost [event.NumTypes]uint64, err error) {

@@ -5,16 +5,14 @@ package probe
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
-
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/ring"
 )
 
 // loopbackPair connects a client to a server on 127.0.0.1; the server
@@ -45,22 +43,43 @@ func loopbackPair(t *testing.T, ln net.Listener) net.Conn {
 	return c
 }
 
-// drainRing reads every record now in the ring (all were submitted before
-// the call: the socket calls that made them have returned).
-func drainRing(t *testing.T, rd *ringbuf.Reader) [][]byte {
+// ringReaders maps every CPU's events ring of p; they are closed with the
+// test.
+func ringReaders(t *testing.T, p *Probe) []*ring.Reader {
 	t.Helper()
-	var out [][]byte
-	for {
-		rd.SetDeadline(time.Now().Add(20 * time.Millisecond))
-		rec, err := rd.Read()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return out
-		}
+	var rs []*ring.Reader
+	for _, m := range p.Events {
+		rd, err := ring.NewReader(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, rec.RawSample[TaskPrefixSize:])
+		t.Cleanup(func() { rd.Close() })
+		rs = append(rs, rd)
 	}
+	return rs
+}
+
+// drainRing reads every record now in the rings (all were submitted before
+// the call: the socket calls that made them have returned), each without
+// the struct mg_task that may follow it.
+func drainRing(t *testing.T, rs []*ring.Reader) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, rd := range rs {
+		for {
+			rec, st, err := rd.Peek()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != ring.Record {
+				break
+			}
+			out = append(out, bytes.Clone(rec))
+			rd.Advance()
+		}
+		rd.Commit()
+	}
+	return out
 }
 
 func countType(recs [][]byte, typ event.Type) int {
@@ -92,11 +111,7 @@ func TestSetGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	rd, err := ringbuf.NewReader(p.Events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
+	rd := ringReaders(t, p)
 
 	c := loopbackPair(t, ln)
 	msg := make([]byte, 1000)
@@ -150,11 +165,7 @@ func TestDeliveryRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	rd, err := ringbuf.NewReader(p.Events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
+	rd := ringReaders(t, p)
 
 	c := loopbackPair(t, ln)
 	chunk := make([]byte, 64<<10)
@@ -171,7 +182,7 @@ func TestDeliveryRate(t *testing.T) {
 			continue
 		}
 		var st magnetMgTcpState
-		if err := binary.Read(bytes.NewReader(r), binary.NativeEndian, &st); err != nil {
+		if err := binary.Read(bytes.NewReader(r[:binary.Size(st)]), binary.NativeEndian, &st); err != nil {
 			t.Fatal(err)
 		}
 		snaps++

@@ -17,24 +17,24 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/probe"
+	"github.com/magnet-tracer/magnet/internal/ring"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
-// DefaultBufferBytes is the default size of the events ring buffer: 8 MiB.
-// A bulk transfer at 10 Gbit/s with TSO makes ~1 M events/s of ~80 bytes in
-// the ring; the reader polls every 50 ms and is woken at 1/8 full, so 8 MiB
-// rides out ~100 ms of reader delay (a busy disk, a descheduled reader) at
-// that rate, where MAGNeT's measurements showed 1 MB sufficed at 1 Gbit/s.
+// DefaultBufferBytes is the default size of the events ring buffers, all
+// CPUs together: 8 MiB. A bulk transfer at 10 Gbit/s with TSO makes ~1 M
+// events/s of ~40 bytes in the rings; the reader polls every 50 ms and is
+// woken when a ring is 1/8 full, so 8 MiB rides out ~200 ms of reader delay
+// (a busy disk, a descheduled reader) at that rate, where MAGNeT's
+// measurements showed 1 MB sufficed at 1 Gbit/s.
 const DefaultBufferBytes = 8 << 20
 
 // ControlBufferBytes sizes the control ring (connection lifecycle, interface
@@ -197,17 +197,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Loaded != nil {
 		cfg.Loaded(p)
 	}
-	r := &recorder{cfg: cfg, probe: p, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
-	if r.events, err = ringbuf.NewReader(p.Events); err != nil {
-		return nil, fmt.Errorf("open events ring: %w", err)
+	r := newRecorder(cfg, w, hdr)
+	r.probe = p
+	for i, m := range p.Events {
+		rd, err := ring.NewReader(m)
+		if err != nil {
+			return nil, fmt.Errorf("open events ring %d: %w", i, err)
+		}
+		defer rd.Close()
+		r.events = append(r.events, rd)
 	}
-	defer r.events.Close()
-	if r.control, err = ringbuf.NewReader(p.Control); err != nil {
+	if r.control, err = ring.NewReader(p.Control); err != nil {
 		return nil, fmt.Errorf("open control ring: %w", err)
 	}
 	defer r.control.Close()
-	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
-	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
+	if r.poll, err = ring.NewPoller(append([]*ring.Reader{r.control}, r.events...)...); err != nil {
+		return nil, err
+	}
+	defer r.poll.Close()
 
 	status := newStatusFile(cfg, p, r)
 	defer status.remove()
@@ -258,21 +265,37 @@ type taskKey struct {
 }
 
 type recorder struct {
-	cfg             Config
-	probe           *probe.Probe
-	w               Sink
-	hdr             *trace.Header
-	events, control *ringbuf.Reader
-	rec             ringbuf.Record
-	tasks           map[uint32]taskKey
-	counts          [256]uint64
-	total           atomic.Uint64
-	lost            atomic.Uint64
-	started         time.Time
-	taskSize        int
-	lostSize        int
-	scratch         []byte
-	writeErr        error
+	cfg      Config
+	probe    *probe.Probe
+	w        Sink
+	hdr      *trace.Header
+	events   []*ring.Reader // one per CPU
+	control  *ring.Reader
+	poll     *ring.Poller
+	heads    []heapItem // drain's merge of the events rings
+	cur      []ringHead // by CPU
+	tasks    map[uint32]taskKey
+	counts   [256]uint64
+	total    uint64 // ring records written, lost records aside
+	lost     uint64 // events the lost records written so far count
+	started  time.Time
+	taskSize int
+	lostSize int
+	sizes    [256]int // record size by type id; 0 = not in the dictionary
+	scratch  []byte
+	writeErr error
+}
+
+// newRecorder makes a recorder that writes to w, whose header is hdr; Run
+// gives it the probes and rings.
+func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
+	r := &recorder{cfg: cfg, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
+	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
+	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
+	for _, t := range hdr.Types {
+		r.sizes[t.ID] = t.Size
+	}
+	return r
 }
 
 func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-chan time.Time, st *statusFile, res *Result) error {
@@ -289,12 +312,13 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 			return nil
 		default:
 		}
-		if err := r.drain(r.control, 0); err != nil {
+		n, busy, err := r.drain()
+		if err != nil {
 			return err
 		}
-		if err := r.drain(r.events, 50*time.Millisecond); err != nil {
-			return err
-		}
+		// Timers right after a drain, before any wait: a Sink's Flush may
+		// stand for "everything produced until now is written" (the
+		// daemon's processed-up-to time), which holds only then.
 		now := time.Now()
 		if now.Sub(lastFlush) >= r.cfg.FlushEvery {
 			if err := r.w.Flush(); err != nil {
@@ -303,111 +327,245 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 			lastFlush = now
 		}
 		if now.Sub(lastStatus) >= time.Second {
-			total := r.total.Load()
+			total := r.total
 			rate := float64(total-lastTotal) / now.Sub(lastStatus).Seconds()
 			lastTotal, lastStatus = total, now
 			st.update()
 			if r.cfg.Live != nil {
-				fmt.Fprintf(r.cfg.Live, "\r\033[Krecording: %.0f events/s, %d events, %s written, %d lost", rate, total, humanBytes(r.w.Bytes()), r.lost.Load())
+				fmt.Fprintf(r.cfg.Live, "\r\033[Krecording: %.0f events/s, %d events, %s written, %d lost", rate, total, humanBytes(r.w.Bytes()), r.lost)
 			}
 		}
-	}
-}
-
-// drain reads one ring until it is empty, or for at most wait when the ring
-// keeps delivering.
-func (r *recorder) drain(rd *ringbuf.Reader, wait time.Duration) error {
-	end := time.Now().Add(wait)
-	rd.SetDeadline(end)
-	for n := 0; ; n++ {
-		err := rd.ReadInto(&r.rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read ring buffer: %w", err)
-		}
-		// Connection records are produced before the events that need them;
-		// writing whatever the control ring holds first keeps that order.
-		if rd == r.events && r.control.AvailableBytes() > 0 {
-			if err := r.drainControl(r.rec.RawSample); err != nil {
+		switch {
+		case busy && n == 0:
+			// A producer is between reserving and committing a record
+			// (preempted, most likely): it will not wake us up.
+			time.Sleep(100 * time.Microsecond)
+		case n == 0:
+			// A caller that flushes more often than the poll wants its
+			// records that soon: wait no longer than its interval.
+			if err := r.poll.Wait(min(pollInterval, r.cfg.FlushEvery)); err != nil {
 				return err
 			}
 		}
-		if err := r.handle(r.rec.RawSample); err != nil {
-			return err
-		}
-		if n&1023 == 1023 && time.Now().After(end) {
-			return nil
-		}
 	}
 }
 
-// drainControl writes the control ring's records while holding pending, a
-// record of the events ring that must not be overwritten.
-func (r *recorder) drainControl(pending []byte) error {
-	r.control.SetDeadline(time.Now())
-	var rec ringbuf.Record
-	for {
-		err := r.control.ReadInto(&rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil
+// pollInterval bounds how long the recorder sleeps while the rings look
+// empty: BPF wakes it up only once a ring is an eighth full (see
+// probe.Load), so this is how late a record can be written when events are
+// few.
+const pollInterval = 50 * time.Millisecond
+
+// drain writes what the rings hold now, the control ring's records first,
+// and at most about the events rings' size, so that the loop comes back to
+// its timers. The per-CPU events rings are merged by time: each ring is in
+// its CPU's order, and the trace stays close to time order (records whose
+// producer was still writing them when their ring was read may come later).
+// drain returns how many ring records it wrote and whether it stopped at a
+// record still being written.
+//
+// Records are handled where the kernel wrote them; their space goes back to
+// the kernel every sixteenth of a ring and at the end, rather than after
+// each record: the kernel reads the consumer position at every reservation,
+// and a position that changes with every record is a cache miss for it
+// each time.
+func (r *recorder) drain() (n int, busy bool, err error) {
+	if n, busy, err = r.drainControl(); err != nil {
+		return n, busy, err
+	}
+	defer func() {
+		for _, rd := range r.events {
+			rd.Commit()
 		}
+	}()
+	if len(r.cur) != len(r.events) {
+		r.cur = make([]ringHead, len(r.events))
+	}
+	h := r.heads[:0]
+	for i, rd := range r.events {
+		rec, st, err := rd.Peek()
 		if err != nil {
-			return fmt.Errorf("read control ring: %w", err)
+			return n, busy, fmt.Errorf("read events ring %d: %w", i, err)
 		}
-		if err := r.handle(rec.RawSample); err != nil {
-			return err
+		busy = busy || st == ring.Busy
+		if st == ring.Record {
+			r.cur[i] = ringHead{rec: rec}
+			h = append(h, heapItem{time: binary.NativeEndian.Uint64(rec), ring: i})
 		}
+	}
+	heapify(h)
+	budget := 0
+	for _, rd := range r.events {
+		budget += rd.Size()
+	}
+	for len(h) > 0 && budget > 0 {
+		i := h[0].ring
+		cur := &r.cur[i]
+		// Connection records are produced before the events that need them;
+		// writing whatever the control ring holds first keeps that order.
+		if r.control.Pending() {
+			m, _, err := r.drainControl()
+			n += m
+			if err != nil {
+				return n, busy, err
+			}
+		}
+		if err := r.handle(cur.rec); err != nil {
+			return n, busy, err
+		}
+		rd := r.events[i]
+		rd.Advance()
+		n++
+		size := len(cur.rec) + 8
+		budget -= size
+		if cur.sinceCommit += size; cur.sinceCommit >= rd.Size()/16 {
+			rd.Commit()
+			cur.sinceCommit = 0
+		}
+		rec, st, err := rd.Peek()
+		if err != nil {
+			return n, busy, fmt.Errorf("read events ring %d: %w", i, err)
+		}
+		if st == ring.Record {
+			cur.rec = rec
+			h[0].time = binary.NativeEndian.Uint64(rec)
+		} else {
+			busy = busy || st == ring.Busy
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		siftDown(h, 0)
+	}
+	r.heads = h[:0]
+	return n, busy, nil
+}
+
+// ringHead is the next record of one events ring, in drain's merge.
+type ringHead struct {
+	rec         []byte
+	sinceCommit int // bytes consumed since the ring's last Commit
+}
+
+// heapItem is a ring in drain's min-heap, by the time of its next record.
+type heapItem struct {
+	time uint64
+	ring int
+}
+
+// heapify orders h as a binary min-heap by time.
+func heapify(h []heapItem) {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(h, i)
 	}
 }
 
-// drainAll empties both rings once nothing produces any more: drain stops
-// after a batch once its deadline has passed, so loop until both are empty.
-func (r *recorder) drainAll() error {
+func siftDown(h []heapItem, i int) {
 	for {
-		if err := r.drain(r.control, 0); err != nil {
+		least := i
+		if l := 2*i + 1; l < len(h) && h[l].time < h[least].time {
+			least = l
+		}
+		if r := 2*i + 2; r < len(h) && h[r].time < h[least].time {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+}
+
+// drainControl writes every record the control ring holds.
+func (r *recorder) drainControl() (n int, busy bool, err error) {
+	defer r.control.Commit()
+	for {
+		rec, st, err := r.control.Peek()
+		if err != nil {
+			return n, false, fmt.Errorf("read control ring: %w", err)
+		}
+		if st != ring.Record {
+			return n, st == ring.Busy, nil
+		}
+		if err := r.handle(rec); err != nil {
+			return n, false, err
+		}
+		r.control.Advance()
+		n++
+	}
+}
+
+// bufferUsed is what the events rings hold, in bytes.
+func (r *recorder) bufferUsed() int {
+	n := 0
+	for _, rd := range r.events {
+		n += rd.Available()
+	}
+	return n
+}
+
+// drainAll empties the rings once nothing produces any more.
+func (r *recorder) drainAll() error {
+	giveUp := time.Now().Add(2 * time.Second)
+	for {
+		n, busy, err := r.drain()
+		if err != nil {
 			return err
 		}
-		if err := r.drain(r.events, 0); err != nil {
-			return err
+		if n > 0 {
+			continue
 		}
-		if r.events.AvailableBytes() == 0 && r.control.AvailableBytes() == 0 {
+		if !busy && r.bufferUsed() == 0 && r.control.Available() == 0 {
 			return nil
 		}
+		// Detach waited for running programs, so nothing stays busy long.
+		if time.Now().After(giveUp) {
+			return errors.New("read ring buffers: a record was never committed")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
-// handle writes one ring record: a task record first when its thread is new,
-// renamed or of another uid, then the event without its struct mg_task
-// prefix.
+// handle writes one ring record: its event, preceded by a task record when
+// the record carries its thread's struct mg_task and that thread is new to
+// the trace or has a new pid, uid or name.
 func (r *recorder) handle(raw []byte) error {
-	pre := probe.TaskPrefixSize
-	if len(raw) < pre+32 {
+	if len(raw) < trace.CommonSize {
 		return fmt.Errorf("short ring record (%d bytes)", len(raw))
 	}
-	rec := raw[pre:]
-	typ := rec[30]
-	tid := binary.NativeEndian.Uint32(rec[16:20])
-	var k taskKey
-	k.pid = binary.NativeEndian.Uint32(raw[0:4])
-	k.uid = binary.NativeEndian.Uint32(raw[4:8])
-	copy(k.comm[:], raw[8:24])
-	// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
-	if old, ok := r.tasks[tid]; tid != 0 && (!ok || old != k) {
-		r.tasks[tid] = k
-		if err := r.writeTask(rec, tid, k); err != nil {
-			return err
+	typ := raw[30]
+	size := r.sizes[typ]
+	switch {
+	case size == 0:
+		return fmt.Errorf("ring record of unknown type %d", typ)
+	case len(raw) == size:
+	case len(raw) == size+probe.TaskSuffixSize:
+		// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
+		if tid := binary.NativeEndian.Uint32(raw[16:20]); tid != 0 {
+			var k taskKey
+			t := raw[size:]
+			k.pid = binary.NativeEndian.Uint32(t[0:4])
+			k.uid = binary.NativeEndian.Uint32(t[4:8])
+			copy(k.comm[:], t[8:24])
+			if old, ok := r.tasks[tid]; !ok || old != k {
+				r.tasks[tid] = k
+				if err := r.writeTask(raw, tid, k); err != nil {
+					return err
+				}
+			}
 		}
+		raw = raw[:size]
+	default:
+		return fmt.Errorf("ring record of type %d is %d bytes, want %d or %d", typ, len(raw), size, size+probe.TaskSuffixSize)
 	}
-	if err := r.w.Write(rec); err != nil {
+	if err := r.w.Write(raw); err != nil {
 		return r.stopOnWrite(err)
 	}
 	r.counts[typ]++
 	if typ == uint8(event.Lost) {
-		r.lost.Add(uint64(binary.NativeEndian.Uint32(rec[32+16:])))
+		r.lost += uint64(binary.NativeEndian.Uint32(raw[32+16:]))
 	} else {
-		r.total.Add(1)
+		r.total++
 	}
 	return nil
 }

@@ -60,9 +60,9 @@ func (s *statusFile) update() {
 		return
 	}
 	s.st.Updated = time.Now()
-	s.st.BufferUsed = s.r.events.AvailableBytes()
-	s.st.Recorded = s.r.total.Load()
-	s.st.Lost = s.r.lost.Load()
+	s.st.BufferUsed = s.r.bufferUsed()
+	s.st.Recorded = s.r.total
+	s.st.Lost = s.r.lost
 	s.st.Written = s.r.w.Bytes()
 	data, err := json.MarshalIndent(&s.st, "", "  ")
 	if err != nil {

@@ -121,7 +121,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "", "trace file to write")
 	f.StringVarP(&events, "events", "e", "default", "event groups to record")
-	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size (power of two; K/M/G suffixes)")
+	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffers for events, all CPUs together (power of two; K/M/G suffixes)")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
 	f.StringVar(&cgroup, "cgroup", "", "record only sockets and tasks of this cgroup2 (path) and its descendants")
