@@ -7,9 +7,9 @@
 # none` with it and writes bench/cost-before.json. Needs root. Extra
 # arguments go to `magnet bench` (e.g. --reps 5 --duration 3s).
 #
-#   sudo bench/cost-before.sh c96dd5f --reps 5 --duration 3s
+#   sudo bench/cost-before.sh 6d25c66 --reps 5 --duration 3s
 #   sudo bench/run.sh --before bench/cost-before.json --label "this branch" \
-#        --compare-with bin/magnet-before --compare-label "recording path of c96dd5f"
+#        --compare-with bin/magnet-before --compare-label "recording path of 6d25c66"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/cost-before.sh: run as root (network namespaces and BPF)" >&2; exit 1; }
