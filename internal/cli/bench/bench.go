@@ -6,12 +6,10 @@
 package benchcmd
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/bench"
+	"github.com/magnet-tracer/magnet/internal/cli/benchreport"
 	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
 )
 
@@ -115,7 +114,7 @@ configuration, the sweep). Needs root.`,
 			}
 			if out != "" {
 				// Fail before a long run, not after it.
-				if err := checkWritable(out); err != nil {
+				if err := benchreport.CheckOutput(out); err != nil {
 					return fmt.Errorf("bench: -o: %w", err)
 				}
 			}
@@ -125,22 +124,8 @@ configuration, the sweep). Needs root.`,
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
-			var buf bytes.Buffer
-			if asJSON {
-				err = rep.WriteJSON(&buf)
-			} else {
-				err = rep.WriteMarkdown(&buf)
-			}
-			if err != nil {
+			if err := benchreport.Write(cmd.OutOrStdout(), out, asJSON, rep); err != nil {
 				return fmt.Errorf("bench: %w", err)
-			}
-			if out == "" {
-				_, err = cmd.OutOrStdout().Write(buf.Bytes())
-			} else {
-				err = os.WriteFile(out, buf.Bytes(), 0o644)
-			}
-			if err != nil {
-				return fmt.Errorf("bench: write report: %w", err)
 			}
 			return nil
 		},
@@ -213,16 +198,4 @@ func ParseConfigs(s string) ([]string, error) {
 		return nil, errors.New("no configuration given")
 	}
 	return out, nil
-}
-
-func checkWritable(path string) error {
-	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	return syscall.Access(dir, 2 /* W_OK */)
 }

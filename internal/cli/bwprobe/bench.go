@@ -3,12 +3,10 @@
 package bwprobecmd
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/cli/benchreport"
 	"github.com/magnet-tracer/magnet/internal/probebench"
 )
 
@@ -97,8 +96,8 @@ grid. Needs root. See docs/PROBE.md.`,
 				return fmt.Errorf("bench probe: find the magnet binary: %w", err)
 			}
 			if out != "" {
-				if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
-					return fmt.Errorf("bench probe: -o %s: no such directory", out)
+				if err := benchreport.CheckOutput(out); err != nil {
+					return fmt.Errorf("bench probe: -o: %w", err)
 				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -107,22 +106,8 @@ grid. Needs root. See docs/PROBE.md.`,
 			if err != nil {
 				return fmt.Errorf("bench probe: %w", err)
 			}
-			var buf bytes.Buffer
-			if asJSON {
-				err = rep.WriteJSON(&buf)
-			} else {
-				err = rep.WriteMarkdown(&buf)
-			}
-			if err != nil {
+			if err := benchreport.Write(cmd.OutOrStdout(), out, asJSON, rep); err != nil {
 				return fmt.Errorf("bench probe: %w", err)
-			}
-			if out == "" {
-				_, err = cmd.OutOrStdout().Write(buf.Bytes())
-			} else {
-				err = os.WriteFile(out, buf.Bytes(), 0o644)
-			}
-			if err != nil {
-				return fmt.Errorf("bench probe: write report: %w", err)
 			}
 			return nil
 		},
