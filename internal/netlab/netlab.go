@@ -70,6 +70,9 @@ type Host struct {
 	NS string
 	// Addr is the host's address on the veth link.
 	Addr netip.Addr
+	// Addr6 is its IPv6 address there, when the lab gave it one
+	// (PathOptions.IPv6); the zero Addr otherwise.
+	Addr6 netip.Addr
 	// Iface is the name of the host's veth interface.
 	Iface string
 	// IfIndex is the interface index of Iface inside NS.

@@ -58,6 +58,10 @@ type PathOptions struct {
 	// whose traffic toward the receiver shares the bottleneck but not the
 	// sender's link: cross traffic injected at the router.
 	Cross bool
+	// IPv6 gives every link an IPv6 /64 too (unique local addresses,
+	// fd00::/8, without duplicate address detection so that they work at
+	// once), routed like the IPv4 ones: each host's Addr6 is set.
+	IPv6 bool
 }
 
 // MaxFrame is the largest frame on a path's links, as tbf counts it.
@@ -135,6 +139,22 @@ func NewPath(opts PathOptions) (*Path, error) {
 	return p, nil
 }
 
+// pathBase6 is the /32 of unique local addresses every path's IPv6 links
+// take their /64s from: fd00:201:<path>:<link>::/64, path being the
+// index its IPv4 /28 has in pathBase.
+var pathBase6 = netip.MustParseAddr("fd00:201::")
+
+// link6 returns the IPv6 /64 of link i of the path whose IPv4 block is
+// block.
+func link6(block netip.Prefix, i int) netip.Prefix {
+	b4 := block.Addr().As4()
+	idx := uint16(b4[2])<<4 | uint16(b4[3])>>4
+	b := pathBase6.As16()
+	b[4], b[5] = byte(idx>>8), byte(idx)
+	b[6], b[7] = 0, byte(i)
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
+}
+
 // pathSubnet returns the /28 of path number n of process pid. Paths live
 // in namespaces of their own, so two paths that get the same /28 still
 // share nothing.
@@ -153,6 +173,7 @@ type link struct {
 	aDev, bDev   string
 	subnet       netip.Prefix
 	aAddr, bAddr netip.Addr
+	subnet6      netip.Prefix // only with PathOptions.IPv6
 }
 
 func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
@@ -167,6 +188,17 @@ func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
 		p.mu.Lock()
 		p.created = append(p.created, h.NS)
 		p.mu.Unlock()
+		if opts.IPv6 {
+			// Without duplicate address detection on the links made
+			// from now on, their link-local addresses, which neighbour
+			// discovery speaks from, work at once instead of after a
+			// second or two.
+			if err := h.Do(func() error {
+				return os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0\n"), 0o644)
+			}); err != nil {
+				return fmt.Errorf("turn off duplicate address detection in %s: %w", h.NS, err)
+			}
+		}
 	}
 	quarter := func(i int) netip.Prefix {
 		b := block.Addr().As4()
@@ -211,6 +243,15 @@ func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
 		if l.aDev == routerToRecv {
 			p.Router.Addr = l.aAddr
 		}
+		if opts.IPv6 {
+			a6, err := p.addLink6(l, link6(block, i))
+			if err != nil {
+				return err
+			}
+			if l.aDev == routerToRecv {
+				p.Router.Addr6 = a6
+			}
+		}
 	}
 	for _, h := range hosts {
 		if err := ip("-n", h.NS, "link", "set", "lo", "up"); err != nil {
@@ -218,7 +259,10 @@ func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
 		}
 	}
 	if err := p.Router.Do(func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil || !opts.IPv6 {
+			return err
+		}
+		return os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1\n"), 0o644)
 	}); err != nil {
 		return fmt.Errorf("enable forwarding in %s: %w", p.Router.NS, err)
 	}
@@ -233,6 +277,28 @@ func (p *Path) setup(block netip.Prefix, opts PathOptions) error {
 		}
 	}
 	return nil
+}
+
+// addLink6 gives link l the IPv6 subnet sub: the router ::1, the end
+// host ::2 (its Addr6) with a default route through the router. It
+// returns the router's address. The addresses skip duplicate address
+// detection, which would leave them unusable for a second or more.
+func (p *Path) addLink6(l *link, sub netip.Prefix) (netip.Addr, error) {
+	a := sub.Addr().Next()
+	b := a.Next()
+	for _, side := range []struct {
+		ns, dev string
+		addr    netip.Addr
+	}{{l.a.NS, l.aDev, a}, {l.b.NS, l.bDev, b}} {
+		if err := ip("-n", side.ns, "-6", "addr", "add", side.addr.String()+"/64", "dev", side.dev, "nodad"); err != nil {
+			return netip.Addr{}, err
+		}
+	}
+	if err := ip("-n", l.b.NS, "-6", "route", "add", "default", "via", a.String()); err != nil {
+		return netip.Addr{}, err
+	}
+	l.b.Addr6 = b
+	return a, nil
 }
 
 // SetBottleneck puts (or replaces) the tbf on the router's egress toward

@@ -201,3 +201,54 @@ func kernelStamp(oob []byte) (int64, bool) {
 	}
 	return 0, false
 }
+
+// TestPathIPv6 routes UDP over IPv6 from the sender and the cross host
+// through the router to the receiver, with unique local addresses.
+func TestPathIPv6(t *testing.T) {
+	p := PathForTest(t, PathOptions{Name: "netlabtest", Cross: true, IPv6: true})
+	ula := netip.MustParsePrefix("fd00:201::/32")
+	seen := map[netip.Addr]string{}
+	for name, h := range map[string]Host{"sender": p.Sender, "router": p.Router, "receiver": p.Receiver, "cross": p.Cross} {
+		if !h.Addr6.Is6() || !ula.Contains(h.Addr6) || !h.Addr.Is4() {
+			t.Fatalf("%s: addresses %v and %v, want IPv4 and an IPv6 address in %v", name, h.Addr, h.Addr6, ula)
+		}
+		if other, ok := seen[h.Addr6]; ok {
+			t.Fatalf("%s and %s share %v", name, other, h.Addr6)
+		}
+		seen[h.Addr6] = name
+	}
+	open := func(h Host) *net.UDPConn {
+		var c *net.UDPConn
+		if err := h.Do(func() error {
+			var err error
+			c, err = net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(h.Addr6, 0)))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	rcv := open(p.Receiver)
+	for _, from := range []Host{p.Sender, p.Cross} {
+		snd := open(from)
+		msg := []byte("over IPv6 from " + from.NS)
+		if _, err := snd.WriteToUDP(msg, rcv.LocalAddr().(*net.UDPAddr)); err != nil {
+			t.Fatal(err)
+		}
+		_ = rcv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 200)
+		n, src, err := rcv.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("from %s: %v", from.NS, err)
+		}
+		if string(buf[:n]) != string(msg) || src.Addr() != from.Addr6 {
+			t.Fatalf("got %q from %v, want %q from %v", buf[:n], src, msg, from.Addr6)
+		}
+	}
+	// Without the option, no host has an IPv6 address of the lab's.
+	q := PathForTest(t, PathOptions{Name: "netlabtest"})
+	if q.Sender.Addr6.IsValid() || q.Receiver.Addr6.IsValid() {
+		t.Fatalf("IPv6 addresses %v, %v on a path without IPv6", q.Sender.Addr6, q.Receiver.Addr6)
+	}
+}
