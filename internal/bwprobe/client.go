@@ -50,6 +50,8 @@ type Client struct {
 	// kernelStamps: the kernel timestamps packets on arrival (see
 	// waitForStamps); else the times are those of the reads.
 	kernelStamps bool
+	// drops0 is the UDP socket's drop count once it was ready.
+	drops0 uint32
 }
 
 type taggedSample struct {
@@ -134,7 +136,37 @@ func (c *Client) open() error {
 	}
 	c.udp = udp
 	c.kernelStamps = waitForStamps(udp)
+	c.drops0, _ = socketDrops(udp)
 	return nil
+}
+
+// socketDrops returns how many packets the kernel has dropped at the
+// socket since it was made, for want of receive buffer space (or of
+// memory): the SK_MEMINFO_DROPS figure of SO_MEMINFO.
+func socketDrops(udp *net.UDPConn) (uint32, error) {
+	raw, err := udp.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var info [unix.SK_MEMINFO_VARS]uint32
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		n := uint32(unsafe.Sizeof(info))
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+		if errno != 0 {
+			serr = errno
+		} else if n <= unix.SK_MEMINFO_DROPS*4 {
+			serr = fmt.Errorf("SO_MEMINFO gave %d bytes", n)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("socket drop count: %w", err)
+	}
+	return info[unix.SK_MEMINFO_DROPS], nil
 }
 
 // waitForStamps waits until the kernel timestamps packets as they arrive,

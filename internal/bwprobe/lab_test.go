@@ -4,13 +4,17 @@ package bwprobe
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"golang.org/x/sys/unix"
 )
 
 // startServer runs a probe server in h's namespace until the test ends.
@@ -285,6 +289,55 @@ func TestUnlimitedIsHostLimited(t *testing.T) {
 	}
 }
 
+// TestPacketRateBottleneckIsHostLimited makes the path's narrow point
+// count packets instead of bytes, as a host's per-packet cost does: a
+// tbf at 100 Mbit/s whose minimum packet unit is a full frame, so that
+// half-size packets pass at the packet rate of full-size ones. The
+// trains find a narrow point ten times below what the sender reaches,
+// which the send-rate rule does not flag; the half-size trains must.
+func TestPacketRateBottleneckIsHostLimited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("probes a namespace path")
+	}
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobetest"})
+	frame := strconv.Itoa(DefaultParams.PacketSize + 14)
+	if out, err := p.Command(p.Router, "tc", "qdisc", "replace", "dev", p.Router.Iface, "root", "tbf", "rate", "100mbit",
+		"burst", strconv.Itoa(netlab.BurstFor(100)), "limit", strconv.Itoa(256<<10), "mpu", frame).CombinedOutput(); err != nil {
+		t.Fatalf("tc: %v: %s", err, out)
+	}
+	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9})
+	c, err := dialIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Estimate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("estimate %s, capacity %s, half-size %s, trains sent at %s, limits %v, flags %v", FormatRate(r.Point),
+		FormatRate(r.Capacity), FormatRate(r.HalfCapacity), FormatRate(r.TrainSendRate), r.HostLimits, r.Flags)
+	if r.CapacityAtLeast {
+		// A sender starved below 100 Mbit/s cannot tell; it must then
+		// be host-limited for its own pace.
+		if !r.HostLimited {
+			t.Fatalf("trains did not queue and not host-limited: flags %v", r.Flags)
+		}
+		t.Skipf("the sender did not outrun a 100 Mbit/s link (trains at %s): nothing to tell", FormatRate(r.TrainSendRate))
+	}
+	if !r.PacketRateBound || !r.HostLimited || !slices.Contains(r.HostLimits, HostLimitPacketRate) {
+		t.Fatalf("packet-rate bound %v, host-limited %v (%v), flags %v: want host-limited by the packet rate",
+			r.PacketRateBound, r.HostLimited, r.HostLimits, r.Flags)
+	}
+	if ratio := r.HalfCapacity / r.Capacity; ratio < 0.4 || ratio > 0.65 {
+		t.Errorf("half-size packets passed at %.2f of the full-size rate, want about 0.5", ratio)
+	}
+	if !slices.ContainsFunc(r.Flags, func(f string) bool { return strings.Contains(f, "packets per second") }) {
+		t.Errorf("flags %v do not say the narrow point is limited in packets per second", r.Flags)
+	}
+}
+
 func TestDialErrors(t *testing.T) {
 	ctx := context.Background()
 	if _, err := Dial(ctx, ClientConfig{Server: "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "connect to probe server") {
@@ -298,5 +351,153 @@ func TestDialErrors(t *testing.T) {
 	}
 	if _, err := Listen(ServerConfig{Listen: "127.0.0.1:0", MaxRate: -1}); err == nil {
 		t.Error("negative server rate accepted")
+	}
+}
+
+// TestEstimateOverIPv6 runs a whole session over IPv6 (unique local
+// addresses in the lab's namespaces): the control channel and its
+// shared secret, probe packets sent to the control peer's IPv6 address,
+// and an estimate of a 100 Mbit/s bottleneck. The probe's packet size is
+// the IP size on the wire whatever the family: the bottleneck's own byte
+// counter must agree with the bytes the client says it probed.
+func TestEstimateOverIPv6(t *testing.T) {
+	if testing.Short() {
+		t.Skip("probes a namespace path")
+	}
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobetest", BottleneckMbit: 100, IPv6: true})
+	srv := startServer(t, p.Sender, ServerConfig{Listen: netip.AddrPortFrom(p.Sender.Addr6, 0).String(),
+		Secret: "s3cret", MaxRate: 100e9})
+	addr := srv.Addr().String()
+	if !srv.Addr().(*net.TCPAddr).AddrPort().Addr().Is6() {
+		t.Fatalf("server listens on %v, want its IPv6 address", srv.Addr())
+	}
+	if _, err := dialIn(t, p.Receiver, ClientConfig{Server: addr, Secret: "guess"}); err == nil || !strings.Contains(err.Error(), "does not know the secret") {
+		t.Errorf("wrong secret over IPv6: %v, want the server's proof rejected", err)
+	}
+	waitIdle(t, srv)
+	raw, _ := rawSession(t, p.Receiver, srv, "guess", 9)
+	if _, err := raw.expect(msgReady); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Errorf("wrong proof over IPv6: %v, want authentication failed", err)
+	}
+	waitIdle(t, srv)
+
+	before := qdiscSent(t, p)
+	c, err := dialIn(t, p.Receiver, ClientConfig{Server: addr, Secret: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.server.Is6() || !c.udp.LocalAddr().(*net.UDPAddr).IP.Equal(p.Receiver.Addr6.AsSlice()) {
+		t.Fatalf("session from %v to %v, want %v to %v", c.server, c.udp.LocalAddr(), p.Sender.Addr6, p.Receiver.Addr6)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Estimate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := qdiscSent(t, p)
+	want := p.BottleneckBits(r.Params.PacketSize)
+	t.Logf("estimate %s [%s, %s], capacity %s, want %s; %d streams, %d bytes, %v, flags %v",
+		FormatRate(r.Point), FormatRate(r.Low), FormatRate(r.High), FormatRate(r.Capacity), FormatRate(want),
+		r.Streams, r.Bytes, time.Duration(r.TookNs), r.Flags)
+	// What crossed the bottleneck, less the 14-byte header tc counts per
+	// packet, is the IP bytes probed plus the server's control messages
+	// (about 0.3 %) and a little neighbour discovery; IPv4 header sizes
+	// on IPv6 packets would add 20 bytes to each, 1.7 %.
+	if dropped := after.dropped - before.dropped; dropped == 0 {
+		ip := int64(after.bytes-before.bytes) - 14*int64(after.packets-before.packets)
+		if d := float64(ip-r.Bytes) / float64(r.Bytes); d < 0 || d > 0.01 {
+			t.Errorf("the bottleneck carried %d IP bytes, the client probed %d (%+.2f %%): IPv6 packets not of the size asked for", ip, r.Bytes, d*100)
+		}
+	}
+	if r.HostLimited {
+		// As in TestEstimateOnPath: a starved machine must say so, and
+		// its lower bound must hold.
+		if r.Low > 1.05*want {
+			t.Errorf("host-limited with a lower bound %s above the true %s", FormatRate(r.Low), FormatRate(want))
+		}
+		return
+	}
+	if e := (r.Point - want) / want; e < -0.15 || e > 0.15 {
+		t.Errorf("estimate %s, want %s within 15 %%", FormatRate(r.Point), FormatRate(want))
+	}
+	if !r.KernelTimestamps || r.ReceiverDrops != 0 {
+		t.Errorf("kernel timestamps %v, receiver drops %d", r.KernelTimestamps, r.ReceiverDrops)
+	}
+}
+
+// qdiscCounters are a qdisc's "Sent" counters.
+type qdiscCounters struct{ bytes, packets, dropped uint64 }
+
+// qdiscSent reads the counters of the tbf on p's bottleneck.
+func qdiscSent(t *testing.T, p *netlab.Path) qdiscCounters {
+	t.Helper()
+	out, err := p.Command(p.Router, "tc", "-s", "qdisc", "show", "dev", p.Router.Iface).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc: %v: %s", err, out)
+	}
+	var c qdiscCounters
+	i := strings.Index(string(out), "Sent ")
+	if i < 0 {
+		t.Fatalf("no counters in %q", out)
+	}
+	if _, err := fmt.Sscanf(string(out[i:]), "Sent %d bytes %d pkt (dropped %d", &c.bytes, &c.packets, &c.dropped); err != nil {
+		t.Fatalf("tc counters %q: %v", out[i:], err)
+	}
+	return c
+}
+
+// TestReceiverDropsCounted overflows a socket and checks that
+// socketDrops accounts for every datagram that was not queued.
+func TestReceiverDropsCounted(t *testing.T) {
+	rcv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Skipf("no loopback UDP: %v", err)
+	}
+	defer rcv.Close()
+	if d, err := socketDrops(rcv); err != nil || d != 0 {
+		t.Fatalf("new socket: %d drops, %v", d, err)
+	}
+	rawConn, err := rcv.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rawConn.Control(func(fd uintptr) {
+		// The kernel rounds this up to its minimum, a few kilobytes.
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	snd, err := net.DialUDP("udp4", nil, rcv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close()
+	const sent = 200
+	payload := make([]byte, 1000)
+	for range sent {
+		// Loopback delivers within the send: each datagram is queued or
+		// dropped by the time the call returns.
+		if _, err := snd.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 2048)
+	var got int
+	for {
+		_ = rcv.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := rcv.Read(buf); err != nil {
+			break
+		}
+		got++
+	}
+	drops, err := socketDrops(rcv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d queued, %d dropped of %d", got, drops, sent)
+	if got == 0 || drops == 0 || got+int(drops) != sent {
+		t.Fatalf("%d read and %d dropped, want a full buffer and %d in all", got, drops, sent)
 	}
 }

@@ -29,6 +29,10 @@ type Result struct {
 	// KernelTimestamps is false when some packet arrived without a kernel
 	// receive timestamp and the client's clock was read instead.
 	KernelTimestamps bool `json:"kernel_timestamps"`
+	// ReceiverDrops counts the packets this host's probe socket dropped
+	// during the estimate (SO_MEMINFO: its receive buffer was full):
+	// losses of the receiver, not of the path.
+	ReceiverDrops uint32 `json:"receiver_drops"`
 	// CPU time spent by the client and, as it reports, the server.
 	ClientCPUSeconds float64   `json:"client_cpu_s"`
 	ServerCPUSeconds float64   `json:"server_cpu_s"`
@@ -85,6 +89,16 @@ func (c *Client) Estimate(ctx context.Context) (*Result, error) {
 	var ru unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	r.ClientCPUSeconds = cpuSeconds(ru) - cpuSeconds(ru0)
+	if d, err := socketDrops(c.udp); err == nil && d > c.drops0 {
+		r.ReceiverDrops = d - c.drops0
+	}
+	if r.ReceiverDrops > 0 {
+		// Packets lost at this host's socket count as a queue overflow
+		// on the path (MaxLoss): the receiver, not the network, limited
+		// what the streams showed.
+		r.HostLimited = true
+		r.HostLimits = append(r.HostLimits, HostLimitReceiverDrops)
+	}
 	r.Flags = r.flags()
 	return r, nil
 }
@@ -113,13 +127,21 @@ func (c *Client) bye() (float64, error) {
 
 func (r *Result) flags() []string {
 	var f []string
-	switch {
-	case r.HostLimited && r.High == 0:
-		f = append(f, fmt.Sprintf("%s: the available bandwidth is above %s, where probing stopped (%.0f%% of what the sender can pace); this host cannot measure it",
-			FlagHostLimited, FormatRate(r.Low), PaceShare*100))
-	case r.HostLimited:
-		f = append(f, fmt.Sprintf("%s: the path's narrow link (%s) is as fast as this host can send (%s): the estimate may be the hosts' limit, not the network's",
-			FlagHostLimited, FormatRate(r.Capacity), FormatRate(r.TrainSendRate)))
+	for _, why := range r.HostLimits {
+		switch why {
+		case HostLimitPace:
+			f = append(f, fmt.Sprintf("%s: the available bandwidth is above %s, where probing stopped (%.0f%% of what the sender can pace); this host cannot measure it",
+				FlagHostLimited, FormatRate(r.Low), PaceShare*100))
+		case HostLimitSendRate:
+			f = append(f, fmt.Sprintf("%s: the path's narrow link (%s) is as fast as this host can send (%s): the estimate may be the hosts' limit, not the network's",
+				FlagHostLimited, FormatRate(r.Capacity), FormatRate(r.TrainSendRate)))
+		case HostLimitPacketRate:
+			f = append(f, fmt.Sprintf("%s: the path's narrow point passed half-size packets at %s against %s for full-size ones: it is limited in packets per second (a host's forwarding or receiving, here or on the way), not a link of that capacity",
+				FlagHostLimited, FormatRate(r.HalfCapacity), FormatRate(r.Capacity)))
+		case HostLimitReceiverDrops:
+			f = append(f, fmt.Sprintf("%s: this host's probe socket dropped %d packets (receive buffer full): the receiver could not keep up",
+				FlagHostLimited, r.ReceiverDrops))
+		}
 	}
 	if r.RateLimited {
 		f = append(f, fmt.Sprintf("%s: the available bandwidth is above the maximum rate %s", FlagRateLimited, FormatRate(r.ProbeLimit)))

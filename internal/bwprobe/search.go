@@ -175,6 +175,18 @@ type Estimate struct {
 	// PaceShare of what the host could send them at, so that what the
 	// fleets found may be the hosts' own limits.
 	HostLimited bool `json:"host_limited"`
+	// HostLimits say why HostLimited is set, one HostLimit* word each.
+	HostLimits []string `json:"host_limits,omitempty"`
+	// HalfTrains are back-to-back trains of half-size packets sent
+	// between the capacity trains, and HalfCapacity the highest rate any
+	// of them reached the receiver at through a narrow point (their
+	// median arrival spacing; 0 when none queued anywhere). A link
+	// serializes bytes, so it passes them at its capacity; a per-packet
+	// cost (a host's forwarding or receiving) passes them at about half
+	// of it. PacketRateBound says the latter (see packetRateBound).
+	HalfTrains      []Stream `json:"half_trains,omitempty"`
+	HalfCapacity    float64  `json:"half_capacity_bps,omitempty"`
+	PacketRateBound bool     `json:"packet_rate_bound,omitempty"`
 	// RateLimited: the available bandwidth is at least ProbeLimit, which
 	// is set by --max-rate or the server's limit.
 	RateLimited bool `json:"rate_limited"`
@@ -266,44 +278,39 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 	}
 
 	// Back-to-back trains: their dispersion bounds the capacity, and the
-	// rate the sender reached is what it can pace on this path.
-	var recv, sent, batched []float64
+	// rate the sender reached is what it can pace on this path. Between
+	// them go trains of half-size packets, which tell a link from a
+	// per-packet cost (see packetRateBound).
+	half := s.p.PacketSize / 2
+	if half < MinPacketSize {
+		half = 0
+	}
 	for range s.p.Trains {
-		st, err := s.stream(ctx, trainRate, s.p.TrainPackets, true)
+		st, err := s.stream(ctx, trainRate, s.p.PacketSize, s.p.TrainPackets, true)
 		if err != nil {
 			return err
 		}
 		e.Trains = append(e.Trains, st)
-		if st.Trend != Rejected && st.RecvRate > 0 {
-			sent = append(sent, st.SendRate)
-			// The median gap is the narrow link's own spacing, unless
-			// the receiver batched the arrivals; then only the train's
-			// whole span is worth anything.
-			if st.Coalesced || st.GapRate == 0 {
-				batched = append(batched, st.RecvRate)
-			} else {
-				recv = append(recv, st.GapRate)
+		if half > 0 {
+			hs, err := s.stream(ctx, trainRate, half, s.p.TrainPackets, true)
+			if err != nil {
+				return err
 			}
+			e.HalfTrains = append(e.HalfTrains, hs)
 		}
 	}
-	if len(sent) == 0 {
+	var ok bool
+	e.Capacity, e.TrainSendRate, e.CapacityAtLeast, ok = trainCapacity(e.Trains)
+	if !ok {
 		return errors.New("no back-to-back train arrived: is UDP from the server to this host blocked?")
 	}
-	// Cross traffic only widens gaps and batching only narrows them, so
-	// the least rate of the trains is the safest.
-	if len(recv) == 0 {
-		recv = batched
-	}
-	e.Capacity = slices.Min(recv)
-	e.TrainSendRate = median(sent)
 	if s.p.MaxBytes == 0 {
 		perStream := int64(s.p.packetsFor(min(e.Capacity, trainRate))) * int64(s.p.PacketSize)
 		s.p.MaxBytes = max(minByteBudget, 20*perStream)
 	}
-
-	// A train that arrived as fast as it left met no narrower link: the
-	// capacity is at least its rate, not measured.
-	e.CapacityAtLeast = e.Capacity >= 0.95*e.TrainSendRate
+	if !e.CapacityAtLeast {
+		e.HalfCapacity, e.PacketRateBound = packetRateBound(e.Trains, e.HalfTrains)
+	}
 
 	// The probing limit: a share of what the host can pace, and never
 	// above a maximum rate. A train that fell short of its rate shows
@@ -322,7 +329,13 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		limit, hostBound = lim.MaxRate, false
 	}
 	e.ProbeLimit = limit
-	upper := min(e.Capacity, limit)
+	// The capacity bounds the search only when the trains measured it:
+	// one known only to be at least the trains' rate bounds nothing
+	// (trains asked for at a maximum rate arrive a hair below it).
+	upper := limit
+	if !e.CapacityAtLeast {
+		upper = min(e.Capacity, limit)
+	}
 
 	var (
 		b         bracket
@@ -459,11 +472,21 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 	default:
 		e.Point = lo
 	}
+	if e.HostLimited {
+		e.HostLimits = append(e.HostLimits, HostLimitPace)
+	}
 	if hostBound && !e.HostLimited && e.Capacity >= PaceShare*e.TrainSendRate {
 		// The narrow link is about as fast as this host can send: what
 		// the fleets found may be the host's limits (its own forwarding,
 		// its receiver), not the network's.
 		e.HostLimited = true
+		e.HostLimits = append(e.HostLimits, HostLimitSendRate)
+	}
+	if e.PacketRateBound {
+		// The narrow point counts packets, not bytes: a host's
+		// per-packet cost, whatever the sender could pace.
+		e.HostLimited = true
+		e.HostLimits = append(e.HostLimits, HostLimitPacketRate)
 	}
 	if coalesced*2 > e.Streams {
 		e.Coalesced = true
@@ -613,7 +636,7 @@ func (s *search) fleet(ctx context.Context, rate float64) (Fleet, error) {
 	var inc, flat, counted, rejected int
 	var slopes, fluids []float64
 	for {
-		st, err := s.stream(ctx, rate, s.p.packetsFor(rate), false)
+		st, err := s.stream(ctx, rate, s.p.PacketSize, s.p.packetsFor(rate), false)
 		if err != nil {
 			return f, err
 		}
@@ -697,9 +720,125 @@ func studentT975(dof int) float64 {
 	return 1.96 + 2.4/float64(dof)
 }
 
-// stream sends one stream (or a train) at rate and accounts for it.
-func (s *search) stream(ctx context.Context, rate float64, packets int, train bool) (Stream, error) {
-	spec := StreamSpec{ID: s.next, Count: packets, Size: s.p.PacketSize, GapNs: gapFor(s.p.PacketSize, rate)}
+// trainCapacity derives from the back-to-back trains the narrow link's
+// capacity, the rate the sender reached (the median of the trains'), and
+// whether the capacity is only known to be at least that much; ok is
+// false when no train arrived.
+func trainCapacity(trains []Stream) (capacity, sendRate float64, atLeast, ok bool) {
+	var (
+		sent    []float64 // rates the trains were sent at
+		narrow  []float64 // median-gap rates of the trains that queued
+		batched []float64 // whole-span rates of those whose arrivals were batched
+		passed  []float64 // arrival rates of the trains that did not queue
+	)
+	for _, st := range trains {
+		if st.Trend == Rejected || st.RecvRate == 0 {
+			continue
+		}
+		sent = append(sent, st.SendRate)
+		switch {
+		case !queued(st):
+			// It arrived as fast as it left: it met no link narrower
+			// than its own rate, and the spacing of its arrivals is
+			// the sender's, however irregular.
+			passed = append(passed, st.RecvRate)
+		case st.Coalesced || st.GapRate == 0:
+			// The receiver batched the arrivals: only the train's
+			// whole span is worth anything.
+			batched = append(batched, st.RecvRate)
+		default:
+			// The median gap is the narrow link's own spacing.
+			narrow = append(narrow, st.GapRate)
+		}
+	}
+	if len(sent) == 0 {
+		return 0, 0, false, false
+	}
+	sendRate = median(sent)
+	// Cross traffic only widens gaps and batching only narrows them, so
+	// the least rate of the trains is the safest. When no train queued,
+	// the capacity is at least the fastest arrival, not measured.
+	switch {
+	case len(narrow) > 0:
+		capacity = slices.Min(narrow)
+	case len(batched) > 0:
+		capacity = slices.Min(batched)
+	default:
+		capacity, atLeast = slices.Max(passed), true
+	}
+	// A narrow link found about as fast as the trains were sent is not
+	// told apart from the sender's own rate either.
+	return capacity, sendRate, atLeast || capacity >= 0.95*sendRate, true
+}
+
+// Why an estimate is host-limited (Estimate.HostLimits).
+const (
+	// HostLimitPace: every fleet up to the probing limit, a share of
+	// what the sender can pace, was below A.
+	HostLimitPace = "pace"
+	// HostLimitSendRate: the trains found the narrow link at least
+	// PaceShare of the rate the sender sent them at.
+	HostLimitSendRate = "send-rate"
+	// HostLimitPacketRate: the narrow point passed half-size packets at
+	// about the same packet rate as full-size ones (packetRateBound).
+	HostLimitPacketRate = "packet-rate"
+	// HostLimitReceiverDrops: this host's probe socket dropped packets.
+	HostLimitReceiverDrops = "receiver-drops"
+)
+
+// HalfRateShare is the threshold of packetRateBound: half-size packets
+// that pass the narrow point below this share of the full-size capacity
+// (in bits) met a per-packet cost, not a link. A link passes them at
+// its capacity (share ≈ 1, a little less for the framing it counts); a
+// fixed cost per packet passes them at half of it (share ≈ 0.5); the
+// threshold lies halfway.
+const HalfRateShare = 0.75
+
+// queuedShare: a train that arrived at less than this share of the rate
+// it was sent at (first to last packet) queued somewhere on the way: it
+// met a narrow point, and its arrival spacing is that point's. One that
+// arrived faster met none, whatever its median gap says: a sender that
+// sends in clumps spaces a train unevenly by itself.
+const queuedShare = 0.9
+
+// queued tells whether a train queued on the way (see queuedShare).
+func queued(st Stream) bool { return st.RecvRate > 0 && st.RecvRate < queuedShare*st.SendRate }
+
+// packetRateBound tells whether the path's narrow point is a per-packet
+// cost rather than a link: a link serializes bytes, so the half-size
+// trains, sent as fast as the full-size ones, leave it at the same bit
+// rate; a host that forwards or receives a fixed number of packets per
+// second (the per-packet cost of a system call, a softirq, a forwarding
+// step, dominates the copy of a kilobyte) passes them at half the bit
+// rate. Only half-size trains that queued somewhere count (arrived
+// slower than they were sent, their timestamps not batched): a train the
+// sender could not send faster than the narrow point says nothing about
+// it. Both sides take the fastest train, the one cross traffic disturbed
+// least, so that cross traffic widening the gaps of one train does not
+// raise the flag. It returns the half-size trains' capacity (0 when none
+// counted) and the verdict.
+func packetRateBound(full, half []Stream) (halfCap float64, bound bool) {
+	var fullCap float64
+	for _, st := range full {
+		if st.Trend != Rejected && !st.Coalesced && queued(st) {
+			fullCap = max(fullCap, st.GapRate)
+		}
+	}
+	for _, st := range half {
+		if st.Trend != Rejected && !st.Coalesced && queued(st) {
+			halfCap = max(halfCap, st.GapRate)
+		}
+	}
+	if fullCap == 0 || halfCap == 0 {
+		return halfCap, false
+	}
+	return halfCap, halfCap < HalfRateShare*fullCap
+}
+
+// stream sends one stream (or a train) of packets of size bytes at rate
+// and accounts for it.
+func (s *search) stream(ctx context.Context, rate float64, size, packets int, train bool) (Stream, error) {
+	spec := StreamSpec{ID: s.next, Count: packets, Size: size, GapNs: gapFor(size, rate)}
 	s.next++
 	rep, samples, err := s.pr.probe(ctx, spec)
 	if err != nil {

@@ -23,9 +23,13 @@ type simPath struct {
 	noiseNs   float64 // standard deviation of timestamp noise
 	pace      float64 // the sender cannot go faster than this, bit/s
 	coalesce  int64   // receiver hands packets up in batches of this period (ns); 0: never
-	rng       *rand.Rand
-	clock     time.Time
-	bytes     int64
+	// perPacketNs is a fixed cost per packet at the narrow point (a
+	// host's forwarding step): every packet, probe or cross, takes at
+	// least this long there, whatever its size.
+	perPacketNs float64
+	rng         *rand.Rand
+	clock       time.Time
+	bytes       int64
 }
 
 func (p *simPath) now() time.Time { return p.clock }
@@ -69,7 +73,7 @@ func (p *simPath) probe(_ context.Context, spec StreamSpec) (SendReport, []Sampl
 	base := int64(1e12)
 	for _, k := range pkts {
 		start := math.Max(free, k.t)
-		free = start + float64(k.size)*8*1e9/p.capacity
+		free = start + math.Max(float64(k.size)*8*1e9/p.capacity, p.perPacketNs)
 		if k.probe >= 0 {
 			recv := free + p.rng.NormFloat64()*p.noiseNs
 			if p.coalesce > 0 {
@@ -105,8 +109,11 @@ func TestSearchSimulatedGrid(t *testing.T) {
 					burst, share*100, FormatRate(est.Point), FormatRate(est.Low), FormatRate(est.High),
 					FormatRate(est.GreyLow), FormatRate(est.GreyHigh), e, len(est.Fleets), est.Streams, est.Bytes,
 					p.clock.Sub(time.Unix(0, 0)), est.Stopped)
-				if est.HostLimited {
-					t.Errorf("burst %d A %.0f%%: host-limited on a 100 Mbit/s path", burst, share*100)
+				if est.HostLimited || est.PacketRateBound {
+					t.Errorf("burst %d A %.0f%%: host-limited (%v) on a 100 Mbit/s path", burst, share*100, est.HostLimits)
+				}
+				if r := est.HalfCapacity / est.Capacity; r < 0.9 {
+					t.Errorf("burst %d A %.0f%%: half-size packets passed the link at %.2f of the full-size rate, want about 1", burst, share*100, r)
 				}
 			}
 		}
@@ -133,6 +140,32 @@ func TestSearchHostLimited(t *testing.T) {
 	}
 	if want := PaceShare * 1e9; math.Abs(est.Low-want) > 0.01*want {
 		t.Errorf("lower bound %s, want %s (%.0f %% of the pace)", FormatRate(est.Low), FormatRate(want), PaceShare*100)
+	}
+}
+
+// TestSearchPacketRateBound: the narrow point is a forwarding host that
+// takes 25 µs per packet behind a 1 Gb/s link (384 Mb/s of 1200-byte
+// packets), with 100 Mb/s of cross traffic through it and a sender that
+// paces 2 Gb/s: the trains find a narrow point far below what the host
+// sends, which the send-rate rule does not flag, but half-size packets
+// pass it at half the bit rate, so the estimate is host-limited.
+func TestSearchPacketRateBound(t *testing.T) {
+	p := &simPath{capacity: 1e9, perPacketNs: 25e3, cross: 100e6, crossSize: 1500, burst: 1, noiseNs: 1e3, pace: 2e9,
+		rng: rand.New(rand.NewPCG(9, 10)), clock: time.Unix(0, 0)}
+	est, err := searchPath(context.Background(), p, Params{}, Limits{Pace: 2e9}, p.now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("capacity %s, half-size %s, sent at %s, limits %v", FormatRate(est.Capacity), FormatRate(est.HalfCapacity),
+		FormatRate(est.TrainSendRate), est.HostLimits)
+	if !est.PacketRateBound || !est.HostLimited || !slices.Contains(est.HostLimits, HostLimitPacketRate) {
+		t.Fatalf("packet-rate bound %v, host-limited %v (%v): want host-limited by the packet rate", est.PacketRateBound, est.HostLimited, est.HostLimits)
+	}
+	if r := est.HalfCapacity / est.Capacity; r < 0.4 || r > 0.6 {
+		t.Errorf("half-size packets passed at %.2f of the full-size rate, want about 0.5", r)
+	}
+	if slices.Contains(est.HostLimits, HostLimitSendRate) {
+		t.Errorf("limits %v: the narrow point is far below the send rate", est.HostLimits)
 	}
 }
 

@@ -239,7 +239,11 @@ func Write(w io.Writer, r *bwprobe.Result) error {
 	if r.CapacityAtLeast {
 		p.field("capacity", "at least %s (back-to-back trains arrived as fast as they were sent)", bwprobe.FormatRate(r.Capacity))
 	} else {
-		p.field("capacity", "%s (median spacing of back-to-back trains)", bwprobe.FormatRate(r.Capacity))
+		half := ""
+		if r.HalfCapacity > 0 {
+			half = "; half-size packets " + bwprobe.FormatRate(r.HalfCapacity)
+		}
+		p.field("capacity", "%s (median spacing of back-to-back trains%s)", bwprobe.FormatRate(r.Capacity), half)
 	}
 	pace := "unknown"
 	if r.ServerPace > 0 {
