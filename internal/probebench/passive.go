@@ -7,16 +7,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
-	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
-	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // passivePort is the TCP port of the passive transfer.
@@ -46,7 +47,7 @@ type PassiveMeasured struct {
 }
 
 // passive runs a TCP flood from the sender to the receiver for
-// PassiveDuration while `magnet record` (record.Run, in this process)
+// PassiveDuration while `magnet record` (the binary, as a user runs it)
 // records the receiver's namespace, and reads the delivery rate back from
 // the trace.
 func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, error) {
@@ -56,30 +57,11 @@ func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, e
 	}
 	defer os.RemoveAll(work)
 	trace := filepath.Join(work, "transfer.mgt")
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	var res *record.Result
-	go func() {
-		var err error
-		res, err = record.Run(rctx, record.Config{
-			Output:    trace,
-			Groups:    event.DefaultGroups,
-			Filters:   record.Filters{NetNS: l.path.Receiver.NS, Port: passivePort},
-			StatusDir: work,
-			Ready:     func() { close(ready) },
-		})
-		done <- err
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		if err == nil {
-			err = errors.New("ended before it was ready")
-		}
-		return nil, fmt.Errorf("record: %w", err)
+	rec, err := l.startRecord(ctx, trace, filepath.Join(work, "ready"))
+	if err != nil {
+		return nil, err
 	}
+	defer rec.kill()
 
 	before, err := l.crossCounter()
 	if err != nil {
@@ -92,15 +74,15 @@ func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, e
 	if err != nil {
 		return nil, err
 	}
-	cancel()
-	if err := <-done; err != nil {
-		return nil, fmt.Errorf("record: %w", err)
+	summary, err := rec.stop()
+	if err != nil {
+		return nil, err
 	}
 	if xerr != nil {
 		return nil, xerr
 	}
-	pm := &PassiveMeasured{Bytes: moved, TookS: took.Seconds(), Lost: res.Lost}
-	for name, n := range res.Events {
+	pm := &PassiveMeasured{Bytes: moved, TookS: took.Seconds(), Lost: summary.Lost}
+	for name, n := range summary.Events {
 		if name != "task" && name != "iface" && name != "lost" {
 			pm.Events += n
 		}
@@ -121,6 +103,89 @@ func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, e
 	}
 	pm.Err = (pm.GoodputBps - pm.TrueBps) / pm.TrueBps
 	return pm, nil
+}
+
+// recorder is a running `magnet record`.
+type recorder struct {
+	cmd    *exec.Cmd
+	stderr *strings.Builder
+	exited chan error // receives Wait's result once the process is gone
+	trace  string
+	done   bool
+}
+
+// recordReadyWait bounds how long `magnet record` may take to attach its
+// probes: loading and verifying them takes seconds on a busy host.
+const recordReadyWait = 60 * time.Second
+
+// startRecord starts `magnet record` on the receiver's namespace and the
+// transfer's port, writing trace, and waits until its probes are attached
+// (it writes ready then).
+func (l *lab) startRecord(ctx context.Context, trace, ready string) (*recorder, error) {
+	cmd := exec.CommandContext(ctx, l.opts.Magnet, "record", "-q", "-o", trace, "--netns", l.path.Receiver.NS,
+		"--port", strconv.Itoa(passivePort), "--ready-file", ready)
+	r := &recorder{cmd: cmd, stderr: &strings.Builder{}, exited: make(chan error, 1), trace: trace}
+	cmd.Stderr = r.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start magnet record: %w", err)
+	}
+	go func() { r.exited <- cmd.Wait() }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(recordReadyWait)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return r, nil
+		}
+		select {
+		case err := <-r.exited:
+			r.done = true
+			return nil, fmt.Errorf("magnet record ended before it was ready: %v: %s", err, oneLine(r.stderr.String()))
+		case <-deadline:
+			r.kill()
+			return nil, fmt.Errorf("magnet record not ready after %v: %s", recordReadyWait, oneLine(r.stderr.String()))
+		case <-tick.C:
+		}
+	}
+}
+
+// stop ends the recording as a user would (SIGINT), waits for the trace
+// to be complete and returns its summary.
+func (r *recorder) stop() (*trace.Summary, error) {
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		return nil, fmt.Errorf("stop magnet record: %w", err)
+	}
+	err := <-r.exited
+	r.done = true
+	if err != nil {
+		return nil, fmt.Errorf("magnet record: %v: %s", err, oneLine(r.stderr.String()))
+	}
+	tr, err := trace.Open(r.trace)
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	for {
+		if _, err := tr.Next(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("read the trace: %w", err)
+		}
+	}
+	if tr.Summary() == nil {
+		return nil, errors.New("the trace was cut short: magnet record did not finish it")
+	}
+	return tr.Summary(), nil
+}
+
+// kill ends the recorder if it still runs.
+func (r *recorder) kill() {
+	if r.done {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.exited
+	r.done = true
 }
 
 // transfer runs `magnet workload serve` on the receiver and `magnet
