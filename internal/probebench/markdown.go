@@ -210,6 +210,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	p("- **Host-limited:** an estimate flagged host-limited (the sender cannot pace the rates needed, or the path's narrow link is as fast as the host can send), rate-limited or coalesced is a lower bound or may be the host's own limit; it is left out of the error figures, counted in the runs column, and checked: \"low ≤ A\" counts those whose lower end is no more than 5 %% above the true A")
 	p("- **Truth:** A = capacity − cross traffic measured on the cross host's link during the estimate (tbf and the counter both count the 14-byte Ethernet header), expressed as the probe expresses rates: IP bits of its %s-byte packets, A × size/(size+14). e = (Â − A)/A with Â the client's point estimate", probeSize(r))
 	p("- **Probe:** `magnet probe client --json` in the receiver's namespace against `magnet probe server` in the sender's, each its own process; %d repetitions per cell, interleaved (every cell once, then again)", r.Settings.Reps)
+	if r.Settings.IPv6 {
+		p("- **IPv6:** probe and passive transfer over the path's IPv6 unique local addresses (cross traffic IPv4); probe sizes are IP sizes, the TCP payload share 1428/1514")
+	}
 	if r.Settings.Passive {
 		p("- **Passive:** a %.0f s TCP transfer (`magnet workload send --flood`) from sender to receiver on the same path with the same cross traffic, recorded by the `magnet record --netns <receiver> --port` binary, stopped by SIGINT; delivery rate = bytes the receiving application read, first to last read, from the trace (`analyze.Modulation`); truth as TCP payload, (capacity − cross) × 1448/1514", r.Settings.PassiveDuration)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,11 @@ const passivePort = 7208
 // tcpGoodputShare is the share of a 1514-byte frame that is TCP payload
 // (MSS 1448: 20 bytes of IP, 32 of TCP with timestamps, 14 of Ethernet):
 // what a TCP transfer can deliver of the available bandwidth.
-const tcpGoodputShare = 1448.0 / (1500 + 14)
+// Over IPv6 the IP header is 20 bytes longer: MSS 1428.
+const (
+	tcpGoodputShare  = 1448.0 / (1500 + 14)
+	tcp6GoodputShare = 1428.0 / (1500 + 14)
+)
 
 // PassiveMeasured is a TCP transfer over the same path recorded by magnet.
 type PassiveMeasured struct {
@@ -88,7 +93,11 @@ func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, e
 		}
 	}
 	pm.CrossBps = float64(after-before) * 8 / took.Seconds()
-	pm.TrueBps = (capBits - pm.CrossBps) * tcpGoodputShare
+	share := tcpGoodputShare
+	if l.opts.IPv6 {
+		share = tcp6GoodputShare
+	}
+	pm.TrueBps = (capBits - pm.CrossBps) * share
 	rep, err := analyze.Modulation([]string{trace}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("analyze the trace: %w", err)
@@ -191,7 +200,7 @@ func (r *recorder) kill() {
 // transfer runs `magnet workload serve` on the receiver and `magnet
 // workload send --flood` on the sender, and returns the bytes received.
 func (l *lab) transfer(ctx context.Context) (int64, error) {
-	addr := fmt.Sprintf("%s:%d", l.path.Receiver.Addr, passivePort)
+	addr := netip.AddrPortFrom(l.addr(l.path.Receiver), passivePort).String()
 	srv := l.command(ctx, l.path.Receiver, "workload", "serve", "--proto", "tcp", "--listen", addr)
 	out, err := srv.StdoutPipe()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -80,6 +81,9 @@ type Options struct {
 	// recorded by magnet, whose delivery rate is compared with A.
 	Passive         bool
 	PassiveDuration time.Duration
+	// IPv6 runs the probe and the passive transfer over IPv6 (the path's
+	// unique local addresses); cross traffic stays IPv4.
+	IPv6 bool
 	// ClientArgs are extra arguments for `magnet probe client`.
 	ClientArgs []string
 	Command    string    // the command line, for the report
@@ -136,6 +140,7 @@ type Settings struct {
 	Cross           []string  `json:"cross"`
 	Reps            int       `json:"reps"`
 	Unlimited       int       `json:"unlimited"`
+	IPv6            bool      `json:"ipv6,omitempty"`
 	Passive         bool      `json:"passive"`
 	PassiveDuration float64   `json:"passive_duration_s,omitempty"`
 	// BurstBytes is the bottleneck's tbf bucket at each capacity.
@@ -179,10 +184,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{
 		Command: opts.Command, Note: opts.Note, Date: start.UTC(), Machine: readMachine(),
 		Settings: Settings{Capacities: opts.Capacities, Shares: opts.Shares, Cross: opts.Cross, Reps: opts.Reps,
-			Unlimited: opts.Unlimited, Passive: opts.Passive, PassiveDuration: opts.PassiveDuration.Seconds(),
+			Unlimited: opts.Unlimited, IPv6: opts.IPv6, Passive: opts.Passive, PassiveDuration: opts.PassiveDuration.Seconds(),
 			ClientArgs: opts.ClientArgs},
 	}
-	p, err := netlab.NewPath(netlab.PathOptions{Name: "magnet-probebench", Cross: true})
+	p, err := netlab.NewPath(netlab.PathOptions{Name: "magnet-probebench", Cross: true, IPv6: opts.IPv6})
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +250,14 @@ type lab struct {
 	srvErr strings.Builder
 }
 
+// addr returns h's address in the family the probe runs over.
+func (l *lab) addr(h netlab.Host) netip.Addr {
+	if l.opts.IPv6 {
+		return h.Addr6
+	}
+	return h.Addr
+}
+
 func (l *lab) logf(format string, args ...any) {
 	if l.opts.Log != nil {
 		fmt.Fprintf(l.opts.Log, format+"\n", args...)
@@ -254,7 +267,7 @@ func (l *lab) logf(format string, args ...any) {
 // startServer runs `magnet probe server` in the sender's namespace and
 // waits for its "listening" line.
 func (l *lab) startServer(ctx context.Context) error {
-	addr := fmt.Sprintf("%s:%d", l.path.Sender.Addr, probePort)
+	addr := netip.AddrPortFrom(l.addr(l.path.Sender), probePort).String()
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", l.path.Sender.NS, l.opts.Magnet, "probe", "server",
 		"--listen", addr, "--max-rate", "100G", "--max-duration", "60s")
 	out, err := cmd.StdoutPipe()
@@ -295,7 +308,7 @@ func (l *lab) stopServer() {
 // probe runs one `magnet probe client --json` in the receiver's namespace.
 func (l *lab) probe(ctx context.Context) (*bwprobe.Result, error) {
 	args := []string{"netns", "exec", l.path.Receiver.NS, l.opts.Magnet, "probe", "client",
-		l.path.Sender.Addr.String(), "--port", strconv.Itoa(probePort), "--json", "--timeout", "60s"}
+		l.addr(l.path.Sender).String(), "--port", strconv.Itoa(probePort), "--json", "--timeout", "60s"}
 	args = append(args, l.opts.ClientArgs...)
 	cmd := exec.CommandContext(ctx, "ip", args...)
 	var stderr strings.Builder

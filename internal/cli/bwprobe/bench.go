@@ -33,7 +33,7 @@ func NewBench() *cobra.Command {
 	var (
 		capacities, shares, cross, out, clientArgs, note string
 		reps, unlimited                                  int
-		passive, full, asJSON                            bool
+		passive, full, asJSON, ipv6                      bool
 		passiveDur                                       time.Duration
 	)
 	cmd := &cobra.Command{
@@ -71,7 +71,7 @@ grid. Needs root. See docs/PROBE.md.`,
 					passive = true
 				}
 			}
-			opts := probebench.Options{Reps: reps, Unlimited: unlimited, Passive: passive, PassiveDuration: passiveDur,
+			opts := probebench.Options{Reps: reps, Unlimited: unlimited, IPv6: ipv6, Passive: passive, PassiveDuration: passiveDur,
 				Log: cmd.ErrOrStderr(), Command: commandLine(os.Args[1:]), ClientArgs: strings.Fields(clientArgs)}
 			var err error
 			if opts.Capacities, err = parseInts(capacities); err != nil {
@@ -120,6 +120,7 @@ grid. Needs root. See docs/PROBE.md.`,
 	f.IntVar(&unlimited, "unlimited", 1, "estimates on the path without a bottleneck (must be host-limited)")
 	f.BoolVar(&passive, "passive", false, "also measure each cell with a TCP transfer under magnet record")
 	f.DurationVar(&passiveDur, "passive-duration", 2*time.Second, "length of each passive transfer")
+	f.BoolVar(&ipv6, "ipv6", false, "probe (and transfer, with --passive) over IPv6 on the path's unique local addresses")
 	f.BoolVar(&full, "full", false, "the documented full grid (100 and 1000 Mbit/s, 10-90 %, both kinds, 5 reps, passive)")
 	f.StringVar(&clientArgs, "client-args", "", "extra arguments for magnet probe client, space-separated")
 	f.StringVar(&note, "note", "", "a note for the report's header (what else ran on the machine, ...)")
