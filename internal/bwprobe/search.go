@@ -171,9 +171,11 @@ type Estimate struct {
 	// HostLimited: the host, not the network, is the bottleneck of this
 	// measurement. Either every fleet up to ProbeLimit, which is set by
 	// what the sending host can pace, was below A (then High is 0 and
-	// Low a lower bound), or the trains found the narrow link at least
-	// PaceShare of what the host could send them at, so that what the
-	// fleets found may be the hosts' own limits.
+	// Low a lower bound), or the trains found no narrow link or one at
+	// least PaceShare of what the host could send them at, so that what
+	// the fleets found may be the hosts' own limits, or the narrow point
+	// counts packets rather than bytes (PacketRateBound), or (set by the
+	// client) this host's socket dropped probe packets.
 	HostLimited bool `json:"host_limited"`
 	// HostLimits say why HostLimited is set, one HostLimit* word each.
 	HostLimits []string `json:"host_limits,omitempty"`
