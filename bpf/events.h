@@ -50,7 +50,8 @@ enum mg_type {
 	MG_HEADERS = 21,
 	MG_TASK = 22,  /* written by the recorder, not by BPF */
 	MG_IFACE = 23, /* an interface's name, the first time it is seen */
-	MG_TYPE_MAX = 24,
+	MG_TCP_RATE = 24,
+	MG_TYPE_MAX = 25,
 };
 
 /* Event groups, chosen at run time through the events_mask global. */
@@ -64,6 +65,7 @@ enum mg_group {
 	MG_G_CONN = 1 << 6,
 	MG_G_SCHED = 1 << 7,
 	MG_G_HEADERS = 1 << 8,
+	MG_G_RATE = 1 << 9,
 };
 
 /* Common header of every record. */
@@ -126,6 +128,29 @@ struct mg_tcp_state {
 	__u32 rate_delivered;   /* segments delivered in the last rate sample */
 	__u32 rate_interval_us; /* that sample's interval */
 	__u32 lost;             /* segments lost over the connection's life (estimate) */
+};
+
+/* tcp_rate: the kernel's delivery-rate state after an ACK that advanced
+ * tp->delivered, read at the next hook that sees the socket (the next
+ * segment TCP builds, the next segment it receives, or a state change): no
+ * tracepoint fires after tcp_rate_gen. rate_* is the sample tcp_rate_gen
+ * kept (what tcpi_delivery_rate reports), not necessarily the one it made:
+ * an invalid sample or an app-limited one slower than the kept sample leaves
+ * the kept one in place. hdr.size = segments newly delivered since the
+ * socket's previous tcp_rate; hdr.flags: MG_RATE_*. */
+#define MG_RATE_SAME 1 /* rate_* equal the previous tcp_rate's: likely no new sample */
+
+struct mg_tcp_rate {
+	struct mg_hdr hdr;
+	__u64 ack_ns;           /* tp->delivered_mstamp: when the ACK was processed (CLOCK_MONOTONIC, µs resolution) */
+	__u32 delivered;        /* segments delivered over the connection's life */
+	__u32 lost;             /* segments lost over the connection's life (estimate) */
+	__u32 rate_delivered;   /* segments delivered in the kept sample */
+	__u32 rate_interval_us; /* that sample's interval */
+	__u32 mss;              /* tp->mss_cache: rate in bytes = rate_delivered * mss */
+	__u8 app_limited;       /* the kept sample was app-limited */
+	__u8 ca_state;          /* congestion-avoidance state */
+	__u16 _pad;
 };
 
 struct mg_tcp_retrans {

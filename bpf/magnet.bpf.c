@@ -61,6 +61,7 @@ struct mg_task _t19 = {};
 struct mg_counters _t20 = {};
 enum mg_type _t21 = MG_NONE;
 enum mg_group _t22 = MG_G_SOCK;
+struct mg_tcp_rate _t23 = {};
 
 /*
  * Events go to a ring of their CPU: a CPU's programs then never wait for
@@ -133,6 +134,23 @@ struct {
 	__type(key, int);
 	__type(value, struct tcp_state_sent);
 } tcp_states SEC(".maps");
+
+/* What the last tcp_rate of a TCP socket carried: a new one is written
+ * only when tp->delivered has moved since. */
+struct tcp_rate_sent {
+	__u32 delivered;
+	__u32 rate_delivered;
+	__u32 rate_interval_us;
+	__u8 app_limited;
+	__u8 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tcp_rate_sent);
+} tcp_rates SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -883,6 +901,55 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
 	emit_tcp_state_rec(sk, conn, now);
 }
 
+/*
+ * Write a tcp_rate if tp->delivered moved since the socket's last one. The
+ * kernel makes its delivery-rate sample in tcp_ack -> tcp_rate_gen, and no
+ * hook this kernel offers runs after it on the ACK path (tcp_probe fires
+ * before, at the top of tcp_rcv_established; sockops' RTT callback fires in
+ * tcp_clean_rtx_queue, also before): the sample is read at the next hook that
+ * sees the socket. On a busy sender that is the segment the ACK releases, in
+ * the same softirq; otherwise the next segment received or the next state
+ * change. docs/EVENTS.md says what this misses.
+ */
+static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct tcp_rate_sent *rs;
+	struct mg_tcp_rate *r;
+	__u32 delivered, rate_delivered, interval;
+	__u8 app_limited;
+	struct emit e;
+
+	delivered = tp->delivered;
+	rs = bpf_sk_storage_get(&tcp_rates, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rs || rs->delivered == delivered)
+		return;
+	rate_delivered = tp->rate_delivered;
+	interval = tp->rate_interval_us;
+	app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
+	r = RESERVE_EVENT(struct mg_tcp_rate, MG_TCP_RATE, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_RATE, now, e.pid_tgid, conn, delivered - rs->delivered, sk_netns(sk));
+	if (rs->delivered && rate_delivered == rs->rate_delivered && interval == rs->rate_interval_us &&
+	    app_limited == rs->app_limited)
+		r->hdr.flags = MG_RATE_SAME;
+	r->ack_ns = tp->delivered_mstamp * 1000;
+	r->delivered = delivered;
+	r->lost = tp->lost;
+	r->rate_delivered = rate_delivered;
+	r->rate_interval_us = interval;
+	r->mss = tp->mss_cache;
+	r->app_limited = app_limited;
+	r->ca_state = BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state);
+	r->_pad = 0;
+	SUBMIT(r, &e);
+	rs->delivered = delivered;
+	rs->rate_delivered = rate_delivered;
+	rs->rate_interval_us = interval;
+	rs->app_limited = app_limited;
+}
+
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
@@ -892,12 +959,15 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	__u64 now, conn;
 	struct emit e;
 
-	if (!enabled(MG_G_TCP | MG_G_TCPSTATE))
+	if (!enabled(MG_G_TCP | MG_G_TCPSTATE | MG_G_RATE))
 		return 0;
 	conn = conn_of(sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
+	/* The previous ACK's sample, if no segment sent since carried it. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
 	if (enabled(MG_G_TCP)) {
 		cb = tcp_cb(skb);
 		r = RESERVE_EVENT(struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
@@ -980,6 +1050,15 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 
 	if (sk->sk_protocol != IPPROTO_TCP_)
 		return 0;
+	/* ACKs that reach a closing connection go through
+	 * tcp_rcv_state_process, where tcp_probe does not fire: their sample
+	 * is caught at the state change they cause (FIN acknowledged). */
+	if (enabled(MG_G_RATE) && newstate >= TCP_FIN_WAIT1_ && newstate <= TCP_CLOSING_ &&
+	    newstate != TCP_CLOSE_ && newstate != TCP_LISTEN_) {
+		conn = conn_of(sk, cookie_of(sk, sk), 0);
+		if (conn != FILTERED && conn)
+			emit_tcp_rate(sk, conn, bpf_ktime_get_ns());
+	}
 	if (newstate != TCP_CLOSE_ && newstate != TCP_ESTABLISHED_)
 		return 0;
 	cookie = cookie_of(sk, sk);
@@ -993,6 +1072,8 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	if (!ci || ci->closed)
 		return 0;
 	conn = ci->selected ? cookie : 0;
+	if (conn && enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
 	if (conn) {
@@ -1113,7 +1194,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	default:
 		return 1;
 	}
-	if (!enabled(MG_G_TCP) || xmit_by_fentry)
+	if (!enabled(MG_G_RATE) && (!enabled(MG_G_TCP) || xmit_by_fentry))
 		return 1;
 	k = bpf_cast_to_kern_ctx(skops);
 	skb = k->skb;
@@ -1125,8 +1206,11 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	if (conn == FILTERED || !conn)
 		return 1;
 	now = bpf_ktime_get_ns();
-
-	emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
+	/* The sample of the ACK that let this segment go comes first. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (enabled(MG_G_TCP) && !xmit_by_fentry)
+		emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
 	return 1;
 }
 

@@ -41,6 +41,7 @@ const (
 	Headers     Type = 21
 	Task        Type = 22
 	Iface       Type = 23
+	TCPRate     Type = 24
 	// NumTypes bounds the per-type counters in BPF (MG_NTYPES).
 	NumTypes = 32
 )
@@ -59,6 +60,7 @@ const (
 	GroupConn     Group = 1 << 6
 	GroupSched    Group = 1 << 7
 	GroupHeaders  Group = 1 << 8
+	GroupRate     Group = 1 << 9
 )
 
 // DefaultGroups is what `magnet record` records without --events: every
@@ -79,6 +81,7 @@ var groupNames = []struct {
 	{"conn", GroupConn, "connection lifecycle: conn_open, conn_close (always on)"},
 	{"sched", GroupSched, "scheduler (opt-in): sched_switch, sched_wakeup, sched_fork, sched_exit"},
 	{"headers", GroupHeaders, "packet headers at the device (opt-in): headers"},
+	{"rate", GroupRate, "the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate"},
 }
 
 // ParseGroups parses a comma-separated --events value. "default" stands for
@@ -201,6 +204,7 @@ var Catalogue = []Info{
 	{Headers, "headers", GroupHeaders, "tp_btf/net_dev_start_xmit, netif_receive_skb", "the first 128 bytes of a packet at the device, from its link-layer header"},
 	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
 	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
+	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB, inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
 }
 
 // ByType returns the catalogue entry of t.

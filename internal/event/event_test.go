@@ -19,8 +19,9 @@ func TestParseGroups(t *testing.T) {
 		{"default,sched", DefaultGroups | GroupSched},
 		{"default, sched ,headers", DefaultGroups | GroupSched | GroupHeaders},
 		{"default,-dev", DefaultGroups &^ GroupDev},
-		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders},
-		{"all,-sched,-headers", DefaultGroups},
+		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate},
+		{"all,-sched,-headers,-rate", DefaultGroups},
+		{"default,rate", DefaultGroups | GroupRate},
 		{"sock", GroupSock | GroupConn},
 		{"tcp,ip", GroupTCP | GroupIP | GroupConn},
 		// conn cannot be removed: every other event needs it.
@@ -48,7 +49,7 @@ func TestParseGroupsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), `unknown event group "bogus"`) {
 			t.Errorf("ParseGroups(%q) error = %q, want it to name the unknown group", in, err)
 		}
-		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, default, all") {
+		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, default, all") {
 			t.Errorf("ParseGroups(%q) error = %q, want it to list the valid names", in, err)
 		}
 		if g != 0 {
@@ -58,13 +59,13 @@ func TestParseGroupsErrors(t *testing.T) {
 }
 
 func TestAllGroups(t *testing.T) {
-	if got, want := AllGroups(), Group(1<<9-1); got != want {
+	if got, want := AllGroups(), Group(1<<10-1); got != want {
 		t.Errorf("AllGroups() = %#x, want %#x", uint32(got), uint32(want))
 	}
 }
 
 func TestGroupNames(t *testing.T) {
-	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "default", "all"}
+	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "default", "all"}
 	if got := GroupNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("GroupNames() = %q, want %q", got, want)
 	}
@@ -80,7 +81,7 @@ func TestGroupString(t *testing.T) {
 		{GroupSock, []string{"sock"}, "sock"},
 		{GroupSched | GroupSock, []string{"sock", "sched"}, "sock,sched"},
 		{DefaultGroups, []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn"}, "sock,tcp,tcpstate,ip,dev,drop,conn"},
-		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers"},
+		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate"},
 		// Bits no group has are ignored.
 		{GroupHeaders | 1<<20, []string{"headers"}, "headers"},
 	} {
@@ -114,8 +115,8 @@ func TestGroupStringRoundTrip(t *testing.T) {
 func TestGroupHelp(t *testing.T) {
 	help := GroupHelp()
 	lines := strings.Split(strings.TrimSuffix(help, "\n"), "\n")
-	if len(lines) != 9 {
-		t.Fatalf("GroupHelp has %d lines, want 9:\n%s", len(lines), help)
+	if len(lines) != 10 {
+		t.Fatalf("GroupHelp has %d lines, want 10:\n%s", len(lines), help)
 	}
 	if want := "  sock      socket layer: sock_send, sock_recv"; lines[0] != want {
 		t.Errorf("GroupHelp line 1 = %q, want %q", lines[0], want)
@@ -126,8 +127,8 @@ func TestGroupHelp(t *testing.T) {
 }
 
 func TestCatalogue(t *testing.T) {
-	if len(Catalogue) != 23 {
-		t.Errorf("Catalogue has %d entries, want 23", len(Catalogue))
+	if len(Catalogue) != 24 {
+		t.Errorf("Catalogue has %d entries, want 24", len(Catalogue))
 	}
 	ids := map[Type]string{}
 	names := map[string]Type{}
@@ -166,8 +167,8 @@ func TestCatalogue(t *testing.T) {
 	if in, ok := ByType(0); ok {
 		t.Errorf("ByType(0) = %+v, want not found", in)
 	}
-	if in, ok := ByType(24); ok {
-		t.Errorf("ByType(24) = %+v, want not found", in)
+	if in, ok := ByType(25); ok {
+		t.Errorf("ByType(25) = %+v, want not found", in)
 	}
 	if in, ok := ByName("nope"); ok {
 		t.Errorf(`ByName("nope") = %+v, want not found`, in)

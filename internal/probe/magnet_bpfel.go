@@ -162,6 +162,7 @@ const (
 	magnetMgGroupMG_G_CONN     magnetMgGroup = 64
 	magnetMgGroupMG_G_SCHED    magnetMgGroup = 128
 	magnetMgGroupMG_G_HEADERS  magnetMgGroup = 256
+	magnetMgGroupMG_G_RATE     magnetMgGroup = 512
 )
 
 type magnetMgHdr struct {
@@ -354,6 +355,30 @@ type magnetMgTaskRec struct {
 	Comm [16]int8
 }
 
+type magnetMgTcpRate struct {
+	_   structs.HostLayout
+	Hdr struct {
+		_      structs.HostLayout
+		TimeNs uint64
+		Conn   uint64
+		Tid    uint32
+		Size   int32
+		Netns  uint32
+		Cpu    uint16
+		Type   uint8
+		Flags  uint8
+	}
+	AckNs          uint64
+	Delivered      uint32
+	Lost           uint32
+	RateDelivered  uint32
+	RateIntervalUs uint32
+	Mss            uint32
+	AppLimited     uint8
+	CaState        uint8
+	Pad            uint16
+}
+
 type magnetMgTcpRcv struct {
 	_   structs.HostLayout
 	Hdr struct {
@@ -469,8 +494,18 @@ const (
 	magnetMgTypeMG_HEADERS      magnetMgType = 21
 	magnetMgTypeMG_TASK         magnetMgType = 22
 	magnetMgTypeMG_IFACE        magnetMgType = 23
-	magnetMgTypeMG_TYPE_MAX     magnetMgType = 24
+	magnetMgTypeMG_TCP_RATE     magnetMgType = 24
+	magnetMgTypeMG_TYPE_MAX     magnetMgType = 25
 )
+
+type magnetTcpRateSent struct {
+	_              structs.HostLayout
+	Delivered      uint32
+	RateDelivered  uint32
+	RateIntervalUs uint32
+	AppLimited     uint8
+	Pad            [3]uint8
+}
 
 type magnetTcpStateSent struct {
 	_        structs.HostLayout
@@ -502,6 +537,7 @@ const (
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
 	magnetMapLostStates        = "lost_states"
+	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
 	magnetProgInetSockSetState = "inet_sock_set_state"
@@ -540,6 +576,7 @@ const (
 	magnetVarT20               = "_t20"
 	magnetVarT21               = "_t21"
 	magnetVarT22               = "_t22"
+	magnetVarT23               = "_t23"
 	magnetVarT3                = "_t3"
 	magnetVarT4                = "_t4"
 	magnetVarT5                = "_t5"
@@ -637,6 +674,7 @@ type magnetMapSpecs struct {
 	Frags      *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen *ebpf.MapSpec `ebpf:"ifaces_seen"`
 	LostStates *ebpf.MapSpec `ebpf:"lost_states"`
+	TcpRates   *ebpf.MapSpec `ebpf:"tcp_rates"`
 	TcpStates  *ebpf.MapSpec `ebpf:"tcp_states"`
 	Tuples     *ebpf.MapSpec `ebpf:"tuples"`
 }
@@ -660,6 +698,7 @@ type magnetVariableSpecs struct {
 	T20           *ebpf.VariableSpec `ebpf:"_t20"`
 	T21           *ebpf.VariableSpec `ebpf:"_t21"`
 	T22           *ebpf.VariableSpec `ebpf:"_t22"`
+	T23           *ebpf.VariableSpec `ebpf:"_t23"`
 	T3            *ebpf.VariableSpec `ebpf:"_t3"`
 	T4            *ebpf.VariableSpec `ebpf:"_t4"`
 	T5            *ebpf.VariableSpec `ebpf:"_t5"`
@@ -708,6 +747,7 @@ type magnetMaps struct {
 	Frags      *ebpf.Map `ebpf:"frags"`
 	IfacesSeen *ebpf.Map `ebpf:"ifaces_seen"`
 	LostStates *ebpf.Map `ebpf:"lost_states"`
+	TcpRates   *ebpf.Map `ebpf:"tcp_rates"`
 	TcpStates  *ebpf.Map `ebpf:"tcp_states"`
 	Tuples     *ebpf.Map `ebpf:"tuples"`
 }
@@ -722,6 +762,7 @@ func (m *magnetMaps) Close() error {
 		m.Frags,
 		m.IfacesSeen,
 		m.LostStates,
+		m.TcpRates,
 		m.TcpStates,
 		m.Tuples,
 	)
@@ -746,6 +787,7 @@ type magnetVariables struct {
 	T20           *ebpf.Variable `ebpf:"_t20"`
 	T21           *ebpf.Variable `ebpf:"_t21"`
 	T22           *ebpf.Variable `ebpf:"_t22"`
+	T23           *ebpf.Variable `ebpf:"_t23"`
 	T3            *ebpf.Variable `ebpf:"_t3"`
 	T4            *ebpf.Variable `ebpf:"_t4"`
 	T5            *ebpf.Variable `ebpf:"_t5"`

@@ -40,10 +40,10 @@ var Hooks = []Hook{
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCP, []string{"tcp_send"}},
 	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP, []string{"tcp_xmit"}},
-	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn, []string{"tcp_xmit", "conn_open"}},
-	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState, []string{"tcp_rcv", "tcp_state"}},
+	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
+	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
 	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
-	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn, []string{"conn_open", "conn_close", "tcp_state"}},
+	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn, []string{"conn_open", "conn_close", "tcp_state", "tcp_rate"}},
 	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn, []string{"conn_close"}},
 	{"udp_bind4", "cgroup_sock", "post_bind4", event.GroupConn, []string{"conn_open"}},
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
@@ -528,6 +528,7 @@ func Layouts() map[event.Type]reflect.Type {
 		event.Headers:     reflect.TypeOf(magnetMgHeaders{}),
 		event.Task:        reflect.TypeOf(magnetMgTaskRec{}),
 		event.Iface:       reflect.TypeOf(magnetMgIface{}),
+		event.TCPRate:     reflect.TypeOf(magnetMgTcpRate{}),
 	}
 }
 

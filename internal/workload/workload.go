@@ -18,6 +18,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Defaults for the zero fields of a Spec, and the interval the command line
@@ -65,6 +67,11 @@ type Result struct {
 	// Start is when the first message was written or the first byte read;
 	// End is when the exchange finished. Both are zero if nothing moved.
 	Start, End time.Time
+	// Delivered is, for a TCP sender that finished, the segments its
+	// kernel counted delivered (tcpi_delivered of TCP_INFO, the FIN
+	// included), read once the receiver had closed: what the last
+	// tcp_rate event of the connection says.
+	Delivered uint32
 }
 
 // CheckProto returns nil for "tcp" and "udp" and an error wrapping
@@ -280,6 +287,7 @@ func Send(ctx context.Context, addr string, s Spec) (Result, error) {
 		return r, err
 	}
 	r.End = time.Now()
+	r.Delivered = delivered(conn)
 	return r, nil
 }
 
@@ -328,6 +336,7 @@ func Flood(ctx context.Context, proto, addr string, size int, d time.Duration) (
 		return r, err
 	}
 	r.End = time.Now()
+	r.Delivered = delivered(conn)
 	return r, nil
 }
 
@@ -353,6 +362,27 @@ func finish(ctx context.Context, conn net.Conn) error {
 		return fmt.Errorf("wait for receiver: %w", err)
 	}
 	return nil
+}
+
+// delivered reads tcpi_delivered of a TCP connection; 0 for UDP or when
+// TCP_INFO cannot be read.
+func delivered(conn net.Conn) uint32 {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return 0
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	_ = raw.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if err != nil || info == nil {
+		return 0
+	}
+	return info.Delivered
 }
 
 // writeErr reports ctx's error instead of the deadline it caused.

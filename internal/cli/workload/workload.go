@@ -86,6 +86,7 @@ func newSend() *cobra.Command {
 		count, size, burst int
 		interval           time.Duration
 		flood              time.Duration
+		tcpInfo            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "send --to ADDR",
@@ -96,7 +97,8 @@ Without --flood, writes --count messages of --size bytes, one every
 --interval, each with one send call (the MAGNeT paper's FTP-like pattern);
 with --burst N, N messages back to back every --interval.
 With --flood, writes --size-byte messages back to back for that long.
-Prints "sent BYTES bytes in N messages".`,
+Prints "sent BYTES bytes in N messages", and with --tcp-info a second line
+"tcpi_delivered SEGMENTS".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := workload.CheckProto(proto); err != nil {
@@ -142,6 +144,9 @@ Prints "sent BYTES bytes in N messages".`,
 				return fmt.Errorf("workload: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sent %d bytes in %d messages\n", r.Bytes, r.Messages)
+			if tcpInfo && proto == "tcp" {
+				fmt.Fprintf(cmd.OutOrStdout(), "tcpi_delivered %d\n", r.Delivered)
+			}
 			return nil
 		},
 	}
@@ -153,6 +158,7 @@ Prints "sent BYTES bytes in N messages".`,
 	f.DurationVar(&interval, "interval", workload.DefaultInterval, "time between messages, 0 for back to back")
 	f.DurationVar(&flood, "flood", 0, "send small messages as fast as possible for this long")
 	f.IntVar(&burst, "burst", 1, "messages written back to back at each interval (bursty traffic)")
+	f.BoolVar(&tcpInfo, "tcp-info", false, "tcp: also print the kernel's tcpi_delivered once the receiver has closed")
 	return cmd
 }
 
