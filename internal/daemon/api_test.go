@@ -100,7 +100,7 @@ func TestStreamsAndFigures(t *testing.T) {
 		f.send(f.rec(t, "sock_recv", t0+uint64(i+1)*ms, 43, 101, 2000, nil))
 	}
 	f.send(f.rec(t, "tcp_state", t0+1600*ms, 42, 0, 0, map[string]any{
-		"cwnd": 10, "srtt_us": 250, "mss": 1448, "state": 1, "rate_delivered": 100, "rate_interval_us": 2000, "rate_app_limited": 1, "delivered": 5000,
+		"cwnd": 10, "srtt_us": 250, "mss": 1448, "state": 1, "rate_delivered": 100, "rate_interval_us": 2000, "rate_app_limited": 1, "delivered": 5000, "lost": 7,
 	}))
 
 	evs, lost := byPort.events(t, 1500)
@@ -131,7 +131,7 @@ func TestStreamsAndFigures(t *testing.T) {
 		t.Errorf("connection %+v", conn)
 	}
 	st := conn.State
-	if st == nil || st.Cwnd != 10 || st.State != "ESTABLISHED" || !st.DeliveryAppLimited || math.Abs(st.DeliveryRateBPS-100*1448*8/0.002) > 1 {
+	if st == nil || st.Cwnd != 10 || st.Lost != 7 || st.State != "ESTABLISHED" || !st.DeliveryAppLimited || math.Abs(st.DeliveryRateBPS-100*1448*8/0.002) > 1 {
 		t.Errorf("tcp_state %+v", st)
 	}
 	bw := must[*magnetclient.Bandwidth](t)(c.Bandwidth(ctx, 42, magnetclient.BandwidthQuery{Events: 10}))

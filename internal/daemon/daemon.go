@@ -22,8 +22,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +67,11 @@ type Daemon struct {
 	subsMu sync.Mutex
 	subs   map[uint64]*sub
 	nextID uint64
+	// deliveryUntil: a pull request asked for delivery-rate figures; the
+	// rate group stays enabled until then (unix ns), and deliveryTimer
+	// switches it off. Both under subsMu.
+	deliveryUntil time.Time
+	deliveryTimer *time.Timer
 
 	stopping atomic.Bool
 	stop     chan struct{}
@@ -227,6 +234,9 @@ func (d *Daemon) shutdown() {
 	d.stopping.Store(true)
 	d.subsMu.Lock()
 	close(d.stop)
+	if d.deliveryTimer != nil {
+		d.deliveryTimer.Stop()
+	}
 	// A client that stopped reading must not hold the daemon up.
 	for _, s := range d.subs {
 		if s.out != nil {
@@ -289,13 +299,68 @@ func (d *Daemon) requested() (event.Group, map[string]int) {
 		g := figureGroups
 		if s.kind == kindEvents {
 			g = s.f.Groups()
+		} else if s.fig.delivery {
+			g |= event.GroupRate
 		}
 		all |= g
 		for _, name := range (g &^ event.GroupConn).Names() {
 			count[name]++
 		}
 	}
+	if time.Now().Before(d.deliveryUntil) {
+		all |= event.GroupRate
+		count[event.GroupRate.String()]++
+	}
 	return all, count
+}
+
+// deliveryHold is how long a pull request for delivery-rate figures keeps
+// the rate group enabled: a client polling more often keeps it on.
+const deliveryHold = 30 * time.Second
+
+// pullDelivery reads a pull request's delivery parameter; when true, the
+// rate group is enabled (or kept) for deliveryHold. The first answer may
+// lack the figures: tcp_rate events come from then on.
+func (d *Daemon) pullDelivery(q url.Values) error {
+	on, err := boolParam(q, "delivery")
+	if err != nil || !on {
+		return err
+	}
+	d.subsMu.Lock()
+	defer d.subsMu.Unlock()
+	if d.stopping.Load() {
+		return nil
+	}
+	d.deliveryUntil = time.Now().Add(deliveryHold)
+	if d.deliveryTimer == nil {
+		d.deliveryTimer = time.AfterFunc(deliveryHold, d.releaseDelivery)
+	} else {
+		d.deliveryTimer.Reset(deliveryHold)
+	}
+	d.applyGroups()
+	return nil
+}
+
+// releaseDelivery runs when the pull hold may have ended.
+func (d *Daemon) releaseDelivery() {
+	d.subsMu.Lock()
+	defer d.subsMu.Unlock()
+	if !d.stopping.Load() {
+		d.applyGroups()
+	}
+}
+
+// boolParam reads an optional boolean query parameter.
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s %q: want true or false", name, v)
+	}
+	return b, nil
 }
 
 // applyGroups enables the baseline and what the subscriptions ask for, in

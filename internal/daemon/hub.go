@@ -356,6 +356,14 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 			TotalRetrans: u("total_retrans"), Delivered: u("delivered"), Lost: u("lost"),
 			RateDelivered: u("rate_delivered"), RateIntervalUs: u("rate_interval_us"), AppLimited: u("rate_app_limited") == 1,
 		})
+	case event.TCPRate:
+		u := func(name string) uint32 { v, _ := rec.Uint(name); return uint32(v) }
+		ack, _ := rec.Uint("ack_ns")
+		c.Sampled(live.RateSample{
+			TimeNs: t, AckNs: ack, Delivered: u("delivered"), Lost: u("lost"), MSS: u("mss"),
+			RateDelivered: u("rate_delivered"), IntervalUs: u("rate_interval_us"),
+			AppLimited: u("app_limited") == 1, Repeat: rec.Flags()&1 != 0,
+		})
 	}
 }
 

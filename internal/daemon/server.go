@@ -205,7 +205,10 @@ func (d *Daemon) checkWindow(w live.Window) error {
 
 func (d *Daemon) handleConnections(w http.ResponseWriter, r *http.Request, who *identity) {
 	q := r.URL.Query()
-	f, err := connFilter(q, "state", "window_events", "window")
+	f, err := connFilter(q, "state", "window_events", "window", "delivery")
+	if err == nil {
+		err = d.pullDelivery(q)
+	}
 	if err != nil {
 		badRequest(w, err)
 		return
@@ -251,12 +254,15 @@ func (d *Daemon) lookup(w http.ResponseWriter, r *http.Request, who *identity) *
 func (d *Daemon) handleConnection(w http.ResponseWriter, r *http.Request, who *identity) {
 	q := r.URL.Query()
 	for k := range q {
-		if k != "window_events" && k != "window" {
+		if k != "window_events" && k != "window" && k != "delivery" {
 			badRequest(w, fmt.Errorf("unknown parameter %q", k))
 			return
 		}
 	}
 	win, err := windowOf(q)
+	if err == nil {
+		err = d.pullDelivery(q)
+	}
 	if err != nil {
 		badRequest(w, err)
 		return
@@ -282,7 +288,7 @@ func (d *Daemon) handleBandwidth(w http.ResponseWriter, r *http.Request, who *id
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
-		case "layer", "dir", "window_events", "window":
+		case "layer", "dir", "window_events", "window", "delivery":
 		default:
 			badRequest(w, fmt.Errorf("unknown parameter %q", k))
 			return
@@ -309,6 +315,9 @@ func (d *Daemon) handleBandwidth(w http.ResponseWriter, r *http.Request, who *id
 	win, err := windowOf(q)
 	if err == nil && win.Events > 0 && win.Span > 0 {
 		err = errors.New("give window_events or window, not both")
+	}
+	if err == nil {
+		err = d.pullDelivery(q)
 	}
 	if err != nil {
 		badRequest(w, err)
@@ -337,13 +346,16 @@ func (d *Daemon) handleBandwidth(w http.ResponseWriter, r *http.Request, who *id
 		dir = c.MainDir(layer)
 	}
 	out := magnetclient.Bandwidth{Conn: c.ID, Layer: live.LayerNames[layer], Dir: map[live.Dir]string{live.Send: "send", live.Recv: "recv"}[dir], NowNs: h.nowNs, LastNs: c.StreamLastNs(layer, dir)}
+	span := h.table.Config().Window
 	if byTime {
 		out.WindowNs = int64(win.Span)
 		out.Rate = c.Rate(layer, dir, 0, win.Span, h.nowNs)
+		span = win.Span
 	} else {
 		out.WindowEvents = win.Events
 		out.Rate = c.Rate(layer, dir, win.Events, 0, h.nowNs)
 	}
+	out.Delivery = c.Delivery(uint64(span), h.nowNs)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -358,7 +370,7 @@ func streamRequest(r *http.Request, kind string) (magnetclient.Request, bool, er
 	}
 	opts := []string{"format", "queue"}
 	if kind == kindFigures {
-		opts = []string{"format", "every", "change", "metric", "window_events", "window"}
+		opts = []string{"format", "every", "change", "metric", "window_events", "window", "delivery"}
 	}
 	var req magnetclient.Request
 	if r.Method == http.MethodPost {
@@ -378,8 +390,8 @@ func streamRequest(r *http.Request, kind string) (magnetclient.Request, bool, er
 		if dec.More() {
 			return req, sse, errors.New("body: one JSON object, please")
 		}
-		if kind == kindEvents && (req.Every != "" || req.Change != 0 || req.Metric != "" || req.WindowEvents != 0 || req.Window != "") {
-			return req, sse, errors.New("every, change, metric and windows are for /v1/figures")
+		if kind == kindEvents && (req.Every != "" || req.Change != 0 || req.Metric != "" || req.WindowEvents != 0 || req.Window != "" || req.Delivery) {
+			return req, sse, errors.New("every, change, metric, windows and delivery are for /v1/figures")
 		}
 		if kind == kindFigures && req.Queue != 0 {
 			return req, sse, errors.New("queue is for /v1/events")
@@ -406,6 +418,9 @@ func streamRequest(r *http.Request, kind string) (magnetclient.Request, bool, er
 		if req.WindowEvents, err = strconv.Atoi(v); err != nil {
 			return req, sse, fmt.Errorf("window_events %q: want a number of events", v)
 		}
+	}
+	if req.Delivery, err = boolParam(q, "delivery"); err != nil {
+		return req, sse, err
 	}
 	return req, sse, nil
 }
@@ -497,7 +512,12 @@ func (d *Daemon) handleFigures(w http.ResponseWriter, r *http.Request, who *iden
 		badRequest(w, err)
 		return
 	}
-	if missing := figureGroups &^ d.settings().available; missing != 0 {
+	fo.delivery = req.Delivery || strings.HasPrefix(metric, "delivery.")
+	want := figureGroups
+	if fo.delivery {
+		want |= event.GroupRate
+	}
+	if missing := want &^ d.settings().available; missing != 0 {
 		d.logf("figure stream: %s not loaded; those figures stay at zero", missing)
 	}
 	sb := &sub{kind: kindFigures, who: *who, f: f, started: time.Now(), stop: d.stop, fig: fo}

@@ -215,6 +215,9 @@ type figureOpts struct {
 	change float64 // percent; 0 = off
 	metric func(*magnetclient.Connection) float64
 	window live.Window
+	// delivery: the stream wants the kernel's delivery-rate figures, so
+	// the rate group is enabled while it lasts.
+	delivery bool
 }
 
 // serveFigures pushes the figures of the connections the filter selects.
@@ -349,6 +352,19 @@ func metricOf(path string) (func(*magnetclient.Connection) float64, error) {
 		return st(func(s *magnetclient.TCPState) float64 { return float64(s.SrttUs) }), nil
 	case "tcp_state.delivery_rate_bps":
 		return st(func(s *magnetclient.TCPState) float64 { return s.DeliveryRateBPS }), nil
+	case "delivery.bps", "delivery.max_bps", "delivery.mean_bps":
+		return func(c *magnetclient.Connection) float64 {
+			d := c.Delivery
+			switch {
+			case d == nil:
+				return 0
+			case path == "delivery.bps":
+				return d.Last.BPS
+			case path == "delivery.max_bps":
+				return d.Window.MaxBPS
+			}
+			return d.Window.MeanBPS
+		}, nil
 	case "retransmits.per_second":
 		return func(c *magnetclient.Connection) float64 { return c.Retransmits.PerSecond }, nil
 	case "drops.per_second":
@@ -361,5 +377,5 @@ func metricOf(path string) (func(*magnetclient.Connection) float64, error) {
 			return float64(c.SendBuffer.Bytes)
 		}, nil
 	}
-	return nil, fmt.Errorf("metric %q: want LAYER.DIR.by_events|by_time.bps|bytes, LAYER.DIR.bytes|average_bps (LAYER app, tcp, wire; DIR send, recv), tcp_state.cwnd|srtt_us|delivery_rate_bps, retransmits.per_second, drops.per_second or send_buffer.bytes", path)
+	return nil, fmt.Errorf("metric %q: want LAYER.DIR.by_events|by_time.bps|bytes, LAYER.DIR.bytes|average_bps (LAYER app, tcp, wire; DIR send, recv), tcp_state.cwnd|srtt_us|delivery_rate_bps, delivery.bps|max_bps|mean_bps, retransmits.per_second, drops.per_second or send_buffer.bytes", path)
 }

@@ -153,6 +153,7 @@ type Conn struct {
 	byReason map[string]uint64
 	sbuf     sendbuf.Tracker
 	sbufMax  int64
+	delivery *deliveryWindow
 	cfg      *Config
 }
 
@@ -332,7 +333,7 @@ func (c *Conn) Snapshot(w Window, now uint64) magnetclient.Connection {
 			TimeNs: st.TimeNs, State: st.State, CAState: st.CAState,
 			Cwnd: st.Cwnd, Ssthresh: st.Ssthresh, SrttUs: st.SrttUs, MSS: st.MSS,
 			SndWnd: st.SndWnd, RcvWnd: st.RcvWnd, PacketsOut: st.PacketsOut, RetransOut: st.RetransOut,
-			TotalRetrans: st.TotalRetrans, Delivered: st.Delivered, DeliveryAppLimited: st.AppLimited,
+			TotalRetrans: st.TotalRetrans, Delivered: st.Delivered, Lost: st.Lost, DeliveryAppLimited: st.AppLimited,
 		}
 		ts.DeliveryRateBPS = DeliveryRate(st.RateDelivered, st.MSS, st.RateIntervalUs)
 		out.State = ts
@@ -353,6 +354,7 @@ func (c *Conn) Snapshot(w Window, now uint64) magnetclient.Connection {
 	if c.sbuf.Known() {
 		out.SendBuffer = &magnetclient.SendBuffer{Bytes: c.sbuf.Occupancy(), MaxBytes: c.sbufMax}
 	}
+	out.Delivery = c.Delivery(uint64(w.Span), now)
 	return out
 }
 

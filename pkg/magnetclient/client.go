@@ -150,6 +150,10 @@ type BandwidthQuery struct {
 	Dir    string        // "recv", "send", "auto" (default)
 	Events int           // window of this many events (default: the daemon's, 1000)
 	Window time.Duration // or a time window
+	// Delivery asks for the kernel's delivery-rate figures too: the daemon
+	// enables the rate group for 30 s from each such request, so the first
+	// answer may lack them.
+	Delivery bool
 }
 
 // Bandwidth returns one connection's bandwidth now (pull).
@@ -162,6 +166,9 @@ func (c *Client) Bandwidth(ctx context.Context, id uint64, bq BandwidthQuery) (*
 		q.Set("dir", bq.Dir)
 	}
 	Window{Events: bq.Events, Ns: int64(bq.Window)}.addTo(q)
+	if bq.Delivery {
+		q.Set("delivery", "true")
+	}
 	var b Bandwidth
 	return &b, c.getJSON(ctx, "/v1/connections/"+strconv.FormatUint(id, 10)+"/bandwidth", q, &b)
 }
@@ -180,11 +187,12 @@ type PushOptions struct {
 	Metric       string        // default "app.recv.by_events.bps"
 	WindowEvents int
 	Window       time.Duration
+	Delivery     bool // the kernel's delivery-rate figures too (enables the rate group while the stream lasts)
 }
 
 // Push opens a stream of the figures of the connections f selects.
 func (c *Client) Push(ctx context.Context, f Filter, o PushOptions) (*Stream, error) {
-	r := Request{Filter: f, Change: o.Change, Metric: o.Metric, WindowEvents: o.WindowEvents}
+	r := Request{Filter: f, Change: o.Change, Metric: o.Metric, WindowEvents: o.WindowEvents, Delivery: o.Delivery}
 	if o.Every > 0 {
 		r.Every = o.Every.String()
 	}

@@ -113,6 +113,7 @@ type Connection struct {
 	Retransmits Retransmits `json:"retransmits"`
 	Drops       Drops       `json:"drops"`
 	SendBuffer  *SendBuffer `json:"send_buffer,omitempty"`
+	Delivery    *Delivery   `json:"delivery,omitempty"`
 }
 
 // Owner is the process that owns a connection: that of its first
@@ -171,8 +172,48 @@ type TCPState struct {
 	RetransOut         uint32  `json:"retrans_out"`
 	TotalRetrans       uint32  `json:"total_retrans"`
 	Delivered          uint32  `json:"delivered"`
+	Lost               uint32  `json:"lost"` // segments lost over the connection's life (the kernel's estimate)
 	DeliveryRateBPS    float64 `json:"delivery_rate_bps"`
 	DeliveryAppLimited bool    `json:"delivery_app_limited"`
+}
+
+// Delivery is the kernel's own delivery-rate estimate, from its per-ACK
+// samples (tcp_rate events, the "rate" event group): what BBR and
+// tcpi_delivery_rate use, to compare with the app and wire rates. Present
+// once a tcp_rate event of the connection came.
+type Delivery struct {
+	Samples uint64         `json:"samples"` // tcp_rate events seen
+	Last    DeliverySample `json:"last"`
+	// Window is over the connection's time window (Window.Ns).
+	Window DeliveryWindow `json:"window"`
+}
+
+// DeliverySample is one tcp_rate event: the sample the kernel kept after
+// an ACK. BPS = RateDelivered × MSS × 8 / IntervalUs, as tcpi_delivery_rate.
+type DeliverySample struct {
+	AckNs         uint64  `json:"ack_ns"` // when the ACK was processed (CLOCK_MONOTONIC)
+	BPS           float64 `json:"bps"`
+	Delivered     uint32  `json:"delivered"` // segments over the connection's life
+	Lost          uint32  `json:"lost"`
+	RateDelivered uint32  `json:"rate_delivered"` // segments in the sample
+	IntervalUs    uint32  `json:"interval_us"`
+	MSS           uint32  `json:"mss"`
+	AppLimited    bool    `json:"app_limited"`
+	Repeat        bool    `json:"repeat"` // the kernel kept its previous sample
+}
+
+// DeliveryWindow sums the new samples of a time window. Samples the
+// application limited say little about the network: they are only
+// counted. MeanBPS weighs each sample by its interval (Σ bits / Σ
+// intervals): a few short samples from ACK compression or a token-bucket
+// burst, which can be ten times the link rate, do not swamp it; MaxBPS
+// shows them (docs/DAEMON.md).
+type DeliveryWindow struct {
+	Ns         int64   `json:"ns"`
+	Samples    int64   `json:"samples"` // not app-limited
+	AppLimited int64   `json:"app_limited"`
+	MaxBPS     float64 `json:"max_bps"`
+	MeanBPS    float64 `json:"mean_bps"`
 }
 
 // Retransmits counts a connection's tcp_retrans events.
@@ -205,6 +246,10 @@ type Bandwidth struct {
 	Rate
 	LastNs uint64 `json:"last_ns"`
 	NowNs  uint64 `json:"now_ns"`
+	// Delivery is the kernel's delivery-rate figures over the time window
+	// (the daemon's default window when the rate is by events); present
+	// when tcp_rate events of the connection came.
+	Delivery *Delivery `json:"delivery,omitempty"`
 }
 
 // Message is one line of a stream: exactly one field is set.
@@ -288,4 +333,7 @@ type Request struct {
 	Metric       string  `json:"metric,omitempty"` // figures
 	WindowEvents int     `json:"window_events,omitempty"`
 	Window       string  `json:"window,omitempty"`
+	// Delivery (figures) asks for the kernel's per-ACK delivery-rate
+	// figures: the daemon enables the rate group while the stream lasts.
+	Delivery bool `json:"delivery,omitempty"`
 }
