@@ -30,3 +30,5 @@ go test -run='^$' -fuzz='^FuzzExport$' -fuzztime=15s ./internal/export
 go test -run='^$' -fuzz='^FuzzReport$' -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
 go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=15s ./internal/filter
 go test -run='^$' -fuzz='^FuzzDecodeMessage$' -fuzztime=10s ./internal/bwprobe
+go test -run='^$' -fuzz='^FuzzReportPair$' -fuzztime=10s -fuzzminimizetime=5s ./internal/analyze
+go test -run='^$' -fuzz='^FuzzParseKeys$' -fuzztime=5s ./internal/top

@@ -236,6 +236,26 @@ func (col *Collector) write(e *expo, s Snapshot) {
 		func(s *magnetclient.TCPState) float64 { return s.DeliveryRateBPS })
 	tcpGauge("magnet_connection_delivery_app_limited", "1 when that sample was taken while the application limited sending.",
 		func(s *magnetclient.TCPState) float64 { return boolValue(s.DeliveryAppLimited) })
+	e.family("magnet_connection_lost_segments_total", "counter", "Segments of a TCP connection the kernel counted lost (tcp_state.lost, its estimate).")
+	for i := range busy {
+		if s := busy[i].State; s != nil {
+			e.sample(connLabels(&busy[i]), float64(s.Lost))
+		}
+	}
+	deliveryGauge := func(name, help string, v func(*magnetclient.DeliveryWindow) float64) {
+		e.family(name, "gauge", help)
+		for i := range busy {
+			if d := busy[i].Delivery; d != nil {
+				e.sample(connLabels(&busy[i]), v(&d.Window))
+			}
+		}
+	}
+	deliveryGauge("magnet_connection_delivery_window_mean_bits_per_second", "The mean of a TCP connection's per-ACK delivery-rate samples not app-limited over the time window, each weighted by its interval (rate group).",
+		func(w *magnetclient.DeliveryWindow) float64 { return w.MeanBPS })
+	deliveryGauge("magnet_connection_delivery_window_max_bits_per_second", "The fastest of those samples.",
+		func(w *magnetclient.DeliveryWindow) float64 { return w.MaxBPS })
+	deliveryGauge("magnet_connection_delivery_window_app_limited_samples", "Per-ACK delivery-rate samples over the time window that the application limited.",
+		func(w *magnetclient.DeliveryWindow) float64 { return float64(w.AppLimited) })
 	tcpGauge("magnet_connection_cwnd_segments", "A TCP connection's congestion window.",
 		func(s *magnetclient.TCPState) float64 { return float64(s.Cwnd) })
 	tcpGauge("magnet_connection_srtt_seconds", "A TCP connection's smoothed round-trip time.",

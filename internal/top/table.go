@@ -33,14 +33,18 @@ type Row struct {
 	// counted at the wire.
 	AppBPS  float64
 	WireBPS float64
-	// DeliveryBPS is the kernel's last delivery-rate sample (tcp_state);
-	// AppLimited marks it as taken while the application limited sending.
+	// DeliveryBPS is the kernel's delivery-rate estimate: the mean of the
+	// per-ACK samples (tcp_rate) over the window that the application did
+	// not limit, else the last sample (tcp_rate, or tcp_state without
+	// per-ACK samples); AppLimited marks a sample taken while the
+	// application limited sending.
 	DeliveryBPS float64
 	AppLimited  bool
 
 	HasTCP  bool // Cwnd and SrttUs are known
 	Cwnd    uint32
 	SrttUs  uint32
+	Lost    uint32 // segments lost (the kernel's estimate, tcp_state)
 	Retrans uint64 // tcp_retrans events
 	Drops   uint64 // drop events attributed to the connection
 }
@@ -65,6 +69,15 @@ func RowOf(c magnetclient.Connection) Row {
 		r.State = s.State
 		r.Cwnd, r.SrttUs = s.Cwnd, s.SrttUs
 		r.DeliveryBPS, r.AppLimited = s.DeliveryRateBPS, s.DeliveryAppLimited
+		r.Lost = s.Lost
+	}
+	if d := c.Delivery; d != nil {
+		r.HasTCP = r.HasTCP || c.State != nil
+		if d.Window.Samples > 0 {
+			r.DeliveryBPS, r.AppLimited = d.Window.MeanBPS, false
+		} else {
+			r.DeliveryBPS, r.AppLimited = d.Last.BPS, d.Last.AppLimited
+		}
 	}
 	if c.CloseNs != 0 {
 		r.State = "closed"
@@ -104,6 +117,8 @@ var Columns = []Column{
 		less: func(a, b Row) int { return cmp.Compare(a.SrttUs, b.SrttUs) }},
 	{Name: "RETRANS", Right: true, text: func(r Row) string { return strconv.FormatUint(r.Retrans, 10) },
 		less: func(a, b Row) int { return cmp.Compare(a.Retrans, b.Retrans) }},
+	{Name: "LOST", Right: true, text: func(r Row) string { return tcpText(r, uint64(r.Lost)) },
+		less: func(a, b Row) int { return cmp.Compare(a.Lost, b.Lost) }},
 	{Name: "DROPS", Right: true, text: func(r Row) string { return strconv.FormatUint(r.Drops, 10) },
 		less: func(a, b Row) int { return cmp.Compare(a.Drops, b.Drops) }},
 	{Name: "STATE", text: func(r Row) string { return r.State },

@@ -20,8 +20,12 @@ func conns() []magnetclient.Connection {
 	bulk := magnetclient.Connection{
 		ID: 8193, Proto: "tcp", Local: "10.200.0.1:43210", Remote: "10.200.0.2:5201",
 		Owner: &magnetclient.Owner{PID: 5120, Comm: "iperf3", UID: 1000},
-		State: &magnetclient.TCPState{State: "ESTABLISHED", Cwnd: 310, SrttUs: 1840,
+		State: &magnetclient.TCPState{State: "ESTABLISHED", Cwnd: 310, SrttUs: 1840, Lost: 5,
 			DeliveryRateBPS: 9.41e8},
+		// Per-ACK samples: the window's mean of those not app-limited wins
+		// over the last tcp_state's sample.
+		Delivery: &magnetclient.Delivery{Samples: 900, Window: magnetclient.DeliveryWindow{Samples: 850, MeanBPS: 9.38e8, MaxBPS: 2e9},
+			Last: magnetclient.DeliverySample{BPS: 9.5e8}},
 		Retransmits: magnetclient.Retransmits{Count: 3},
 		Drops:       magnetclient.Drops{Count: 1},
 	}
@@ -55,10 +59,10 @@ func TestRender(t *testing.T) {
 	DefaultOrder.Sort(rs)
 	got := strings.Join(Render(rs, DefaultOrder, 0), "\n")
 	want := strings.Join([]string{
-		"  ID   PID  COMM    LOCAL             REMOTE             APPv    WIRE  DELIVERY  CWND    SRTT  RETRANS  DROPS  STATE",
-		"8193  5120  iperf3  10.200.0.1:43210  10.200.0.2:5201  930.0M  972.0M   941.0M    310  1840us        3      1  ESTABLISHED",
-		"4097    77  sshd    127.0.0.1:22      127.0.0.1:51000    4.0k       0   250.0k*    10  25.0ms        0      0  ESTABLISHED",
-		"  12     -          10.0.0.1:53       10.0.0.2:40000        0       0         -     -       -        0      0  closed",
+		"  ID   PID  COMM    LOCAL             REMOTE             APPv    WIRE  DELIVERY  CWND    SRTT  RETRANS  LOST  DROPS  STATE",
+		"8193  5120  iperf3  10.200.0.1:43210  10.200.0.2:5201  930.0M  972.0M   938.0M    310  1840us        3     5      1  ESTABLISHED",
+		"4097    77  sshd    127.0.0.1:22      127.0.0.1:51000    4.0k       0   250.0k*    10  25.0ms        0     0      0  ESTABLISHED",
+		"  12     -          10.0.0.1:53       10.0.0.2:40000        0       0         -     -       -        0     -      0  closed",
 	}, "\n")
 	if got != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", got, want)

@@ -123,11 +123,24 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	return &s, c.getJSON(ctx, "/v1/status", nil, &s)
 }
 
+// PullOption changes a pull request (Connections, Connection).
+type PullOption func(url.Values)
+
+// WithDelivery asks for the kernel's delivery-rate figures too
+// (Connection.Delivery): the daemon enables the rate group for 30 s from
+// each such request, so the first answer may lack them.
+func WithDelivery() PullOption {
+	return func(q url.Values) { q.Set("delivery", "true") }
+}
+
 // Connections returns the connections the filter selects (its Types,
 // Groups and Expr are not allowed here), with their figures now.
-func (c *Client) Connections(ctx context.Context, f Filter, w Window) ([]Connection, error) {
+func (c *Client) Connections(ctx context.Context, f Filter, w Window, opts ...PullOption) ([]Connection, error) {
 	q := f.Values()
 	w.addTo(q)
+	for _, o := range opts {
+		o(q)
+	}
 	var l ConnectionList
 	if err := c.getJSON(ctx, "/v1/connections", q, &l); err != nil {
 		return nil, err
@@ -137,9 +150,12 @@ func (c *Client) Connections(ctx context.Context, f Filter, w Window) ([]Connect
 
 // Connection returns one connection with its figures now. Another user's
 // connection is ErrForbidden, an unknown one ErrNotFound.
-func (c *Client) Connection(ctx context.Context, id uint64, w Window) (*Connection, error) {
+func (c *Client) Connection(ctx context.Context, id uint64, w Window, opts ...PullOption) (*Connection, error) {
 	q := url.Values{}
 	w.addTo(q)
+	for _, o := range opts {
+		o(q)
+	}
 	var conn Connection
 	return &conn, c.getJSON(ctx, "/v1/connections/"+strconv.FormatUint(id, 10), q, &conn)
 }

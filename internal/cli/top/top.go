@@ -29,6 +29,7 @@ func New() *cobra.Command {
 		socket, tokenFile, sortBy string
 		interval, window          time.Duration
 		once, asJSON, ascending   bool
+		delivery                  bool
 		filter                    magnetclient.Filter
 		ports, pids               []uint
 	)
@@ -37,11 +38,16 @@ func New() *cobra.Command {
 		Short: "Show a live table of connections from the magnet daemon",
 		Long: `Show a live table of the connections the magnet daemon tracks (magnet daemon
 must be running): application and wire rates, the kernel's delivery-rate
-estimate, cwnd, srtt, retransmissions and drops, with the owning process.
+estimate, cwnd, srtt, retransmissions, segments lost and drops, with the
+owning process.
 
 Rates are bits per second over the daemon's time window (--window), both
-directions added. A "*" after a delivery rate marks a sample the kernel took
-while the application, not the network, limited sending.
+directions added. DELIVERY is the mean of the kernel's per-ACK delivery-rate
+samples over the window, those the application limited left out (the daemon
+records them while top runs: --delivery); when all were app-limited, or
+without per-ACK samples, it is the last sample, and a "*" after it marks a
+sample the kernel took while the application, not the network, limited
+sending.
 
 Keys: left/right (or < >) choose the sort column, r reverses it, space
 refreshes now, q quits. When standard output is not a terminal, or with
@@ -88,7 +94,11 @@ refreshes now, q quits. When standard output is not a terminal, or with
 			}
 			defer c.Close()
 			src := top.SourceFunc(func(ctx context.Context) ([]magnetclient.Connection, error) {
-				return c.Connections(ctx, filter, magnetclient.Window{Ns: int64(window)})
+				var opts []magnetclient.PullOption
+				if delivery {
+					opts = append(opts, magnetclient.WithDelivery())
+				}
+				return c.Connections(ctx, filter, magnetclient.Window{Ns: int64(window)}, opts...)
 			})
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -142,6 +152,7 @@ refreshes now, q quits. When standard output is not a terminal, or with
 	fl.StringVar(&sortBy, "sort", "", "column to sort by: "+columnNames()+" (default app)")
 	fl.BoolVar(&ascending, "ascending", false, "sort ascending (numbers sort descending by default)")
 	fl.BoolVar(&once, "once", false, "print the table once and exit")
+	fl.BoolVar(&delivery, "delivery", true, "ask for the kernel's per-ACK delivery-rate samples (the daemon's rate group, one event per ACK); false: the last tcp_state sample")
 	fl.BoolVar(&asJSON, "json", false, "print the connections once as JSON (the daemon's /v1/connections) and exit")
 	fl.UintSliceVar(&ports, "port", nil, "only connections with this local or remote port (repeatable)")
 	fl.UintSliceVar(&pids, "pid", nil, "only connections this process owns (repeatable)")

@@ -66,7 +66,7 @@ func TestOnce(t *testing.T) {
 		!strings.Contains(lines[1], " 7   42  sender  10.200.0.1:40000  10.200.0.2:5201  100.0M") {
 		t.Fatalf("output (not a terminal, so printed once):\n%s", out)
 	}
-	if *query != "ports=5201&window=500ms" {
+	if *query != "delivery=true&ports=5201&window=500ms" {
 		t.Fatalf("query %q, want the port filter and the window", *query)
 	}
 
