@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -115,5 +116,90 @@ func TestDeliveryFigures(t *testing.T) {
 	st = must[*magnetclient.Status](t)(c.Status(ctx))
 	if st.Groups.Requested["rate"] != 2 {
 		t.Errorf("rate requested by %d, want the pull hold and the stream", st.Groups.Requested["rate"])
+	}
+}
+
+// TestDeliveryKernel: a bulk transfer over a 200 Mbit/s tbf link, with a
+// figure stream asking for delivery-rate figures: the bandwidth endpoint
+// gives, beside the app and wire rates, the kernel's per-ACK samples, their
+// window mean near the link rate.
+func TestDeliveryKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads BPF and builds network namespaces")
+	}
+	if err := netlab.Available(); err != nil {
+		t.Skip(err)
+	}
+	lab, err := netlab.New(netlab.Options{Name: "mgdrate", RateMbit: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Close() })
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
+	c := td.client(t)
+	ctx := context.Background()
+	port := testPorts(14)[13]
+	f := magnetclient.Filter{RemotePorts: []uint16{port}}
+	s := must[*magnetclient.Stream](t)(c.Push(ctx, f, magnetclient.PushOptions{Every: time.Second, Delivery: true}))
+	defer s.Close()
+	if !slices.Contains(s.Subscribed().Groups, "rate") {
+		t.Fatalf("a figure stream asking for delivery figures: groups %v", s.Subscribed().Groups)
+	}
+	go func() { // the stream must be read, or it backs up
+		for {
+			if _, err := s.Next(); err != nil {
+				return
+			}
+		}
+	}()
+	serve(t, cg, lab, lab.Server, port)
+	done := make(chan error, 1)
+	// 32 MiB: over a second at the link rate.
+	go func() { done <- send(cg, lab, lab.Server, port, 512, 65536, 0) }()
+
+	var mid *magnetclient.Bandwidth
+	var id uint64
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		case <-time.After(100 * time.Millisecond):
+		}
+		if id == 0 {
+			if cs := must[[]magnetclient.Connection](t)(c.Connections(ctx, f, magnetclient.Window{})); len(cs) == 1 {
+				id = cs[0].ID
+			}
+			continue
+		}
+		bw := must[*magnetclient.Bandwidth](t)(c.Bandwidth(ctx, id, magnetclient.BandwidthQuery{Window: 500 * time.Millisecond}))
+		if running && bw.Rate.BPS > 0 && bw.Delivery != nil && bw.Delivery.Window.Samples >= 20 {
+			mid = bw
+		}
+	}
+	if mid == nil {
+		t.Fatal("no bandwidth answer with delivery figures during the transfer")
+	}
+	d := mid.Delivery
+	t.Logf("app %s %.1f Mbit/s; delivery over %v: mean %.1f Mbit/s, max %.1f, %d samples (%d app-limited); last %+v",
+		mid.Dir, mid.Rate.BPS/1e6, time.Duration(d.Window.Ns), d.Window.MeanBPS/1e6, d.Window.MaxBPS/1e6, d.Window.Samples, d.Window.AppLimited, d.Last)
+	if mid.Layer != "app" || mid.Dir != "send" {
+		t.Errorf("bandwidth of %s %s, want app send", mid.Layer, mid.Dir)
+	}
+	if d.Window.Ns != int64(500*time.Millisecond) {
+		t.Errorf("delivery window %d ns, want the bandwidth's 500 ms", d.Window.Ns)
+	}
+	if d.Window.MeanBPS < 0.6*200e6 || d.Window.MeanBPS > 1.1*200e6 {
+		t.Errorf("delivery mean %.1f Mbit/s, want near the 200 Mbit/s link", d.Window.MeanBPS/1e6)
+	}
+	if d.Window.MaxBPS < d.Window.MeanBPS || d.Last.MSS == 0 || d.Last.Delivered == 0 {
+		t.Errorf("delivery %+v", d)
+	}
+	wire := must[*magnetclient.Bandwidth](t)(c.Bandwidth(ctx, id, magnetclient.BandwidthQuery{Layer: "wire", Dir: "send"}))
+	if wire.Bytes <= 0 || wire.Delivery == nil || wire.Delivery.Samples < d.Samples {
+		t.Errorf("wire bandwidth %+v", wire)
 	}
 }
