@@ -1194,7 +1194,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	default:
 		return 1;
 	}
-	if (!enabled(MG_G_RATE) && (!enabled(MG_G_TCP) || xmit_by_fentry))
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry)
 		return 1;
 	k = bpf_cast_to_kern_ctx(skops);
 	skb = k->skb;
@@ -1209,29 +1209,32 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	/* The sample of the ACK that let this segment go comes first. */
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);
-	if (enabled(MG_G_TCP) && !xmit_by_fentry)
+	if (enabled(MG_G_TCP))
 		emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
 	return 1;
 }
 
 /*
- * Where the kernel allows fentry, tcp_xmit comes from __tcp_transmit_skb
- * itself: it needs no per-socket flag, so it also sees connections that
- * existed before recording started. The recorder then sets xmit_by_fentry
- * and sockops stops reporting segments.
+ * Where the kernel allows fentry, tcp_xmit (and the tcp_rate a segment
+ * carries out) comes from __tcp_transmit_skb itself: it needs no per-socket
+ * flag, so it also sees connections that existed before recording started.
+ * The recorder then sets xmit_by_fentry and sockops stops reporting segments.
  */
 SEC("fentry/__tcp_transmit_skb")
 int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 {
 	__u64 now, conn;
 
-	if (!enabled(MG_G_TCP) || !xmit_by_fentry)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry)
 		return 0;
 	conn = conn_of(sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
-	emit_tcp_xmit(sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (enabled(MG_G_TCP))
+		emit_tcp_xmit(sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
 	return 0;
 }
 

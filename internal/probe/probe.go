@@ -39,7 +39,7 @@ var Hooks = []Hook{
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCP, []string{"tcp_send"}},
 	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
-	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP, []string{"tcp_xmit"}},
+	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
 	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
