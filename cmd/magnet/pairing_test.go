@@ -107,10 +107,12 @@ func TestReportTwoTraces(t *testing.T) {
 			t.Errorf("connection %d: peer %d in %q, path to %d in %q, same clock %v; want the receiver's end in receiver.mgt, one clock",
 				c.Conn.ID, c.Conn.Peer, c.Conn.PeerTrace, p.Peer, p.PeerTrace, p.SameClock)
 		}
-		// 100 sends of 10,240 bytes: at least one data packet each, nearly
-		// all followed to the reader.
-		if p.DataDeparted < 100 || float64(p.Segments) < 0.9*float64(p.DataDeparted) {
-			t.Errorf("%d of %d data packets followed end to end, want >= 90%% of >= 100", p.Segments, p.DataDeparted)
+		// 100 sends of 10,240 bytes: one data packet each on a quiet host;
+		// when the sender runs late, TCP autocorking merges a send into the
+		// packet still queued before it (seen: 98 packets at load 14), so
+		// ask for most of them, nearly all followed to the reader.
+		if p.DataDeparted < 80 || float64(p.Segments) < 0.9*float64(p.DataDeparted) {
+			t.Errorf("%d of %d data packets followed end to end, want >= 90%% of >= 80", p.Segments, p.DataDeparted)
 		}
 		if len(p.Hops) != 7 || p.Hops[3].Hop != "dev_xmit→dev_recv" {
 			t.Fatalf("path hops %+v, want 7 with the wire fourth", p.Hops)
