@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -194,6 +195,32 @@ func serveTCP(ctx context.Context, addr string, ready func(net.Addr)) (Result, e
 	return r, conn.Close()
 }
 
+// udpReceiveBuffer is what a UDP server asks its socket to hold: a
+// second of 100 Mbit/s, so that a server descheduled for a while on a
+// loaded host does not drop what the tests count.
+const udpReceiveBuffer = 12 << 20
+
+// growReceiveBuffer raises the socket's receive buffer to udpReceiveBuffer:
+// past net.core.rmem_max when the process may (CAP_NET_ADMIN), else as far
+// as rmem_max allows. Failure leaves the default, which is only smaller.
+func growReceiveBuffer(pc net.PacketConn) {
+	sc, ok := pc.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	})
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, udpReceiveBuffer) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, udpReceiveBuffer)
+		}
+	})
+}
+
 func serveUDP(ctx context.Context, addr string, want int64, ready func(net.Addr)) (Result, error) {
 	var lc net.ListenConfig
 	pc, err := lc.ListenPacket(ctx, "udp", addr)
@@ -201,6 +228,7 @@ func serveUDP(ctx context.Context, addr string, want int64, ready func(net.Addr)
 		return Result{}, err
 	}
 	defer pc.Close()
+	growReceiveBuffer(pc)
 	if ready != nil {
 		ready(pc.LocalAddr())
 	}
