@@ -26,6 +26,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/ring"
+	"github.com/magnet-tracer/magnet/internal/streamfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.NewSink != nil {
 		w, err = cfg.NewSink(hdr)
 	} else {
-		w, err = trace.NewWriter(out, hdr, trace.WriterOptions{})
+		w, err = trace.NewWriter(streamfile.New(out, 0), hdr, trace.WriterOptions{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)
