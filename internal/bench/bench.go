@@ -250,6 +250,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			if rep.Sweep, err = b.sweep(ctx, lab); err != nil {
 				return nil, fmt.Errorf("sweep: %w", err)
 			}
+			if rep.Sweep.Policy, err = b.policySweep(ctx, lab); err != nil {
+				return nil, fmt.Errorf("policy sweep: %w", err)
+			}
 		}
 		if err := lab.Close(); err != nil {
 			return nil, err

@@ -23,6 +23,35 @@ type SweepResult struct {
 	// MaxZeroLossAnyBuffer is the same over every buffer size.
 	MaxZeroLossAnyBuffer     float64 `json:"max_zero_loss_any_buffer"`
 	MaxZeroLossAnyBufferDesc string  `json:"max_zero_loss_any_buffer_desc,omitempty"`
+	// Policy is loss against the drain policy at small buffers.
+	Policy []PolicyRow `json:"policy,omitempty"`
+}
+
+// Drain policies of the policy sweep.
+const (
+	PolicyQueued = "writer goroutine (default)"
+	PolicyInLoop = "write in the drain loop"
+)
+
+// PolicyBuffers are the ring sizes of the policy sweep: the small ones,
+// where a late reader loses events.
+var PolicyBuffers = []int{256 << 10, 1 << 20}
+
+// PolicyRow is one workload, buffer and drain policy over the repetitions.
+type PolicyRow struct {
+	Workload    string `json:"workload"`
+	BufferBytes int    `json:"buffer_bytes"`
+	Policy      string `json:"policy"`
+	Runs        int    `json:"runs"`
+	LossyRuns   int    `json:"lossy_runs"`
+	Produced    uint64 `json:"produced"`
+	Lost        uint64 `json:"lost"`
+	Unaccounted int64  `json:"unaccounted"`
+	LossPct     Stat   `json:"loss_pct"`
+	EventsPerS  Stat   `json:"events_per_s"`
+	CPUPct      Stat   `json:"recorder_cpu_pct"`
+
+	lossPcts, rates, cpus []float64
 }
 
 // SweepRow is one recorded transfer of the sweep.
@@ -94,6 +123,74 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 		}
 	}
 	return sr, nil
+}
+
+// policySweep records small messages at small buffers under each drain
+// policy, --reps times, the policies interleaved: whether writing the trace
+// from a goroutine of its own keeps a small ring from overflowing while the
+// file system makes writes wait.
+func (b *bencher) policySweep(ctx context.Context, lab *netlab.Lab) ([]PolicyRow, error) {
+	policies := []struct {
+		name   string
+		inLoop bool
+	}{{PolicyQueued, false}, {PolicyInLoop, true}}
+	var rows []*PolicyRow
+	for _, w := range []string{"udp", "tcp"} {
+		for _, buf := range PolicyBuffers {
+			for _, pol := range policies {
+				rows = append(rows, &PolicyRow{Workload: fmt.Sprintf("%s %d B", w, SmallSize), BufferBytes: buf, Policy: pol.name})
+			}
+		}
+	}
+	for rep := 1; rep <= b.opts.Reps; rep++ {
+		i := 0
+		for _, w := range []string{"udp", "tcp"} {
+			for _, buf := range PolicyBuffers {
+				for _, pol := range policies {
+					row := rows[i]
+					i++
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
+					port := b.nextPort()
+					inLoop := pol.inLoop
+					t, err := b.startRecord(ctx, record.Filters{Port: port}, buf, nil, func(c *record.Config) { c.WriteInLoop = inLoop })
+					if err != nil {
+						return nil, err
+					}
+					x, xerr := b.transfer(ctx, lab, w, SmallSize, b.opts.SweepDuration, port)
+					tr, err := t.stop()
+					if xerr != nil {
+						return nil, xerr
+					}
+					if err != nil {
+						return nil, err
+					}
+					row.Runs++
+					if tr.Lost > 0 {
+						row.LossyRuns++
+					}
+					row.Produced += tr.Produced
+					row.Lost += tr.Lost
+					row.Unaccounted += int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost)
+					if tr.Produced > 0 {
+						row.lossPcts = append(row.lossPcts, 100*float64(tr.Lost)/float64(tr.Produced))
+					}
+					if x.WallS > 0 {
+						row.rates = append(row.rates, float64(tr.Produced)/x.WallS)
+						row.cpus = append(row.cpus, 100*tr.CPUS/x.WallS)
+					}
+					b.logf("policy rep %d %-9s buffer %-8s %-27s produced %d lost %d", rep, row.Workload, sizeName(buf), pol.name, tr.Produced, tr.Lost)
+				}
+			}
+		}
+	}
+	out := make([]PolicyRow, len(rows))
+	for i, r := range rows {
+		r.LossPct, r.EventsPerS, r.CPUPct = Summarize(r.lossPcts), Summarize(r.rates), Summarize(r.cpus)
+		out[i] = *r
+	}
+	return out, nil
 }
 
 func sizeName(n int) string {

@@ -117,7 +117,7 @@ type recordDone struct {
 
 // startRecord starts a recording; onReady, if set, runs once the probes are
 // attached (the cost measurement opens the programs then).
-func (b *bencher) startRecord(ctx context.Context, f record.Filters, buffer int, onReady func()) (*recordTracer, error) {
+func (b *bencher) startRecord(ctx context.Context, f record.Filters, buffer int, onReady func(), tune ...func(*record.Config)) (*recordTracer, error) {
 	b.seq++
 	t := &recordTracer{done: make(chan recordDone, 1), output: filepath.Join(b.work, fmt.Sprintf("run-%d.mgt", b.seq))}
 	rctx, cancel := context.WithCancel(ctx)
@@ -136,6 +136,9 @@ func (b *bencher) startRecord(ctx context.Context, f record.Filters, buffer int,
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &t.ru0)
 			close(ready)
 		},
+	}
+	for _, f := range tune {
+		f(&cfg)
 	}
 	go func() {
 		res, err := record.Run(rctx, cfg)

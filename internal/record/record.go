@@ -78,6 +78,10 @@ type Config struct {
 	// Loaded, if set, is called with the loaded probe before recording
 	// starts, for callers that change it at run time (probe.SetGroups).
 	Loaded func(p *probe.Probe)
+	// WriteInLoop writes the trace file from the drain loop, which then
+	// waits whenever the file system does, instead of from a goroutine
+	// behind a queue (the bench compares both). Not used with NewSink.
+	WriteInLoop bool
 	// ExcludeCgroupID is a cgroup2 id whose sockets are never recorded:
 	// the collect service's shipper runs in it. 0 = none.
 	ExcludeCgroupID uint64
@@ -95,6 +99,30 @@ type Sink interface {
 	Close(s *trace.Summary) error
 	// Bytes tells how much has been written.
 	Bytes() int64
+}
+
+// fileSink is the Sink of an ordinary recording: the trace's blocks go to a
+// streamfile.Writer, which writes them from a goroutine of its own, so that
+// a file system that makes a write wait does not stop the drain.
+type fileSink struct {
+	*trace.Writer
+	file *streamfile.Writer
+}
+
+// Flush ends the current block and hands everything to the file's writer.
+func (s *fileSink) Flush() error {
+	if err := s.Writer.Flush(); err != nil {
+		return err
+	}
+	return s.file.Flush()
+}
+
+// Close ends the trace and waits until all of it is written.
+func (s *fileSink) Close(sum *trace.Summary) error {
+	if err := s.Writer.Close(sum); err != nil {
+		return err
+	}
+	return s.file.Close()
 }
 
 // Result is what a recording did.
@@ -190,7 +218,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.NewSink != nil {
 		w, err = cfg.NewSink(hdr)
 	} else {
-		w, err = trace.NewWriter(streamfile.New(out, 0), hdr, trace.WriterOptions{})
+		queue := 0
+		if cfg.WriteInLoop {
+			queue = -1
+		}
+		sf := streamfile.New(out, streamfile.Options{Queue: queue})
+		defer sf.Close() // after an error; the sink's Close waits for it first
+		var tw *trace.Writer
+		if tw, err = trace.NewWriter(sf, hdr, trace.WriterOptions{}); err == nil {
+			w = &fileSink{Writer: tw, file: sf}
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)

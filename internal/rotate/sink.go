@@ -329,7 +329,7 @@ func (s *Sink) startAt(now time.Time, path string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("lock %s: %w", tmp, err)
 	}
-	w, err := trace.NewWriter(streamfile.New(f, 0), &hdr, trace.WriterOptions{BlockSize: s.opts.BlockSize})
+	w, err := trace.NewWriter(streamfile.New(f, streamfile.Options{Queue: -1}), &hdr, trace.WriterOptions{BlockSize: s.opts.BlockSize})
 	if err == nil {
 		for _, rec := range carried {
 			if err = w.Write(rec); err != nil {

@@ -5,6 +5,8 @@ package streamfile
 import (
 	"bytes"
 	"errors"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,7 +55,7 @@ func TestHintsFollowTheWrites(t *testing.T) {
 	if _, err := f.Write(make([]byte, 100)); err != nil { // a header written before
 		t.Fatal(err)
 	}
-	w := New(f, 1000)
+	w := New(f, Options{Window: 1000, Queue: -1})
 	w.align = 1
 	h := &fakeHinter{}
 	w.hinter = h
@@ -90,7 +92,7 @@ func TestHintsFollowTheWrites(t *testing.T) {
 
 // A failed hint turns hints off and fails no write.
 func TestFailedHintStopsHinting(t *testing.T) {
-	w := New(tempFile(t), 10)
+	w := New(tempFile(t), Options{Window: 10, Queue: -1})
 	h := &fakeHinter{fail: true}
 	w.hinter = h
 	for range 5 {
@@ -111,7 +113,7 @@ func TestPipeIsNotHinted(t *testing.T) {
 	}
 	defer r.Close()
 	defer wp.Close()
-	w := New(wp, 1)
+	w := New(wp, Options{Window: 1, Queue: -1})
 	h := &fakeHinter{}
 	w.hinter = h
 	go func() { _, _ = w.Write([]byte("hello")); wp.Close() }()
@@ -136,7 +138,7 @@ func TestPagesLeaveTheCache(t *testing.T) {
 		t.Skip("the temporary directory is on tmpfs, whose pages are never written back")
 	}
 	const window = 1 << 20
-	w := New(f, window)
+	w := New(f, Options{Window: window, Queue: -1})
 	data := make([]byte, 8*window)
 	for i := range data {
 		data[i] = byte(i * 7)
@@ -173,5 +175,94 @@ func TestPagesLeaveTheCache(t *testing.T) {
 	}
 	if !bytes.Equal(m, data) {
 		t.Error("the file does not read back as written")
+	}
+}
+
+// Through the queue, writes of every size reach the file in order, whole,
+// once Close returns; Flush hands a partial chunk over.
+func TestQueuedWritesArriveInOrder(t *testing.T) {
+	f := tempFile(t)
+	w := New(f, Options{Queue: 4 * chunkSize})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []byte
+	for i := range 2000 {
+		b := make([]byte, rng.IntN(20000))
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		want = append(want, b...)
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if i%300 == 0 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Write after Close: %v, want ErrClosed", err)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("file of %d bytes (%v) differs from the %d written", len(got), err, len(want))
+	}
+}
+
+// With the whole queue behind (a reader that has not started), Write waits,
+// and goes on once the file takes data again.
+func TestFullQueueWaits(t *testing.T) {
+	r, wp, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := New(wp, Options{Queue: 2 * chunkSize})
+	want := make([]byte, 5*chunkSize+123)
+	for i := range want {
+		want[i] = byte(i * 13)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := w.Write(want)
+		if err == nil {
+			err = w.Close()
+		}
+		wp.Close()
+		wrote <- err
+	}()
+	got, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, want the %d written", len(got), len(want))
+	}
+}
+
+// A failed write is returned by a later Write or Close, and nothing after
+// it is written.
+func TestWriteErrorIsSticky(t *testing.T) {
+	f := tempFile(t)
+	ro, err := os.Open(f.Name()) // read-only: every write fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	w := New(ro, Options{})
+	if _, err := w.Write(make([]byte, 3*chunkSize)); err != nil {
+		t.Fatalf("first Write: %v (the failure is the goroutine's, later)", err)
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("Close after failed writes returned nil")
 	}
 }
