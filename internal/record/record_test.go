@@ -392,9 +392,17 @@ func TestFTPPatternUDP(t *testing.T) {
 // for every event type, exactly.
 func TestFloodAccounting(t *testing.T) {
 	needRoot(t)
+	// Both ways of writing the trace: from the writer goroutine (the
+	// default) and from the drain loop.
+	for _, inLoop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("write in loop %v", inLoop), func(t *testing.T) { floodAccounting(t, inLoop) })
+	}
+}
+
+func floodAccounting(t *testing.T, inLoop bool) {
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgflood"})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, BufferBytes: os.Getpagesize()})
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, BufferBytes: os.Getpagesize(), WriteInLoop: inLoop})
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
 	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "1s", "--size", "64"))

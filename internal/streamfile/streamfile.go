@@ -3,53 +3,69 @@
 // Package streamfile writes a file the way a recorder writes a trace: once,
 // front to back, for as long as the recording lasts, never reading it back.
 //
-// Written through the page cache as usual, such a file grows the cache by
-// everything written, and each write copies into pages the kernel has just
-// taken from its free lists. On a virtual machine whose memory the host
-// backs lazily (this project's CI VM) that first touch of a never-used page
-// is a trap to the host: it was half of a recorder's CPU time (perf:
-// copy_folio_from_iter_atomic), and it can happen on a
-// real host too, as reclaim, once the page cache fills memory. A Writer
-// starts the write-back of what it wrote every Window bytes
-// (sync_file_range) and drops from the page cache what was written back
-// (posix_fadvise DONTNEED), a few windows behind, so that the cache pages
-// it releases are the ones its next writes are given, and the file never
-// holds more than a few windows of dirty pages, which also keeps the
-// recorder away from the kernel's dirty-page throttling. Neither call
-// waits for the disk.
+// A write(2) can wait for the disk, the journal or free memory: on the
+// shared CI VM single 64 KiB writes took up to 111 ms while other work wrote
+// too, and a recorder that waited that long in its drain loop let a small
+// ring overflow. So by default a Writer copies what it is given into a
+// queue of 1 MiB chunks and a goroutine of its own writes them: the caller
+// waits only when the whole queue is behind.
 //
-// A write(2) can still wait for the disk, the journal or free memory: on
-// the shared CI VM single 64 KiB writes took up to 110 ms while other work
-// wrote too, and a recorder that waited that long in its drain loop let a
-// small ring overflow. So by default a Writer copies what it is given into
-// a queue of 1 MiB chunks and a goroutine of its own writes them: the
-// caller waits only when the whole queue is behind.
+// Written through the page cache as usual, such a file also grows the cache
+// by everything written, and each write copies into pages the kernel has
+// just taken from its free lists. On a virtual machine whose memory the
+// host backs lazily (this project's CI VM), the first touch of a never-used
+// page traps to the host: it was half of a recorder's CPU time while the
+// VM's memory was fresh (perf: copy_folio_from_iter_atomic). A Writer
+// therefore drops from the page cache what the kernel's flusher has written
+// back (posix_fadvise DONTNEED), once it is older than the flusher's expiry
+// (vm.dirty_expire_centisecs + vm.dirty_writeback_centisecs): the cache holds
+// at most that much of the file, and later writes reuse the pages released.
+// It does not start the write-back itself (sync_file_range): that moved the
+// flusher's work into the recorder, which then cost 10-17 ns more per event
+// (measured, the two recording the same transfers).
 package streamfile
 
 import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// DefaultWindow is how many bytes are written between two hints to the
-// kernel: large enough that the two system calls cost nothing per byte,
-// small enough that a few windows of pages are a small cache.
-const DefaultWindow = 4 << 20
-
-// lag is how many windows behind the end of the file pages are dropped:
-// write-back started one window ago may not have finished, and dirty pages
-// or pages under write-back are not dropped (harmless, but not released).
-const lag = 2
+// markEvery is how many bytes are written between two marks of the time
+// a file offset was written: the granularity of what is dropped.
+const markEvery = 4 << 20
 
 // dropAlign aligns the ranges dropped: the page cache holds a file in folios
 // of up to 2 MiB (ext4 gives large folios to large writes), naturally
 // aligned, and a folio that sticks out of a range is not dropped, so a
 // boundary between two drops must not cut one.
 const dropAlign = 2 << 20
+
+// flusherDelay is how long after a write its pages are dropped: the
+// kernel's flusher writes back pages dirty for longer than
+// vm.dirty_expire_centisecs, looking every vm.dirty_writeback_centisecs;
+// dropping a page still dirty would make this writer write it back itself.
+// A margin of 5 s on top.
+func flusherDelay() time.Duration {
+	read := func(name string, def int) time.Duration {
+		b, err := os.ReadFile("/proc/sys/vm/" + name)
+		if err != nil {
+			return time.Duration(def) * 10 * time.Millisecond
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || n < 0 {
+			return time.Duration(def) * 10 * time.Millisecond
+		}
+		return time.Duration(n) * 10 * time.Millisecond
+	}
+	return read("dirty_expire_centisecs", 3000) + read("dirty_writeback_centisecs", 500) + 5*time.Second
+}
 
 // DefaultQueue is how many bytes a Writer holds that its goroutine has not
 // yet written: about a second of a recorder's output at a million events a
@@ -64,9 +80,10 @@ var ErrClosed = errors.New("stream file closed")
 
 // Options tunes a Writer. The zero value is ready to use.
 type Options struct {
-	// Window is how many bytes are written between two hints; 0 means
-	// DefaultWindow.
-	Window int
+	// DropAfter is how long after a write its pages leave the page cache;
+	// 0 means after the kernel's flusher wrote them back, a negative
+	// value never.
+	DropAfter time.Duration
 	// Queue is how many bytes may wait for the writer goroutine; 0 means
 	// DefaultQueue, a negative value writes in the caller's Write, with
 	// no goroutine (what a caller that must know what reached the file
@@ -92,42 +109,42 @@ type Writer struct {
 	err error // the first write error, sticky
 
 	// The file's side: the writer goroutine's, or Write's without one.
-	f       *os.File
-	fd      int
-	window  int64
-	align   int64 // dropAlign, but 1 in tests of the arithmetic
-	off     int64 // where the next write lands
-	started int64 // write-back started for [.., started)
-	dropped int64 // dropped from the page cache up to here
-	hints   bool  // false for anything but a regular file, or once a hint failed
-	hinter  hinter
+	f         *os.File
+	fd        int
+	off       int64 // where the next write lands
+	dropped   int64 // dropped from the page cache up to here
+	marks     []mark
+	dropAfter time.Duration
+	drops     bool // false for anything but a regular file, or once a drop failed
+	align     int64
+	now       func() time.Time
+	drop      func(fd int, off, n int64) error
 }
 
-// hinter is the kernel's side, replaced in tests.
-type hinter interface {
-	startWriteback(fd int, off, n int64) error
-	drop(fd int, off, n int64) error
+// mark is when the file reached an offset.
+type mark struct {
+	off int64
+	at  time.Time
 }
 
-type kernel struct{}
-
-func (kernel) startWriteback(fd int, off, n int64) error {
-	return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
-}
-
-func (kernel) drop(fd int, off, n int64) error {
+func fadviseDontNeed(fd int, off, n int64) error {
 	return unix.Fadvise(fd, off, n, unix.FADV_DONTNEED)
 }
 
 // New returns a Writer that appends to f from its current offset. For
-// anything but a regular file (a pipe, a terminal) it gives no hints. The
+// anything but a regular file (a pipe, a terminal) it drops nothing. The
 // caller still owns f, and closes it after the Writer.
 func New(f *os.File, opts Options) *Writer {
-	window := opts.Window
-	if window <= 0 {
-		window = DefaultWindow
+	w := &Writer{f: f, fd: int(f.Fd()), dropAfter: opts.DropAfter, align: dropAlign, now: time.Now, drop: fadviseDontNeed}
+	if w.dropAfter == 0 {
+		w.dropAfter = flusherDelay()
 	}
-	w := &Writer{f: f, fd: int(f.Fd()), window: int64(window), align: dropAlign, hinter: kernel{}}
+	var st unix.Stat_t
+	if err := unix.Fstat(w.fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && w.dropAfter > 0 {
+		if off, err := f.Seek(0, io.SeekCurrent); err == nil {
+			w.off, w.dropped, w.drops = off, off, true
+		}
+	}
 	if opts.Queue >= 0 {
 		queue := opts.Queue
 		if queue == 0 {
@@ -138,12 +155,6 @@ func New(f *os.File, opts Options) *Writer {
 		w.free = make(chan []byte, w.max)
 		w.done = make(chan struct{})
 		go w.run()
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(w.fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		if off, err := f.Seek(0, 1); err == nil {
-			w.off, w.started, w.dropped, w.hints = off, off, off, true
-		}
 	}
 	return w
 }
@@ -247,34 +258,45 @@ func (w *Writer) run() {
 	}
 }
 
-// write writes p to the file and hints. The hints' own errors are not the
-// caller's concern (the data is written either way): a failed hint turns
-// hints off.
+// write writes p to the file, marks the time every markEvery bytes and
+// drops what was written long enough ago. A failed drop is not the caller's
+// concern (the data is written either way): it turns drops off.
 func (w *Writer) write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	w.off += int64(n)
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite
 	}
-	if w.hints && w.off-w.started >= w.window {
-		w.hint()
+	if w.drops {
+		w.dropOld()
 	}
 	return n, err
 }
 
-// hint starts write-back of what was written since the last hint and drops
-// what is at least lag windows behind the end.
-func (w *Writer) hint() {
-	if err := w.hinter.startWriteback(w.fd, w.started, w.off-w.started); err != nil {
-		w.hints = false
+func (w *Writer) dropOld() {
+	now := w.now()
+	last := w.dropped
+	if len(w.marks) > 0 {
+		last = w.marks[len(w.marks)-1].off
+	}
+	if w.off-last >= markEvery {
+		w.marks = append(w.marks, mark{w.off, now})
+	}
+	i := 0
+	for i < len(w.marks) && now.Sub(w.marks[i].at) >= w.dropAfter {
+		i++
+	}
+	if i == 0 {
 		return
 	}
-	w.started = w.off
-	if end := (w.off - lag*w.window) &^ (w.align - 1); end > w.dropped {
-		if err := w.hinter.drop(w.fd, w.dropped, end-w.dropped); err != nil {
-			w.hints = false
-			return
-		}
-		w.dropped = end
+	end := w.marks[i-1].off &^ (w.align - 1)
+	w.marks = append(w.marks[:0], w.marks[i:]...)
+	if end <= w.dropped {
+		return
 	}
+	if err := w.drop(w.fd, w.dropped, end-w.dropped); err != nil {
+		w.drops = false
+		return
+	}
+	w.dropped = end
 }

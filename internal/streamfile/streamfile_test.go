@@ -10,33 +10,31 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-type call struct {
-	drop   bool
-	off, n int64
+type dropRange struct{ off, n int64 }
+
+type fakeDrops struct {
+	got  []dropRange
+	fail bool
 }
 
-type fakeHinter struct {
-	calls []call
-	fail  bool
-}
-
-func (h *fakeHinter) startWriteback(_ int, off, n int64) error {
-	h.calls = append(h.calls, call{false, off, n})
-	if h.fail {
+func (d *fakeDrops) drop(_ int, off, n int64) error {
+	d.got = append(d.got, dropRange{off, n})
+	if d.fail {
 		return errors.New("no")
 	}
 	return nil
 }
 
-func (h *fakeHinter) drop(_ int, off, n int64) error {
-	h.calls = append(h.calls, call{true, off, n})
-	return nil
-}
+// fakeClock is a clock that moves only when told.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
 
 func tempFile(t *testing.T) *os.File {
 	t.Helper()
@@ -48,86 +46,91 @@ func tempFile(t *testing.T) *os.File {
 	return f
 }
 
-// The hints cover the file front to back without gaps or overlaps: write-back
-// started for each window as it is passed, pages dropped lag windows behind.
-func TestHintsFollowTheWrites(t *testing.T) {
+// Pages are dropped front to back, without gaps or overlaps, once written
+// DropAfter ago, on 2 MiB boundaries.
+func TestDropsFollowTheWritesLate(t *testing.T) {
 	f := tempFile(t)
 	if _, err := f.Write(make([]byte, 100)); err != nil { // a header written before
 		t.Fatal(err)
 	}
-	w := New(f, Options{Window: 1000, Queue: -1})
-	w.align = 1
-	h := &fakeHinter{}
-	w.hinter = h
-	chunk := make([]byte, 300)
-	for range 20 { // 6,000 bytes after the first 100
-		if _, err := w.Write(chunk); err != nil {
-			t.Fatal(err)
+	w := New(f, Options{Queue: -1, DropAfter: 10 * time.Second})
+	d, clock := &fakeDrops{}, &fakeClock{t: time.Unix(1000, 0)}
+	w.drop, w.now = d.drop, clock.now
+	chunk := make([]byte, 1<<20)
+	write := func(n int) {
+		for range n {
+			if _, err := w.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	want := []call{
-		{false, 100, 1200},
-		{false, 1300, 1200},
-		{true, 100, 400}, // up to 2500 - 2×1000
-		{false, 2500, 1200},
-		{true, 500, 1200},
-		{false, 3700, 1200},
-		{true, 1700, 1200},
-		{false, 4900, 1200},
-		{true, 2900, 1200},
+	write(9) // marks at 4 MiB+100 and 8 MiB+100
+	if len(d.got) != 0 {
+		t.Fatalf("dropped %v before DropAfter", d.got)
 	}
-	if len(h.calls) != len(want) {
-		t.Fatalf("hints %v, want %v", h.calls, want)
+	clock.t = clock.t.Add(10 * time.Second)
+	write(1) // both marks old: up to 8 MiB+100, on a 2 MiB boundary
+	clock.t = clock.t.Add(5 * time.Second)
+	write(4) // a mark at 12 MiB+100, now
+	clock.t = clock.t.Add(5 * time.Second)
+	write(1) // 5 s old: nothing
+	if len(d.got) != 1 {
+		t.Fatalf("drops %v, want only the first", d.got)
+	}
+	clock.t = clock.t.Add(5 * time.Second)
+	write(1)
+	want := []dropRange{{100, 8<<20 - 100}, {8 << 20, 4 << 20}}
+	if len(d.got) != len(want) {
+		t.Fatalf("drops %v, want %v", d.got, want)
 	}
 	for i := range want {
-		if h.calls[i] != want[i] {
-			t.Fatalf("hint %d is %+v, want %+v (all: %v)", i, h.calls[i], want[i], h.calls)
+		if d.got[i] != want[i] {
+			t.Fatalf("drop %d is %+v, want %+v (all: %v)", i, d.got[i], want[i], d.got)
 		}
 	}
-	got, err := os.ReadFile(f.Name())
-	if err != nil || len(got) != 6100 {
-		t.Fatalf("file is %d bytes (%v), want 6100", len(got), err)
+	if got, err := os.ReadFile(f.Name()); err != nil || len(got) != 100+16<<20 {
+		t.Fatalf("file is %d bytes (%v), want %d", len(got), err, 100+16<<20)
 	}
 }
 
-// A failed hint turns hints off and fails no write.
-func TestFailedHintStopsHinting(t *testing.T) {
-	w := New(tempFile(t), Options{Window: 10, Queue: -1})
-	h := &fakeHinter{fail: true}
-	w.hinter = h
+// A failed drop turns drops off and fails no write.
+func TestFailedDropStopsDropping(t *testing.T) {
+	w := New(tempFile(t), Options{Queue: -1, DropAfter: time.Nanosecond})
+	d := &fakeDrops{fail: true}
+	w.drop, w.align = d.drop, 1
 	for range 5 {
-		if _, err := w.Write(make([]byte, 20)); err != nil {
+		if _, err := w.Write(make([]byte, markEvery)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(h.calls) != 1 {
-		t.Fatalf("hints after a failure: %v", h.calls)
+	if len(d.got) != 1 {
+		t.Fatalf("drops after a failure: %v", d.got)
 	}
 }
 
-// A pipe is written to and never hinted.
-func TestPipeIsNotHinted(t *testing.T) {
+// A pipe is written to and never dropped.
+func TestPipeIsNotDropped(t *testing.T) {
 	r, wp, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	defer wp.Close()
-	w := New(wp, Options{Window: 1, Queue: -1})
-	h := &fakeHinter{}
-	w.hinter = h
+	w := New(wp, Options{Queue: -1, DropAfter: time.Nanosecond})
+	d := &fakeDrops{}
+	w.drop = d.drop
 	go func() { _, _ = w.Write([]byte("hello")); wp.Close() }()
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(r); err != nil || buf.String() != "hello" {
 		t.Fatalf("read %q, %v", buf.String(), err)
 	}
-	if len(h.calls) != 0 {
-		t.Fatalf("a pipe was hinted: %v", h.calls)
+	if len(d.got) != 0 {
+		t.Fatalf("a pipe was dropped: %v", d.got)
 	}
 }
 
-// On a real file system, pages written back leave the page cache at the
-// hint that is lag windows past them, and the file reads back whole.
+// On a real file system, pages written back leave the page cache once
+// DropAfter has passed, and the file reads back whole.
 func TestPagesLeaveTheCache(t *testing.T) {
 	f := tempFile(t)
 	var fs unix.Statfs_t
@@ -137,27 +140,27 @@ func TestPagesLeaveTheCache(t *testing.T) {
 	if fs.Type == unix.TMPFS_MAGIC {
 		t.Skip("the temporary directory is on tmpfs, whose pages are never written back")
 	}
-	const window = 1 << 20
-	w := New(f, Options{Window: window, Queue: -1})
-	data := make([]byte, 8*window)
+	w := New(f, Options{Queue: -1, DropAfter: time.Hour})
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	w.now = clock.now
+	data := make([]byte, 3*markEvery)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	if _, err := w.Write(data[:2*window]); err != nil {
+	if _, err := w.Write(data[:2*markEvery]); err != nil {
 		t.Fatal(err)
 	}
-	// The first two windows written back for certain, so that the drops of
-	// the next hints, which cover them, take effect.
+	// Written back for certain (the flusher's part), so that the drop
+	// takes effect.
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	for off := 2 * window; off < len(data); off += window {
-		if _, err := w.Write(data[off : off+window]); err != nil {
-			t.Fatal(err)
-		}
+	clock.t = clock.t.Add(time.Hour)
+	if _, err := w.Write(data[2*markEvery:]); err != nil {
+		t.Fatal(err)
 	}
-	if !w.hints {
-		t.Skip("the file system of the temporary directory refuses sync_file_range or fadvise")
+	if !w.drops || w.dropped != 2*markEvery {
+		t.Skipf("nothing dropped (drops %v, up to %d): the file system refuses fadvise", w.drops, w.dropped)
 	}
 	m, err := unix.Mmap(int(f.Fd()), 0, len(data), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
@@ -170,11 +173,11 @@ func TestPagesLeaveTheCache(t *testing.T) {
 		t.Fatalf("mincore: %v", errno)
 	}
 	resident := 0
-	for _, v := range vec[:2*window/page] {
+	for _, v := range vec[:2*markEvery/page] {
 		resident += int(v & 1)
 	}
 	if resident != 0 {
-		t.Errorf("%d of the first %d pages still cached after they were written back and dropped", resident, 2*window/page)
+		t.Errorf("%d of the first %d pages still cached after they were written back and dropped", resident, 2*markEvery/page)
 	}
 	if !bytes.Equal(m, data) {
 		t.Error("the file does not read back as written")
