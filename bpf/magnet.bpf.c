@@ -1760,3 +1760,39 @@ int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 	SUBMIT(r, &e);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- */
+/* synthetic events (magnet bench) */
+
+/*
+ * Never attached, and loaded only on request (probe.Options.Synthetic):
+ * `magnet bench` runs synth_event with BPF_PROG_TEST_RUN to put events in
+ * the rings through the path every hook takes (clock, counters, this CPU's
+ * ring, the task), at a rate it chooses and without any network stack
+ * around it, which measures that path's cost alone and the highest rate
+ * the recorder keeps up with. synth_empty is the same call doing nothing:
+ * the cost of the test run itself.
+ */
+SEC("tc")
+int synth_event(struct __sk_buff *ctx)
+{
+	struct mg_dev *r;
+	__u64 now = bpf_ktime_get_ns();
+	struct emit e;
+
+	r = RESERVE_EVENT(struct mg_dev, MG_DEV_XMIT, now, &e);
+	if (!r)
+		return 0;
+	fill(&r->hdr, MG_DEV_XMIT, now, e.pid_tgid, 0, ctx->len, 0);
+	r->ifindex = 0;
+	r->gso_segs = 1;
+	r->_pad = 0;
+	SUBMIT(r, &e);
+	return 0;
+}
+
+SEC("tc")
+int synth_empty(struct __sk_buff *ctx)
+{
+	return 0;
+}

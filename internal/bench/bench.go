@@ -62,6 +62,7 @@ type Options struct {
 	Configs  []string
 	Sweep    bool // the loss sweep and the maximum zero-loss event rate
 	Cost     bool // per-event kernel (bpf_stats) and user-side cost
+	Synth    bool // the recording path with synthetic events (SynthResult)
 	// SweepDuration is each sweep transfer; Duration if 0.
 	SweepDuration time.Duration
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
@@ -89,6 +90,7 @@ type Report struct {
 	Links    []LinkResult  `json:"links"`
 	Cost     *CostResult   `json:"cost,omitempty"`
 	Sweep    *SweepResult  `json:"sweep,omitempty"`
+	Synth    *SynthResult  `json:"synth,omitempty"`
 	Goals    []Goal        `json:"goals"`
 	Before   *Before       `json:"before,omitempty"`
 	Paired   *PairedResult `json:"paired,omitempty"`
@@ -227,6 +229,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 		rep.Links = append(rep.Links, *lr)
+	}
+	if opts.Synth {
+		b.logf("synth: synthetic events at paced rates, recorded")
+		s, err := b.synth(ctx)
+		switch {
+		case errors.Is(err, errNoSynth):
+			b.logf("synth: not available: %v", err)
+		case err != nil:
+			return nil, fmt.Errorf("synth: %w", err)
+		default:
+			rep.Synth = s
+		}
 	}
 	if opts.Cost || opts.Sweep || opts.CompareWith != "" {
 		lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 0})

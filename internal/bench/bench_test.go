@@ -186,3 +186,47 @@ func TestPairedSummaries(t *testing.T) {
 		t.Fatalf("markdown lacks %q:\n%s", want, buf.String())
 	}
 }
+
+func TestSummarizeLimit(t *testing.T) {
+	loaded := []limitTrial{
+		{x: &Xfer{Messages: 1000, RecvBytes: 64000, WallS: 2, SenderCPUS: 1, ReceiverCPUS: 0.5}, produced: 10000, lost: 7},
+		{x: &Xfer{Messages: 1000, RecvBytes: 64000, WallS: 2, SenderCPUS: 1, ReceiverCPUS: 0.5}, produced: 20000},
+	}
+	un := []limitTrial{
+		{x: &Xfer{Messages: 4000, RecvBytes: 256000, WallS: 2}},
+		{x: &Xfer{Messages: 2000, RecvBytes: 128000, WallS: 2}},
+	}
+	row := summarizeLimit("tcp 64 B", LimitUnobserved, un, loaded)
+	// 10000/64000 events per byte × 128000 bytes/s, and 20000/64000 × 64000.
+	if !row.Estimated || row.EventsPerS.N != 2 || row.EventsPerS.Mean != (20000+20000)/2 || row.MessagesPerS.Mean != 1500 {
+		t.Fatalf("unobserved: %+v", row)
+	}
+	row = summarizeLimit("tcp 64 B", LimitLoaded, loaded, loaded)
+	if row.Estimated || row.EventsPerS.Mean != 7500 || row.Lost != 7 || row.SenderCPU.Mean != 50 || row.ReceiverCPU.Mean != 25 || row.RecorderCPU.N != 0 {
+		t.Fatalf("loaded: %+v", row)
+	}
+	row = summarizeLimit("tcp 64 B", LimitRecorded, []limitTrial{{x: &Xfer{Messages: 10, RecvBytes: 640, WallS: 1}, produced: 100, cpuS: 0.25}}, loaded)
+	if row.RecorderCPU.Mean != 25 || row.EventsPerS.Mean != 100 || row.Mbit.Mean != 640*8/1e6 {
+		t.Fatalf("recorded: %+v", row)
+	}
+}
+
+// TestSynthExact runs the synthetic producer briefly under a recording and
+// checks the accounting is exact: every test run made one event, and every
+// event was recorded or counted lost.
+func TestSynthExact(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (BPF)")
+	}
+	b := &bencher{opts: Options{SweepDuration: 300 * time.Millisecond}, work: t.TempDir(), port: 47000}
+	st, _, err := b.synthStep(context.Background(), 1e6, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Runs == 0 || st.Produced != st.Runs || st.Recorded+st.Lost != st.Produced || st.Unaccounted != 0 {
+		t.Fatalf("runs %d, produced %d, recorded %d, lost %d, unaccounted %d", st.Runs, st.Produced, st.Recorded, st.Lost, st.Unaccounted)
+	}
+	if st.NsPerEvent <= 0 {
+		t.Fatalf("ns/event %v", st.NsPerEvent)
+	}
+}

@@ -25,6 +25,9 @@ type SweepResult struct {
 	MaxZeroLossAnyBufferDesc string  `json:"max_zero_loss_any_buffer_desc,omitempty"`
 	// Policy is loss against the drain policy at small buffers.
 	Policy []PolicyRow `json:"policy,omitempty"`
+	// Limit is the small-message workloads unobserved, loaded and
+	// recorded: what bounds the event rate.
+	Limit []RateLimitRow `json:"limit,omitempty"`
 }
 
 // Drain policies of the policy sweep.
@@ -122,6 +125,12 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 			}
 		}
 	}
+	b.logf("limit: the small-message workloads unobserved, loaded and recorded")
+	limit, err := b.rateLimit(ctx, lab)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit: %w", err)
+	}
+	sr.Limit = limit
 	return sr, nil
 }
 

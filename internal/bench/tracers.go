@@ -48,7 +48,7 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 	case Baseline:
 		return nopTracer{}, nil
 	case Loaded:
-		return startLoaded(buffer)
+		return startLoaded(buffer, probe.Filters{})
 	case RecordSender:
 		return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)
 	case RecordReceiver:
@@ -72,9 +72,10 @@ func (nopTracer) stop() (Traced, error) { return Traced{}, nil }
 // counted as lost, which is the cheapest a loaded magnet can be.
 type loadedTracer struct{ p *probe.Probe }
 
-func startLoaded(buffer int) (tracer, error) {
+func startLoaded(buffer int, f probe.Filters) (*loadedTracer, error) {
 	p, err := probe.Load(probe.Options{
 		Groups:       event.DefaultGroups,
+		Filters:      f,
 		BufferBytes:  buffer,
 		ControlBytes: record.ControlBufferBytes,
 		SelfTGID:     uint32(os.Getpid()),
@@ -113,6 +114,14 @@ type recordTracer struct {
 type recordDone struct {
 	res *record.Result
 	err error
+}
+
+// startRecordWith is startRecord with a last say over the configuration.
+func (b *bencher) startRecordWith(ctx context.Context, f record.Filters, buffer int, onReady func(), adjust func(*record.Config)) (*recordTracer, error) {
+	if adjust == nil {
+		return b.startRecord(ctx, f, buffer, onReady)
+	}
+	return b.startRecord(ctx, f, buffer, onReady, adjust)
 }
 
 // startRecord starts a recording; onReady, if set, runs once the probes are

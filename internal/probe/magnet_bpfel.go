@@ -553,6 +553,8 @@ const (
 	magnetProgSchedWakeup      = "sched_wakeup"
 	magnetProgSockRecvLength   = "sock_recv_length"
 	magnetProgSockSendLength   = "sock_send_length"
+	magnetProgSynthEmpty       = "synth_empty"
+	magnetProgSynthEvent       = "synth_event"
 	magnetProgTcpProbe         = "tcp_probe"
 	magnetProgTcpRetransmitSkb = "tcp_retransmit_skb"
 	magnetProgTcpSegments      = "tcp_segments"
@@ -652,6 +654,8 @@ type magnetProgramSpecs struct {
 	SchedWakeup      *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.ProgramSpec `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.ProgramSpec `ebpf:"sock_send_length"`
+	SynthEmpty       *ebpf.ProgramSpec `ebpf:"synth_empty"`
+	SynthEvent       *ebpf.ProgramSpec `ebpf:"synth_event"`
 	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.ProgramSpec `ebpf:"tcp_segments"`
@@ -825,6 +829,8 @@ type magnetPrograms struct {
 	SchedWakeup      *ebpf.Program `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.Program `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.Program `ebpf:"sock_send_length"`
+	SynthEmpty       *ebpf.Program `ebpf:"synth_empty"`
+	SynthEvent       *ebpf.Program `ebpf:"synth_event"`
 	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.Program `ebpf:"tcp_segments"`
@@ -850,6 +856,8 @@ func (p *magnetPrograms) Close() error {
 		p.SchedWakeup,
 		p.SockRecvLength,
 		p.SockSendLength,
+		p.SynthEmpty,
+		p.SynthEvent,
 		p.TcpProbe,
 		p.TcpRetransmitSkb,
 		p.TcpSegments,

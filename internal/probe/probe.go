@@ -88,6 +88,9 @@ type Options struct {
 	// Disable lists programs not to load, as if this kernel lacked their
 	// hooks (for testing the fallback, and for working around a bad hook).
 	Disable []string
+	// Synthetic loads synth_event and synth_empty, never attached, for
+	// magnet bench to run with BPF_PROG_TEST_RUN (Probe.Synthetic).
+	Synthetic bool
 }
 
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
@@ -101,9 +104,14 @@ type Probe struct {
 	Counters *ebpf.Map   // per-CPU produced/lost counters per type
 	Lost     *ebpf.Map   // per-CPU losses not yet reported in the stream
 	Status   []HookStatus
-	coll     *ebpf.Collection
-	links    []link.Link
-	mask     *ebpf.Variable
+	// Synthetic puts one dev_xmit event (conn 0, ifindex 0) in the
+	// events ring of the CPU it runs on, through the hooks' path, at each
+	// test run; SyntheticEmpty does nothing. Both nil unless
+	// Options.Synthetic, or when the kernel refused them.
+	Synthetic, SyntheticEmpty *ebpf.Program
+	coll                      *ebpf.Collection
+	links                     []link.Link
+	mask                      *ebpf.Variable
 }
 
 // Load loads the programs the enabled groups need and attaches them.
@@ -178,6 +186,11 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
+	if !opts.Synthetic {
+		delete(spec.Programs, "synth_event")
+		delete(spec.Programs, "synth_empty")
+	}
+
 	// A program the verifier refuses is dropped and the rest loaded again.
 	var coll *ebpf.Collection
 	for attempt := 0; ; attempt++ {
@@ -202,12 +215,14 @@ func Load(opts Options) (*Probe, error) {
 
 	closeRings = false
 	p := &Probe{
-		Events:   rings,
-		Control:  coll.Maps["control"],
-		Counters: coll.Maps["counters"],
-		Lost:     coll.Maps["lost_states"],
-		coll:     coll,
-		mask:     coll.Variables["events_mask"],
+		Events:         rings,
+		Control:        coll.Maps["control"],
+		Counters:       coll.Maps["counters"],
+		Lost:           coll.Maps["lost_states"],
+		coll:           coll,
+		mask:           coll.Variables["events_mask"],
+		Synthetic:      coll.Programs["synth_event"],
+		SyntheticEmpty: coll.Programs["synth_empty"],
 	}
 	for i := range status {
 		st := &status[i]

@@ -85,6 +85,9 @@ type Config struct {
 	// ExcludeCgroupID is a cgroup2 id whose sockets are never recorded:
 	// the collect service's shipper runs in it. 0 = none.
 	ExcludeCgroupID uint64
+	// Synthetic loads the never-attached programs magnet bench uses to
+	// make events at a chosen rate (probe.Options.Synthetic).
+	Synthetic bool
 }
 
 // Sink takes the records of a recording, in drain order. trace.Writer is
@@ -204,6 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		SelfTGID:        uint32(os.Getpid()),
 		Disable:         cfg.DisableHooks,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
+		Synthetic:       cfg.Synthetic,
 	})
 	if err != nil {
 		return nil, err

@@ -29,7 +29,7 @@ func New() *cobra.Command {
 		duration            time.Duration
 		links, configs, out string
 		sweep, full, asJSON bool
-		cost                bool
+		cost, synth         bool
 		before, label       string
 		compareWith, cmpLbl string
 		snaplen             int
@@ -52,9 +52,10 @@ packet. Configurations:
   tcpdump-receiver  tcpdump -w on the receiver's veth
   bpftrace          bpftrace with the equivalent tracepoints, printing to a file
 
---sweep adds per-event cost (bpf_stats) and events lost against the
-ring-buffer size; --cost adds only the per-event cost (with --links none,
-nothing else runs). --full is the documented full run (every link,
+--sweep adds per-event cost (bpf_stats), events lost against the
+ring-buffer size, what limits the event rate and the synthetic-event
+ceiling; --cost adds only the per-event cost and --synth only the ceiling
+(with --links none, nothing else runs). --full is the documented full run (every link,
 configuration, the sweep). Needs root.`,
 		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
   sudo magnet bench --full -o bench/RESULTS.md`,
@@ -62,12 +63,12 @@ configuration, the sweep). Needs root.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			opts := bench.Options{
-				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep || cost,
+				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep || cost, Synth: sweep || synth,
 				TcpdumpSnaplen: snaplen, Log: cmd.ErrOrStderr(),
 				Command: "magnet " + strings.Join(os.Args[1:], " "),
 			}
 			if full {
-				opts.Sweep, opts.Cost = true, true
+				opts.Sweep, opts.Cost, opts.Synth = true, true, true
 				if !f.Changed("links") {
 					links = "unlimited,1000,100"
 				}
@@ -136,6 +137,7 @@ configuration, the sweep). Needs root.`,
 	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
 	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
 	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
+	f.BoolVar(&synth, "synth", false, "also measure the recording path with synthetic events at paced rates (the recorder's ceiling); --sweep and --full include it")
 	f.BoolVar(&cost, "cost", false, "also measure per-event cost (bpf_stats), --reps times; with --links none, only that")
 	f.StringVar(&before, "before", "", "set the per-event cost of this earlier JSON report (magnet bench --json) beside this run's")
 	f.StringVar(&compareWith, "compare-with", "", "also record each cost workload with this other magnet binary at the same time, --reps times in each order, and compare")
