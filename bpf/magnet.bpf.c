@@ -237,7 +237,13 @@ struct cpu_state {
 	struct task_id task_sent;
 	/* Per ring: lost_states may hold losses not yet in the stream. */
 	__u32 lost_pending[2];
-	__u32 _pad[6];
+	/* At least the bytes this CPU's events ring holds: the fill the ring
+	 * last reported, plus what this CPU put in since (the reader only
+	 * takes away). While it is below the wake-up threshold the ring cannot
+	 * be past it, and the ring is not asked (bpf_ringbuf_query: a helper
+	 * call that reads the position the reader writes). */
+	__u64 fill_bound;
+	__u32 _pad[4];
 	/* Caches in front of the LRU maps on the paths every packet takes,
 	 * direct-mapped and never invalidated, so they only hold answers that
 	 * cannot change: a selected connection stays selected and one the
@@ -337,10 +343,8 @@ static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 /* The current thread's ids, uid and name, read in place: one helper call,
  * no copy (what bpf_get_current_pid_tgid(), bpf_get_current_uid_gid() and
  * bpf_get_current_comm() would return, from the same task_struct). */
-static __always_inline void current_task_id(struct task_id *t)
+static __always_inline void current_task_id(struct task_struct *task, struct task_id *t)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-
 	t->pid_tgid = (__u64)task->tgid << 32 | (__u32)task->pid;
 	t->uid = task->cred->uid.val;
 	t->_pad = 0;
@@ -369,7 +373,8 @@ struct emit {
 	__u64 wakeup;   /* flags for bpf_ringbuf_submit */
 };
 
-/* Wake the reader once a ring is filled past threshold; it also polls. */
+/* Wake the reader once the control ring is filled past threshold (rare
+ * records: asking the ring costs nothing that matters); it also polls. */
 static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
 {
 	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= threshold ? BPF_RB_FORCE_WAKEUP
@@ -377,14 +382,40 @@ static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
 }
 
 
+/* What a ring record of sz bytes takes in the ring: its 8-byte header and
+ * padding to 8 bytes (BPF_RINGBUF_HDR_SZ). */
+static __always_inline __u64 ring_bytes(__u64 sz)
+{
+	return (sz + 8 + 7) & ~7ULL;
+}
+
+/* The submit flags of a record of sz bytes just reserved in this CPU's
+ * events ring: wake the reader while the ring is filled past
+ * events_wakeup, looked at for every event (looking only every few events
+ * let a loaded machine's reader sleep past the point of losses, measured),
+ * but asked only when cpu_state.fill_bound says it may be. */
+static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring, __u64 sz)
+{
+	__u64 n = st->fill_bound + ring_bytes(sz);
+
+	if (n < events_wakeup) {
+		st->fill_bound = n;
+		return BPF_RB_NO_WAKEUP;
+	}
+	n = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA); /* this record included */
+	st->fill_bound = n;
+	return n >= events_wakeup ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 /*
  * Reserve an event of sz bytes of the given type in this CPU's events ring,
  * with struct mg_task after it when this CPU has not yet sent the current
- * thread's (tid, pid, comm). Counts the attempt as produced; on failure
- * counts it as lost (and sends nothing, so the next event carries the
- * task).
+ * thread's (tid, pid, comm). task is the current task. Counts the attempt
+ * as produced; on failure counts it as lost (and sends nothing, so the
+ * next event carries the task).
  */
-static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struct emit *e)
+static __always_inline void *reserve_event_of(struct task_struct *task, __u8 type, __u64 sz,
+					      __u64 now, struct emit *e)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct cpu_state *st = my_state();
@@ -399,17 +430,16 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 	}
 	if (st->lost_pending[0])
 		flush_lost(ring, 0, now);
-	current_task_id(&cur);
+	current_task_id(task, &cur);
 	e->pid_tgid = cur.pid_tgid;
-	/* At every event: looking only every few events let a loaded
-	 * machine's reader sleep past the point of losses (measured), for a
-	 * few nanoseconds saved. */
-	e->wakeup = wakeup_flag(ring, events_wakeup);
 	if (st->task_sent.pid_tgid == cur.pid_tgid && st->task_sent.uid == cur.uid &&
 	    st->task_sent.comm[0] == cur.comm[0] && st->task_sent.comm[1] == cur.comm[1]) {
 		r = bpf_ringbuf_reserve(ring, sz, 0);
-		if (!r)
+		if (!r) {
 			note_lost(0, type, now);
+			return NULL;
+		}
+		e->wakeup = events_wakeup_flag(st, ring, sz);
 		return r;
 	}
 	r = bpf_ringbuf_reserve(ring, sz + sizeof(struct mg_task), 0);
@@ -420,7 +450,13 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 	put_task(r + sz, &cur);
 	/* Only once it is in the ring: a lost record taught the reader nothing. */
 	st->task_sent = cur;
+	e->wakeup = events_wakeup_flag(st, ring, sz + sizeof(struct mg_task));
 	return r;
+}
+
+static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struct emit *e)
+{
+	return reserve_event_of(bpf_get_current_task_btf(), type, sz, now, e);
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
@@ -434,7 +470,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 	count_produced(type);
 	if (st && st->lost_pending[1])
 		flush_lost(&control, 1, now);
-	current_task_id(&cur);
+	current_task_id(bpf_get_current_task_btf(), &cur);
 	e->pid_tgid = cur.pid_tgid;
 	e->wakeup = wakeup_flag(&control, control_wakeup);
 	r = bpf_ringbuf_reserve(&control, sz + sizeof(struct mg_task), 0);
@@ -449,6 +485,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 /* A ring record is the event T, then struct mg_task when the reader does not
  * know the thread yet (always, in the control ring). */
 #define RESERVE_EVENT(T, typ, now, e) ((T *)reserve_event(typ, sizeof(T), now, e))
+#define RESERVE_EVENT_OF(task, T, typ, now, e) ((T *)reserve_event_of(task, typ, sizeof(T), now, e))
 #define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control(typ, sizeof(T), now, e))
 #define SUBMIT(r, e) bpf_ringbuf_submit(r, (e)->wakeup)
 
@@ -765,6 +802,7 @@ static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
 
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {
+	struct task_struct *task;
 	struct mg_hdr *r;
 	__u64 now, conn;
 	struct emit e;
@@ -775,13 +813,15 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 	family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	if (self_tgid && (bpf_get_current_pid_tgid() >> 32) == self_tgid)
+	/* One helper call for the recorder check and the record. */
+	task = bpf_get_current_task_btf();
+	if (self_tgid && task->tgid == self_tgid)
 		return 0;
 	conn = conn_of(sk, cookie_of(sk, sk), 1);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT(struct mg_hdr, type, now, &e);
+	r = RESERVE_EVENT_OF(task, struct mg_hdr, type, now, &e);
 	if (!r)
 		return 0;
 	fill(r, type, now, e.pid_tgid, conn, ret, sk_netns(sk));
