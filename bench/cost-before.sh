@@ -23,5 +23,6 @@ rm -rf "$work/bpf" "$work/internal/probe" "$work/internal/record" "$work/interna
 git archive "$base" bpf internal/probe internal/record | tar -x -C "$work"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 mkdir -p bin
-(cd "$work" && go build -o "$OLDPWD/bin/magnet-before" ./cmd/magnet)
+# magnet_nosynth: an earlier recording path has no synthetic-event programs.
+(cd "$work" && go build -tags magnet_nosynth -o "$OLDPWD/bin/magnet-before" ./cmd/magnet)
 bin/magnet-before bench --cost --links none --json --label "recording path of $base" -o bench/cost-before.json "$@"

@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build magnet_nosynth
+
+package bench
+
+import (
+	"context"
+	"time"
+)
+
+// Built with the tag magnet_nosynth (bench/cost-before.sh, which builds
+// today's bench over an earlier recording path that has no synthetic-event
+// programs), the bench has no synthetic measurement.
+func (b *bencher) synthStep(context.Context, float64, time.Duration) (*SynthStep, float64, error) {
+	return nil, 0, errNoSynth
+}
