@@ -20,7 +20,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git archive HEAD | tar -x -C "$work"
 rm -rf "$work/bpf" "$work/internal/probe" "$work/internal/record" "$work/internal/ring"
-git archive "$base" bpf internal/probe internal/record | tar -x -C "$work"
+# internal/ring exists from the in-place reader on; older bases read rings in internal/record.
+git archive "$base" bpf internal/probe internal/record $(git ls-tree -d --name-only "$base" internal/ring) | tar -x -C "$work"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 mkdir -p bin
 # magnet_nosynth: an earlier recording path has no synthetic-event programs.

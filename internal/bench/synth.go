@@ -40,8 +40,11 @@ type SynthResult struct {
 
 // SynthStep is one paced run.
 type SynthStep struct {
-	TargetPerS  float64 `json:"target_per_s"`
-	Runs        uint64  `json:"runs"` // synth_event runs: events made
+	TargetPerS float64 `json:"target_per_s"`
+	Runs       uint64  `json:"runs"` // synth_event runs: events made
+	// Retried bounds the extra events of test runs a signal interrupted
+	// (made again from the start): Runs <= Produced <= Runs + Retried.
+	Retried     uint64  `json:"retried,omitempty"`
 	Produced    uint64  `json:"produced"`
 	Recorded    uint64  `json:"recorded"`
 	Lost        uint64  `json:"lost"`
