@@ -22,7 +22,6 @@ type streamWriter struct {
 	rc       *http.ResponseController
 	sse      bool
 	lastPing time.Time
-	buf      []byte
 }
 
 func newStreamWriter(w http.ResponseWriter, sse bool) *streamWriter {
@@ -42,24 +41,23 @@ func (s *streamWriter) start() {
 	s.w.WriteHeader(http.StatusOK)
 }
 
-// msg writes one message whose value is the JSON inner.
+// msg writes one message whose value is the JSON inner, straight into
+// the buffer (bufio's error is sticky: the last write reports it).
 func (s *streamWriter) msg(name string, inner []byte) error {
-	b := s.buf[:0]
+	bw := s.bw
 	if s.sse {
-		b = append(b, "event: "...)
-		b = append(b, name...)
-		b = append(b, "\ndata: "...)
-		b = append(b, inner...)
-		b = append(b, "\n\n"...)
-	} else {
-		b = append(b, `{"`...)
-		b = append(b, name...)
-		b = append(b, `":`...)
-		b = append(b, inner...)
-		b = append(b, "}\n"...)
+		bw.WriteString("event: ")
+		bw.WriteString(name)
+		bw.WriteString("\ndata: ")
+		bw.Write(inner)
+		_, err := bw.WriteString("\n\n")
+		return err
 	}
-	s.buf = b
-	_, err := s.bw.Write(b)
+	bw.WriteString(`{"`)
+	bw.WriteString(name)
+	bw.WriteString(`":`)
+	bw.Write(inner)
+	_, err := bw.WriteString("}\n")
 	return err
 }
 
@@ -143,24 +141,7 @@ func appendEvent(b []byte, ev *liveEvent) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `,"fields":{`...)
-	if len(ev.et.Fields) > 0 {
-		fields := ev.fields()
-		for i, f := range ev.et.Fields {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, f.Name)
-			b = append(b, ':')
-			switch v := fields[f.Name].(type) {
-			case int64:
-				b = strconv.AppendInt(b, v, 10)
-			case string:
-				b = appendString(b, v)
-			default:
-				b = append(b, "null"...)
-			}
-		}
-	}
+	b = ev.codec.appendFields(b, ev.raw)
 	return append(b, "}}"...)
 }
 

@@ -69,6 +69,9 @@ type hub struct {
 	mu       sync.Mutex
 	hdr      *trace.Header
 	types    [256]*trace.EventType
+	codecs   [256]*typeCodec
+	xmitSeq  *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
+	rcvAck   *fieldCodec
 	wallOff  int64
 	tasks    map[uint32]task
 	table    *live.Table
@@ -126,9 +129,13 @@ type sink struct {
 func (h *hub) newSink(hdr *trace.Header) (record.Sink, error) {
 	h.mu.Lock()
 	h.hdr = hdr
+	enums := enumTables(hdr)
 	for i := range hdr.Types {
-		h.types[hdr.Types[i].ID] = &hdr.Types[i]
+		et := &hdr.Types[i]
+		h.types[et.ID] = et
+		h.codecs[et.ID] = newTypeCodec(et, enums)
 	}
+	h.xmitSeq, h.rcvAck = h.codecs[event.TCPXmit].field("seq"), h.codecs[event.TCPRcv].field("ack")
 	h.wallOff = hdr.Clock.WallOffsetNs
 	h.mu.Unlock()
 	h.recorded.Store(true)
@@ -331,13 +338,13 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 		}
 	case event.TCPXmit:
 		c.Traffic(live.TCP, live.Send, t, size)
-		seq, _ := rec.Uint("seq")
-		c.Segment(uint32(seq), size, rec.Flags()&0x02 != 0)
+		if h.xmitSeq != nil {
+			c.Segment(uint32(h.xmitSeq.uint(rec.Data)), size, rec.Flags()&0x02 != 0)
+		}
 	case event.TCPRcv:
 		c.Traffic(live.TCP, live.Recv, t, size)
-		if rec.Flags()&0x10 != 0 {
-			ack, _ := rec.Uint("ack")
-			c.Ack(uint32(ack))
+		if rec.Flags()&0x10 != 0 && h.rcvAck != nil {
+			c.Ack(uint32(h.rcvAck.uint(rec.Data)))
 		}
 	case event.DevXmit:
 		c.Traffic(live.Wire, live.Send, t, size)
@@ -422,7 +429,7 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 			continue
 		}
 		if ev == nil {
-			ev = &liveEvent{raw: bytes.Clone(rec.Data), et: rec.Type, hdr: h.hdr, wallOff: h.wallOff, fe: fe}
+			ev = &liveEvent{raw: bytes.Clone(rec.Data), et: rec.Type, codec: h.codecs[typ], wallOff: h.wallOff, fe: fe}
 			ev.fe.Fields = ev.fields
 		}
 		s.offer(ev)
@@ -430,58 +437,38 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 }
 
 // liveEvent is one event on its way to subscriptions; it is shared by
-// all of them and never changed.
+// all of them and never changed. What they need of it beyond the filter's
+// fields is computed once, by the first that asks: its fields as values
+// (expressions) and its JSON (streams).
 type liveEvent struct {
 	raw     []byte
 	et      *trace.EventType
-	hdr     *trace.Header
+	codec   *typeCodec
 	wallOff int64
 	fe      filter.Event
 	once    sync.Once
 	fmap    map[string]any
+	encOnce sync.Once
+	enc     []byte
 }
 
-// fields decodes the event's own fields (for expressions and JSON): enums
-// by name, addresses as text, bytes as hex.
+// fields decodes the event's own fields (for expressions): enums by name,
+// addresses as text, bytes as hex.
 func (ev *liveEvent) fields() map[string]any {
 	ev.once.Do(func() {
-		rec := trace.Record{Type: ev.et, Data: ev.raw}
-		ev.fmap = map[string]any{}
-		v4 := true
-		if fam, ok := rec.Uint("family"); ok && fam == 6 {
-			v4 = false
-		}
-		for _, f := range ev.et.Fields {
-			switch {
-			case f.Kind == trace.KindIP:
-				a, _ := rec.Addr(f.Name, v4)
-				ev.fmap[f.Name] = a.String()
-			case f.Kind == trace.KindStr:
-				s, _ := rec.Str(f.Name)
-				ev.fmap[f.Name] = s
-			case f.Kind == trace.KindBytes:
-				b, _ := rec.Bytes(f.Name)
-				if n, ok := rec.Uint("caplen"); ok && int(n) <= len(b) {
-					b = b[:n]
-				}
-				ev.fmap[f.Name] = fmt.Sprintf("%x", b)
-			case f.Enum() != "":
-				v, _ := rec.Uint(f.Name)
-				if name, ok := ev.hdr.EnumName(f, v); ok {
-					ev.fmap[f.Name] = name
-				} else {
-					ev.fmap[f.Name] = int64(v)
-				}
-			case f.Kind == trace.KindInt:
-				v, _ := rec.Int(f.Name)
-				ev.fmap[f.Name] = v
-			default:
-				v, _ := rec.Uint(f.Name)
-				ev.fmap[f.Name] = int64(v)
-			}
+		ev.fmap = make(map[string]any, len(ev.codec.fields))
+		for i := range ev.codec.fields {
+			ev.fmap[ev.codec.fields[i].name] = ev.codec.value(i, ev.raw)
 		}
 	})
 	return ev.fmap
+}
+
+// json is the event as the API's Event object, encoded once for every
+// stream that delivers it.
+func (ev *liveEvent) json() []byte {
+	ev.encOnce.Do(func() { ev.enc = appendEvent(make([]byte, 0, 256+16*len(ev.codec.fields)), ev) })
+	return ev.enc
 }
 
 // status fills the recorder part of /v1/status.

@@ -143,16 +143,15 @@ func (s *sub) writeLost(out *streamWriter, n uint64) error {
 }
 
 // handle writes one queued item.
-func (s *sub) handle(out *streamWriter, it item, scratch []byte) ([]byte, error) {
+func (s *sub) handle(out *streamWriter, it item) error {
 	if it.lost > 0 {
-		return scratch, s.writeLost(out, it.lost)
+		return s.writeLost(out, it.lost)
 	}
 	if it.ev == nil || !s.f.MatchExpr(&it.ev.fe) {
-		return scratch, nil
+		return nil
 	}
-	scratch = appendEvent(scratch[:0], it.ev)
 	s.delivered.Add(1)
-	return scratch, out.msg("event", scratch)
+	return out.msg("event", it.ev.json())
 }
 
 // serveEvents writes the stream until the client goes or the daemon
@@ -160,17 +159,16 @@ func (s *sub) handle(out *streamWriter, it item, scratch []byte) ([]byte, error)
 func (s *sub) serveEvents(ctx context.Context, out *streamWriter) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	var scratch []byte
 	var err error
 	for err == nil {
 		select {
 		case it := <-s.q:
-			scratch, err = s.handle(out, it, scratch)
+			err = s.handle(out, it)
 			// Take what else is queued before flushing, up to a point.
 			for n := 0; err == nil && n < 1024; n++ {
 				select {
 				case it = <-s.q:
-					scratch, err = s.handle(out, it, scratch)
+					err = s.handle(out, it)
 					continue
 				default:
 				}
@@ -192,7 +190,7 @@ func (s *sub) serveEvents(ctx context.Context, out *streamWriter) {
 			return
 		case <-s.stop:
 			for err == nil && len(s.q) > 0 {
-				scratch, err = s.handle(out, <-s.q, scratch)
+				err = s.handle(out, <-s.q)
 			}
 			if err == nil {
 				err = s.notices(out)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,7 +19,7 @@ import (
 
 // New returns the daemon command.
 func New() *cobra.Command {
-	var configFile, socket, listen, tokenFile, events, buffer, readyFile string
+	var configFile, socket, listen, tokenFile, events, buffer, readyFile, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "daemon [--config FILE]",
 		Short: "Record for the whole host and serve live events and per-connection figures",
@@ -81,6 +82,18 @@ more while they last):
 				}
 				return fmt.Errorf("daemon: %w", err)
 			}
+			if cpuProfile != "" {
+				// For bench/daemon.sh --profile: where the daemon's own CPU goes.
+				out, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("daemon: cpu profile: %w", err)
+				}
+				defer out.Close()
+				if err := pprof.StartCPUProfile(out); err != nil {
+					return fmt.Errorf("daemon: cpu profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			hup := make(chan os.Signal, 1)
@@ -113,5 +126,7 @@ more while they last):
 	f.StringVarP(&events, "events", "e", daemon.BaselineGroups.String(), "event groups always enabled (the baseline)")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size (power of two; K/M/G suffixes)")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once recording and serving (for scripts and tests)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file (go tool pprof)")
+	_ = f.MarkHidden("cpuprofile")
 	return cmd
 }
