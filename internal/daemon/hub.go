@@ -450,6 +450,7 @@ type liveEvent struct {
 	fmap    map[string]any
 	encOnce sync.Once
 	enc     []byte
+	exprs   filter.ExprMemo
 }
 
 // fields decodes the event's own fields (for expressions): enums by name,

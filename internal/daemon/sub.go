@@ -147,7 +147,7 @@ func (s *sub) handle(out *streamWriter, it item) error {
 	if it.lost > 0 {
 		return s.writeLost(out, it.lost)
 	}
-	if it.ev == nil || !s.f.MatchExpr(&it.ev.fe) {
+	if it.ev == nil || !s.f.MatchExprMemo(&it.ev.fe, &it.ev.exprs) {
 		return nil
 	}
 	s.delivered.Add(1)

@@ -46,7 +46,41 @@ type program struct {
 	prg cel.Program
 }
 
+// maxCompiled bounds the cache of compiled expressions; past it the cache
+// starts again (clients choose the expressions: it must not grow forever).
+const maxCompiled = 256
+
+var (
+	compiledMu sync.Mutex
+	compiled   = map[string]*program{}
+)
+
+// compile compiles src once however many filters use it, so that filters
+// with the same expression share one program (and ExprMemo can tell).
 func compile(src string) (*program, error) {
+	compiledMu.Lock()
+	p := compiled[src]
+	compiledMu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := compileNew(src)
+	if err != nil {
+		return nil, err
+	}
+	compiledMu.Lock()
+	defer compiledMu.Unlock()
+	if q := compiled[src]; q != nil {
+		return q, nil
+	}
+	if len(compiled) >= maxCompiled {
+		clear(compiled)
+	}
+	compiled[src] = p
+	return p, nil
+}
+
+func compileNew(src string) (*program, error) {
 	if len(src) > MaxExprBytes {
 		return nil, bad("expr: %d bytes, at most %d", len(src), MaxExprBytes)
 	}
@@ -89,6 +123,44 @@ func (f *Filter) MatchExpr(e *Event) bool {
 	}
 	b, ok := out.Value().(bool)
 	return ok && b
+}
+
+// ExprMemo remembers, for one event, the results of the expressions
+// already evaluated on it, so that subscriptions sharing an expression
+// evaluate it once per event. The zero value is ready; it is safe for
+// concurrent use.
+type ExprMemo struct {
+	mu      sync.Mutex
+	n       int
+	progs   [4]*program
+	results [4]bool
+}
+
+// MatchExprMemo is MatchExpr, remembering the result in memo (which must
+// belong to e and no other event).
+func (f *Filter) MatchExprMemo(e *Event, memo *ExprMemo) bool {
+	if f.expr == nil {
+		return true
+	}
+	memo.mu.Lock()
+	for i := 0; i < memo.n; i++ {
+		if memo.progs[i] == f.expr {
+			ok := memo.results[i]
+			memo.mu.Unlock()
+			return ok
+		}
+	}
+	memo.mu.Unlock()
+	// Evaluated outside the lock: two subscriptions may both evaluate it
+	// the first time, with the same result.
+	ok := f.MatchExpr(e)
+	memo.mu.Lock()
+	if memo.n < len(memo.progs) {
+		memo.progs[memo.n], memo.results[memo.n] = f.expr, ok
+		memo.n++
+	}
+	memo.mu.Unlock()
+	return ok
 }
 
 // activation resolves the expression's variables from the event, lazily.

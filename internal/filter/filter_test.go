@@ -270,3 +270,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Filters with the same expression share its program, and a memo
+// evaluates it once per event with the same answers as MatchExpr.
+func TestExprMemo(t *testing.T) {
+	parse := func(expr string) *Filter {
+		f, err := Parse(magnetclient.Filter{Expr: expr}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a, b, c := parse("size > 100"), parse("size > 100"), parse("size > 1000")
+	if a.expr != b.expr || a.expr == c.expr {
+		t.Fatalf("programs: a %p b %p c %p; want a and b shared, c its own", a.expr, b.expr, c.expr)
+	}
+	none := parse("")
+	for _, size := range []int32{50, 500, 5000} {
+		e := &Event{Size: size}
+		var memo ExprMemo
+		for round := 0; round < 2; round++ {
+			for _, f := range []*Filter{a, b, c, none} {
+				if got, want := f.MatchExprMemo(e, &memo), f.MatchExpr(e); got != want {
+					t.Errorf("size %d, %q, round %d: memo says %v, MatchExpr %v", size, f.spec.Expr, round, got, want)
+				}
+			}
+		}
+		if memo.n != 2 {
+			t.Errorf("size %d: %d results remembered, want 2 (one per distinct expression)", size, memo.n)
+		}
+	}
+}
