@@ -364,9 +364,10 @@ func boolParam(q url.Values, name string) (bool, error) {
 }
 
 // applyGroups enables the baseline and what the subscriptions ask for, in
-// BPF if the probes are loaded. Changing the mask leaves every program
-// attached, so groups that stay enabled lose nothing. d.subsMu must be
-// held.
+// BPF if the probes are loaded. probe.SetGroups detaches the programs of
+// groups nobody wants (they cost the traffic nothing then) and never
+// touches those of groups that stay, so these lose nothing. d.subsMu must
+// be held.
 func (d *Daemon) applyGroups() {
 	s := d.settings()
 	req, _ := d.requested()

@@ -15,6 +15,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -472,6 +473,18 @@ func TestGroupChangesKeepEvents(t *testing.T) {
 			t.Fatalf("groups after: %v", st.Groups.Enabled)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// Groups nobody wants cost nothing: their programs are detached.
+	td.d.probeMu.Lock()
+	attached := td.d.probe.AttachedPrograms()
+	td.d.probeMu.Unlock()
+	for _, prog := range []string{"net_dev_queue", "net_dev_start_xmit", "netif_receive_skb", "kfree_skb", "sched_switch", "tcp_probe"} {
+		if slices.Contains(attached, prog) {
+			t.Errorf("only sock and conn enabled, yet %s is attached (%v)", prog, attached)
+		}
+	}
+	if !slices.Contains(attached, "sock_send_length") {
+		t.Errorf("sock enabled, yet sock_send_length is not attached (%v)", attached)
 	}
 	t.Logf("%d sends counted across %d group changes; %d dev events while enabled", n, 2*changes, devEvents)
 }

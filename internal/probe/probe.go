@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -99,19 +100,23 @@ var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run
 // Probe is a loaded and attached set of magnet's programs. Close detaches
 // and unloads them; the caller must call it.
 type Probe struct {
-	Events   []*ebpf.Map // ring buffers of data events, one per CPU online at Load
-	Control  *ebpf.Map   // ring buffer of connection lifecycle
-	Counters *ebpf.Map   // per-CPU produced/lost counters per type
-	Lost     *ebpf.Map   // per-CPU losses not yet reported in the stream
-	Status   []HookStatus
+	Events   []*ebpf.Map  // ring buffers of data events, one per CPU online at Load
+	Control  *ebpf.Map    // ring buffer of connection lifecycle
+	Counters *ebpf.Map    // per-CPU produced/lost counters per type
+	Lost     *ebpf.Map    // per-CPU losses not yet reported in the stream
+	Status   []HookStatus // as attached by Load; SetGroups does not change it
 	// Synthetic puts one dev_xmit event (conn 0, ifindex 0) in the
 	// events ring of the CPU it runs on, through the hooks' path, at each
 	// test run; SyntheticEmpty does nothing. Both nil unless
 	// Options.Synthetic, or when the kernel refused them.
 	Synthetic, SyntheticEmpty *ebpf.Program
 	coll                      *ebpf.Collection
-	links                     []link.Link
 	mask                      *ebpf.Variable
+	cgroup                    string
+
+	mu      sync.Mutex
+	links   map[int]link.Link // by index in Status: the programs attached now
+	stopped bool              // Detach was called: nothing attaches again
 }
 
 // Load loads the programs the enabled groups need and attaches them.
@@ -221,34 +226,62 @@ func Load(opts Options) (*Probe, error) {
 		Lost:           coll.Maps["lost_states"],
 		coll:           coll,
 		mask:           coll.Variables["events_mask"],
+		cgroup:         cgroupRoot,
+		links:          map[int]link.Link{},
 		Synthetic:      coll.Programs["synth_event"],
 		SyntheticEmpty: coll.Programs["synth_empty"],
 	}
 	for i := range status {
 		st := &status[i]
-		prog := coll.Programs[st.Program]
-		if prog == nil {
+		if coll.Programs[st.Program] == nil {
 			continue
 		}
-		l, err := attach(st.Hook, prog, cgroupRoot)
-		if err != nil {
-			st.Reason = "attach: " + firstLine(err)
+		// Attached before sockops (Hooks order), which then stands back
+		// from tcp_xmit when fentry serves it.
+		if err := p.attach(i, st); err != nil {
+			st.Reason = firstLine(err)
 			continue
 		}
 		st.Attached = true
-		p.links = append(p.links, l)
-		if st.Program == "tcp_xmit_fentry" {
-			// Attached before sockops (Hooks order), which then stands back.
-			if err := coll.Variables["xmit_by_fentry"].Set(uint8(1)); err != nil {
-				l.Close()
-				p.links = p.links[:len(p.links)-1]
-				st.Attached, st.Reason = false, "enable: "+firstLine(err)
-			}
-		}
 	}
 	p.Status = status
 	return p, nil
 }
+
+// attach attaches the program of status[i]. p.mu must be held, or p not
+// yet shared.
+func (p *Probe) attach(i int, st *HookStatus) error {
+	l, err := attach(st.Hook, p.coll.Programs[st.Program], p.cgroup)
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	if st.Program == "tcp_xmit_fentry" {
+		if err := p.coll.Variables["xmit_by_fentry"].Set(uint8(1)); err != nil {
+			l.Close()
+			return fmt.Errorf("enable: %w", err)
+		}
+	}
+	p.links[i] = l
+	return nil
+}
+
+// detach detaches the program of status[i]. p.mu must be held.
+func (p *Probe) detach(i int, st *HookStatus) {
+	if st.Program == "tcp_xmit_fentry" {
+		// sockops takes tcp_xmit back (when its group is enabled again
+		// and fentry cannot attach).
+		_ = p.coll.Variables["xmit_by_fentry"].Set(uint8(0))
+	}
+	p.links[i].Close()
+	delete(p.links, i)
+}
+
+// detachable says whether a hook's program may be detached while none of
+// its groups is enabled. The connection lifecycle's may not: they learn
+// each socket as it binds or connects (sockops also arms the socket's
+// per-segment callbacks then), so a socket born while they were detached
+// would stay unknown after they return.
+func detachable(h Hook) bool { return h.Kind != "sockops" && h.Groups&event.GroupConn == 0 }
 
 // ServedBy says, for each event, which hook produces it: the first in Hooks
 // order that is attached (or, before anything is loaded, available), so a
@@ -297,18 +330,69 @@ func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 }
 
 // SetGroups changes the enabled event groups while the programs run.
-// Programs of groups not attached at Load stay detached.
+// A program none of whose groups is enabled is detached, so that it costs
+// the traffic nothing (an attached program runs even when it returns at
+// once); it is attached again, before its groups are enabled, when one is.
+// Programs of groups enabled before and after are never touched, so they
+// lose no events. Programs not attached at Load stay detached.
 func (p *Probe) SetGroups(g event.Group) error {
-	return p.mask.Set(uint32(g))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var added []int
+	if !p.stopped {
+		for i := range p.Status {
+			st := &p.Status[i]
+			if _, on := p.links[i]; on || !st.Attached || st.Groups&g == 0 {
+				continue
+			}
+			if err := p.attach(i, st); err != nil {
+				for _, j := range added {
+					p.detach(j, &p.Status[j])
+				}
+				return fmt.Errorf("%s: %w", st.Program, err)
+			}
+			added = append(added, i)
+		}
+	}
+	if err := p.mask.Set(uint32(g)); err != nil {
+		for _, j := range added {
+			p.detach(j, &p.Status[j])
+		}
+		return err
+	}
+	// After the mask: the events of a group switched off stop first.
+	for i := range p.Status {
+		st := &p.Status[i]
+		if _, on := p.links[i]; on && st.Groups&g == 0 && detachable(st.Hook) {
+			p.detach(i, st)
+		}
+	}
+	return nil
+}
+
+// AttachedPrograms lists the programs attached now, in Hooks order.
+func (p *Probe) AttachedPrograms() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for i := range p.Status {
+		if _, on := p.links[i]; on {
+			out = append(out, p.Status[i].Program)
+		}
+	}
+	return out
 }
 
 // Detach stops every program, so no more events are produced; the maps
 // stay readable until Close.
 func (p *Probe) Detach() {
-	for _, l := range p.links {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	for i, l := range p.links {
 		l.Close()
+		delete(p.links, i)
 	}
-	p.links = nil
 }
 
 // Close detaches and unloads everything.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -139,12 +140,45 @@ func TestSetGroups(t *testing.T) {
 	if got := countType(recs, event.TCPSend); got < 3 {
 		t.Fatalf("tcp stays enabled: %d tcp_send events, want at least 3", got)
 	}
+	// The sock group's programs are detached (they would cost the traffic
+	// even returning at once); sockops never is.
+	attached := p.AttachedPrograms()
+	for _, prog := range []string{"sock_send_length", "sock_recv_length"} {
+		if slices.Contains(attached, prog) {
+			t.Errorf("sock disabled: %s still attached (%v)", prog, attached)
+		}
+	}
+	for _, prog := range []string{"tcp_sendmsg_locked", "tcp_probe", "tcp_segments", "inet_sock_set_state"} {
+		if !slices.Contains(attached, prog) {
+			t.Errorf("tcp and conn enabled: %s not attached (%v)", prog, attached)
+		}
+	}
 	if err := p.SetGroups(all); err != nil {
 		t.Fatal(err)
 	}
 	send(3)
 	if got := countType(drainRing(t, rd), event.SockSend); got != 3 {
 		t.Fatalf("sock enabled again: %d sock_send events, want 3", got)
+	}
+	if attached := p.AttachedPrograms(); !slices.Contains(attached, "sock_send_length") {
+		t.Errorf("sock enabled again: sock_send_length not attached (%v)", attached)
+	}
+	// Nothing enabled: everything but the connection lifecycle's programs
+	// is detached; after Detach nothing attaches again.
+	if err := p.SetGroups(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, prog := range p.AttachedPrograms() {
+		if i := slices.IndexFunc(Hooks, func(h Hook) bool { return h.Program == prog }); Hooks[i].Groups&event.GroupConn == 0 {
+			t.Errorf("nothing enabled: %s still attached", prog)
+		}
+	}
+	p.Detach()
+	if err := p.SetGroups(all); err != nil {
+		t.Fatal(err)
+	}
+	if attached := p.AttachedPrograms(); len(attached) > 0 {
+		t.Errorf("after Detach: attached %v, want none", attached)
 	}
 }
 
