@@ -412,19 +412,31 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 	if len(candidates) == 0 {
 		return
 	}
-	fe := filter.Event{
-		Type: typ, Name: rec.Type.Name, TimeNs: rec.Time(), CPU: rec.CPU(), TID: rec.TID(),
-		PID: tk.pid, Comm: tk.comm, UID: tk.uid, NetNS: rec.NetNS(), Conn: rec.Conn(),
-		Size: rec.Size(), Flags: rec.Flags(),
-	}
-	if c != nil {
-		fe.HasConn, fe.Proto, fe.Local, fe.Remote = c.Opened, c.Info.Proto, c.Info.Local, c.Info.Remote
-		if c.Owner != nil {
-			fe.HasOwner, fe.OwnerPID, fe.OwnerUID, fe.OwnerComm = true, c.Owner.PID, c.Owner.UID, c.Owner.Comm
-		}
-	}
+	var fe filter.Event
 	var ev *liveEvent
 	for _, s := range candidates {
+		// The connection's address tests first: most subscriptions of a
+		// busy host want other connections, and this needs no Event.
+		if c != nil {
+			if !s.f.MatchConnKeys(c.Opened, c.Info.Proto, c.Info.Local, c.Info.Remote) {
+				continue
+			}
+		} else if !s.f.MatchConnKeys(false, 0, netip.AddrPort{}, netip.AddrPort{}) {
+			continue
+		}
+		if fe.Name == "" {
+			fe = filter.Event{
+				Type: typ, Name: rec.Type.Name, TimeNs: rec.Time(), CPU: rec.CPU(), TID: rec.TID(),
+				PID: tk.pid, Comm: tk.comm, UID: tk.uid, NetNS: rec.NetNS(), Conn: rec.Conn(),
+				Size: rec.Size(), Flags: rec.Flags(),
+			}
+			if c != nil {
+				fe.HasConn, fe.Proto, fe.Local, fe.Remote = c.Opened, c.Info.Proto, c.Info.Local, c.Info.Remote
+				if c.Owner != nil {
+					fe.HasOwner, fe.OwnerPID, fe.OwnerUID, fe.OwnerComm = true, c.Owner.PID, c.Owner.UID, c.Owner.Comm
+				}
+			}
+		}
 		if !s.who.canSee(&fe) || !s.f.Match(&fe) {
 			continue
 		}

@@ -154,15 +154,31 @@ func (s *sub) handle(out *streamWriter, it item) error {
 	return out.msg("event", it.ev.json())
 }
 
+// flushGap is the least time between two writes of an event stream: a
+// stream whose events come one at a time (a connection's tcp_state) then
+// costs at most 1/flushGap wake-ups and writes a second rather than one per
+// event, for at most flushGap of delay. The queue holds the events
+// meanwhile (4096 by default: 800k events/s would fill it).
+const flushGap = 5 * time.Millisecond
+
 // serveEvents writes the stream until the client goes or the daemon
 // stops; at a stop it first writes everything queued.
 func (s *sub) serveEvents(ctx context.Context, out *streamWriter) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	pace := time.NewTimer(flushGap)
+	defer pace.Stop()
+	pacing := true // until the timer fires: no event is taken
 	var err error
 	for err == nil {
+		q := s.q
+		if pacing {
+			q = nil
+		}
 		select {
-		case it := <-s.q:
+		case <-pace.C:
+			pacing = false
+		case it := <-q:
 			err = s.handle(out, it)
 			// Take what else is queued before flushing, up to a point.
 			for n := 0; err == nil && n < 1024; n++ {
@@ -178,7 +194,10 @@ func (s *sub) serveEvents(ctx context.Context, out *streamWriter) {
 				err = s.notices(out)
 			}
 			if err == nil && len(s.q) == 0 {
-				err = out.flush()
+				if err = out.flush(); err == nil {
+					pace.Reset(flushGap)
+					pacing = true
+				}
 			}
 		case <-tick.C:
 			if err = s.notices(out); err == nil {

@@ -289,6 +289,17 @@ func (f *Filter) Match(e *Event) bool {
 	return true
 }
 
+// MatchConnKeys applies only the tests of a connection's addresses
+// (ports, addrs, protos), which need nothing but the connection: a caller
+// runs it before building an Event, which most events of a busy host never
+// need. hasConn says whether the connection is known (Event.HasConn).
+func (f *Filter) MatchConnKeys(hasConn bool, proto uint8, local, remote netip.AddrPort) bool {
+	if len(f.ports) == 0 && len(f.lports) == 0 && len(f.rports) == 0 && len(f.addrs) == 0 && len(f.protos) == 0 {
+		return true
+	}
+	return hasConn && f.matchConn(proto, local, remote)
+}
+
 func (f *Filter) matchConn(proto uint8, local, remote netip.AddrPort) bool {
 	lp, rp := local.Port(), remote.Port()
 	if len(f.ports) > 0 && !slices.Contains(f.ports, lp) && !slices.Contains(f.ports, rp) {

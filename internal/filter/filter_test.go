@@ -301,3 +301,33 @@ func TestExprMemo(t *testing.T) {
 		}
 	}
 }
+
+// MatchConnKeys agrees with Match on the address tests, and passes a
+// filter without them whatever the connection.
+func TestMatchConnKeys(t *testing.T) {
+	l, r := netip.MustParseAddrPort("10.0.0.1:40000"), netip.MustParseAddrPort("10.0.0.2:5201")
+	for _, tc := range []struct {
+		spec magnetclient.Filter
+		want bool
+	}{
+		{magnetclient.Filter{}, true},
+		{magnetclient.Filter{PIDs: []uint32{7}}, true}, // not an address test
+		{magnetclient.Filter{Ports: []uint16{5201}}, true},
+		{magnetclient.Filter{Ports: []uint16{9}}, false},
+		{magnetclient.Filter{RemotePorts: []uint16{40000}}, false},
+		{magnetclient.Filter{Addrs: []string{"10.0.0.0/24"}, Protos: []string{"tcp"}}, true},
+		{magnetclient.Filter{Protos: []string{"udp"}}, false},
+	} {
+		f, err := Parse(tc.spec, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.MatchConnKeys(true, 6, l, r); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.spec, got, tc.want)
+		}
+		noKeys := len(tc.spec.Ports)+len(tc.spec.RemotePorts)+len(tc.spec.Addrs)+len(tc.spec.Protos) == 0
+		if got := f.MatchConnKeys(false, 0, netip.AddrPort{}, netip.AddrPort{}); got != noKeys {
+			t.Errorf("%+v, unknown connection: %v, want %v", tc.spec, got, noKeys)
+		}
+	}
+}
