@@ -88,8 +88,12 @@ func newTypeCodec(et *trace.EventType, enums map[string]map[uint64]string) *type
 	return c
 }
 
-// field is the field called name, or nil.
+// field is the field called name, or nil (also for a type the recording
+// lacks).
 func (c *typeCodec) field(name string) *fieldCodec {
+	if c == nil {
+		return nil
+	}
 	for i := range c.fields {
 		if c.fields[i].name == name {
 			return &c.fields[i]
@@ -106,8 +110,12 @@ func (fc *fieldCodec) raw(data []byte) []byte {
 	return data[fc.offset : fc.offset+fc.size]
 }
 
-// uint is the field as an unsigned integer (0 if it is not one).
+// uint is the field as an unsigned integer (0 if it is not one, or fc is
+// nil: a field the recording lacks).
 func (fc *fieldCodec) uint(data []byte) uint64 {
+	if fc == nil {
+		return 0
+	}
 	b := fc.raw(data)
 	switch len(b) {
 	case 1:

@@ -66,26 +66,30 @@ type hub struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	mu       sync.Mutex
-	hdr      *trace.Header
-	types    [256]*trace.EventType
-	codecs   [256]*typeCodec
-	xmitSeq  *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
-	rcvAck   *fieldCodec
-	wallOff  int64
-	tasks    map[uint32]task
-	table    *live.Table
-	self     map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
-	nowNs    uint64            // events up to here are processed
-	lastExp  uint64
-	counts   [256]uint64
-	events   uint64
-	lost     uint64
-	lostBy   map[string]uint64
-	selfPID  uint32
-	selfNS   uint32
-	listen   netip.AddrPort // the TCP listener, to recognise its traffic
-	recorded atomic.Bool    // a header arrived: the recorder runs
+	mu         sync.Mutex
+	hdr        *trace.Header
+	types      [256]*trace.EventType
+	codecs     [256]*typeCodec
+	xmitSeq    *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
+	rcvAck     *fieldCodec
+	dropReason *fieldCodec
+	named      [256]map[string]*fieldCodec // fieldsOf's, once a type's first record comes
+	lastTID    uint32                      // h.tasks[lastTID] is lastTask (tid 0: none)
+	lastTask   task
+	wallOff    int64
+	tasks      map[uint32]task
+	table      *live.Table
+	self       map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
+	nowNs      uint64            // events up to here are processed
+	lastExp    uint64
+	counts     [256]uint64
+	events     uint64
+	lost       uint64
+	lostBy     map[string]uint64
+	selfPID    uint32
+	selfNS     uint32
+	listen     netip.AddrPort // the TCP listener, to recognise its traffic
+	recorded   atomic.Bool    // a header arrived: the recorder runs
 
 	subs    atomic.Pointer[subSet]
 	enabled atomic.Uint32 // event.Group enabled in BPF
@@ -136,6 +140,7 @@ func (h *hub) newSink(hdr *trace.Header) (record.Sink, error) {
 		h.codecs[et.ID] = newTypeCodec(et, enums)
 	}
 	h.xmitSeq, h.rcvAck = h.codecs[event.TCPXmit].field("seq"), h.codecs[event.TCPRcv].field("ack")
+	h.dropReason, h.named = h.codecs[event.Drop].field("reason"), [256]map[string]*fieldCodec{}
 	h.wallOff = hdr.Clock.WallOffsetNs
 	h.mu.Unlock()
 	h.recorded.Store(true)
@@ -236,6 +241,7 @@ func (h *hub) record(rec trace.Record) {
 			uid = int64(u)
 		}
 		h.tasks[rec.TID()] = task{uint32(pid), uid, comm}
+		h.lastTID = 0
 		return
 	case event.Iface:
 		return
@@ -292,7 +298,12 @@ func (h *hub) task(tid uint32) task {
 	if tid == 0 {
 		return task{0, 0, "swapper"}
 	}
+	// Events come in runs from one thread: remember the last one.
+	if tid == h.lastTID {
+		return h.lastTask
+	}
 	if t, ok := h.tasks[tid]; ok {
+		h.lastTID, h.lastTask = tid, t
 		return t
 	}
 	return task{0, -1, ""}
@@ -353,37 +364,59 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 	case event.TCPRetrans:
 		c.Retransmit(t, size)
 	case event.Drop:
-		c.Drop(t, h.enumName(rec, "reason"))
+		c.Drop(t, h.dropReason.enumName(rec.Data))
 	case event.TCPState:
-		u := func(name string) uint32 { v, _ := rec.Uint(name); return uint32(v) }
-		c.State(live.TCPSample{
-			TimeNs: t, State: h.enumName(rec, "state"), CAState: h.enumName(rec, "ca_state"),
-			Cwnd: u("cwnd"), Ssthresh: u("ssthresh"), SrttUs: u("srtt_us"), MSS: u("mss"),
-			SndWnd: u("snd_wnd"), RcvWnd: u("rcv_wnd"), PacketsOut: u("packets_out"), RetransOut: u("retrans_out"),
-			TotalRetrans: u("total_retrans"), Delivered: u("delivered"), Lost: u("lost"),
-			RateDelivered: u("rate_delivered"), RateIntervalUs: u("rate_interval_us"), AppLimited: u("rate_app_limited") == 1,
-		})
+		c.State(h.tcpState(t, rec.Data))
 	case event.TCPRate:
-		u := func(name string) uint32 { v, _ := rec.Uint(name); return uint32(v) }
-		ack, _ := rec.Uint("ack_ns")
+		f := h.fieldsOf(event.TCPRate)
+		u := func(name string) uint32 { return uint32(f[name].uint(rec.Data)) }
 		c.Sampled(live.RateSample{
-			TimeNs: t, AckNs: ack, Delivered: u("delivered"), Lost: u("lost"), MSS: u("mss"),
+			TimeNs: t, AckNs: f["ack_ns"].uint(rec.Data), Delivered: u("delivered"), Lost: u("lost"), MSS: u("mss"),
 			RateDelivered: u("rate_delivered"), IntervalUs: u("rate_interval_us"),
 			AppLimited: u("app_limited") == 1, Repeat: rec.Flags()&1 != 0,
 		})
 	}
 }
 
-func (h *hub) enumName(rec trace.Record, field string) string {
-	f, ok := rec.Type.Field(field)
-	if !ok {
+// enumName is an enum field's name in the recording, or its number.
+func (fc *fieldCodec) enumName(data []byte) string {
+	if fc == nil {
 		return ""
 	}
-	v, _ := rec.Uint(field)
-	if name, ok := h.hdr.EnumName(f, v); ok {
+	v := fc.uint(data)
+	if name, ok := fc.enum[v]; ok {
 		return name
 	}
 	return strconv.FormatUint(v, 10)
+}
+
+// fieldsOf is the fields of a type by name, resolved once per recording
+// (a field the recording lacks is nil, which reads as 0).
+func (h *hub) fieldsOf(typ event.Type) map[string]*fieldCodec {
+	if m := h.named[typ]; m != nil {
+		return m
+	}
+	m := map[string]*fieldCodec{}
+	if c := h.codecs[typ]; c != nil {
+		for i := range c.fields {
+			m[c.fields[i].name] = &c.fields[i]
+		}
+	}
+	h.named[typ] = m
+	return m
+}
+
+// tcpState reads a tcp_state record through fields resolved once.
+func (h *hub) tcpState(t uint64, data []byte) live.TCPSample {
+	f := h.fieldsOf(event.TCPState)
+	u := func(name string) uint32 { return uint32(f[name].uint(data)) }
+	return live.TCPSample{
+		TimeNs: t, State: f["state"].enumName(data), CAState: f["ca_state"].enumName(data),
+		Cwnd: u("cwnd"), Ssthresh: u("ssthresh"), SrttUs: u("srtt_us"), MSS: u("mss"),
+		SndWnd: u("snd_wnd"), RcvWnd: u("rcv_wnd"), PacketsOut: u("packets_out"), RetransOut: u("retrans_out"),
+		TotalRetrans: u("total_retrans"), Delivered: u("delivered"), Lost: u("lost"),
+		RateDelivered: u("rate_delivered"), RateIntervalUs: u("rate_interval_us"), AppLimited: u("rate_app_limited") == 1,
+	}
 }
 
 func (h *hub) recorderLost(rec trace.Record) {
