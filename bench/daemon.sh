@@ -5,7 +5,8 @@
 # recording the same event groups to a file in the same run, and writes
 # bench/DAEMON.md. Needs root (namespaces, BPF) and curl.
 #
-#   bench/daemon.sh [--reps N] [--duration SECONDS] [--size BYTES] [-o FILE]
+#   bench/daemon.sh [--reps N] [--duration SECONDS] [--size BYTES]
+#                   [--compare-with OLD-MAGNET-BINARY] [-o FILE]
 #
 # Each repetition runs, in an order that rotates between repetitions, one
 # unlimited-rate TCP flood (magnet workload send --flood) from a client to a
@@ -23,6 +24,11 @@
 #   daemon-all       the daemon as configured by default (every group's
 #                    programs loaded, so subscriptions may enable more), with
 #                    the 10 subscribers
+#   daemon-unused    every group's programs loaded, only conn enabled
+#                    (--events conn), no subscriber: what groups nobody
+#                    wants cost the traffic
+# With --compare-with, daemon, daemon-all and daemon-unused also run with
+# the other binary (named CONFIG@old), interleaved with the rest.
 # The tracer's CPU is utime+stime of its process (/proc/PID/stat) over the
 # flood; its event rate comes from its status file (magnet status), which
 # both record and the daemon's recorder update every second. The BPF
@@ -33,17 +39,19 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/daemon.sh: run as root (network namespaces and BPF)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "bench/daemon.sh: needs curl" >&2; exit 1; }
 
-reps=3 duration=10 size=65536 out=bench/DAEMON.md
+reps=3 duration=10 size=65536 out=bench/DAEMON.md old=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--reps) reps=$2; shift 2 ;;
 	--duration) duration=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
+	--compare-with) old=$(realpath "$2"); shift 2 ;;
 	-o) out=$2; shift 2 ;;
 	*) echo "bench/daemon.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
-cmdline="bench/daemon.sh --reps $reps --duration $duration --size $size"
+cmdline="bench/daemon.sh --reps $reps --duration $duration --size $size${old:+ --compare-with OLD}"
+[ -z "$old" ] || [ -x "$old" ] || { echo "bench/daemon.sh: --compare-with $old: not an executable" >&2; exit 2; }
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 mkdir -p bin
@@ -127,7 +135,8 @@ results=$work/results.tsv
 
 # run CONFIG REP: one flood with CONFIG's tracer; appends a line to results.
 run() {
-	local config=$1 rep=$2 tpid=""
+	local config=${1%@old} label=$1 rep=$2 tpid="" bin=$magnet
+	[ "$label" = "$config" ] || bin=$old
 	local ready=$work/ready.$config.$rep sock=$work/magnet.$config.$rep.sock
 	port=$((port + 1))
 	# Both tracers record the flood's port only (record --port, the daemon's
@@ -136,14 +145,15 @@ run() {
 	printf 'filter:\n  port: %d\n' "$port" >"$cfg"
 	case "$config" in
 	record)
-		"$magnet" record -q -o "$work/trace.mgt" --events sock,tcp,tcpstate,dev,drop --port "$port" --ready-file "$ready" &
+		"$bin" record -q -o "$work/trace.mgt" --events sock,tcp,tcpstate,dev,drop --port "$port" --ready-file "$ready" &
 		tpid=$!
 		;;
 	daemon-all) ;;
+	daemon-unused) printf 'events:\n  baseline: conn\n' >>"$cfg" ;;
 	daemon*) printf 'events:\n  available: sock,tcp,tcpstate,dev,drop\n' >>"$cfg" ;;
 	esac
 	if [ "${config#daemon}" != "$config" ]; then
-		"$magnet" daemon --config "$cfg" --socket "$sock" --ready-file "$ready" 2>"$work/daemon.log" &
+		"$bin" daemon --config "$cfg" --socket "$sock" --ready-file "$ready" 2>"$work/daemon.log" &
 		tpid=$!
 	fi
 	if [ -n "$tpid" ]; then
@@ -205,7 +215,7 @@ run() {
 	fi
 	rm -f "$work/trace.mgt" "$ready"
 	# config, rep, Gbit/s, CPU %, events/s, lost/s, connections tracked
-	awk -v c="$config" -v r="$rep" -v b="$bytes" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$hz" \
+	awk -v c="$label" -v r="$rep" -v b="$bytes" -v t0="$t0" -v t1="$t1" -v c0="$c0" -v c1="$c1" -v hz="$hz" \
 		-v s0="$s0" -v s1="$s1" -v tracked="$tracked" 'BEGIN {
 		wall = t1 - t0
 		split(s0, a, " "); split(s1, z, " ")
@@ -217,7 +227,8 @@ run() {
 	tail -n 1 "$results" >&2
 }
 
-configs=(none record daemon-idle daemon-figures daemon-events daemon daemon-all)
+configs=(none record daemon-idle daemon-figures daemon-events daemon daemon-all daemon-unused)
+[ -z "$old" ] || configs+=(daemon@old daemon-all@old daemon-unused@old)
 for rep in $(seq 1 "$reps"); do
 	# Rotate the order so no configuration always runs first.
 	for k in "${!configs[@]}"; do
@@ -244,8 +255,15 @@ cpu_model=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)
 	echo "  sock, tcp and dev groups of an unused port (every event goes through their filters, none matches)."
 	echo "- **daemon**: the same with all 10 subscribers (the issue's configuration)."
 	echo "- **daemon-all**: the daemon as configured by default, which *loads* every group's programs"
-	echo "  (\`events.available: all\`) so that subscriptions can enable more at run time (disabled ones"
-	echo "  run and return early, in the traffic's contexts), with the same 10 subscribers."
+	echo "  (\`events.available: all\`) so that subscriptions can enable more at run time (groups disabled"
+	echo "  cost nothing: their programs are detached until a subscription enables them), with the same"
+	echo "  10 subscribers."
+	echo "- **daemon-unused**: every group's programs loaded, only \`conn\` enabled (\`--events conn\`),"
+	echo "  no subscriber: what groups nobody wants cost the traffic."
+	if [ -n "$old" ]; then
+		echo "- **CONFIG@old**: the same configuration run with the binary given to \`--compare-with\`"
+		echo "  (${OLD_DESC:-the previous build}), interleaved with the others."
+	fi
 	echo
 	echo "Both tracers record the flood's port only (\`record --port\`, the daemon's \`filter.port\`): the"
 	echo "host is shared with other work, which must not count. CPU is the tracer process's utime+stime"
@@ -271,16 +289,25 @@ cpu_model=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)
 	echo "Beyond record, per event and at the daemon's own event rate (the CPU ns per event of each run,"
 	echo "averaged, minus record's):"
 	echo
-	for c in daemon-idle daemon-figures daemon-events daemon daemon-all; do
+	for c in daemon-idle daemon-figures daemon-events daemon daemon-all daemon-unused daemon@old daemon-all@old daemon-unused@old; do
 		awk -F'\t' -v c="$c" '
 		$1 == "record" && $5 > 0 { nr++; r += $4 / 100 * 1e9 / $5 }
-		$1 == c && $5 > 0 { nd++; d += $4 / 100 * 1e9 / $5; ev += $5; cpu += $4 }
+		$1 == c && $5 > 0 { nd++; d += $4 / 100 * 1e9 / $5; ev += $5; cpu += $4; gb += $3 }
 		END {
 			if (!nr || !nd) exit
 			extra = d / nd - r / nr
 			printf "- **%s**: %+.0f ns per event (%.0f against %.0f): **%+.1f %% of one core** at its %.0fk events/s", c, extra, d / nd, r / nr, extra * (ev / nd) / 1e7, ev / nd / 1e3
-			printf " (%+.1f %% at 1M events/s).\n", extra * 1e6 / 1e7
+			printf " (%+.1f %% at 1M events/s", extra * 1e6 / 1e7
+			# Events per Gbit/s of this configuration, scaled to 9 Gbit/s.
+			if (gb > 0) printf "; %+.1f %% at 9 Gbit/s, %.0fk events/s", extra * 9 * ev / gb / 1e7, 9 * ev / gb / 1e3
+			printf ").\n"
 		}' "$results"
+	done
+	echo
+	echo "Throughput with every group loaded and none wanted (the kernel cost of unused groups):"
+	echo
+	for c in none daemon-unused daemon-unused@old; do
+		awk -F'\t' -v c="$c" '$1 == c { n++; t += $3 } END { if (n) printf "- **%s**: %.2f Gbit/s (mean of %d)\n", c, t / n, n }' "$results"
 	done
 	echo
 	echo "Target (issue 4): the daemon under 5 % of one core beyond record."

@@ -71,9 +71,26 @@ more while they last):
 			if err != nil {
 				return fmt.Errorf("daemon: %w", err)
 			}
+			var profile *os.File
+			if cpuProfile != "" {
+				// Where the daemon's own CPU goes once it records (the
+				// loading before is not what a profile is wanted for).
+				if profile, err = os.Create(cpuProfile); err != nil {
+					return fmt.Errorf("daemon: cpu profile: %w", err)
+				}
+				defer profile.Close()
+				defer pprof.StopCPUProfile()
+			}
 			opts := daemon.Options{}
-			if readyFile != "" {
-				opts.Ready = func() { _ = os.WriteFile(readyFile, []byte("ready\n"), 0o644) }
+			opts.Ready = func() {
+				if profile != nil {
+					if err := pprof.StartCPUProfile(profile); err != nil {
+						fmt.Fprintf(os.Stderr, "magnet daemon: cpu profile: %v\n", err)
+					}
+				}
+				if readyFile != "" {
+					_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
+				}
 			}
 			d, err := daemon.New(cfg, opts)
 			if err != nil {
@@ -81,18 +98,6 @@ more while they last):
 					return fmt.Errorf("daemon: %w (run the daemon as root)", err)
 				}
 				return fmt.Errorf("daemon: %w", err)
-			}
-			if cpuProfile != "" {
-				// For bench/daemon.sh --profile: where the daemon's own CPU goes.
-				out, err := os.Create(cpuProfile)
-				if err != nil {
-					return fmt.Errorf("daemon: cpu profile: %w", err)
-				}
-				defer out.Close()
-				if err := pprof.StartCPUProfile(out); err != nil {
-					return fmt.Errorf("daemon: cpu profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -126,7 +131,7 @@ more while they last):
 	f.StringVarP(&events, "events", "e", daemon.BaselineGroups.String(), "event groups always enabled (the baseline)")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size (power of two; K/M/G suffixes)")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once recording and serving (for scripts and tests)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file (go tool pprof)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon, from when it is ready, to this file (go tool pprof)")
 	_ = f.MarkHidden("cpuprofile")
 	return cmd
 }
