@@ -365,10 +365,12 @@ func boolParam(q url.Values, name string) (bool, error) {
 
 // handOverEvery is how often the recorder hands the hub what it drained
 // when its rings do not wake it first: the staleness of pulled figures and
-// of a stream's first event. Each hand-over wakes the recorder and the hub
-// (and a subscriber); at 1 ms those wake-ups alone cost about a point of a
-// core.
-const handOverEvery = 5 * time.Millisecond
+// of a stream's events (up to this plus flushGap). Every hand-over wakes the
+// recorder, the hub and the subscribers that get events, and on a busy host
+// each wake-up costs: at 5 ms the daemon cost about 200 ns more per event
+// than at 25 ms in a 9 Gbit/s veth flood (bench/DAEMON.md), and even with
+// no event at all it was charged ~3 % of a core.
+const handOverEvery = 25 * time.Millisecond
 
 // applyGroups enables the baseline and what the subscriptions ask for, in
 // BPF if the probes are loaded. probe.SetGroups detaches the programs of
