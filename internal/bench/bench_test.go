@@ -56,6 +56,44 @@ func TestEvaluateGoals(t *testing.T) {
 	}
 }
 
+// TestVerdictsUseIntervals: a mean on the right side of a goal is not
+// enough when the 95 % interval reaches across it.
+func TestVerdictsUseIntervals(t *testing.T) {
+	for _, c := range []struct {
+		s    Stat
+		want string
+	}{
+		{Stat{Mean: 0.5, CI95: 0.4, N: 3}, met},
+		{Stat{Mean: -12.8, CI95: 57.9, N: 3}, undecided},
+		{Stat{Mean: 2, CI95: 0.5, N: 3}, missed},
+		{Stat{Mean: 1, N: 1}, met},
+	} {
+		if got := atMost(c.s, 1); got != c.want {
+			t.Errorf("atMost(%+v, 1) = %s, want %s", c.s, got, c.want)
+		}
+	}
+	if all(met, met) != met || all(met, undecided) != undecided || all(undecided, missed) != missed {
+		t.Error("all() combines wrongly")
+	}
+	for _, c := range []struct {
+		rec, dump Stat
+		want      string
+	}{
+		{Stat{Mean: 0.5, CI95: 0.5, N: 3}, Stat{Mean: 30, CI95: 5, N: 3}, met}, // 25 ≥ 10 × 1
+		{Stat{Mean: -12.8, CI95: 57.9, N: 3}, Stat{Mean: 25, CI95: 35, N: 3}, undecided},
+		{Stat{Mean: 5, CI95: 1, N: 3}, Stat{Mean: 20, CI95: 5, N: 3}, missed},   // 25 < 10 × 4
+		{Stat{Mean: -0.2, CI95: 0.1, N: 3}, Stat{Mean: 30, CI95: 2, N: 3}, met}, // record lost nothing
+	} {
+		r := &Report{Links: []LinkResult{{RateMbit: 0, Configs: []ConfigResult{
+			{Name: RecordSender, Runs: []Trial{{Rep: 1}}, ReductionPct: c.rec},
+			{Name: TcpdumpSender, Runs: []Trial{{Rep: 1}}, ReductionPct: c.dump},
+		}}}}
+		if got := evaluate(r)[1].Verdict; got != c.want {
+			t.Errorf("record %+v vs tcpdump %+v: %s, want %s", c.rec, c.dump, got, c.want)
+		}
+	}
+}
+
 // TestSmoke is the CI run of the bench: one repetition of 1-second
 // transfers, baseline, loaded and record-sender, unlimited link. It keeps
 // the bench code from rotting; its numbers mean little.
