@@ -5,6 +5,7 @@ package export
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 
@@ -26,13 +27,16 @@ const (
 	optEpbFlags     = 2
 )
 
-// WritePcapng writes the packets a trace recorded with the headers group as
+// WritePcapng writes the packets traces recorded with the headers group as
 // pcapng, which Wireshark and tshark open: one interface per (trace,
-// network namespace, ifindex), nanosecond wall-clock timestamps, the
-// direction in epb_flags, and a comment naming the connection and the task
-// current when the packet passed the device. It returns how many packets it
-// wrote.
-func WritePcapng(out io.Writer, sources []TableSource) (int, error) {
+// network namespace, ifindex), described before its first packet;
+// nanosecond wall-clock timestamps; the direction in epb_flags; and a
+// comment naming the connection and the task current when the packet
+// passed the device. Several traces are merged in time order as mergecap
+// does, by a Merge (the same timeline as the other exports). It returns
+// how many packets it wrote and how many of them came out of time order
+// (further out of order in their trace than the window).
+func WritePcapng(out io.Writer, sources []TableSource) (n int, late uint64, err error) {
 	w := bufio.NewWriterSize(out, 256<<10)
 	pw := &pcapngWriter{w: w, ifaces: map[ifaceKey]uint32{}}
 	if err := pw.block(pcapngSHB, func(b []byte) []byte {
@@ -43,24 +47,32 @@ func WritePcapng(out io.Writer, sources []TableSource) (int, error) {
 		b = appendOption(b, optShbUserAppl, []byte("magnet"))
 		return appendOption(b, 0, nil)
 	}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
-	for si, src := range sources {
-		h := src.Reader.Header()
-		err := Walk(src.Name, src.Reader, func(rs *Resolver, rec trace.Record) error {
-			if rec.Type.Name != "headers" {
-				return nil
+	var lastType *trace.EventType
+	var lastPacket bool
+	m := NewMerge(sources, MergeOptions{Keep: func(_ int, rec trace.Record) bool {
+		if rec.Type != lastType {
+			lastType, lastPacket = rec.Type, rec.Type.Name == "headers"
+		}
+		return lastPacket
+	}})
+	var h Held
+	for {
+		if err := m.Next(&h); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
 			}
-			n++
-			return pw.packet(si, src.Name, h, rs, rec)
-		})
-		if err != nil {
-			w.Flush()
-			return n, err
+			if ferr := w.Flush(); err == nil {
+				err = ferr
+			}
+			return n, m.Late(), err
+		}
+		n++
+		if err := pw.packet(h.Source, sources[h.Source].Name, &h); err != nil {
+			return n, m.Late(), err
 		}
 	}
-	return n, w.Flush()
 }
 
 type ifaceKey struct {
@@ -125,7 +137,8 @@ func (p *pcapngWriter) iface(si int, name string, rs *Resolver, netns uint32, if
 	return id, err
 }
 
-func (p *pcapngWriter) packet(si int, name string, h *trace.Header, rs *Resolver, rec trace.Record) error {
+func (p *pcapngWriter) packet(si int, name string, h *Held) error {
+	rec, rs := h.Rec, h.Resolver
 	ifindex, _ := rec.Uint("ifindex")
 	caplen, _ := rec.Uint("caplen")
 	dir, _ := rec.Uint("dir")
@@ -137,8 +150,8 @@ func (p *pcapngWriter) packet(si int, name string, h *trace.Header, rs *Resolver
 	if err != nil {
 		return err
 	}
-	ts := uint64(int64(rec.Time()) + h.Clock.WallOffsetNs)
-	pid, comm, _ := rs.Task(rec.TID())
+	ts := uint64(h.Wall)
+	pid, comm, _ := h.Task()
 	comment := fmt.Sprintf("magnet %s conn=%d pid=%d tid=%d comm=%s cpu=%d", directionName(dir), rec.Conn(), pid, rec.TID(), comm, rec.CPU())
 	orig := uint32(rec.Size())
 	if orig < uint32(caplen) {

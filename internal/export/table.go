@@ -107,140 +107,42 @@ type TableSource struct {
 	Reader *trace.Reader
 }
 
-// tableWindow is how many records of each trace WriteTable holds to put
-// them in time order. The recorder writes its rings in drain order, which
-// is only nearly in time order across CPUs; 1,024 records, as analyze's
-// window, cover that. A window per trace (rather than one after the merge)
-// is not diluted by the other traces' records.
-const tableWindow = 1024
-
 // WriteTable streams every event of the sources (metadata records
 // resolved, not written) into w as one timeline: the traces merged by
-// time_ns, each put in time order through a window of tableWindow records.
-// A tie keeps the order of the sources, then of the file. It returns how
-// many rows came more than the window out of order and so were written
-// late (out of time order); the error, if any, names the trace and comes
-// after the rows written before it.
+// time_ns through a Merge. It returns how many rows came more than the
+// window out of order and so were written late (out of time order); the
+// error, if any, names the trace and comes after the rows written before
+// it.
 func WriteTable(t *Table, sources []TableSource, w RowWriter) (late uint64, err error) {
-	ws := make([]*recordWindow, len(sources))
-	for i, src := range sources {
-		h := src.Reader.Header()
-		ws[i] = &recordWindow{src: src, h: h, rs: NewResolver(h), ring: make([]heldRecord, tableWindow)}
-		if err := ws[i].fill(); err != nil {
-			return 0, err
-		}
-	}
+	m := NewMerge(sources, MergeOptions{})
 	row := make([]Value, len(t.Columns))
-	var last int64
-	written := false
+	var h Held
 	for {
-		var next *recordWindow
-		for _, rw := range ws {
-			if rw.n > 0 && (next == nil || rw.front().wall < next.front().wall) {
-				next = rw
+		if err := m.Next(&h); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
 			}
+			return m.Late(), err
 		}
-		if next == nil {
-			return late, nil
-		}
-		f := next.front()
-		if written && f.wall < last {
-			late++
-		}
-		last, written = max(last, f.wall), true
-		t.fill(row, next.src.Name, next.h, f.task, trace.Record{Type: f.typ, Data: f.data})
+		src := sources[h.Source]
+		t.fill(row, src.Name, src.Reader.Header(), h.Wall, &h)
 		if err := w.WriteRow(row); err != nil {
-			return late, err
-		}
-		next.dropFront()
-		if err := next.fill(); err != nil {
-			return late, err
+			return m.Late(), err
 		}
 	}
 }
 
-// threadTask is a thread's process and name as a Resolver knew them.
-type threadTask struct {
-	pid  uint32
-	comm string
-	ok   bool
-}
-
-// heldRecord is an event record held in a window: a copy of its bytes
-// (the reader reuses its buffer), its time_ns, and its thread as resolved
-// when it was read.
-type heldRecord struct {
-	wall int64
-	typ  *trace.EventType
-	data []byte
-	task threadTask
-}
-
-// recordWindow is one trace being read: its metadata observed as records
-// are read, so every event is resolved against its own trace's tasks as
-// they stood at that point of it, and up to tableWindow event records held,
-// sorted by time, in a ring whose buffers are reused. Records rather than
-// rows are held: a row has a cell for every field of every event type,
-// and a window of rows would no longer fit in a CPU cache.
-type recordWindow struct {
-	src     TableSource
-	h       *trace.Header
-	rs      *Resolver
-	ring    []heldRecord
-	head, n int
-	done    bool
-}
-
-func (rw *recordWindow) at(i int) *heldRecord { return &rw.ring[(rw.head+i)%len(rw.ring)] }
-
-func (rw *recordWindow) front() *heldRecord { return rw.at(0) }
-
-func (rw *recordWindow) dropFront() {
-	rw.head = (rw.head + 1) % len(rw.ring)
-	rw.n--
-}
-
-// fill reads records until the window is full or the trace ends, each
-// event inserted in time order after those of its time or earlier
-// (stable: ties keep the file's order).
-func (rw *recordWindow) fill() error {
-	for !rw.done && rw.n < len(rw.ring) {
-		rec, err := rw.src.Reader.Next()
-		if errors.Is(err, io.EOF) {
-			rw.done = true
-			return nil
-		}
-		if err != nil {
-			rw.done = true
-			return fmt.Errorf("%s: %w", rw.src.Name, err)
-		}
-		if rw.rs.Observe(rec) {
-			continue
-		}
-		slot := rw.at(rw.n)
-		slot.wall = int64(rec.Time()) + rw.h.Clock.WallOffsetNs
-		slot.typ = rec.Type
-		slot.data = append(slot.data[:0], rec.Data...)
-		slot.task.pid, slot.task.comm, slot.task.ok = rw.rs.Task(rec.TID())
-		for i := rw.n; i > 0 && rw.at(i-1).wall > rw.at(i).wall; i-- {
-			a, b := rw.at(i-1), rw.at(i)
-			*a, *b = *b, *a
-		}
-		rw.n++
-	}
-	return nil
-}
-
-// fill fills row with rec, whose thread is tk.
-func (t *Table) fill(row []Value, name string, h *trace.Header, tk threadTask, rec trace.Record) {
+// fill fills row with the record held, of time wall on the common clock.
+func (t *Table) fill(row []Value, name string, h *trace.Header, wall int64, held *Held) {
 	for i := range row {
 		row[i] = Value{Null: true}
 	}
-	pid, comm, ok := tk.pid, tk.comm, tk.ok
+	rec := held.Rec
+	pid, comm, ok := held.Task()
 	set := func(col string, v Value) { row[t.index[col]] = v }
 	set("trace", Value{Str: name})
 	set("host", Value{Str: h.Host})
-	set("time_ns", Value{Int: int64(rec.Time()) + h.Clock.WallOffsetNs})
+	set("time_ns", Value{Int: wall})
 	set("cpu", Value{Uint: uint64(rec.CPU())})
 	if ok && rec.Type.Name != "lost" {
 		set("pid", Value{Uint: uint64(pid)})

@@ -118,6 +118,15 @@ func (rs *Resolver) Task(tid uint32) (uint32, string, bool) {
 	return t.pid, t.comm, ok
 }
 
+// task returns thread tid as the metadata read so far describe it.
+func (rs *Resolver) task(tid uint32) (task, bool) {
+	if tid == 0 {
+		return task{0, "swapper", "swapper"}, true
+	}
+	t, ok := rs.tasks[tid]
+	return t, ok
+}
+
 // TextOptions configure WriteText.
 type TextOptions struct {
 	Time TimeFormat
@@ -125,44 +134,75 @@ type TextOptions struct {
 	Meta bool
 	// Filter, if set, selects the records to print.
 	Filter func(trace.Record) bool
+	// FileOrder prints the records as stored, trace after trace, rather
+	// than in time order.
+	FileOrder bool
 }
 
 // WriteText writes the trace read by r as tab-separated text, one event a
-// line, after a header line. It stops at the first error, after writing
-// every record before it.
+// line, after a header line: WriteTexts of one trace. Records further out
+// of order than the window are written late, uncounted.
 func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
+	_, err := WriteTexts(w, []TableSource{{Reader: r}}, opts)
+	return err
+}
+
+// WriteTexts writes the sources as tab-separated text on one timeline, one
+// record a line, after a header line: merged in time order by a Merge
+// (unless opts.FileOrder), each line starting with its trace's name when
+// there are several. Relative times count from the Merge's start, absolute
+// ones are Timeline.Wall; raw ones are each trace's own clock. It returns
+// how many records were written out of time order. The first error reading
+// a trace comes after every record read before it was written.
+func WriteTexts(w io.Writer, sources []TableSource, opts TextOptions) (late uint64, err error) {
 	// Lines are appended to one buffer written out when nearly full: a
 	// bufio.Writer would copy each line once more.
 	const flushAt = 256 << 10
 	buf := make([]byte, 0, flushAt+4096)
+	named := len(sources) > 1
+	if named {
+		buf = append(buf, "trace\t"...)
+	}
 	buf = append(buf, strings.Join(Columns, "\t")+"\n"...)
 	flush := func() error {
 		_, err := w.Write(buf)
 		buf = buf[:0]
 		return err
 	}
-	rs := NewResolver(r.Header())
+	var keep func(int, trace.Record) bool
+	if opts.Filter != nil {
+		keep = func(_ int, rec trace.Record) bool { return opts.Filter(rec) }
+	}
+	m := NewMerge(sources, MergeOptions{Meta: opts.Meta, FileOrder: opts.FileOrder, Keep: keep})
+	var h Held
 	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return flush()
-		}
+		err := m.Next(&h)
 		if err != nil {
-			if ferr := flush(); ferr != nil {
-				return ferr
+			if errors.Is(err, io.EOF) {
+				err = nil
 			}
-			return err
+			if ferr := flush(); ferr != nil {
+				return m.Late(), ferr
+			}
+			return m.Late(), err
 		}
-		if rs.Observe(rec) && !opts.Meta {
-			continue
+		if named {
+			buf = append(buf, sources[h.Source].Name...)
+			buf = append(buf, '\t')
 		}
-		if opts.Filter != nil && !opts.Filter(rec) {
-			continue
+		rs := h.Resolver
+		switch opts.Time {
+		case TimeRaw:
+			buf = appendUint(buf, h.Rec.Time())
+		case TimeAbsolute:
+			buf = appendWall(buf, h.Wall)
+		default:
+			buf = rs.appendRel(buf, h.Wall-m.Start())
 		}
-		buf = rs.AppendLine(buf, rec, opts.Time)
+		buf = rs.appendBody(buf, h.Rec, h.task, h.taskOK)
 		if len(buf) >= flushAt {
 			if err := flush(); err != nil {
-				return err
+				return m.Late(), err
 			}
 		}
 	}
@@ -171,6 +211,13 @@ func WriteText(w io.Writer, r *trace.Reader, opts TextOptions) error {
 // AppendLine appends rec's text line, newline included.
 func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte {
 	b = rs.appendTime(b, rec.Time(), tf)
+	t, ok := rs.task(rec.TID())
+	return rs.appendBody(b, rec, t, ok)
+}
+
+// appendBody appends the columns after time, newline included, for rec
+// whose thread is t (known says the trace described it).
+func (rs *Resolver) appendBody(b []byte, rec trace.Record, t task, known bool) []byte {
 	b = append(b, '\t')
 	b = appendUint(b, uint64(rec.CPU()))
 	b = append(b, '\t')
@@ -178,17 +225,13 @@ func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte
 	// The thread, namespace and connection of a line mostly repeat the
 	// previous line's: their text is kept and reused.
 	tid := rec.TID()
-	// Events come in runs of one thread: the last one looked up is kept.
-	if !rs.lastOK || tid != rs.lastTID {
-		t, ok := rs.tasks[tid]
-		if tid == 0 {
-			t, ok = task{0, "swapper", "swapper"}, true
-		}
-		rs.lastTID, rs.lastTask, rs.lastKnown, rs.lastOK = tid, t, ok, true
+	if !rs.lastOK || tid != rs.lastTID || known != rs.lastKnown || t.pid != rs.lastTask.pid || t.comm != rs.lastTask.comm {
+		rs.lastTID, rs.lastTask, rs.lastKnown, rs.lastOK = tid, t, known, true
 		rs.pidText = appendUint(rs.pidText[:0], uint64(t.pid))
 		rs.tidText = appendUint(rs.tidText[:0], uint64(tid))
 	}
-	t, ok := rs.lastTask, rs.lastKnown && !fm.lost // lost: counted per CPU, not by a task
+	ok := rs.lastKnown && !fm.lost // lost: counted per CPU, not by a task
+	t = rs.lastTask
 	if ok {
 		b = append(b, rs.pidText...)
 	} else {
@@ -230,10 +273,19 @@ func (rs *Resolver) appendTime(b []byte, ns uint64, tf TimeFormat) []byte {
 	case TimeRaw:
 		return appendUint(b, ns)
 	case TimeAbsolute:
-		wall := time.Unix(0, int64(ns)+rs.hdr.Clock.WallOffsetNs).UTC()
-		return wall.AppendFormat(b, "2006-01-02T15:04:05.000000000Z")
+		return appendWall(b, int64(ns)+rs.hdr.Clock.WallOffsetNs)
 	}
-	d := int64(ns) - int64(rs.start)
+	return rs.appendRel(b, int64(ns)-int64(rs.start))
+}
+
+// appendWall appends wall-clock time wall (ns since the Unix epoch) as RFC
+// 3339 UTC with nanoseconds.
+func appendWall(b []byte, wall int64) []byte {
+	return time.Unix(0, wall).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000000Z")
+}
+
+// appendRel appends d ns as seconds with nine decimals.
+func (rs *Resolver) appendRel(b []byte, d int64) []byte {
 	if d < 0 {
 		b = append(b, '-')
 		d = -d

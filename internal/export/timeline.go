@@ -17,11 +17,17 @@ type Timeline struct {
 	// clock.
 	Offsets []int64
 	boots   []string
+	// wall0 is the first trace's wall offset: the common clock plus it is
+	// wall-clock time.
+	wall0 int64
 }
 
 // NewTimeline aligns the traces with headers hs.
 func NewTimeline(hs []*trace.Header) *Timeline {
 	tl := &Timeline{Offsets: make([]int64, len(hs)), boots: make([]string, len(hs))}
+	if len(hs) > 0 {
+		tl.wall0 = hs[0].Clock.WallOffsetNs
+	}
 	for i, h := range hs {
 		tl.boots[i] = BootID(h)
 		if i > 0 && !tl.SameClock(0, i) {
@@ -41,4 +47,15 @@ func (tl *Timeline) SameClock(i, j int) bool {
 func BootID(h *trace.Header) string {
 	id, _ := h.Extra["boot_id"].(string)
 	return id
+}
+
+// Wall returns time t (ns) of trace i's clock as wall-clock ns since the
+// Unix epoch on the common timeline: the same rule for every command, so
+// that rows exported as time_ns come in the order `magnet report` sees the
+// events. A trace alone, or of another machine, gets its own header's
+// wall offset; traces of one boot share the first one's, so a few
+// microseconds of difference between the wall offsets two recorders
+// measured do not reorder events of one clock.
+func (tl *Timeline) Wall(i int, t uint64) int64 {
+	return int64(t) + tl.Offsets[i] + tl.wall0
 }

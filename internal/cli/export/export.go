@@ -90,9 +90,12 @@ directory or archive, narrowed with --host, --since and --until.`,
 			}
 			if format == "pcapng" {
 				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
-					n, err := export.WritePcapng(w, srcs)
+					n, late, err := export.WritePcapng(w, srcs)
 					if err == nil && n == 0 {
 						fmt.Fprintln(os.Stderr, "magnet: warning: no packets: record with --events default,headers to capture them")
+					}
+					if late > 0 {
+						fmt.Fprintf(os.Stderr, "magnet: warning: %d packets were further out of time order in their trace than the reorder window; they are written late\n", late)
 					}
 					return err
 				})
@@ -167,7 +170,8 @@ func writeConns(path, format string, traces []trace.Source, stdout io.Writer) er
 		headers = append(headers, r.Header())
 		names = append(names, filepath.Base(src.Name))
 	}
-	export.PairTraces(tables, names, export.NewTimeline(headers).Offsets)
+	tl := export.NewTimeline(headers)
+	export.PairTraces(tables, names, tl.Offsets)
 	t := export.ConnTable()
 	return writeFile(path, stdout, func(w io.Writer) error {
 		rw, err := export.NewRowWriter(format, t, w)
@@ -175,7 +179,7 @@ func writeConns(path, format string, traces []trace.Source, stdout io.Writer) er
 			return err
 		}
 		for i, cs := range tables {
-			off := headers[i].Clock.WallOffsetNs
+			off := tl.Wall(i, 0) // the events' time_ns rule
 			for _, c := range cs {
 				if err := rw.WriteRow(export.ConnRow(names[i], c, off)); err != nil {
 					rw.Close()

@@ -6,7 +6,9 @@ package parse
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,25 +23,41 @@ import (
 func New() *cobra.Command {
 	var (
 		conns, meta, header, asJSON bool
+		fileOrder                   bool
 		timeFmt, events             string
 		conn                        uint64
 		selFlags                    archive.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "parse TRACE... [--host H --since T --until T]",
-		Short: "Print a trace as tab-separated text, one event a line",
-		Long: `Print a trace as tab-separated text: a header line, then one event a line with
+		Short: "Print traces as tab-separated text, one event a line, in time order",
+		Long: `Print traces as tab-separated text: a header line, then one event a line with
 the columns time, cpu, pid, tid, comm, netns, conn, event, size and fields
 (the event's own fields as name=value pairs). Reads traces written on
 machines of either byte order. A trace cut short is printed up to its last
 complete block, with a warning.
 
+Lines are in time order. A recorder stores its rings in drain order, nearly
+but not quite in time order (the connection and interface records of the
+control ring come after events of earlier times); parse puts each trace in
+order through a window of 1,024 records and warns, with a count, about
+records further out of order than that. --file-order prints the records as
+stored instead.
+
+Several traces (files, rotated recordings, directories or archives) are
+merged into one timeline, as magnet report and magnet export place them:
+traces of one boot of one machine by their shared clock, others by their
+wall clocks. Each line then starts with a trace column naming its trace.
+Relative times count from the earliest record of all of them; raw times stay
+each trace's own clock.
+
 TRACE may be one file, the files of one rotated recording (read as one
-timeline, in order), or a directory or archive narrowed to one recording
-with --host/--since/--until (see magnet archive ls).`,
+timeline, in order), or a directory or archive, narrowed with
+--host/--since/--until (see magnet archive ls).`,
 		Example: `  magnet parse ftp.mgt | head
   magnet parse --conns ftp.mgt
   magnet parse --events tcp_xmit,tcp_rcv --conn 4097 ftp.mgt
+  magnet parse sender.mgt receiver.mgt --time abs
   magnet parse /srv/magnet-archive --host web1 --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,60 +69,68 @@ with --host/--since/--until (see magnet archive ls).`,
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
-			srcs, cleanup, err := archive.Resolve(args, sel)
+			inputs, cleanup, err := archive.Resolve(args, sel)
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
 			defer cleanup()
-			if len(srcs) > 1 {
-				return fmt.Errorf("parse: the selection holds %d traces (%s, ...): give one file or chain, or narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
+			// Open every trace first: a bad one fails before anything is printed.
+			var srcs []export.TableSource
+			defer func() {
+				for _, s := range srcs {
+					s.Reader.Close()
+				}
+			}()
+			for _, in := range inputs {
+				r, err := in.Open()
+				if err != nil {
+					return fmt.Errorf("parse: %w", err)
+				}
+				srcs = append(srcs, export.TableSource{Name: filepath.Base(in.Name), Reader: r})
 			}
-			name := srcs[0].Name
-			r, err := srcs[0].Open()
-			if err != nil {
-				return fmt.Errorf("parse: %w", err)
-			}
-			defer r.Close()
 			out := cmd.OutOrStdout()
 			switch {
 			case header:
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r.Header())
-			case conns:
-				cs, start, err := export.Conns(r)
-				if asJSON {
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					if jerr := enc.Encode(cs); jerr != nil {
-						return jerr
-					}
-				} else if werr := export.WriteConns(out, cs, start); werr != nil {
-					return werr
+				if err := writeHeaders(out, srcs); err != nil {
+					return fmt.Errorf("parse: %w", err)
 				}
-				if err != nil {
-					return fmt.Errorf("parse: %s: %w", name, err)
+			case conns:
+				if err := writeConns(out, srcs, asJSON); err != nil {
+					return fmt.Errorf("parse: %w", err)
 				}
 			default:
-				opts := export.TextOptions{Time: tf, Meta: meta}
-				sel, err := selectEvents(r.Header(), events)
+				opts := export.TextOptions{Time: tf, Meta: meta, FileOrder: fileOrder}
+				sel, err := selectEvents(srcs, events)
 				if err != nil {
 					return fmt.Errorf("parse: %w", err)
 				}
 				if sel != nil || conn != 0 {
+					// By name: the files of a chain have equal dictionaries
+					// but types of their own; the last answer is kept.
+					var lastType *trace.EventType
+					var lastSel bool
 					opts.Filter = func(rec trace.Record) bool {
-						return (sel == nil || sel[rec.Type.ID]) && (conn == 0 || rec.Conn() == conn)
+						if sel != nil && rec.Type != lastType {
+							lastType, lastSel = rec.Type, sel[rec.Type.Name]
+						}
+						return (sel == nil || lastSel) && (conn == 0 || rec.Conn() == conn)
 					}
 				}
-				if err := export.WriteText(out, r, opts); err != nil {
-					return fmt.Errorf("parse: %s: %w", name, err)
+				late, err := export.WriteTexts(out, srcs, opts)
+				if err != nil {
+					return fmt.Errorf("parse: %w", err)
+				}
+				if late > 0 {
+					fmt.Fprintf(os.Stderr, "magnet: warning: %d records were further out of time order in their trace than the reorder window (%d records) and are printed late; sort by time for a strict order\n", late, export.ReorderWindow)
 				}
 			}
-			for _, w := range r.Warnings() {
-				fmt.Fprintf(os.Stderr, "magnet: warning: %s\n", w)
-			}
-			if cut, off := r.Truncated(); cut {
-				fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d (recorder killed or disk full?); everything before it was read\n", name, off)
+			for _, s := range srcs {
+				for _, w := range s.Reader.Warnings() {
+					fmt.Fprintf(os.Stderr, "magnet: warning: %s: %s\n", s.Name, w)
+				}
+				if cut, off := s.Reader.Truncated(); cut {
+					fmt.Fprintf(os.Stderr, "magnet: warning: %s was cut short at offset %d (recorder killed or disk full?); everything before it was read\n", s.Name, off)
+				}
 			}
 			return nil
 		},
@@ -117,25 +143,113 @@ with --host/--since/--until (see magnet archive ls).`,
 	f.StringVar(&timeFmt, "time", "rel", "time column: rel (seconds since the first record), abs (UTC wall clock) or raw (ns)")
 	f.StringVar(&events, "events", "", "print only these event types (comma-separated names)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
+	f.BoolVar(&fileOrder, "file-order", false, "print records in the order stored (each trace in turn) rather than in time order")
 	selFlags.Register(f)
 	return cmd
 }
 
-func selectEvents(h *trace.Header, list string) (map[uint8]bool, error) {
+// writeHeaders prints the trace header as JSON; several as a JSON array.
+func writeHeaders(out io.Writer, srcs []export.TableSource) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if len(srcs) == 1 {
+		return enc.Encode(srcs[0].Reader.Header())
+	}
+	hs := make([]*trace.Header, len(srcs))
+	for i, s := range srcs {
+		hs[i] = s.Reader.Header()
+	}
+	return enc.Encode(hs)
+}
+
+// traceConns is one trace's connection table in --conns --json of several
+// traces.
+type traceConns struct {
+	Trace string         `json:"trace"`
+	Conns []*export.Conn `json:"conns"`
+}
+
+// writeConns prints the connection table of each trace, their ends paired
+// across the traces; several tables each after a "# NAME" line, or as a
+// JSON array of {trace, conns}.
+func writeConns(out io.Writer, srcs []export.TableSource, asJSON bool) error {
+	var (
+		tables [][]*export.Conn
+		starts []uint64
+		names  []string
+		hs     []*trace.Header
+		rerr   error
+	)
+	for _, s := range srcs {
+		cs, start, err := export.Conns(s.Reader)
+		if err != nil && rerr == nil {
+			rerr = fmt.Errorf("%s: %w", s.Name, err) // after the tables built so far
+		}
+		tables, starts = append(tables, cs), append(starts, start)
+		names, hs = append(names, s.Name), append(hs, s.Reader.Header())
+	}
+	if len(srcs) > 1 {
+		export.PairTraces(tables, names, export.NewTimeline(hs).Offsets)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	switch {
+	case asJSON && len(srcs) == 1:
+		if err := enc.Encode(tables[0]); err != nil {
+			return err
+		}
+	case asJSON:
+		all := make([]traceConns, len(srcs))
+		for i := range srcs {
+			all[i] = traceConns{names[i], tables[i]}
+		}
+		if err := enc.Encode(all); err != nil {
+			return err
+		}
+	default:
+		for i := range srcs {
+			if len(srcs) > 1 {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				fmt.Fprintf(out, "# %s\n", names[i])
+			}
+			if err := export.WriteConns(out, tables[i], starts[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return rerr
+}
+
+// selectEvents checks a comma-separated list of event names against the
+// traces' dictionaries: a name no trace has is an error.
+func selectEvents(srcs []export.TableSource, list string) (map[string]bool, error) {
 	if list == "" {
 		return nil, nil
 	}
-	sel := map[uint8]bool{}
+	sel := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
-		t := h.TypeByName(strings.TrimSpace(name))
-		if t == nil {
-			var names []string
-			for _, et := range h.Types {
-				names = append(names, et.Name)
+		name = strings.TrimSpace(name)
+		found := false
+		for _, s := range srcs {
+			if s.Reader.Header().TypeByName(name) != nil {
+				sel[name], found = true, true
 			}
-			return nil, fmt.Errorf("unknown event type %q (this trace has %s)", name, strings.Join(names, ", "))
 		}
-		sel[t.ID] = true
+		if !found {
+			var names []string
+			seen := map[string]bool{}
+			for _, s := range srcs {
+				for _, et := range s.Reader.Header().Types {
+					if !seen[et.Name] {
+						seen[et.Name] = true
+						names = append(names, et.Name)
+					}
+				}
+			}
+			return nil, fmt.Errorf("unknown event type %q (the traces have %s)", name, strings.Join(names, ", "))
+		}
 	}
 	return sel, nil
 }
