@@ -12,9 +12,9 @@ import (
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
-// FuzzExport feeds arbitrary files to the text listing, the connection
-// table and the table export: whatever the dictionary says, they must not
-// panic.
+// FuzzExport feeds arbitrary files to the text listing (of one trace and
+// of two merged), the connection table, the table export and the pcapng
+// export: whatever the dictionary says, they must not panic.
 func FuzzExport(f *testing.F) {
 	if seed, err := os.ReadFile("../../testdata/bigendian.mgt"); err == nil {
 		f.Add(seed)
@@ -52,5 +52,26 @@ func FuzzExport(f *testing.F) {
 		}
 		_, _ = export.WriteTable(tb, srcs, w)
 		_ = w.Close()
+		// The text listing and the pcapng export of the trace merged with
+		// itself, in time order and in file order.
+		for _, fileOrder := range []bool{false, true} {
+			srcs := srcs[:0]
+			for _, name := range []string{"a", "b"} {
+				r, err := trace.NewReader(bytes.NewReader(data))
+				if err != nil {
+					return
+				}
+				srcs = append(srcs, export.TableSource{Name: name, Reader: r})
+			}
+			_, _ = export.WriteTexts(io.Discard, srcs, export.TextOptions{Meta: true, FileOrder: fileOrder})
+		}
+		for i, name := range []string{"a", "b"} {
+			r, err := trace.NewReader(bytes.NewReader(data))
+			if err != nil {
+				return
+			}
+			srcs[i] = export.TableSource{Name: name, Reader: r}
+		}
+		_, _, _ = export.WritePcapng(io.Discard, srcs)
 	})
 }
