@@ -37,7 +37,10 @@ Rows are in time order: the traces are merged by time_ns, and each is put in
 order through a window of 1,024 rows (a recorder writes its per-CPU rings in
 drain order, slightly out of time order). Rows further out of order than that
 are written as they come, with a warning; equal times keep the order of the
-TRACE arguments.
+TRACE arguments. Traces of one boot of one machine share its clock: their
+time_ns is that clock plus the first trace's wall offset, as magnet report
+places them. --format pcapng merges the packets of several traces the same
+way (as mergecap does), an interface per trace, namespace and ifindex.
 
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until.`,
