@@ -50,31 +50,37 @@ type Merge struct {
 	emitted   bool
 	late      uint64
 	err       error
+	// pending is the window whose front was passed on last: it refills at
+	// the next call, so that the record passed on stays in place until then.
+	pending *recordWindow
 }
 
-// Held is a record passed on by a Merge. Its bytes are valid until the
-// next call of Next.
+// Held is a record passed on by a Merge, valid until the next call of
+// Next.
 type Held struct {
 	// Source is the index of the record's trace.
 	Source int
 	// Wall is the record's time on the common clock as wall-clock ns since
 	// the Unix epoch (Timeline.Wall).
 	Wall int64
-	// Rec is the record; Rec.Data is a copy held by the Merge.
+	// Rec is the record; Rec.Data is a copy held by the Merge (Rec.Offset
+	// is not kept).
 	Rec trace.Record
 	// Meta says the record is a task or iface record.
 	Meta bool
 	// Resolver is the record's trace's, as it stands after the records
 	// read so far (which may be ahead of this one).
 	Resolver *Resolver
-	task     task
-	taskOK   bool
+	task     *task // nil: not described
 }
 
 // Task returns the pid and command of the record's thread as its trace's
 // metadata stood where the record was read.
 func (h *Held) Task() (pid uint32, comm string, ok bool) {
-	return h.task.pid, h.task.comm, h.taskOK
+	if h.task == nil {
+		return 0, "", false
+	}
+	return h.task.pid, h.task.comm, true
 }
 
 // NewMerge starts reading sources, placed on one clock by NewTimeline of
@@ -91,8 +97,11 @@ func NewMerge(sources []TableSource, opts MergeOptions) *Merge {
 		size = 1
 	}
 	for i, src := range sources {
-		rw := &recordWindow{index: i, src: src, h: hs[i], rs: NewResolver(hs[i]), ring: make([]heldRecord, size),
+		rw := &recordWindow{index: i, src: src, h: hs[i], rs: NewResolver(hs[i]), ring: make([]Held, size),
 			meta: opts.Meta, keep: opts.Keep, m: m}
+		for j := range rw.ring {
+			rw.ring[j].Source, rw.ring[j].Resolver = i, rw.rs
+		}
 		m.ws = append(m.ws, rw)
 	}
 	for _, rw := range m.ws {
@@ -116,7 +125,11 @@ func (m *Merge) Late() uint64 { return m.late }
 // Next returns the next record in time order, or io.EOF after the last.
 // The first error reading a trace, named after it, comes once every record
 // read before it (of every trace) has been passed on.
-func (m *Merge) Next(h *Held) error {
+func (m *Merge) Next() (*Held, error) {
+	if m.pending != nil {
+		m.pending.fill()
+		m.pending = nil
+	}
 	var next *recordWindow
 	for _, rw := range m.ws {
 		if rw.n == 0 {
@@ -126,7 +139,7 @@ func (m *Merge) Next(h *Held) error {
 			next = rw
 			break
 		}
-		if next == nil || rw.front().wall < next.front().wall {
+		if next == nil || rw.front().Wall < next.front().Wall {
 			next = rw
 		}
 	}
@@ -134,51 +147,33 @@ func (m *Merge) Next(h *Held) error {
 		if m.err != nil {
 			err := m.err
 			m.err = nil
-			return err
+			return nil, err
 		}
-		return io.EOF
+		return nil, io.EOF
 	}
 	f := next.front()
 	if !m.fileOrder {
-		if m.emitted && f.wall < m.last {
+		if m.emitted && f.Wall < m.last {
 			m.late++
 		}
-		m.last, m.emitted = max(m.last, f.wall), true
+		m.last, m.emitted = max(m.last, f.Wall), true
 	}
-	// The record's bytes move to the Held's buffer, the slot gets the old
-	// buffer: nothing is copied twice and the window can refill now.
-	*h = Held{Source: next.index, Wall: f.wall, Rec: trace.Record{Type: f.typ, Data: f.data}, Meta: f.meta,
-		Resolver: next.rs, task: f.task, taskOK: f.taskOK}
-	f.data = next.spare
-	next.spare = h.Rec.Data[:0]
-	next.dropFront()
-	next.fill()
-	return nil
-}
-
-// heldRecord is a record held in a window: a copy of its bytes (the reader
-// reuses its buffer), its time on the common clock, and its thread as
-// resolved when it was read.
-type heldRecord struct {
-	wall   int64
-	typ    *trace.EventType
-	data   []byte
-	meta   bool
-	task   task
-	taskOK bool
+	next.dropFront() // its slot is the next to fill: at the next call
+	m.pending = next
+	return f, nil
 }
 
 // recordWindow is one trace being read: its metadata observed as records
 // are read, so every record is resolved against its own trace's tasks as
 // they stood at that point of it, and up to len(ring) records held, sorted
-// by time, in a ring whose buffers are reused.
+// by time, in a ring whose buffers are reused: records are copied once,
+// into their slot (the reader reuses its buffer).
 type recordWindow struct {
 	index   int
 	src     TableSource
 	h       *trace.Header
 	rs      *Resolver
-	ring    []heldRecord
-	spare   []byte
+	ring    []Held
 	head, n int
 	done    bool
 	meta    bool
@@ -187,15 +182,14 @@ type recordWindow struct {
 	// the thread of the latest record, looked up once for its run of
 	// records (until a task record may change it)
 	lastTID    uint32
-	lastTask   task
-	lastKnown  bool
+	lastTask   *task
 	lastCached bool
 }
 
 // at is the i-th record held; len(ring) is a power of two.
-func (rw *recordWindow) at(i int) *heldRecord { return &rw.ring[(rw.head+i)&(len(rw.ring)-1)] }
+func (rw *recordWindow) at(i int) *Held { return &rw.ring[(rw.head+i)&(len(rw.ring)-1)] }
 
-func (rw *recordWindow) front() *heldRecord { return rw.at(0) }
+func (rw *recordWindow) front() *Held { return rw.at(0) }
 
 func (rw *recordWindow) dropFront() {
 	rw.head = (rw.head + 1) & (len(rw.ring) - 1)
@@ -229,14 +223,13 @@ func (rw *recordWindow) fill() {
 			continue
 		}
 		slot := rw.at(rw.n)
-		slot.wall, slot.typ, slot.meta = wall, rec.Type, meta
-		slot.data = append(slot.data[:0], rec.Data...)
+		slot.Wall, slot.Rec.Type, slot.Meta = wall, rec.Type, meta
+		slot.Rec.Data = append(slot.Rec.Data[:0], rec.Data...)
 		if tid := rec.TID(); !rw.lastCached || tid != rw.lastTID {
-			rw.lastTask, rw.lastKnown = rw.rs.task(tid)
-			rw.lastTID, rw.lastCached = tid, true
+			rw.lastTask, rw.lastTID, rw.lastCached = rw.rs.task(tid), tid, true
 		}
-		slot.task, slot.taskOK = rw.lastTask, rw.lastKnown
-		for i := rw.n; i > 0 && rw.at(i-1).wall > rw.at(i).wall; i-- {
+		slot.task = rw.lastTask
+		for i := rw.n; i > 0 && rw.at(i-1).Wall > rw.at(i).Wall; i-- {
 			a, b := rw.at(i-1), rw.at(i)
 			*a, *b = *b, *a
 		}

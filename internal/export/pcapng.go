@@ -57,9 +57,9 @@ func WritePcapng(out io.Writer, sources []TableSource) (n int, late uint64, err 
 		}
 		return lastPacket
 	}})
-	var h Held
 	for {
-		if err := m.Next(&h); err != nil {
+		h, err := m.Next()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
@@ -69,7 +69,7 @@ func WritePcapng(out io.Writer, sources []TableSource) (n int, late uint64, err 
 			return n, m.Late(), err
 		}
 		n++
-		if err := pw.packet(h.Source, sources[h.Source].Name, &h); err != nil {
+		if err := pw.packet(h.Source, sources[h.Source].Name, h); err != nil {
 			return n, m.Late(), err
 		}
 	}

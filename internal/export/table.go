@@ -116,16 +116,16 @@ type TableSource struct {
 func WriteTable(t *Table, sources []TableSource, w RowWriter) (late uint64, err error) {
 	m := NewMerge(sources, MergeOptions{})
 	row := make([]Value, len(t.Columns))
-	var h Held
 	for {
-		if err := m.Next(&h); err != nil {
+		h, err := m.Next()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
 			return m.Late(), err
 		}
 		src := sources[h.Source]
-		t.fill(row, src.Name, src.Reader.Header(), h.Wall, &h)
+		t.fill(row, src.Name, src.Reader.Header(), h.Wall, h)
 		if err := w.WriteRow(row); err != nil {
 			return m.Late(), err
 		}

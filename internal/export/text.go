@@ -59,10 +59,11 @@ type task struct {
 // Resolver keeps what earlier records said about threads and interfaces.
 type Resolver struct {
 	fmts [256]*typeFmt // by type id, made at first use
-	// the thread of the latest line, looked up once for its run of events
-	lastTID           uint32
-	lastTask          task
-	lastKnown, lastOK bool
+	// the thread of the latest line (nil: not described), whose pid and
+	// tid text is kept for its run of events
+	lastTID  uint32
+	lastTask *task
+	lastOK   bool
 	// the text of the latest line's pid and tid, namespace, connection and
 	// whole seconds (relative time), reused while they repeat
 	pidText, tidText []byte
@@ -73,7 +74,7 @@ type Resolver struct {
 	sec              int64
 	secText          []byte
 	hdr              *trace.Header
-	tasks            map[uint32]task
+	tasks            map[uint32]*task // a new one for every task record: held records keep theirs
 	ifaces           map[uint64]string
 	start            uint64
 	started          bool
@@ -81,7 +82,7 @@ type Resolver struct {
 
 // NewResolver prepares to resolve records of the trace with header h.
 func NewResolver(h *trace.Header) *Resolver {
-	return &Resolver{hdr: h, tasks: map[uint32]task{}, ifaces: map[uint64]string{}}
+	return &Resolver{hdr: h, tasks: map[uint32]*task{}, ifaces: map[uint64]string{}}
 }
 
 // Observe takes note of metadata records (task, iface) and reports whether
@@ -94,7 +95,7 @@ func (rs *Resolver) Observe(rec trace.Record) bool {
 	case "task":
 		pid, _ := rec.Uint("pid")
 		comm, _ := rec.Str("comm")
-		rs.tasks[rec.TID()] = task{uint32(pid), comm, sanitize(comm)}
+		rs.tasks[rec.TID()] = &task{uint32(pid), comm, sanitize(comm)}
 		if rec.TID() == rs.lastTID {
 			rs.lastOK = false // renamed, or its pid changed
 		}
@@ -115,16 +116,21 @@ func (rs *Resolver) Task(tid uint32) (uint32, string, bool) {
 		return 0, "swapper", true
 	}
 	t, ok := rs.tasks[tid]
-	return t.pid, t.comm, ok
+	if !ok {
+		return 0, "", false
+	}
+	return t.pid, t.comm, true
 }
 
-// task returns thread tid as the metadata read so far describe it.
-func (rs *Resolver) task(tid uint32) (task, bool) {
+// swapper is thread 0, each CPU's idle task.
+var swapper = &task{0, "swapper", "swapper"}
+
+// task returns thread tid as the metadata read so far describe it, or nil.
+func (rs *Resolver) task(tid uint32) *task {
 	if tid == 0 {
-		return task{0, "swapper", "swapper"}, true
+		return swapper
 	}
-	t, ok := rs.tasks[tid]
-	return t, ok
+	return rs.tasks[tid]
 }
 
 // TextOptions configure WriteText.
@@ -174,9 +180,8 @@ func WriteTexts(w io.Writer, sources []TableSource, opts TextOptions) (late uint
 		keep = func(_ int, rec trace.Record) bool { return opts.Filter(rec) }
 	}
 	m := NewMerge(sources, MergeOptions{Meta: opts.Meta, FileOrder: opts.FileOrder, Keep: keep})
-	var h Held
 	for {
-		err := m.Next(&h)
+		h, err := m.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
@@ -199,7 +204,7 @@ func WriteTexts(w io.Writer, sources []TableSource, opts TextOptions) (late uint
 		default:
 			buf = rs.appendRel(buf, h.Wall-m.Start())
 		}
-		buf = rs.appendBody(buf, h.Rec, h.task, h.taskOK)
+		buf = rs.appendBody(buf, h.Rec, h.task)
 		if len(buf) >= flushAt {
 			if err := flush(); err != nil {
 				return m.Late(), err
@@ -211,13 +216,12 @@ func WriteTexts(w io.Writer, sources []TableSource, opts TextOptions) (late uint
 // AppendLine appends rec's text line, newline included.
 func (rs *Resolver) AppendLine(b []byte, rec trace.Record, tf TimeFormat) []byte {
 	b = rs.appendTime(b, rec.Time(), tf)
-	t, ok := rs.task(rec.TID())
-	return rs.appendBody(b, rec, t, ok)
+	return rs.appendBody(b, rec, rs.task(rec.TID()))
 }
 
 // appendBody appends the columns after time, newline included, for rec
-// whose thread is t (known says the trace described it).
-func (rs *Resolver) appendBody(b []byte, rec trace.Record, t task, known bool) []byte {
+// whose thread is t (nil when the trace did not describe it).
+func (rs *Resolver) appendBody(b []byte, rec trace.Record, t *task) []byte {
 	b = append(b, '\t')
 	b = appendUint(b, uint64(rec.CPU()))
 	b = append(b, '\t')
@@ -225,13 +229,14 @@ func (rs *Resolver) appendBody(b []byte, rec trace.Record, t task, known bool) [
 	// The thread, namespace and connection of a line mostly repeat the
 	// previous line's: their text is kept and reused.
 	tid := rec.TID()
-	if !rs.lastOK || tid != rs.lastTID || known != rs.lastKnown || t.pid != rs.lastTask.pid || t.comm != rs.lastTask.comm {
-		rs.lastTID, rs.lastTask, rs.lastKnown, rs.lastOK = tid, t, known, true
-		rs.pidText = appendUint(rs.pidText[:0], uint64(t.pid))
+	if !rs.lastOK || tid != rs.lastTID || t != rs.lastTask {
+		rs.lastTID, rs.lastTask, rs.lastOK = tid, t, true
+		if t != nil {
+			rs.pidText = appendUint(rs.pidText[:0], uint64(t.pid))
+		}
 		rs.tidText = appendUint(rs.tidText[:0], uint64(tid))
 	}
-	ok := rs.lastKnown && !fm.lost // lost: counted per CPU, not by a task
-	t = rs.lastTask
+	ok := t != nil && !fm.lost // lost: counted per CPU, not by a task
 	if ok {
 		b = append(b, rs.pidText...)
 	} else {
