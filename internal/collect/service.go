@@ -98,22 +98,56 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 }
 
 // sinkOptions is how the service rotates: the configured interval and size,
-// the disk budget, the oldest finished files dropped (and logged in the
-// spool's .dropped.log) when the budget or the disk runs out.
+// the disk budget — which counts the shipper's staging copies too — and the
+// oldest finished files dropped (with their staging copies, and logged in
+// the spool's .dropped.log) when the budget or the disk runs out.
 func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(string, ...any)) rotate.Options {
 	dropLog := filepath.Join(cfg.Spool, droppedLog)
+	staging := filepath.Join(cfg.Spool, stagingDir)
 	return rotate.Options{
 		Pattern:    pat,
 		Interval:   cfg.Rotate.Interval,
 		MaxBytes:   cfg.rotateMax,
 		Budget:     cfg.budget,
+		Extra:      func() int64 { return dirBytes(staging) },
 		DropOnFull: true,
 		OnFinish:   func(string) { finished() },
 		OnDrop: func(path string, size int64, why string) {
+			// A dropped file is not being shipped (the shipper holds a
+			// file's lock while it ships it): its staging copies are idle.
+			removeStaged(staging, filepath.Base(path))
 			appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
 		},
 		Log: log,
 	}
+}
+
+// dirBytes is the size of the regular files in dir.
+func dirBytes(dir string) int64 {
+	ents, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// removeStaged removes the staging copies of the spool file name: NAME.zst
+// (or NAME itself when not compressed), its manifest, and .part files.
+func removeStaged(staging, name string) {
+	ents, _ := os.ReadDir(staging)
+	for _, e := range ents {
+		if stagedBase(e.Name()) == name {
+			os.Remove(filepath.Join(staging, e.Name()))
+		}
+	}
+}
+
+// stagedBase is the spool file a staging file belongs to.
+func stagedBase(staged string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(staged, ".part"), ".json"), ".zst")
 }
 
 func appendLine(path, line string) {

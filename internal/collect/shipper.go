@@ -229,8 +229,7 @@ func (s *Shipper) Pass(ctx context.Context) {
 	}
 	ents, _ := os.ReadDir(filepath.Join(s.cfg.Spool, stagingDir))
 	for _, e := range ents {
-		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".json"), ".zst"), ".part")
-		if !live[base] {
+		if !live[stagedBase(e.Name())] {
 			os.Remove(filepath.Join(s.cfg.Spool, stagingDir, e.Name()))
 		}
 	}

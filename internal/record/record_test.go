@@ -79,7 +79,9 @@ func startRecording(t *testing.T, cfg record.Config) *recording {
 	if cfg.Output == "" {
 		cfg.Output = filepath.Join(t.TempDir(), "trace.mgt")
 	}
-	cfg.StatusDir = t.TempDir()
+	if cfg.StatusDir == "" {
+		cfg.StatusDir = t.TempDir()
+	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())

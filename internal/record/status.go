@@ -18,8 +18,10 @@ const DefaultStatusDir = "/run/magnet"
 
 // Status is what a running recorder publishes about itself.
 type Status struct {
-	PID         int                `json:"pid"`
-	Output      string             `json:"output"`
+	PID    int    `json:"pid"`
+	Output string `json:"output"` // the file being written
+	// Previous is the file finished last, when the recording rotates.
+	Previous    string             `json:"previous,omitempty"`
 	Started     time.Time          `json:"started"`
 	Updated     time.Time          `json:"updated"`
 	Events      []string           `json:"events"`
@@ -44,14 +46,29 @@ func newStatusFile(cfg Config, p *probe.Probe, r *recorder) *statusFile {
 		PID: os.Getpid(), Output: cfg.Output, Started: time.Now(), Events: cfg.Groups.Names(),
 		Filters: filterSettings(cfg.Filters), Command: cfg.Command, BufferBytes: cfg.BufferBytes, Hooks: p.Status,
 	}}
-	if abs, err := filepath.Abs(cfg.Output); err == nil {
-		s.st.Output = abs
-	}
+	s.st.Output = absPath(cfg.Output)
 	if err := os.MkdirAll(cfg.StatusDir, 0o755); err == nil {
 		s.path = filepath.Join(cfg.StatusDir, fmt.Sprintf("record-%d.json", os.Getpid()))
 		s.update()
 	}
 	return s
+}
+
+// filesSink is a Sink that writes a chain of files (rotate.Sink): the
+// status names the file being written, not the first.
+type filesSink interface {
+	Path() string
+	Previous() string
+}
+
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // update rewrites the file atomically (write, then rename).
@@ -64,6 +81,9 @@ func (s *statusFile) update() {
 	s.st.Recorded = s.r.total
 	s.st.Lost = s.r.lost
 	s.st.Written = s.r.w.Bytes()
+	if fs, ok := s.r.w.(filesSink); ok {
+		s.st.Output, s.st.Previous = absPath(fs.Path()), absPath(fs.Previous())
+	}
 	data, err := json.MarshalIndent(&s.st, "", "  ")
 	if err != nil {
 		return

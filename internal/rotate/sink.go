@@ -57,6 +57,10 @@ type Options struct {
 	// included: the oldest finished files are deleted to stay within it.
 	// 0 = no bound.
 	Budget int64
+	// Extra, if set, returns bytes kept beside the pattern's files that
+	// count against Budget too (the shipper's compressed staging copies).
+	// Dropping a file must free its share: OnDrop is where to do it.
+	Extra func() int64
 	// DropOnFull deletes the oldest finished files when the file system
 	// runs out of room; without it the recording stops (ErrDiskFull).
 	DropOnFull bool
@@ -90,8 +94,13 @@ type Sink struct {
 	file    *os.File
 	w       *trace.Writer
 	path    string
+	prev    string // the file finished last
 	started time.Time
-	used    map[string]bool // names this recording has used
+	// due is set when a flush found the interval over: the next record
+	// starts the next file, so that a recording stopping right after the
+	// interval does not end with a file holding none of its own records.
+	due  bool
+	used map[string]bool // names this recording has used
 
 	own        uint64 // own records in the current file
 	lostInFile uint64
@@ -148,8 +157,12 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	return s, nil
 }
 
-// Path returns the file being written.
+// Path returns the file being written (after Close: the last one).
 func (s *Sink) Path() string { return s.path }
+
+// Previous returns the file finished last before the current one; "" while
+// the first is being written.
+func (s *Sink) Previous() string { return s.prev }
 
 // Recording returns the id every file of this recording carries.
 func (s *Sink) Recording() string { return s.rot.Recording }
@@ -173,6 +186,11 @@ func (s *Sink) Write(rec []byte) error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.due {
+		if err := s.rotate("interval"); err != nil {
+			return err
+		}
+	}
 	if s.opts.MaxBytes > 0 && s.own > 0 && s.w.Bytes()+int64(s.w.Buffered()+len(rec)+64) > s.opts.MaxBytes {
 		if err := s.rotate("size"); err != nil {
 			return err
@@ -194,15 +212,21 @@ func (s *Sink) Write(rec []byte) error {
 	return nil
 }
 
-// Flush writes the current block out and starts a new file once Interval
-// has passed. The recorder calls it every FlushEvery, also when no event
-// comes, so time rotation does not wait for traffic.
+// Flush writes the current block out. Once Interval has passed, the next
+// record starts a new file; a second Flush with no record in between (an
+// idle recording) starts it itself. The recorder calls Flush every
+// FlushEvery, also when no event comes, so time rotation does not wait for
+// traffic — and a recording that ends right after the interval ends in the
+// file that has its last records, not in a new empty one.
 func (s *Sink) Flush() error {
 	if s.err != nil {
 		return s.err
 	}
-	if s.opts.Interval > 0 && s.opts.Now().Sub(s.started) >= s.opts.Interval {
+	if s.due {
 		return s.rotate("interval")
+	}
+	if s.opts.Interval > 0 && s.opts.Now().Sub(s.started) >= s.opts.Interval {
+		s.due = true
 	}
 	if b := s.w.Buffered(); b > 0 {
 		if err := s.room(int64(b)); err != nil {
@@ -281,6 +305,8 @@ func (s *Sink) rotate(reason string) error {
 		s.err = err
 		return err
 	}
+	s.due = false
+	s.prev = s.path
 	s.rot.Seq++
 	s.rot.Prev = filepath.Base(s.path)
 	s.rot.FirstRecord += s.own
@@ -461,6 +487,9 @@ func (s *Sink) prune() {
 			total := int64(0)
 			if s.w != nil {
 				total += s.w.Bytes()
+			}
+			if s.opts.Extra != nil {
+				total += s.opts.Extra()
 			}
 			fs, _ := Finished(s.opts.Pattern, "")
 			for _, f := range fs {

@@ -409,3 +409,121 @@ func TestDiskFullDrops(t *testing.T) {
 	}
 	t.Logf("%d files started, %d dropped (%d bytes), %d left", st.Files, st.Dropped, st.DroppedBytes, len(fs))
 }
+
+// TestIntervalAtEnd: a recording that ends right after its interval ran
+// out ends in the file holding its last records, not in a new one holding
+// none; an idle recording still rotates (one flush late), and the next
+// record after the interval starts the next file.
+func TestIntervalAtEnd(t *testing.T) {
+	h := header(t)
+	recs := stream(t, h, 200)
+	p, _ := ParsePattern(filepath.Join(t.TempDir(), "%h-%n.mgt"), "web1")
+	clk := &clock{time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)}
+	run := func(after func(s *Sink)) []string {
+		var finished []string
+		s, err := New(h, Options{Pattern: p, Interval: time.Minute, Now: clk.now,
+			OnFinish: func(p string) { finished = append(finished, p) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs[:100] {
+			if err := s.Write(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.t = clk.t.Add(time.Minute)
+		if err := s.Flush(); err != nil { // the interval is over
+			t.Fatal(err)
+		}
+		if s.Stats().Files != 1 || s.Previous() != "" {
+			t.Fatalf("rotated before a record or a second flush: %+v, previous %q", s.Stats(), s.Previous())
+		}
+		after(s)
+		if err := s.Close(nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range finished {
+			r, err := trace.Open(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if _, err := r.Next(); err != nil {
+					break
+				}
+			}
+			if end := r.RotationEnd(); end == nil || end.Records == 0 {
+				t.Fatalf("%s holds no record of its own: %+v", f, end)
+			}
+			r.Close()
+		}
+		return finished
+	}
+	// The recording stops: one file, ended as "end".
+	if fs := run(func(*Sink) {}); len(fs) != 1 {
+		t.Fatalf("stop right after the interval: %d files, want 1", len(fs))
+	}
+	// A record comes: it starts the next file.
+	fs := run(func(s *Sink) {
+		first := s.Path()
+		if err := s.Write(recs[100]); err != nil {
+			t.Fatal(err)
+		}
+		if s.Stats().Files != 2 || s.Previous() != first || s.Path() == first {
+			t.Fatalf("after a record: %+v, path %s, previous %s", s.Stats(), s.Path(), s.Previous())
+		}
+	})
+	if len(fs) != 2 {
+		t.Fatalf("a record after the interval: %d files, want 2", len(fs))
+	}
+	// Idle: the next flush rotates.
+	var idle *Sink
+	fs = run(func(s *Sink) {
+		idle = s
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if s.Stats().Files != 2 {
+			t.Fatalf("idle: second flush did not rotate: %+v", s.Stats())
+		}
+		for _, r := range recs[100:110] {
+			if err := s.Write(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if len(fs) != 2 || idle.Path() != fs[1] || idle.Previous() != fs[0] {
+		t.Fatalf("idle: files %v, path %s, previous %s", fs, idle.Path(), idle.Previous())
+	}
+}
+
+// TestBudgetCountsExtra: bytes kept beside the files (the shipper's staging
+// copies) count against the budget.
+func TestBudgetCountsExtra(t *testing.T) {
+	h := header(t)
+	recs := stream(t, h, 5000)
+	budget := func(extra int64) (kept int64, dropped int64) {
+		p, _ := ParsePattern(filepath.Join(t.TempDir(), "b-%n.mgt"), "web1")
+		s, err := New(h, Options{Pattern: p, MaxBytes: 16 << 10, Budget: 100 << 10, BlockSize: 4096,
+			Extra: func() int64 { return extra }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if err := s.Write(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close(nil)
+		fs, _ := Finished(p, "")
+		for _, f := range fs {
+			kept += f.Size
+		}
+		return kept, s.Stats().Dropped
+	}
+	kept0, dropped0 := budget(0)
+	kept, dropped := budget(40 << 10)
+	if kept0 > 100<<10 || kept+40<<10 > 100<<10 || dropped <= dropped0 {
+		t.Fatalf("without extra: %d bytes kept, %d dropped; with 40 KiB extra: %d kept, %d dropped", kept0, dropped0, kept, dropped)
+	}
+}

@@ -77,6 +77,9 @@ func New() *cobra.Command {
 					fill = 100 * float64(s.BufferUsed) / float64(s.BufferBytes)
 				}
 				fmt.Fprintf(out, "recorder pid %d -> %s (since %s)\n", s.PID, s.Output, s.Started.Format("2006-01-02 15:04:05"))
+				if s.Previous != "" {
+					fmt.Fprintf(out, "  previous: %s (finished)\n", s.Previous)
+				}
 				fmt.Fprintf(out, "  events:   %s\n", strings.Join(s.Events, ","))
 				if len(s.Filters) > 0 {
 					fmt.Fprintf(out, "  filters:  %v\n", s.Filters)
