@@ -26,7 +26,7 @@ const volatile __u16 filter_port = 0;    /* 0 = any */
 const volatile __u32 filter_tgid = 0;    /* 0 = any */
 const volatile __u64 filter_cgroup = 0;  /* cgroup2 id; 0 = any */
 const volatile __u32 self_tgid = 0;      /* the recorder: never traced */
-const volatile __u64 exclude_cgroup = 0; /* cgroup2 id whose sockets are never traced (collect's shipper); 0 = none */
+const volatile __u64 exclude_cgroup = 0; /* cgroup2 id whose sockets and tasks are never traced (collect's shipper); 0 = none */
 const volatile __u64 events_wakeup = 1;  /* wake the reader at this fill */
 const volatile __u64 control_wakeup = 1;
 
@@ -552,6 +552,16 @@ static __always_inline int cgroup_under(struct cgroup *cg, __u64 id)
 static __always_inline int cgroup_matches(struct cgroup *cg)
 {
 	return cgroup_under(cg, filter_cgroup);
+}
+
+/*
+ * A task of the excluded cgroup (collect's shipper, and its ssh children):
+ * no scheduler event that names it is recorded. Its cgroup is the one it is
+ * in now (task->cgroups->dfl_cgrp), as for --cgroup.
+ */
+static __always_inline int task_excluded(struct task_struct *t)
+{
+	return cgroup_under(BPF_CORE_READ(t, cgroups, dfl_cgrp), exclude_cgroup);
 }
 
 static __always_inline int task_selected(struct task_struct *t)
@@ -1718,6 +1728,9 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(prev) && !task_selected(next))
 		return 0;
+	/* Either side: the header names prev, the body next. */
+	if (exclude_cgroup && (task_excluded(prev) || task_excluded(next)))
+		return 0;
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_sched_switch, MG_SCHED_SWITCH, now, &e);
 	if (!r)
@@ -1743,6 +1756,9 @@ int BPF_PROG(sched_wakeup, struct task_struct *p)
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(p))
 		return 0;
+	/* The header names the waker (current), the body the woken task. */
+	if (exclude_cgroup && (task_excluded(p) || task_excluded(bpf_get_current_task_btf())))
+		return 0;
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_sched_wakeup, MG_SCHED_WAKEUP, now, &e);
 	if (!r)
@@ -1766,6 +1782,10 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(parent))
 		return 0;
+	/* The child too: the service starts the shipper straight into its
+	 * cgroup (CLONE_INTO_CGROUP), which the child is in by now. */
+	if (exclude_cgroup && (task_excluded(parent) || task_excluded(child)))
+		return 0;
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_sched_fork, MG_SCHED_FORK, now, &e);
 	if (!r)
@@ -1788,6 +1808,8 @@ int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 	if (!enabled(MG_G_SCHED))
 		return 0;
 	if ((filter_tgid || filter_cgroup) && !task_selected(p))
+		return 0;
+	if (exclude_cgroup && task_excluded(p))
 		return 0;
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_sched_exit, MG_SCHED_EXIT, now, &e);
