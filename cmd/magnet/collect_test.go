@@ -146,6 +146,40 @@ targets:
 		t.Fatalf("report from the archive: %s", r.stderr)
 	}
 
+	// The same archive read over ssh: the same listing, the same report.
+	sshURL := fmt.Sprintf("ssh://%s@127.0.0.1:%d%s", srv.User, srv.Port, root)
+	sshOpts := []string{"--ssh-option", "IdentityFile=" + srv.Identity, "--ssh-option", "UserKnownHostsFile=" + srv.KnownHosts,
+		"--ssh-option", "StrictHostKeyChecking=yes"}
+	overSSH := magnet(t, append([]string{"archive", "ls", sshURL, "--host", "e2ehost", "--json"}, sshOpts...)...)
+	var sshChains []struct {
+		Recording string          `json:"recording"`
+		Files     []archive.Entry `json:"files"`
+	}
+	if overSSH.code != 0 || json.Unmarshal([]byte(overSSH.stdout), &sshChains) != nil || len(sshChains) != len(chains) {
+		t.Fatalf("archive ls over ssh: %d %s %s", overSSH.code, overSSH.stdout, overSSH.stderr)
+	}
+	files := map[string]int{}
+	for _, c := range chains {
+		files[c.Recording] = len(c.Files)
+	}
+	for _, c := range sshChains {
+		if n, ok := files[c.Recording]; !ok || n != len(c.Files) {
+			t.Fatalf("archive ls over ssh: recording %s has %d files, %d in the directory's listing", c.Recording, len(c.Files), n)
+		}
+	}
+	repDir := magnet(t, "report", "--json", root, "--host", "e2ehost")
+	repSSH := magnet(t, append([]string{"report", "--json", sshURL, "--host", "e2ehost"}, sshOpts...)...)
+	if repSSH.code != 0 || repDir.code != 0 {
+		t.Fatalf("report over ssh: %s", repSSH.stderr)
+	}
+	// The same report but for the trace names (a temporary directory).
+	tempName := regexp.MustCompile(`"[^"]*magnet-ssh-archive-[^"]*"|"` + regexp.QuoteMeta(root) + `[^"]*"`)
+	if a, b := tempName.ReplaceAllString(repDir.stdout, `""`), tempName.ReplaceAllString(repSSH.stdout, `""`); a != b {
+		t.Fatalf("report over ssh differs from the report of the directory:\n%.2000s\n---\n%.2000s", a, b)
+	}
+	oneLineError(t, magnet(t, append([]string{"report", fmt.Sprintf("ssh://%s@127.0.0.1:%d/nonexistent", srv.User, srv.Port)}, sshOpts...)...), "list ssh://")
+	oneLineError(t, magnet(t, "archive", "ls", "ssh://127.0.0.1"), "no path")
+
 	// The shipper's ssh sessions are not in the traces; the test's three are.
 	conns := filepath.Join(dir, "conns.jsonl")
 	if r := magnet(t, "export", root, "--host", "e2ehost", "-f", "jsonl", "-o", filepath.Join(dir, "ev.jsonl"), "--conns-output", conns); r.code != 0 {

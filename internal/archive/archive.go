@@ -187,6 +187,9 @@ func entryOf(p string) (*Entry, error) {
 type Selection struct {
 	Hosts        []string  // empty = every host
 	Since, Until time.Time // zero = open
+	// SSHOptions are how to reach an ssh:// archive (ssh -o options), not
+	// a filter.
+	SSHOptions []string
 }
 
 // Empty reports whether the selection keeps everything.

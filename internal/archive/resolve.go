@@ -3,6 +3,7 @@
 package archive
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 type Flags struct {
 	hosts        []string
 	since, until string
+	sshOptions   []string
 }
 
 // Register adds the flags to fs.
@@ -25,11 +27,12 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.hosts, "host", nil, "with a directory or archive: only these hosts (comma-separated)")
 	fs.StringVar(&f.since, "since", "", "only events from this time on: 10:00, 2025-03-01T10:00, RFC 3339, or -1h (local time unless a zone is given)")
 	fs.StringVar(&f.until, "until", "", "only events before this time (same forms as --since)")
+	fs.StringArrayVar(&f.sshOptions, "ssh-option", nil, "with an ssh:// archive: an ssh -o option, e.g. IdentityFile=/etc/magnet/id_ed25519 (repeatable)")
 }
 
 // Selection parses the flags.
 func (f *Flags) Selection(now time.Time) (Selection, error) {
-	sel := Selection{Hosts: f.hosts}
+	sel := Selection{Hosts: f.hosts, SSHOptions: f.sshOptions}
 	var err error
 	if f.since != "" {
 		if sel.Since, err = ParseTime(f.since, now); err != nil {
@@ -78,7 +81,8 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 // Resolve turns the arguments of an analysis command into the traces to
 // read: a trace file as it is; a directory (an archive, a collect spool or
 // any folder of traces) as the files the selection keeps; an s3://BUCKET/PREFIX
-// archive likewise, downloaded to a temporary directory first. The rotated
+// or ssh://[USER@]HOST[:PORT]/PATH archive likewise, downloaded to a
+// temporary directory first (and checked against its manifests). The rotated
 // files of one recording become one chain, in order, whichever way they
 // were given. cleanup removes what was downloaded; call it when done.
 func Resolve(args []string, sel Selection) (srcs []trace.Source, cleanup func(), err error) {
@@ -95,8 +99,12 @@ func Resolve(args []string, sel Selection) (srcs []trace.Source, cleanup func(),
 		}
 	}()
 	for _, a := range args {
-		if strings.HasPrefix(a, "s3://") {
-			es, dir, err := fetchS3(a, sel)
+		if strings.HasPrefix(a, "s3://") || strings.HasPrefix(a, SSHScheme) {
+			fetch := fetchS3
+			if strings.HasPrefix(a, SSHScheme) {
+				fetch = fetchSSH
+			}
+			es, dir, err := fetch(a, sel)
 			if dir != "" {
 				temps = append(temps, dir)
 			}
@@ -155,18 +163,27 @@ func describe(sel Selection) string {
 	return strings.Join(parts, ", ")
 }
 
-// List returns every trace of an archive: a directory, or s3://BUCKET/PREFIX
-// (its manifests only: nothing is downloaded).
-func List(where string) ([]Entry, error) {
+// List returns every trace of an archive: a directory, s3://BUCKET/PREFIX or
+// ssh://[USER@]HOST[:PORT]/PATH (its manifests only: nothing is
+// downloaded). sshOptions are ssh -o options for an ssh:// archive.
+func List(where string, sshOptions []string) ([]Entry, error) {
 	if strings.HasPrefix(where, "s3://") {
 		return listS3(where)
+	}
+	if strings.HasPrefix(where, SSHScheme) {
+		s, err := ParseSSH(where, sshOptions)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		return s.List(context.Background())
 	}
 	fi, err := os.Stat(where)
 	if err != nil {
 		return nil, fmt.Errorf("open archive: %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (an archive is a directory or s3://BUCKET/PREFIX)", where)
+		return nil, fmt.Errorf("%s is not a directory (an archive is a directory, s3://BUCKET/PREFIX or ssh://[USER@]HOST[:PORT]/PATH)", where)
 	}
 	return Scan(where)
 }

@@ -353,8 +353,58 @@ func TestShipSSH(t *testing.T) {
 	cfg := testConfig(t, Target{Type: "ssh", SSHHost: "127.0.0.1", Port: srv.Port, User: srv.User, Path: root,
 		IdentityFile: srv.Identity, KnownHosts: srv.KnownHosts})
 	shipThroughOutage(t, cfg, srv.Stop, srv.Start, func() []archive.Entry { return archived(t, root) })
-	if n, warns := readChain(t, archived(t, root)); n == 0 || len(warns) != 0 {
+	n, warns := readChain(t, archived(t, root))
+	if n == 0 || len(warns) != 0 {
 		t.Fatalf("ssh archive: %d records, warnings %v", n, warns)
+	}
+
+	// Read back over ssh, as archive ls and the analysis commands do.
+	u := fmt.Sprintf("ssh://%s@127.0.0.1:%d%s", srv.User, srv.Port, root)
+	opts := []string{"IdentityFile=" + srv.Identity, "UserKnownHostsFile=" + srv.KnownHosts, "StrictHostKeyChecking=yes"}
+	listed, err := archive.List(u, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := archived(t, root)
+	if len(listed) != len(local) {
+		t.Fatalf("over ssh: %d traces listed, %d in the directory", len(listed), len(local))
+	}
+	for _, e := range listed {
+		if !strings.HasPrefix(e.Path, u+"/web1/") || e.SHA256 == "" {
+			t.Fatalf("listed over ssh: %+v", e)
+		}
+	}
+	srcs, cleanup, err := archive.Resolve([]string{u}, archive.Selection{Hosts: []string{"web1"}, SSHOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if len(srcs) != 1 || len(srcs[0].Paths) != len(local) {
+		t.Fatalf("resolved over ssh: %+v", srcs)
+	}
+	r, err := srcs[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for ; ; got++ {
+		if _, err := r.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	r.Close()
+	if got != n || len(r.Warnings()) != 0 {
+		t.Fatalf("chain fetched over ssh: %d records (the archive's directory: %d), warnings %v", got, n, r.Warnings())
+	}
+	// Unreachable, or not an archive: one clear error each.
+	if _, err := archive.List(fmt.Sprintf("ssh://%s@127.0.0.1:%d/nonexistent", srv.User, srv.Port), opts); err == nil || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("listing a missing directory: %v", err)
+	}
+	if _, err := archive.List(fmt.Sprintf("ssh://127.0.0.1:%d%s", archivetest.FreePort(t), root), opts); err == nil || !strings.Contains(err.Error(), "ssh 127.0.0.1") {
+		t.Fatalf("listing a closed port: %v", err)
 	}
 }
 
@@ -371,7 +421,7 @@ func TestShipS3(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
 	t.Setenv("AWS_REGION", "us-east-1")
 	list := func() []archive.Entry {
-		es, err := archive.List("s3://traces/site-a")
+		es, err := archive.List("s3://traces/site-a", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@
 package collect
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,12 +10,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
 )
@@ -145,91 +142,38 @@ func fileSHA256(p string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// sshArchive ships with the system's ssh client: it uses the site's own ssh
-// configuration, keys, agent, known hosts and jump hosts, and keeps any SSH
-// implementation out of magnet. Only ssh is needed on this side and a POSIX
-// shell with sha256sum on the archive host (no scp, rsync or sftp server).
-//
-// One connection carries every session while the shipper runs (ssh's
-// ControlMaster, its socket in a private directory): a file costs three
-// sessions, and a handshake each would be most of the time.
+// sshArchive ships with the system's ssh client (archive.SSH): the site's
+// own ssh configuration, keys, agent, known hosts and jump hosts; only a
+// POSIX shell with sha256sum is needed on the archive host (no scp, rsync
+// or sftp server). One connection carries every session while the shipper
+// runs (ControlMaster): a file costs three sessions, and a handshake each
+// would be most of the time.
 type sshArchive struct {
-	name    string
-	t       Target
-	ctlDir  string
-	ctlPath string
+	name string
+	ssh  *archive.SSH
 }
 
 func newSSHArchive(t Target) *sshArchive {
-	s := &sshArchive{name: t.Name, t: t}
-	if dir, err := os.MkdirTemp("", "magnet-ssh-"); err == nil {
-		s.ctlDir, s.ctlPath = dir, filepath.Join(dir, "%C")
+	opts := []string{}
+	if t.IdentityFile != "" {
+		opts = append(opts, "IdentityFile="+t.IdentityFile, "IdentitiesOnly=yes")
 	}
-	return s
+	if t.KnownHosts != "" {
+		opts = append(opts, "UserKnownHostsFile="+t.KnownHosts, "StrictHostKeyChecking=yes")
+	}
+	opts = append(opts, t.SSHOptions...)
+	return &sshArchive{name: t.Name, ssh: &archive.SSH{User: t.User, Host: t.SSHHost, Port: t.Port, Path: t.Path, Options: opts}}
 }
 
 func (s *sshArchive) Name() string { return s.name }
 
 // Close ends the shared connection.
-func (s *sshArchive) Close() error {
-	if s.ctlDir == "" {
-		return nil
-	}
-	cmd := s.command(context.Background(), "")
-	cmd.Args = append(cmd.Args[:1], append([]string{"-O", "exit"}, cmd.Args[1:len(cmd.Args)-1]...)...)
-	_ = cmd.Run()
-	return os.RemoveAll(s.ctlDir)
-}
-
-func (s *sshArchive) command(ctx context.Context, script string) *exec.Cmd {
-	args := []string{"-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15"}
-	if s.ctlPath != "" {
-		args = append(args, "-o", "ControlMaster=auto", "-o", "ControlPath="+s.ctlPath, "-o", "ControlPersist=60")
-	}
-	if s.t.Port != 0 {
-		args = append(args, "-p", strconv.Itoa(s.t.Port))
-	}
-	if s.t.IdentityFile != "" {
-		args = append(args, "-i", s.t.IdentityFile, "-o", "IdentitiesOnly=yes")
-	}
-	if s.t.KnownHosts != "" {
-		args = append(args, "-o", "UserKnownHostsFile="+s.t.KnownHosts, "-o", "StrictHostKeyChecking=yes")
-	}
-	for _, o := range s.t.SSHOptions {
-		args = append(args, "-o", o)
-	}
-	dest := s.t.SSHHost
-	if s.t.User != "" {
-		dest = s.t.User + "@" + dest
-	}
-	args = append(args, "--", dest, script)
-	return exec.CommandContext(ctx, "ssh", args...)
-}
-
-func (s *sshArchive) run(ctx context.Context, script string, stdin io.Reader) (string, error) {
-	cmd := s.command(ctx, script)
-	cmd.Stdin = stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	// The first session forks the shared connection's master, which keeps
-	// the pipes open for ControlPersist: do not wait for it.
-	cmd.WaitDelay = 500 * time.Millisecond
-	if err := cmd.Run(); err != nil && !errors.Is(err, exec.ErrWaitDelay) {
-		msg := strings.TrimSpace(errb.String())
-		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
-			msg = msg[i+1:]
-		}
-		return out.String(), fmt.Errorf("ssh %s: %w: %s", s.t.SSHHost, err, msg)
-	}
-	return out.String(), nil
-}
-
-func (s *sshArchive) remote(key string) string { return path.Join(s.t.Path, key) }
+func (s *sshArchive) Close() error { return s.ssh.Close() }
 
 // Has runs sha256sum on the archive host.
 func (s *sshArchive) Has(ctx context.Context, key string, b Blob) (bool, error) {
-	f := shellQuote(s.remote(key))
-	out, err := s.run(ctx, fmt.Sprintf("if [ -f %s ]; then sha256sum < %s | cut -d' ' -f1; wc -c < %s; fi", f, f, f), nil)
+	f := shellQuote(s.ssh.Remote(key))
+	out, err := s.ssh.Run(ctx, fmt.Sprintf("if [ -f %s ]; then sha256sum < %s | cut -d' ' -f1; wc -c < %s; fi", f, f, f), nil)
 	if err != nil {
 		return false, err
 	}
@@ -245,7 +189,7 @@ func (s *sshArchive) Has(ctx context.Context, key string, b Blob) (bool, error) 
 // archive host check its size and sha256sum, and renames it into place
 // there only if both match: one ssh session per file.
 func (s *sshArchive) Put(ctx context.Context, key string, b Blob) error {
-	final := s.remote(key)
+	final := s.ssh.Remote(key)
 	dir := path.Dir(final)
 	tmp := path.Join(dir, "."+path.Base(final)+".part")
 	script := fmt.Sprintf(`set -e; mkdir -p %[1]s; cat > %[2]s; s=$(sha256sum < %[2]s | cut -d' ' -f1); n=$(wc -c < %[2]s); `+
@@ -257,20 +201,18 @@ func (s *sshArchive) Put(ctx context.Context, key string, b Blob) error {
 		return err
 	}
 	defer f.Close()
-	out, err := s.run(ctx, script, f)
+	out, err := s.ssh.Run(ctx, script, f)
 	if err != nil {
 		return fmt.Errorf("%w %s", err, strings.TrimSpace(out))
 	}
 	if !strings.HasPrefix(out, "verified "+b.SHA256) {
-		return fmt.Errorf("ssh %s: no verification from the archive host: %q", s.t.SSHHost, out)
+		return fmt.Errorf("ssh %s: no verification from the archive host: %q", s.ssh.Host, out)
 	}
 	return nil
 }
 
 // shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+func shellQuote(s string) string { return archive.ShellQuote(s) }
 
 // archiveKey is where a file goes under a target's root or prefix.
 func archiveKey(m *archive.Manifest) string {

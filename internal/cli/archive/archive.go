@@ -34,19 +34,21 @@ func newLs() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls ARCHIVE [--host H --since T --until T] [--json]",
 		Short: "List what an archive holds, per host and time",
-		Long: `List the traces of an archive (a directory, or s3://BUCKET/PREFIX), one line per
+		Long: `List the traces of an archive (a directory, s3://BUCKET/PREFIX, or
+ssh://[USER@]HOST[:PORT]/PATH read with the system ssh client), one line per
 file, grouped by host and recording: a recording's rotated files form a chain
 that every analysis command reads as one timeline.`,
 		Example: `  magnet archive ls /srv/magnet-archive
   magnet archive ls /srv/magnet-archive --host web1,web2 --since 10:00 --until 11:00 --json
-  magnet archive ls s3://traces/site-a`,
+  magnet archive ls s3://traces/site-a
+  magnet archive ls ssh://magnet@archive.example.org/srv/magnet-archive --ssh-option IdentityFile=/etc/magnet/id_ed25519`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel, err := selFlags.Selection(time.Now())
 			if err != nil {
 				return fmt.Errorf("archive ls: %w", err)
 			}
-			entries, err := archive.List(args[0])
+			entries, err := archive.List(args[0], sel.SSHOptions)
 			if err != nil {
 				return fmt.Errorf("archive ls: %w", err)
 			}
