@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +155,37 @@ func TestSelect(t *testing.T) {
 	os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("x"), 0o644)
 	if _, _, err := Resolve([]string{empty}, Selection{}); err == nil {
 		t.Fatal("a directory without traces resolved")
+	}
+}
+
+func TestParseSSH(t *testing.T) {
+	s, err := ParseSSH("ssh://magnet@arch.example.org:2222/srv/magnet-archive/", []string{"IdentityFile=/k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.User != "magnet" || s.Host != "arch.example.org" || s.Port != 2222 || s.Path != "/srv/magnet-archive" || s.Options[0] != "IdentityFile=/k" {
+		t.Fatalf("parsed %+v", s)
+	}
+	if got := s.URL("web1/2025-03-01/a.mgt.zst"); got != "ssh://magnet@arch.example.org:2222/srv/magnet-archive/web1/2025-03-01/a.mgt.zst" {
+		t.Fatalf("URL %s", got)
+	}
+	if k, err := s.key(s.URL("web1/x y.mgt.zst")); err != nil || k != "web1/x y.mgt.zst" {
+		t.Fatalf("key %q %v", k, err)
+	}
+	if s, err := ParseSSH("ssh://[::1]/a", nil); err != nil || s.Host != "::1" || s.Port != 0 || s.User != "" {
+		t.Fatalf("ipv6: %+v %v", s, err)
+	}
+	for u, want := range map[string]string{
+		"ssh://host":              "no path",
+		"ssh:///srv":              "no host",
+		"ssh://-oProxyCommand=x/": "may not start with -",
+		"ssh://u:pw@host/srv":     "no password",
+		"ssh://host:99999/srv":    "bad port",
+		"ssh://host/srv?x=1":      "no ?query",
+		"sftp://host/srv":         "not an ssh:// address",
+	} {
+		if _, err := ParseSSH(u, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", u, err, want)
+		}
 	}
 }
