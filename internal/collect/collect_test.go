@@ -285,7 +285,7 @@ func TestShipOutageAndResume(t *testing.T) {
 	}
 	s1.j.Files[filepath.Base(files[0].Path)] = st
 	s1.j.save()
-	if err := s1.shipTo(context.Background(), s1.archives[0], archiveKey(st.Meta), st); err != nil {
+	if _, err := s1.shipTo(context.Background(), s1.archives[0], archiveKey(st.Meta), st); err != nil {
 		t.Fatal(err)
 	}
 	// ... killed here. Restart:
@@ -538,4 +538,41 @@ func TestBudgetWhileArchiveDown(t *testing.T) {
 		t.Fatalf("archived chain: %d records, warnings %v", n, warns)
 	}
 	t.Logf("%d files: %d dropped while the archive was away, %d shipped", sink.Stats().Files, dropped, shipped)
+}
+
+// TestNamesNotReused: a recording restarted within the same second as the
+// last file of the one before (already shipped and deleted from the spool)
+// does not give its first file that name: it would replace the other in
+// the archive.
+func TestNamesNotReused(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Pattern = "%h-%Y%m%dT%H%M%S.mgt"
+	pat, err := rotate.ParsePattern(filepath.Join(cfg.Spool, cfg.Pattern), cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, err := event.Dictionary(probe.Layouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	record := func() string {
+		h := &trace.Header{Host: cfg.Host, StartWallNs: clock.UnixNano(), Types: types}
+		opts := cfg.sinkOptions(pat, func() {}, func(string, ...any) {})
+		opts.Now = func() time.Time { return clock }
+		s, err := rotate.New(h, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := s.Path()
+		if err := s.Close(nil); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(path) // shipped
+		return filepath.Base(path)
+	}
+	first, second := record(), record()
+	if first == second || second != "web1-20250301T100000-1.mgt" {
+		t.Fatalf("two recordings in the same second: %s then %s", first, second)
+	}
 }

@@ -104,12 +104,15 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(string, ...any)) rotate.Options {
 	dropLog := filepath.Join(cfg.Spool, droppedLog)
 	staging := filepath.Join(cfg.Spool, stagingDir)
+	names := loadNames(filepath.Join(cfg.Spool, namesLog))
 	return rotate.Options{
 		Pattern:    pat,
 		Interval:   cfg.Rotate.Interval,
 		MaxBytes:   cfg.rotateMax,
 		Budget:     cfg.budget,
 		Extra:      func() int64 { return dirBytes(staging) },
+		Taken:      names.has,
+		OnStart:    names.add,
 		DropOnFull: true,
 		OnFinish:   func(string) { finished() },
 		OnDrop: func(path string, size int64, why string) {
@@ -120,6 +123,46 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 		},
 		Log: log,
 	}
+}
+
+// names remembers the base names of the last files recorded into the
+// spool, across restarts (SPOOL/.names, one per line): a file shipped and
+// deleted leaves no trace in the spool, and a recording restarted within the
+// same second would give its first file the name of the last one, which it
+// would then replace in the archive.
+type names struct {
+	path string
+	seen map[string]bool
+}
+
+// keepNames is how many names the file keeps (the newest): far more than
+// could fall within one second of a restart.
+const keepNames = 256
+
+func loadNames(path string) *names {
+	n := &names{path: path, seen: map[string]bool{}}
+	data, _ := os.ReadFile(path)
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > keepNames {
+		lines = lines[len(lines)-keepNames:]
+		_ = os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	}
+	for _, l := range lines {
+		n.seen[l] = true
+	}
+	return n
+}
+
+func (n *names) has(path string) bool { return n.seen[filepath.Base(path)] }
+
+func (n *names) add(path string) {
+	n.seen[filepath.Base(path)] = true
+	appendLine(n.path, filepath.Base(path)+"\n")
 }
 
 // dirBytes is the size of the regular files in dir.

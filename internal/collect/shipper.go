@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/fault"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
 
@@ -31,6 +32,7 @@ const (
 	stagingDir  = ".staging"
 	shipLock    = ".collect-ship.lock"
 	droppedLog  = ".dropped.log"
+	namesLog    = ".names"
 )
 
 // journal is the shipper's state, kept on disk so that a restart resumes:
@@ -258,6 +260,7 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 			return err
 		}
 		s.j.Files[name] = st
+		fault.At("ship:after-stage")
 		if err := s.j.save(); err != nil {
 			return err
 		}
@@ -272,7 +275,8 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 		if now.Before(b.until) {
 			continue
 		}
-		if err := s.shipTo(ctx, a, key, st); err != nil {
+		uploaded, err := s.shipTo(ctx, a, key, st)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -281,11 +285,16 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 			continue
 		}
 		*b = backoff{}
+		fault.At("ship:after-manifest")
 		st.Done[a.Name()] = true
 		if err := s.j.save(); err != nil {
 			return err
 		}
-		s.Log("shipped %s to %s as %s (%d bytes, sha256 %s)", name, a.Name(), key, st.Trace.Size, st.Trace.SHA256[:16])
+		if uploaded {
+			s.Log("shipped %s to %s as %s (%d bytes, sha256 %s)", name, a.Name(), key, st.Trace.Size, st.Trace.SHA256[:16])
+		} else {
+			s.Log("%s already in %s as %s (shipped before a restart); manifest written", name, a.Name(), key)
+		}
 	}
 	for _, a := range s.archives {
 		if !st.Done[a.Name()] {
@@ -293,6 +302,7 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 		}
 	}
 	// Every archive has it: the local copy can go.
+	fault.At("ship:after-journal")
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -300,6 +310,7 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 		os.Remove(st.Trace.Path)
 	}
 	os.Remove(st.Manifest.Path)
+	fault.At("ship:after-delete")
 	delete(s.j.Files, name)
 	s.j.Shipped++
 	s.j.ShippedBytes += uint64(st.Trace.Size)
@@ -307,22 +318,24 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 }
 
 // shipTo puts the trace unless the archive holds it already (a shipment
-// that completed before a crash), then its manifest.
-func (s *Shipper) shipTo(ctx context.Context, a Archive, key string, st *fileState) error {
+// that completed before a crash), then its manifest. uploaded says whether
+// the trace was sent.
+func (s *Shipper) shipTo(ctx context.Context, a Archive, key string, st *fileState) (uploaded bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Ship.Timeout)
 	defer cancel()
 	has, err := a.Has(ctx, key, st.Trace)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !has {
 		if err := a.Put(ctx, key, st.Trace); err != nil {
-			return err
+			return false, err
 		}
 	}
+	fault.At("ship:after-upload")
 	// The manifest, written last, commits the file to the archive; putting
 	// it again (after a crash) rewrites the same bytes.
-	return a.Put(ctx, key+archive.ManifestSuffix, st.Manifest)
+	return !has, a.Put(ctx, key+archive.ManifestSuffix, st.Manifest)
 }
 
 // Close releases the archives' connections.

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/fault"
 )
 
 // Blob is a local file to put into an archive, with what verifies it.
@@ -92,6 +93,7 @@ func (d *dirArchive) Put(_ context.Context, key string, b Blob) error {
 		os.Remove(tmp)
 		return fmt.Errorf("verify %s: %d bytes sha256 %s, want %d bytes %s", tmp, n, sum, b.Size, b.SHA256)
 	}
+	fault.At("ship:before-rename")
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}

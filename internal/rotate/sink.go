@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/fault"
 	"github.com/magnet-tracer/magnet/internal/streamfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -64,6 +65,15 @@ type Options struct {
 	// DropOnFull deletes the oldest finished files when the file system
 	// runs out of room; without it the recording stops (ErrDiskFull).
 	DropOnFull bool
+	// Taken, if set, reports names used before that must not be used
+	// again although no file has them any more (the collect service's
+	// spool remembers the names it shipped and deleted: a new recording
+	// starting within the same second would otherwise reuse the last one's
+	// name, and its file replace the other in the archive).
+	Taken func(path string) bool
+	// OnStart, if set, is called with the path of each file once it is in
+	// place.
+	OnStart func(path string)
 	// OnFinish, if set, is called with the path of each file once it is
 	// closed and unlocked.
 	OnFinish func(path string)
@@ -305,6 +315,7 @@ func (s *Sink) rotate(reason string) error {
 		s.err = err
 		return err
 	}
+	fault.At("rotate:after-finish")
 	s.due = false
 	s.prev = s.path
 	s.rot.Seq++
@@ -317,15 +328,21 @@ func (s *Sink) rotate(reason string) error {
 		s.err = err
 		return err
 	}
+	fault.At("rotate:after-rename")
 	return nil
 }
 
 func (s *Sink) nextPath(now time.Time) string {
-	return Unique(s.opts.Pattern.Expand(now, s.rot.Seq+1), func(p string) bool { return s.used[p] })
+	return Unique(s.opts.Pattern.Expand(now, s.rot.Seq+1), s.taken)
 }
 
 func (s *Sink) start(now time.Time) error {
-	return s.startAt(now, Unique(s.opts.Pattern.Expand(now, s.rot.Seq), func(p string) bool { return s.used[p] }))
+	return s.startAt(now, Unique(s.opts.Pattern.Expand(now, s.rot.Seq), s.taken))
+}
+
+// taken reports a name this recording used, or one Options.Taken forbids.
+func (s *Sink) taken(p string) bool {
+	return s.used[p] || (s.opts.Taken != nil && s.opts.Taken(p))
 }
 
 // startAt creates the file at path: written under a dot-name, locked, then
@@ -367,6 +384,9 @@ func (s *Sink) startAt(now time.Time, path string) error {
 		err = w.Flush()
 	}
 	if err == nil {
+		if s.rot.Seq > 0 {
+			fault.At("rotate:before-rename")
+		}
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
@@ -376,6 +396,9 @@ func (s *Sink) startAt(now time.Time, path string) error {
 	}
 	s.file, s.w, s.path, s.started = f, w, path, now
 	s.files.Add(1)
+	if s.opts.OnStart != nil {
+		s.opts.OnStart(path)
+	}
 	s.opts.Log("started %s (file %d of recording %s, %d records carried)", path, s.rot.Seq, s.rot.Recording, len(carried))
 	return nil
 }
