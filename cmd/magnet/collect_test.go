@@ -25,7 +25,7 @@ import (
 // TestCollectService runs `magnet collect` against a real sshd on loopback,
 // recording only the traffic of the sshd's port: the shipper's own ssh
 // sessions to that port must not be in the traces, the test's own must.
-// The service is SIGKILLed while it rotates every second and ships, then
+// The service is SIGKILLed while it rotates every two seconds and ships, then
 // restarted and stopped with SIGTERM: nothing in the archive is half a file,
 // nothing is shipped twice, the spool ends empty, and report/export/archive
 // ls read the archive by host.
@@ -38,7 +38,7 @@ func TestCollectService(t *testing.T) {
 	cfg := fmt.Sprintf(`host: e2ehost
 spool: %s
 pattern: "%%h-%%Y%%m%%dT%%H%%M%%S.mgt"
-rotate: {interval: 1s}
+rotate: {interval: 2s}
 filters: {port: %d}
 ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
 targets:
