@@ -407,6 +407,37 @@ static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring
 	return n >= events_wakeup ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+static __always_inline int cgroup_under(struct cgroup *cg, __u64 id)
+{
+	for (int i = 0; i < 16; i++) {
+		if (!cg)
+			return 0;
+		if (BPF_CORE_READ(cg, kn, id) == id)
+			return 1;
+		cg = BPF_CORE_READ(cg, self.parent, cgroup);
+	}
+	return 0;
+}
+
+/*
+ * Events a traced socket causes in interrupt context take whatever thread is
+ * on the CPU. When that is a thread of the excluded cgroup (collect's
+ * shipper), they name no thread instead (tid 0, like the idle task's), so
+ * that no record names the shipper. Out of line and asked only when the
+ * CPU's thread differs from the one it last announced: the shipper's own
+ * sockets are never traced, so such events are rare.
+ */
+static __noinline int current_excluded(struct task_struct *task)
+{
+	return cgroup_under(BPF_CORE_READ(task, cgroups, dfl_cgrp), exclude_cgroup);
+}
+
+static __always_inline int same_task(const struct task_id *a, const struct task_id *b)
+{
+	return a->pid_tgid == b->pid_tgid && a->uid == b->uid && a->comm[0] == b->comm[0] &&
+	       a->comm[1] == b->comm[1];
+}
+
 /*
  * Reserve an event of sz bytes of the given type in this CPU's events ring,
  * with struct mg_task after it when this CPU has not yet sent the current
@@ -431,9 +462,10 @@ static __always_inline void *reserve_event_of(struct task_struct *task, __u8 typ
 	if (st->lost_pending[0])
 		flush_lost(ring, 0, now);
 	current_task_id(task, &cur);
+	if (exclude_cgroup && !same_task(&st->task_sent, &cur) && current_excluded(task))
+		__builtin_memset(&cur, 0, sizeof(cur));
 	e->pid_tgid = cur.pid_tgid;
-	if (st->task_sent.pid_tgid == cur.pid_tgid && st->task_sent.uid == cur.uid &&
-	    st->task_sent.comm[0] == cur.comm[0] && st->task_sent.comm[1] == cur.comm[1]) {
+	if (same_task(&st->task_sent, &cur)) {
 		r = bpf_ringbuf_reserve(ring, sz, 0);
 		if (!r) {
 			note_lost(0, type, now);
@@ -464,13 +496,17 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, struct emit *e)
 {
 	struct cpu_state *st = my_state();
+	struct task_struct *task;
 	struct task_id cur;
 	void *r;
 
 	count_produced(type);
 	if (st && st->lost_pending[1])
 		flush_lost(&control, 1, now);
-	current_task_id(bpf_get_current_task_btf(), &cur);
+	task = bpf_get_current_task_btf();
+	current_task_id(task, &cur);
+	if (exclude_cgroup && current_excluded(task))
+		__builtin_memset(&cur, 0, sizeof(cur));
 	e->pid_tgid = cur.pid_tgid;
 	e->wakeup = wakeup_flag(&control, control_wakeup);
 	r = bpf_ringbuf_reserve(&control, sz + sizeof(struct mg_task), 0);
@@ -537,18 +573,6 @@ static __always_inline __u64 cookie_of(const struct sock *sk, void *ctx)
 }
 
 /* Whether cg is the cgroup with this id or below it (16 levels at most). */
-static __always_inline int cgroup_under(struct cgroup *cg, __u64 id)
-{
-	for (int i = 0; i < 16; i++) {
-		if (!cg)
-			return 0;
-		if (BPF_CORE_READ(cg, kn, id) == id)
-			return 1;
-		cg = BPF_CORE_READ(cg, self.parent, cgroup);
-	}
-	return 0;
-}
-
 static __always_inline int cgroup_matches(struct cgroup *cg)
 {
 	return cgroup_under(cg, filter_cgroup);
