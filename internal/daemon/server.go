@@ -425,22 +425,28 @@ func streamRequest(r *http.Request, kind string) (magnetclient.Request, bool, er
 	return req, sse, nil
 }
 
-// streamTooLarge turns a body that hit the limit into 413.
-func isTooLarge(r *http.Request) bool { return r.ContentLength > maxBody }
+// parseStream reads a stream request of the given kind and parses its
+// filter; on failure it has answered (413 for a body over maxBody, else
+// 400) and ok is false.
+func parseStream(w http.ResponseWriter, r *http.Request, kind string) (req magnetclient.Request, sse bool, f *filter.Filter, ok bool) {
+	if r.ContentLength > maxBody {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
+		return req, sse, nil, false
+	}
+	req, sse, err := streamRequest(r, kind)
+	if err == nil {
+		f, err = filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS})
+	}
+	if err != nil {
+		badRequest(w, err)
+		return req, sse, nil, false
+	}
+	return req, sse, f, true
+}
 
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, who *identity) {
-	if isTooLarge(r) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
-		return
-	}
-	req, sse, err := streamRequest(r, kindEvents)
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	f, err := filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS})
-	if err != nil {
-		badRequest(w, err)
+	req, sse, f, ok := parseStream(w, r, kindEvents)
+	if !ok {
 		return
 	}
 	s := d.settings()
@@ -461,24 +467,18 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, who *ident
 }
 
 func (d *Daemon) handleFigures(w http.ResponseWriter, r *http.Request, who *identity) {
-	if isTooLarge(r) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
+	req, sse, f, ok := parseStream(w, r, kindFigures)
+	if !ok {
 		return
 	}
-	req, sse, err := streamRequest(r, kindFigures)
-	if err != nil {
+	if err := f.OnlyConnKeys(); err != nil {
 		badRequest(w, err)
 		return
 	}
-	f, err := filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS})
-	if err == nil {
-		err = f.OnlyConnKeys()
-	}
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	var fo figureOpts
+	var (
+		fo  figureOpts
+		err error
+	)
 	if req.Every != "" {
 		if fo.every, err = time.ParseDuration(req.Every); err != nil || fo.every < 10*time.Millisecond {
 			badRequest(w, fmt.Errorf("every %q: want a duration of at least 10ms", req.Every))
