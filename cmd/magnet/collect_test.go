@@ -41,15 +41,7 @@ pattern: "%%h-%%Y%%m%%dT%%H%%M%%S.mgt"
 rotate: {interval: 2s}
 filters: {port: %d}
 ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
-targets:
-  - type: ssh
-    host: 127.0.0.1
-    port: %d
-    user: %s
-    path: %s
-    identity_file: %s
-    known_hosts: %s
-`, spool, srv.Port, srv.Port, srv.User, root, srv.Identity, srv.KnownHosts)
+`, spool, srv.Port) + srv.TargetYAML(root)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -47,15 +47,7 @@ rotate: {interval: 1s}
 events: default,sched
 filters: {port: %d}
 ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
-targets:
-  - type: ssh
-    host: 127.0.0.1
-    port: %d
-    user: %s
-    path: %s
-    identity_file: %s
-    known_hosts: %s
-`, spool, port, srv.Port, srv.User, root, srv.Identity, srv.KnownHosts)
+`, spool, port) + srv.TargetYAML(root)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -168,6 +168,20 @@ func descendants(pid int) []int {
 
 // SSH runs a command on the server as a client, outside any collect
 // service (the tests' own traffic to the archive).
+// TargetYAML is a collect configuration's `targets:` block shipping to
+// this server under path, as the collect tests write it.
+func (s *SSHD) TargetYAML(path string) string {
+	return fmt.Sprintf(`targets:
+  - type: ssh
+    host: 127.0.0.1
+    port: %d
+    user: %s
+    path: %s
+    identity_file: %s
+    known_hosts: %s
+`, s.Port, s.User, path, s.Identity, s.KnownHosts)
+}
+
 func (s *SSHD) SSH(args ...string) *exec.Cmd {
 	a := []string{"-o", "BatchMode=yes", "-i", s.Identity, "-o", "IdentitiesOnly=yes", "-o", "UserKnownHostsFile=" + s.KnownHosts,
 		"-o", "StrictHostKeyChecking=yes", "-p", strconv.Itoa(s.Port), s.User + "@127.0.0.1"}
