@@ -19,16 +19,47 @@ import (
 // listenUDP opens a UDP socket in h on port 0.
 func listenUDP(t *testing.T, h Host) *net.UDPConn {
 	t.Helper()
+	return listenUDPOn(t, h, h.Addr)
+}
+
+// listenUDPOn opens a UDP socket in h's namespace bound to addr, one of h's
+// addresses (IPv4 or IPv6).
+func listenUDPOn(t *testing.T, h Host, addr netip.Addr) *net.UDPConn {
+	t.Helper()
 	var c *net.UDPConn
 	if err := h.Do(func() error {
 		var err error
-		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(h.Addr, 0)))
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// checkViaRouter sends a datagram from the sender and the cross host to the
+// receiver, each from the address addr picks, and checks it arrives from
+// that address.
+func checkViaRouter(t *testing.T, p *Path, addr func(Host) netip.Addr) {
+	t.Helper()
+	rcv := listenUDPOn(t, p.Receiver, addr(p.Receiver))
+	for _, from := range []Host{p.Sender, p.Cross} {
+		snd := listenUDPOn(t, from, addr(from))
+		msg := []byte("via the router from " + from.NS)
+		if _, err := snd.WriteToUDP(msg, rcv.LocalAddr().(*net.UDPAddr)); err != nil {
+			t.Fatal(err)
+		}
+		_ = rcv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 200)
+		n, src, err := rcv.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("from %s: %v", from.NS, err)
+		}
+		if string(buf[:n]) != string(msg) || src.Addr().Unmap() != addr(from) {
+			t.Fatalf("got %q from %v, want %q from %v", buf[:n], src, msg, addr(from))
+		}
+	}
 }
 
 func TestPathRoutes(t *testing.T) {
@@ -47,23 +78,7 @@ func TestPathRoutes(t *testing.T) {
 		}
 		inodes[h.NetNSInode] = name
 	}
-	rcv := listenUDP(t, p.Receiver)
-	for _, from := range []Host{p.Sender, p.Cross} {
-		snd := listenUDP(t, from)
-		msg := []byte("via the router from " + from.NS)
-		if _, err := snd.WriteToUDP(msg, rcv.LocalAddr().(*net.UDPAddr)); err != nil {
-			t.Fatal(err)
-		}
-		_ = rcv.SetReadDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 200)
-		n, src, err := rcv.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			t.Fatalf("from %s: %v", from.NS, err)
-		}
-		if string(buf[:n]) != string(msg) || src.Addr() != from.Addr {
-			t.Fatalf("got %q from %v, want %q from %v", buf[:n], src, msg, from.Addr)
-		}
-	}
+	checkViaRouter(t, p, func(h Host) netip.Addr { return h.Addr })
 	out, err := p.Command(p.Router, "tc", "qdisc", "show", "dev", p.Router.Iface).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tc: %v: %s", err, out)
@@ -217,35 +232,7 @@ func TestPathIPv6(t *testing.T) {
 		}
 		seen[h.Addr6] = name
 	}
-	open := func(h Host) *net.UDPConn {
-		var c *net.UDPConn
-		if err := h.Do(func() error {
-			var err error
-			c, err = net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(h.Addr6, 0)))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	rcv := open(p.Receiver)
-	for _, from := range []Host{p.Sender, p.Cross} {
-		snd := open(from)
-		msg := []byte("over IPv6 from " + from.NS)
-		if _, err := snd.WriteToUDP(msg, rcv.LocalAddr().(*net.UDPAddr)); err != nil {
-			t.Fatal(err)
-		}
-		_ = rcv.SetReadDeadline(time.Now().Add(5 * time.Second))
-		buf := make([]byte, 200)
-		n, src, err := rcv.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			t.Fatalf("from %s: %v", from.NS, err)
-		}
-		if string(buf[:n]) != string(msg) || src.Addr() != from.Addr6 {
-			t.Fatalf("got %q from %v, want %q from %v", buf[:n], src, msg, from.Addr6)
-		}
-	}
+	checkViaRouter(t, p, func(h Host) netip.Addr { return h.Addr6 })
 	// Without the option, no host has an IPv6 address of the lab's.
 	q := PathForTest(t, PathOptions{Name: "netlabtest"})
 	if q.Sender.Addr6.IsValid() || q.Receiver.Addr6.IsValid() {
