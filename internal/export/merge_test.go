@@ -43,9 +43,17 @@ func (c *capture) Close() error { return nil }
 // size identifies it.
 func mergeTrace(t *testing.T, host string, offset int64, recs []recSpec) []byte {
 	t.Helper()
+	return bootTrace(t, host, offset, "", recs)
+}
+
+// bootTrace is mergeTrace with a boot id in the header ("" for none).
+func bootTrace(t *testing.T, host string, offset int64, boot string, recs []recSpec) []byte {
+	t.Helper()
 	h := testHeader(t)
-	h.Host = host
-	h.Clock.WallOffsetNs = offset
+	h.Host, h.Clock.WallOffsetNs = host, offset
+	if boot != "" {
+		h.Extra = map[string]any{"boot_id": boot}
+	}
 	var buf bytes.Buffer
 	w, err := trace.NewWriter(&buf, h, trace.WriterOptions{})
 	if err != nil {

@@ -134,28 +134,6 @@ func TestWriteTextsLate(t *testing.T) {
 	}
 }
 
-// bootTrace is mergeTrace with a boot id in the header.
-func bootTrace(t *testing.T, host string, offset int64, boot string, recs []recSpec) []byte {
-	t.Helper()
-	h := testHeader(t)
-	h.Host, h.Clock.WallOffsetNs = host, offset
-	h.Extra = map[string]any{"boot_id": boot}
-	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, h, trace.WriterOptions{})
-	if err != nil {
-		t.Fatalf("NewWriter: %v", err)
-	}
-	for _, rs := range recs {
-		if err := w.Write(encode(t, h, rs)); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-	}
-	if err := w.Close(&trace.Summary{}); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	return buf.Bytes()
-}
-
 // TestWriteTextsSeveral: two traces of two machines are merged by wall
 // clock, each line naming its trace; two traces of one boot are merged by
 // their shared clock, whatever their wall offsets say, as in report and in
