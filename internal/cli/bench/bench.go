@@ -6,13 +6,12 @@
 package benchcmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -113,22 +112,10 @@ configuration, the sweep). Needs root.`,
 			if full && (reps != 5 || duration != 5*time.Second) {
 				opts.Note = fmt.Sprintf("reduced from the documented full run (5 repetitions of 5s) to %d of %v to bound the machine time", reps, duration)
 			}
-			if out != "" {
-				// Fail before a long run, not after it.
-				if err := benchreport.CheckOutput(out); err != nil {
-					return fmt.Errorf("bench: -o: %w", err)
-				}
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := bench.Run(ctx, opts)
-			if err != nil {
-				return fmt.Errorf("bench: %w", err)
-			}
-			if err := benchreport.Write(cmd.OutOrStdout(), out, asJSON, rep); err != nil {
-				return fmt.Errorf("bench: %w", err)
-			}
-			return nil
+			// -o is checked before the long run, not after it.
+			return benchreport.Run(cmd.Context(), "bench", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*bench.Report, error) {
+				return bench.Run(ctx, opts)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -7,9 +7,11 @@ package benchreport
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 )
@@ -54,6 +56,27 @@ func Write(stdout io.Writer, path string, asJSON bool, rep Report) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// Run is a bench subcommand's whole life: check -o before the long run,
+// run until done or interrupted (SIGINT, SIGTERM), write the report.
+// Errors carry name ("bench", "bench probe") in front.
+func Run[R Report](ctx context.Context, name string, stdout io.Writer, path string, asJSON bool, run func(context.Context) (R, error)) error {
+	if path != "" {
+		if err := CheckOutput(path); err != nil {
+			return fmt.Errorf("%s: -o: %w", name, err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := Write(stdout, path, asJSON, rep); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }

@@ -3,13 +3,12 @@
 package bwprobecmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,21 +94,10 @@ grid. Needs root. See docs/PROBE.md.`,
 			if opts.Magnet, err = os.Executable(); err != nil {
 				return fmt.Errorf("bench probe: find the magnet binary: %w", err)
 			}
-			if out != "" {
-				if err := benchreport.CheckOutput(out); err != nil {
-					return fmt.Errorf("bench probe: -o: %w", err)
-				}
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := probebench.Run(ctx, opts)
-			if err != nil {
-				return fmt.Errorf("bench probe: %w", err)
-			}
-			if err := benchreport.Write(cmd.OutOrStdout(), out, asJSON, rep); err != nil {
-				return fmt.Errorf("bench probe: %w", err)
-			}
-			return nil
+			// -o is checked before the long run, not after it.
+			return benchreport.Run(cmd.Context(), "bench probe", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*probebench.Report, error) {
+				return probebench.Run(ctx, opts)
+			})
 		},
 	}
 	f := cmd.Flags()
