@@ -94,6 +94,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--events", "sock,bogus"}, `unknown event group "bogus"`},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--buffer", "3000"}, "power of two"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--buffer", "lots"}, "bad size"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--wakeup-fill", "120"}, "--wakeup-fill: 120: want a per cent between 0 and 100"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--poll-interval", "10us"}, "--poll-interval 10µs: want between 1ms and 1m"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--port", "70000"}, "port 70000"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--netns", "magnet-no-such-ns"}, "netns magnet-no-such-ns"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--cgroup", dir}, "not in a cgroup2 hierarchy"},

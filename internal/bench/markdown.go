@@ -341,16 +341,20 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 
 	if sw := r.Sweep; sw != nil {
-		p("\n## Loss against ring-buffer size, unlimited link\n\n")
-		p("One %gs transfer per row, recorded with %s. Events/s = events produced / transfer wall time. Unaccounted = produced − recorded − lost (events neither written nor counted as lost).\n\n", sw.DurationS, sw.Filter)
-		p("| workload | buffer | produced | recorded | lost | unaccounted | loss %% | events/s | throughput Mbit/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("\n## Loss against ring-buffer size\n\n")
+		p("One %gs transfer per row, recorded with %s; the bulk transfer on the 1 Gbit/s and the unlimited link, the 64-byte ones on the unlimited link (they make far less than 1 Gbit/s). Events/s = events produced / transfer wall time. Unaccounted = produced − recorded − lost (events neither written nor counted as lost). Recorder CPU: its CPU time (user + system) over the transfer, per cent of one CPU.\n\n", sw.DurationS, sw.Filter)
+		p("| workload | link | buffer | produced | recorded | lost | unaccounted | loss %% | events/s | throughput Mbit/s | recorder CPU %% |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range sw.Rows {
 			mark := ""
 			if row.BufferBytes == sw.DefaultBuffer {
 				mark = " (default)"
 			}
-			p("| %s | %s%s | %d | %d | %d | %d | %.2f | %.0f | %.1f |\n", row.Workload, sizeName(row.BufferBytes), mark,
-				row.Produced, row.Recorded, row.Lost, row.Unaccounted, row.LossPct, row.EventsPerSec, row.ThroughputMbit)
+			link := row.Link
+			if link == "" {
+				link = linkName(0)
+			}
+			p("| %s | %s | %s%s | %d | %d | %d | %d | %.2f | %.0f | %.1f | %.1f |\n", row.Workload, link, sizeName(row.BufferBytes), mark,
+				row.Produced, row.Recorded, row.Lost, row.Unaccounted, row.LossPct, row.EventsPerSec, row.ThroughputMbit, row.RecorderCPUPct)
 		}
 		if sw.MaxZeroLossRate > 0 {
 			p("\nMaximum event rate with zero loss at the default buffer: **%.0f events/s** (%s).\n", sw.MaxZeroLossRate, sw.MaxZeroLossWorkload)
@@ -361,13 +365,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p("Over every buffer size: %.0f events/s (%s).\n", sw.MaxZeroLossAnyBuffer, sw.MaxZeroLossAnyBufferDesc)
 		}
 		if len(sw.Policy) > 0 {
-			p("\n## Loss against drain policy, small buffers\n\n")
-			p("The reader is woken when a ring is an eighth full and loses events if it does not come back before the ring is full. **%s**: the drain loop hands the trace's blocks to a queue that a goroutine writes to the file; **%s**: the drain loop writes them itself, and waits whenever the file system does. The policies interleaved, %d runs each of %gs, recorded with %s; mean ± 95 %% CI over runs. Recorder CPU: per cent of one CPU over the transfer.\n\n",
-				PolicyQueued, PolicyInLoop, maxRuns(sw.Policy), sw.DurationS, sw.Filter)
-			p("| workload | buffer | policy | runs | runs with loss | produced | lost | unaccounted | loss %% | events/s | recorder CPU %% |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			p("\n## Loss and CPU against the drain policy\n\n")
+			p("How soon and how often the recorder reads the rings (`magnet record --wakeup-fill`, `--poll-interval`): BPF wakes it when a CPU's ring is filled past the wake-up fill, and it reads them at least every poll interval anyway; a ring that fills before the reader comes back loses events (counted). \"Never woken\" is MAGNeT's reader, which slept a fixed time between drains (the papers' Figures 9 and 10). The last policy writes the trace from the drain loop, which then waits whenever the file system does, instead of from a goroutine behind a queue. Buffer %s (all CPUs), the policies interleaved, %d runs each of %gs, recorded with %s; mean ± 95 %% CI over runs. CPU: per cent of one CPU over the transfer; sender: the sending workload process.\n\n",
+				sizeName(sw.Policy[0].BufferBytes), maxRuns(sw.Policy), sw.DurationS, sw.Filter)
+			p("| workload | link | policy | runs | runs with loss | produced | lost | unaccounted | loss %% | events/s | recorder CPU %% | sender CPU %% |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, row := range sw.Policy {
-				p("| %s | %s | %s | %d | %d | %d | %d | %d | %s | %s | %s |\n", row.Workload, sizeName(row.BufferBytes), row.Policy, row.Runs, row.LossyRuns,
-					row.Produced, row.Lost, row.Unaccounted, fmtStat(row.LossPct, 3), fmtStat(row.EventsPerS, 0), fmtStat(row.CPUPct, 1))
+				p("| %s | %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", row.Workload, row.Link, row.Policy, row.Runs, row.LossyRuns,
+					row.Produced, row.Lost, row.Unaccounted, fmtStat(row.LossPct, 3), fmtStat(row.EventsPerS, 0), fmtStat(row.CPUPct, 1), fmtStat(row.SenderCPUPct, 1))
 			}
 		}
 		if len(sw.Limit) > 0 {

@@ -5,6 +5,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -30,31 +31,67 @@ type SweepResult struct {
 	Limit []RateLimitRow `json:"limit,omitempty"`
 }
 
-// Drain policies of the policy sweep.
-const (
-	PolicyQueued = "writer goroutine (default)"
-	PolicyInLoop = "write in the drain loop"
-)
+// DrainPolicy is how the recorder is told to read its rings: when BPF
+// wakes it (a ring's fill), how long it sleeps at most without a wake-up,
+// and where the trace is written from.
+type DrainPolicy struct {
+	Name         string
+	WakeupFill   float64       // record.Config.WakeupFill; 0 = the default
+	PollInterval time.Duration // record.Config.PollInterval; 0 = the default
+	WriteInLoop  bool
+}
 
-// PolicyBuffers are the ring sizes of the policy sweep: the small ones,
-// where a late reader loses events.
-var PolicyBuffers = []int{256 << 10, 1 << 20}
+// DrainPolicies are the policies of the policy sweep: the default; woken
+// sooner and later; never woken, reading the rings every 1, 10 and 100 ms
+// (MAGNeT's reader slept a fixed time between drains: the papers' Figures
+// 9 and 10); and the default wake-up with the trace written from the
+// drain loop.
+var DrainPolicies = []DrainPolicy{
+	{Name: "woken at 1/8 full, poll 50 ms (default)"},
+	{Name: "woken at 1/64 full", WakeupFill: 1.0 / 64},
+	{Name: "woken at 1/2 full", WakeupFill: 0.5},
+	{Name: "never woken, read every 1 ms", WakeupFill: 1, PollInterval: time.Millisecond},
+	{Name: "never woken, read every 10 ms", WakeupFill: 1, PollInterval: 10 * time.Millisecond},
+	{Name: "never woken, read every 100 ms", WakeupFill: 1, PollInterval: 100 * time.Millisecond},
+	{Name: "default wake-up, trace written in the drain loop", WriteInLoop: true},
+}
 
-// PolicyRow is one workload, buffer and drain policy over the repetitions.
+// PolicyBuffer is the ring size of the policy sweep: a small one (the
+// papers' default), where a late reader loses events.
+const PolicyBuffer = 256 << 10
+
+// PolicyReps bounds the repetitions of the policy sweep (the full run's
+// machine time).
+const PolicyReps = 3
+
+// policyWorkload is a workload of the policy sweep and its link.
+type policyWorkload struct {
+	proto    string
+	size     int
+	rateMbit int
+}
+
+// policyWorkloads: the bulk transfer on the 1 Gbit/s and unlimited links,
+// and 64-byte TCP sends, which make the most events per second.
+var policyWorkloads = []policyWorkload{{"tcp", BulkSize, 1000}, {"tcp", BulkSize, 0}, {"tcp", SmallSize, 0}}
+
+// PolicyRow is one workload, link and drain policy over the repetitions.
 type PolicyRow struct {
-	Workload    string `json:"workload"`
-	BufferBytes int    `json:"buffer_bytes"`
-	Policy      string `json:"policy"`
-	Runs        int    `json:"runs"`
-	LossyRuns   int    `json:"lossy_runs"`
-	Produced    uint64 `json:"produced"`
-	Lost        uint64 `json:"lost"`
-	Unaccounted int64  `json:"unaccounted"`
-	LossPct     Stat   `json:"loss_pct"`
-	EventsPerS  Stat   `json:"events_per_s"`
-	CPUPct      Stat   `json:"recorder_cpu_pct"`
+	Workload     string `json:"workload"`
+	Link         string `json:"link"`
+	BufferBytes  int    `json:"buffer_bytes"`
+	Policy       string `json:"policy"`
+	Runs         int    `json:"runs"`
+	LossyRuns    int    `json:"lossy_runs"`
+	Produced     uint64 `json:"produced"`
+	Lost         uint64 `json:"lost"`
+	Unaccounted  int64  `json:"unaccounted"`
+	LossPct      Stat   `json:"loss_pct"`
+	EventsPerS   Stat   `json:"events_per_s"`
+	CPUPct       Stat   `json:"recorder_cpu_pct"`
+	SenderCPUPct Stat   `json:"sender_cpu_pct"`
 
-	lossPcts, rates, cpus []float64
+	lossPcts, rates, cpus, senderCPUs []float64
 }
 
 // SweepRow is one recorded transfer of the sweep.
@@ -72,16 +109,29 @@ type SweepRow struct {
 	LossPct        float64 `json:"loss_pct"`
 	EventsPerSec   float64 `json:"events_per_s"`
 	ThroughputMbit float64 `json:"throughput_mbit"`
+	Link           string  `json:"link,omitempty"`
+	// RecorderCPUPct is the recorder's CPU time over the transfer, in
+	// per cent of one CPU.
+	RecorderCPUPct float64 `json:"recorder_cpu_pct"`
 }
 
 // sweep records the workload port (both namespaces) with every buffer size,
-// for a bulk TCP transfer and for small messages over TCP and UDP.
+// for a bulk TCP transfer on the unlimited link (lab) and on a 1 Gbit/s
+// one, and for small messages over TCP and UDP (on the unlimited link:
+// they make far less than 1 Gbit/s).
 func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, error) {
 	sr := &SweepResult{DurationS: b.opts.SweepDuration.Seconds(), Filter: "--port of the workload (both namespaces)", DefaultBuffer: record.DefaultBufferBytes}
+	gig, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	defer gig.Close()
 	workloads := []struct {
 		proto string
 		size  int
-	}{{"tcp", BulkSize}, {"tcp", SmallSize}, {"udp", SmallSize}}
+		lab   *netlab.Lab
+		rate  int
+	}{{"tcp", BulkSize, gig, 1000}, {"tcp", BulkSize, lab, 0}, {"tcp", SmallSize, lab, 0}, {"udp", SmallSize, lab, 0}}
 	for _, w := range workloads {
 		for _, buf := range SweepBuffers {
 			if err := ctx.Err(); err != nil {
@@ -92,7 +142,7 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 			if err != nil {
 				return nil, err
 			}
-			x, xerr := b.transfer(ctx, lab, w.proto, w.size, b.opts.SweepDuration, port)
+			x, xerr := b.transfer(ctx, w.lab, w.proto, w.size, b.opts.SweepDuration, port)
 			tr, err := t.stop()
 			if xerr != nil {
 				return nil, xerr
@@ -104,6 +154,7 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 				Workload: fmt.Sprintf("%s %d B", w.proto, w.size), Proto: w.proto, Size: w.size, BufferBytes: buf,
 				Produced: tr.Produced, Recorded: tr.Events, Lost: tr.Lost,
 				Unaccounted: int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost),
+				Link:        linkName(w.rate),
 			}
 			if tr.Produced > 0 {
 				row.LossPct = 100 * float64(tr.Lost) / float64(tr.Produced)
@@ -111,8 +162,9 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 			if x.WallS > 0 {
 				row.EventsPerSec = float64(tr.Produced) / x.WallS
 				row.ThroughputMbit = float64(x.RecvBytes) * 8 / x.WallS / 1e6
+				row.RecorderCPUPct = 100 * tr.CPUS / x.WallS
 			}
-			b.logf("sweep %-10s buffer %-8s produced %d lost %d (%.2f%%) %.0f events/s", row.Workload, sizeName(buf), row.Produced, row.Lost, row.LossPct, row.EventsPerSec)
+			b.logf("sweep %-10s %-13s buffer %-8s produced %d lost %d (%.2f%%) %.0f events/s", row.Workload, row.Link, sizeName(buf), row.Produced, row.Lost, row.LossPct, row.EventsPerSec)
 			sr.Rows = append(sr.Rows, row)
 			if w.size == SmallSize && row.Lost == 0 {
 				if buf == record.DefaultBufferBytes && row.EventsPerSec > sr.MaxZeroLossRate {
@@ -125,6 +177,9 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 			}
 		}
 	}
+	if err := gig.Close(); err != nil {
+		return nil, err
+	}
 	b.logf("limit: the small-message workloads unobserved, loaded and recorded")
 	limit, err := b.rateLimit(ctx, lab)
 	if err != nil {
@@ -134,69 +189,78 @@ func (b *bencher) sweep(ctx context.Context, lab *netlab.Lab) (*SweepResult, err
 	return sr, nil
 }
 
-// policySweep records small messages at small buffers under each drain
-// policy, --reps times, the policies interleaved: whether writing the trace
-// from a goroutine of its own keeps a small ring from overflowing while the
-// file system makes writes wait.
+// policySweep records each policy workload at the policy buffer under
+// every drain policy, the policies interleaved, min(--reps, PolicyReps)
+// times: events lost and CPU used against how soon and how often the
+// recorder reads the rings (the papers' Figures 9 and 10, with wake-ups).
 func (b *bencher) policySweep(ctx context.Context, lab *netlab.Lab) ([]PolicyRow, error) {
-	policies := []struct {
-		name   string
-		inLoop bool
-	}{{PolicyQueued, false}, {PolicyInLoop, true}}
+	gig, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	defer gig.Close()
+	labOf := func(w policyWorkload) *netlab.Lab {
+		if w.rateMbit == 1000 {
+			return gig
+		}
+		return lab
+	}
 	var rows []*PolicyRow
-	for _, w := range []string{"udp", "tcp"} {
-		for _, buf := range PolicyBuffers {
-			for _, pol := range policies {
-				rows = append(rows, &PolicyRow{Workload: fmt.Sprintf("%s %d B", w, SmallSize), BufferBytes: buf, Policy: pol.name})
+	for _, w := range policyWorkloads {
+		for _, pol := range DrainPolicies {
+			rows = append(rows, &PolicyRow{Workload: fmt.Sprintf("%s %d B", w.proto, w.size), Link: linkName(w.rateMbit), BufferBytes: PolicyBuffer, Policy: pol.Name})
+		}
+	}
+	reps := min(b.opts.Reps, PolicyReps)
+	for rep := 1; rep <= reps; rep++ {
+		i := 0
+		for _, w := range policyWorkloads {
+			for _, pol := range DrainPolicies {
+				row := rows[i]
+				i++
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				port := b.nextPort()
+				t, err := b.startRecord(ctx, record.Filters{Port: port}, PolicyBuffer, nil, func(c *record.Config) {
+					c.WakeupFill, c.PollInterval, c.WriteInLoop = pol.WakeupFill, pol.PollInterval, pol.WriteInLoop
+				})
+				if err != nil {
+					return nil, err
+				}
+				x, xerr := b.transfer(ctx, labOf(w), w.proto, w.size, b.opts.SweepDuration, port)
+				tr, err := t.stop()
+				if xerr != nil {
+					return nil, xerr
+				}
+				if err != nil {
+					return nil, err
+				}
+				row.Runs++
+				if tr.Lost > 0 {
+					row.LossyRuns++
+				}
+				row.Produced += tr.Produced
+				row.Lost += tr.Lost
+				row.Unaccounted += int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost)
+				if tr.Produced > 0 {
+					row.lossPcts = append(row.lossPcts, 100*float64(tr.Lost)/float64(tr.Produced))
+				}
+				if x.WallS > 0 {
+					row.rates = append(row.rates, float64(tr.Produced)/x.WallS)
+					row.cpus = append(row.cpus, 100*tr.CPUS/x.WallS)
+					row.senderCPUs = append(row.senderCPUs, 100*x.SenderCPUS/x.WallS)
+				}
+				b.logf("policy rep %d %-9s %-13s %-48s produced %d lost %d", rep, row.Workload, row.Link, pol.Name, tr.Produced, tr.Lost)
 			}
 		}
 	}
-	for rep := 1; rep <= b.opts.Reps; rep++ {
-		i := 0
-		for _, w := range []string{"udp", "tcp"} {
-			for _, buf := range PolicyBuffers {
-				for _, pol := range policies {
-					row := rows[i]
-					i++
-					if err := ctx.Err(); err != nil {
-						return nil, err
-					}
-					port := b.nextPort()
-					inLoop := pol.inLoop
-					t, err := b.startRecord(ctx, record.Filters{Port: port}, buf, nil, func(c *record.Config) { c.WriteInLoop = inLoop })
-					if err != nil {
-						return nil, err
-					}
-					x, xerr := b.transfer(ctx, lab, w, SmallSize, b.opts.SweepDuration, port)
-					tr, err := t.stop()
-					if xerr != nil {
-						return nil, xerr
-					}
-					if err != nil {
-						return nil, err
-					}
-					row.Runs++
-					if tr.Lost > 0 {
-						row.LossyRuns++
-					}
-					row.Produced += tr.Produced
-					row.Lost += tr.Lost
-					row.Unaccounted += int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost)
-					if tr.Produced > 0 {
-						row.lossPcts = append(row.lossPcts, 100*float64(tr.Lost)/float64(tr.Produced))
-					}
-					if x.WallS > 0 {
-						row.rates = append(row.rates, float64(tr.Produced)/x.WallS)
-						row.cpus = append(row.cpus, 100*tr.CPUS/x.WallS)
-					}
-					b.logf("policy rep %d %-9s buffer %-8s %-27s produced %d lost %d", rep, row.Workload, sizeName(buf), pol.name, tr.Produced, tr.Lost)
-				}
-			}
-		}
+	if err := gig.Close(); err != nil {
+		return nil, err
 	}
 	out := make([]PolicyRow, len(rows))
 	for i, r := range rows {
-		r.LossPct, r.EventsPerS, r.CPUPct = Summarize(r.lossPcts), Summarize(r.rates), Summarize(r.cpus)
+		r.LossPct, r.EventsPerS, r.CPUPct, r.SenderCPUPct = Summarize(r.lossPcts), Summarize(r.rates), Summarize(r.cpus), Summarize(r.senderCPUs)
 		out[i] = *r
 	}
 	return out, nil

@@ -92,6 +92,23 @@ type Options struct {
 	// Synthetic loads synth_event and synth_empty, never attached, for
 	// magnet bench to run with BPF_PROG_TEST_RUN (Probe.Synthetic).
 	Synthetic bool
+	// WakeupFill is how full (a fraction of its size) an events ring gets
+	// before BPF wakes the reader; 0 means DefaultWakeupFill. A fraction
+	// below one record wakes it at every event; 1 only when the ring is
+	// full, which leaves the reader to its poll interval.
+	WakeupFill float64
+}
+
+// DefaultWakeupFill: an eighth of a ring leaves the reader seven eighths
+// of it to come back in, and wakes it seldom enough to drain in batches.
+const DefaultWakeupFill = 1.0 / 8
+
+// wakeupBytes is the events_wakeup threshold of a ring of perCPU bytes.
+func wakeupBytes(perCPU int, fill float64) uint64 {
+	if fill <= 0 {
+		fill = DefaultWakeupFill
+	}
+	return max(1, uint64(float64(perCPU)*min(fill, 1)))
 }
 
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
@@ -153,7 +170,7 @@ func Load(opts Options) (*Probe, error) {
 		}
 		return nil
 	}
-	// Wake the reader once a ring is an eighth full; it also polls.
+	// Wake the reader once a ring is filled past opts.WakeupFill; it also polls.
 	for _, kv := range []struct {
 		name string
 		v    any
@@ -164,7 +181,7 @@ func Load(opts Options) (*Probe, error) {
 		{"filter_cgroup", opts.Filters.CgroupID},
 		{"self_tgid", opts.SelfTGID},
 		{"exclude_cgroup", opts.ExcludeCgroupID},
-		{"events_wakeup", uint64(perCPU / 8)},
+		{"events_wakeup", wakeupBytes(perCPU, opts.WakeupFill)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
 	} {

@@ -88,6 +88,12 @@ type Config struct {
 	// Synthetic loads the never-attached programs magnet bench uses to
 	// make events at a chosen rate (probe.Options.Synthetic).
 	Synthetic bool
+	// WakeupFill is the fill of an events ring (a fraction of its size)
+	// at which BPF wakes the recorder; 0 means probe.DefaultWakeupFill.
+	WakeupFill float64
+	// PollInterval is how long the recorder sleeps at most while the
+	// rings look empty; 0 means DefaultPollInterval.
+	PollInterval time.Duration
 }
 
 // Sink takes the records of a recording, in drain order. trace.Writer is
@@ -159,6 +165,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 200 * time.Millisecond
 	}
+	if cfg.WakeupFill < 0 || cfg.WakeupFill > 1 {
+		return nil, fmt.Errorf("wake-up fill %g: want a fraction of the ring between 0 and 1", cfg.WakeupFill)
+	}
+	if cfg.PollInterval < 0 {
+		return nil, fmt.Errorf("poll interval %v: want a positive duration", cfg.PollInterval)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
 	if cfg.StatusDir == "" {
 		cfg.StatusDir = DefaultStatusDir
 	}
@@ -208,6 +223,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Disable:         cfg.DisableHooks,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
 		Synthetic:       cfg.Synthetic,
+		WakeupFill:      cfg.WakeupFill,
 	})
 	if err != nil {
 		return nil, err
@@ -385,18 +401,18 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		case n == 0:
 			// A caller that flushes more often than the poll wants its
 			// records that soon: wait no longer than its interval.
-			if err := r.poll.Wait(min(pollInterval, r.cfg.FlushEvery)); err != nil {
+			if err := r.poll.Wait(min(r.cfg.PollInterval, r.cfg.FlushEvery)); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// pollInterval bounds how long the recorder sleeps while the rings look
-// empty: BPF wakes it up only once a ring is an eighth full (see
+// DefaultPollInterval bounds how long the recorder sleeps while the rings
+// look empty: BPF wakes it up only once a ring is an eighth full (see
 // probe.Load), so this is how late a record can be written when events are
 // few.
-const pollInterval = 50 * time.Millisecond
+const DefaultPollInterval = 50 * time.Millisecond
 
 // drain writes what the rings hold now, the control ring's records first,
 // and at most about the events rings' size, so that the loop comes back to

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
@@ -395,16 +396,26 @@ func TestFTPPatternUDP(t *testing.T) {
 func TestFloodAccounting(t *testing.T) {
 	needRoot(t)
 	// Both ways of writing the trace: from the writer goroutine (the
-	// default) and from the drain loop.
-	for _, inLoop := range []bool{false, true} {
-		t.Run(fmt.Sprintf("write in loop %v", inLoop), func(t *testing.T) { floodAccounting(t, inLoop) })
+	// default) and from the drain loop; and a reader never woken, which
+	// reads the rings every millisecond (MAGNeT's).
+	for _, c := range []struct {
+		name string
+		cfg  record.Config
+	}{
+		{"writer goroutine", record.Config{}},
+		{"write in loop", record.Config{WriteInLoop: true}},
+		{"never woken, poll 1ms", record.Config{WakeupFill: 1, PollInterval: time.Millisecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) { floodAccounting(t, c.cfg) })
 	}
 }
 
-func floodAccounting(t *testing.T, inLoop bool) {
+func floodAccounting(t *testing.T, cfg record.Config) {
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgflood"})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, BufferBytes: os.Getpagesize(), WriteInLoop: inLoop})
+	cfg.Filters = record.Filters{Port: port}
+	cfg.BufferBytes = os.Getpagesize()
+	rec := startRecording(t, cfg)
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
 	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "1s", "--size", "64"))

@@ -25,6 +25,8 @@ import (
 func New() *cobra.Command {
 	var (
 		output, events, buffer, cgroup, netns, readyFile string
+		wakeupFill                                       float64
+		pollInterval                                     time.Duration
 		pid, port                                        int
 		duration                                         time.Duration
 		quiet                                            bool
@@ -71,6 +73,13 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err != nil {
 				return fmt.Errorf("record: --buffer: %w", err)
 			}
+			fill, err := wakeupFraction(wakeupFill)
+			if err != nil {
+				return fmt.Errorf("record: --wakeup-fill: %w", err)
+			}
+			if pollInterval < time.Millisecond || pollInterval > time.Minute {
+				return fmt.Errorf("record: --poll-interval %v: want between 1ms and 1m", pollInterval)
+			}
 			if cgroup != "" && len(args) > 0 {
 				return fmt.Errorf("record: --cgroup and a command cannot be combined (the command gets a cgroup of its own)")
 			}
@@ -85,6 +94,8 @@ Event groups (--events, comma-separated; "-group" removes one):
 				Duration:     duration,
 				Command:      args,
 				DisableHooks: disable,
+				WakeupFill:   fill,
+				PollInterval: pollInterval,
 			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
@@ -122,6 +133,8 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVarP(&output, "output", "o", "", "trace file to write")
 	f.StringVarP(&events, "events", "e", "default", "event groups to record")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffers for events, all CPUs together (power of two; K/M/G suffixes)")
+	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events ring is this full (per cent of its size; 0 = at every event, 100 = never: poll only)")
+	f.DurationVar(&pollInterval, "poll-interval", record.DefaultPollInterval, "read the rings at least this often, woken or not")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
 	f.StringVar(&cgroup, "cgroup", "", "record only sockets and tasks of this cgroup2 (path) and its descendants")
@@ -271,4 +284,16 @@ func ParseSize(s string) (int, error) {
 		return 0, err
 	}
 	return n * mult, nil
+}
+
+// wakeupFraction turns --wakeup-fill's per cent into record.Config's
+// fraction: 0 per cent is "at every event", a fill below any record.
+func wakeupFraction(percent float64) (float64, error) {
+	if percent < 0 || percent > 100 || percent != percent {
+		return 0, fmt.Errorf("%g: want a per cent between 0 and 100", percent)
+	}
+	if percent == 0 {
+		return 1e-12, nil
+	}
+	return percent / 100, nil
 }

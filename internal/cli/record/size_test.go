@@ -3,6 +3,7 @@
 package record
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,25 @@ func TestParseSize(t *testing.T) {
 	for in, want := range bad {
 		if _, err := ParseSize(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseSize(%q) error = %v, want %q", in, err, want)
+		}
+	}
+}
+
+func TestWakeupFraction(t *testing.T) {
+	good := map[float64]float64{12.5: 0.125, 100: 1, 1.5625: 1.0 / 64}
+	for in, want := range good {
+		got, err := wakeupFraction(in)
+		if err != nil || got != want {
+			t.Errorf("wakeupFraction(%g) = %g, %v; want %g", in, got, err, want)
+		}
+	}
+	// 0 per cent: below any record, so every event wakes the reader.
+	if got, err := wakeupFraction(0); err != nil || got <= 0 || got > 1e-9 {
+		t.Errorf("wakeupFraction(0) = %g, %v; want a tiny positive fraction", got, err)
+	}
+	for _, in := range []float64{-1, 100.5, math.NaN()} {
+		if _, err := wakeupFraction(in); err == nil || !strings.Contains(err.Error(), "between 0 and 100") {
+			t.Errorf("wakeupFraction(%g) error = %v", in, err)
 		}
 	}
 }
