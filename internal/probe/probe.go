@@ -94,7 +94,8 @@ type Options struct {
 	Synthetic bool
 	// WakeupFill is how full (a fraction of its size) an events ring gets
 	// before BPF wakes the reader; 0 means DefaultWakeupFill. A fraction
-	// below one record wakes it at every event; 1 only when the ring is
+	// below one record wakes it as soon as the ring holds anything; 1 only
+	// when the ring is
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
 }

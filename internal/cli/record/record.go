@@ -133,7 +133,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVarP(&output, "output", "o", "", "trace file to write")
 	f.StringVarP(&events, "events", "e", "default", "event groups to record")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffers for events, all CPUs together (power of two; K/M/G suffixes)")
-	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events ring is this full (per cent of its size; 0 = at every event, 100 = never: poll only)")
+	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events ring is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
 	f.DurationVar(&pollInterval, "poll-interval", record.DefaultPollInterval, "read the rings at least this often, woken or not")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
@@ -287,7 +287,8 @@ func ParseSize(s string) (int, error) {
 }
 
 // wakeupFraction turns --wakeup-fill's per cent into record.Config's
-// fraction: 0 per cent is "at every event", a fill below any record.
+// fraction: 0 per cent is "as soon as the ring holds anything", a fill
+// below any record.
 func wakeupFraction(percent float64) (float64, error) {
 	if percent < 0 || percent > 100 || percent != percent {
 		return 0, fmt.Errorf("%g: want a per cent between 0 and 100", percent)
