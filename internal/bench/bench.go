@@ -133,6 +133,8 @@ type Settings struct {
 	Workload       string   `json:"workload"`
 	CPUSource      string   `json:"cpu_source"`
 	TcpdumpSnaplen int      `json:"tcpdump_snaplen,omitempty"`
+	// ProcBuilds names the builds of record-sender-proc and -other.
+	ProcBuilds string `json:"proc_builds,omitempty"`
 }
 
 // LinkResult holds every configuration's figures on one link.
@@ -223,6 +225,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			TcpdumpSnaplen: opts.TcpdumpSnaplen,
 		},
 	}
+	if slices.Contains(opts.Configs, RecordSenderProc) || slices.Contains(opts.Configs, RecordSenderOther) {
+		rep.Settings.ProcBuilds = fmt.Sprintf("record-sender-proc: %s; record-sender-other: %s", labelOr(opts.Label, "this build"), labelOr(opts.CompareLabel, opts.CompareWith))
+	}
 	for _, rate := range opts.Links {
 		lr, err := b.link(ctx, rate)
 		if err != nil {
@@ -298,8 +303,11 @@ func (o *Options) check() error {
 		}
 	}
 	for _, c := range o.Configs {
-		if !slices.Contains(AllConfigs, c) {
-			return fmt.Errorf("unknown configuration %q (want %s)", c, strings.Join(AllConfigs, ","))
+		if !slices.Contains(KnownConfigs, c) {
+			return fmt.Errorf("unknown configuration %q (want %s)", c, strings.Join(KnownConfigs, ","))
+		}
+		if c == RecordSenderOther && o.CompareWith == "" {
+			return fmt.Errorf("configuration %s records with the --compare-with build: give one", c)
 		}
 	}
 	return nil
@@ -342,6 +350,9 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 	for _, c := range b.opts.Configs {
 		if why := unavailable(c); why != "" {
 			skipped[c] = why
+		}
+		if unlimitedOnly[c] && rate != 0 {
+			skipped[c] = "run on the unlimited link only"
 		}
 	}
 	runs := map[string][]Trial{}

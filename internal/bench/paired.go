@@ -153,10 +153,15 @@ func (p *recorderProc) closeProgs() {
 	p.progs = nil
 }
 
-// cpuNs is the process's CPU time so far, all threads, in nanoseconds
-// (schedstat: finer than the clock ticks of /proc/PID/stat).
+// cpuNs is the process's CPU time so far, all threads, in nanoseconds.
 func (p *recorderProc) cpuNs() uint64 {
-	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p.cmd.Process.Pid))
+	return processCPUNs(p.cmd.Process.Pid)
+}
+
+// processCPUNs is a process's CPU time so far, its threads alive now, in
+// nanoseconds (schedstat: finer than the clock ticks of /proc/PID/stat).
+func processCPUNs(pid int) uint64 {
+	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	var sum uint64
 	for _, path := range paths {
 		data, err := os.ReadFile(path)

@@ -59,6 +59,10 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 		return b.startTcpdump(lab, lab.Server)
 	case Bpftrace:
 		return b.startBpftrace()
+	case RecordSenderProc:
+		return b.startRecordProc(ctx, b.opts.Magnet, lab.Client.NS)
+	case RecordSenderOther:
+		return b.startRecordProc(ctx, b.opts.CompareWith, lab.Client.NS)
 	}
 	return nil, fmt.Errorf("unknown configuration %q", config)
 }

@@ -50,12 +50,16 @@ packet. Configurations:
   tcpdump-sender    tcpdump -w on the sender's veth
   tcpdump-receiver  tcpdump -w on the receiver's veth
   bpftrace          bpftrace with the equivalent tracepoints, printing to a file
+  record-sender-proc   this build's magnet record binary as a process (unlimited link only)
+  record-sender-other  the --compare-with build's, the same way: the two
+                       differ by the change between the builds
 
 --sweep adds per-event cost (bpf_stats), events lost against the
 ring-buffer size, what limits the event rate and the synthetic-event
 ceiling; --cost adds only the per-event cost and --synth only the ceiling
 (with --links none, nothing else runs). --full is the documented full run (every link,
-configuration, the sweep). Needs root.`,
+configuration, the sweep; with --compare-with, the two process configurations
+too). Needs root.`,
 		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
   sudo magnet bench --full -o bench/RESULTS.md`,
 		Args: cobra.NoArgs,
@@ -100,6 +104,9 @@ configuration, the sweep). Needs root.`,
 					return fmt.Errorf("bench: --compare-with: %w", err)
 				}
 				opts.CompareWith, opts.CompareLabel = compareWith, cmpLbl
+				if full && !f.Changed("configs") {
+					opts.Configs = append(opts.Configs, bench.RecordSenderProc, bench.RecordSenderOther)
+				}
 			}
 			if before != "" {
 				if opts.Before, err = bench.ReadBefore(before); err != nil {
@@ -166,7 +173,7 @@ func ParseLinks(s string) ([]int, error) {
 	return out, nil
 }
 
-// ParseConfigs parses --configs against bench.AllConfigs.
+// ParseConfigs parses --configs against bench.KnownConfigs.
 func ParseConfigs(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -175,11 +182,11 @@ func ParseConfigs(s string) ([]string, error) {
 			continue
 		}
 		ok := false
-		for _, c := range bench.AllConfigs {
+		for _, c := range bench.KnownConfigs {
 			ok = ok || c == f
 		}
 		if !ok {
-			return nil, fmt.Errorf("unknown configuration %q (want %s)", f, strings.Join(bench.AllConfigs, ","))
+			return nil, fmt.Errorf("unknown configuration %q (want %s)", f, strings.Join(bench.KnownConfigs, ","))
 		}
 		out = append(out, f)
 	}

@@ -30,6 +30,10 @@ func TestParseConfigs(t *testing.T) {
 	if _, err := ParseConfigs("baseline,strace"); err == nil {
 		t.Error("unknown configuration accepted")
 	}
+	got, err = ParseConfigs("record-sender-proc,record-sender-other")
+	if err != nil || !slices.Equal(got, []string{"record-sender-proc", "record-sender-other"}) {
+		t.Fatalf("ParseConfigs(process configurations) = %v, %v", got, err)
+	}
 }
 
 func TestFlagErrors(t *testing.T) {
