@@ -55,14 +55,18 @@ const SmallSize = 64
 
 // Options configure Run.
 type Options struct {
-	Magnet   string        // the magnet binary that runs the workloads
-	Reps     int           // repetitions of each configuration
-	Duration time.Duration // each transfer
-	Links    []int         // Mbit/s, 0 = unlimited
-	Configs  []string
-	Sweep    bool // the loss sweep and the maximum zero-loss event rate
-	Cost     bool // per-event kernel (bpf_stats) and user-side cost
-	Synth    bool // the recording path with synthetic events (SynthResult)
+	Magnet string // the magnet binary that runs the workloads
+	Reps   int    // repetitions of each configuration
+	// UnlimitedReps, if set, replaces Reps on the unlimited link, whose
+	// throughput losses the goals judge: more rounds narrow their
+	// intervals where the verdicts are decided.
+	UnlimitedReps int
+	Duration      time.Duration // each transfer
+	Links         []int         // Mbit/s, 0 = unlimited
+	Configs       []string
+	Sweep         bool // the loss sweep and the maximum zero-loss event rate
+	Cost          bool // per-event kernel (bpf_stats) and user-side cost
+	Synth         bool // the recording path with synthetic events (SynthResult)
 	// SweepDuration is each sweep transfer; Duration if 0.
 	SweepDuration time.Duration
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
@@ -127,6 +131,7 @@ func ReadBefore(path string) (*Before, error) {
 // Settings echo the options that shaped the numbers.
 type Settings struct {
 	Reps           int      `json:"reps"`
+	UnlimitedReps  int      `json:"unlimited_reps,omitempty"`
 	DurationS      float64  `json:"duration_s"`
 	Links          []int    `json:"links_mbit"`
 	Configs        []string `json:"configs"`
@@ -219,7 +224,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		Date:    time.Now().UTC(),
 		Machine: readMachine(),
 		Settings: Settings{
-			Reps: opts.Reps, DurationS: opts.Duration.Seconds(), Links: opts.Links, Configs: opts.Configs,
+			Reps: opts.Reps, UnlimitedReps: opts.UnlimitedReps, DurationS: opts.Duration.Seconds(), Links: opts.Links, Configs: opts.Configs,
 			Workload:       fmt.Sprintf("magnet workload send --flood %v --size %d (TCP), against magnet workload serve", opts.Duration, BulkSize),
 			CPUSource:      "rusage (utime+stime) of each workload process from wait4, i.e. /proc/<pid>/stat utime+stime at exit; in-process recorder: getrusage(RUSAGE_SELF) from probes attached to recording closed",
 			TcpdumpSnaplen: opts.TcpdumpSnaplen,
@@ -356,7 +361,11 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 		}
 	}
 	runs := map[string][]Trial{}
-	for rep := 1; rep <= b.opts.Reps; rep++ {
+	reps := b.opts.Reps
+	if rate == 0 && b.opts.UnlimitedReps > 0 {
+		reps = b.opts.UnlimitedReps
+	}
+	for rep := 1; rep <= reps; rep++ {
 		for _, c := range b.opts.Configs {
 			if skipped[c] != "" {
 				continue

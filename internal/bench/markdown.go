@@ -230,7 +230,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("- **Note:** %s\n", r.Note)
 	}
 	s := r.Settings
-	p("- **Settings:** %d repetitions of %gs transfers per configuration and link, interleaved (A B C … A B C …); mean ± 95 %% confidence interval (Student t)\n", s.Reps, s.DurationS)
+	reps := fmt.Sprintf("%d repetitions", s.Reps)
+	if s.UnlimitedReps > 0 && s.UnlimitedReps != s.Reps {
+		reps = fmt.Sprintf("%d repetitions (%d on the unlimited link, where the goals are judged)", s.Reps, s.UnlimitedReps)
+	}
+	p("- **Settings:** %s of %gs transfers per configuration and link, interleaved (A B C … A B C …); mean ± 95 %% confidence interval (Student t)\n", reps, s.DurationS)
 	p("- **Workload:** magnet's own generator: %s, in two network namespaces joined by a veth pair (tc tbf for the rate-limited links)\n", s.Workload)
 	p("- **Throughput:** bytes the receiver got × 8 / the sender process's wall time (start to the receiver's close); **reduction** is against the baseline of the same repetition\n")
 	p("- **CPU:** %s; %% of one CPU over the transfer's wall time\n", s.CPUSource)

@@ -24,7 +24,7 @@ import (
 // New returns the bench command.
 func New() *cobra.Command {
 	var (
-		reps                int
+		reps, unlimitedReps int
 		duration            time.Duration
 		links, configs, out string
 		sweep, full, asJSON bool
@@ -89,6 +89,13 @@ too). Needs root.`,
 			if reps < 1 {
 				return fmt.Errorf("bench: --reps %d: want at least 1", reps)
 			}
+			if unlimitedReps < 0 {
+				return fmt.Errorf("bench: --unlimited-reps %d: want at least 1 (0: as --reps)", unlimitedReps)
+			}
+			opts.UnlimitedReps = unlimitedReps
+			if full && !f.Changed("unlimited-reps") {
+				opts.UnlimitedReps = 2 * reps
+			}
 			if duration < time.Second {
 				return fmt.Errorf("bench: --duration %v: want at least 1s", duration)
 			}
@@ -127,6 +134,7 @@ too). Needs root.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 5, "repetitions of each configuration")
+	f.IntVar(&unlimitedReps, "unlimited-reps", 0, "repetitions on the unlimited link, whose losses the goals judge (0: --reps; --full: twice --reps)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "length of each transfer")
 	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
 	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
