@@ -66,6 +66,7 @@ enum mg_group {
 	MG_G_SCHED = 1 << 7,
 	MG_G_HEADERS = 1 << 8,
 	MG_G_RATE = 1 << 9,
+	MG_G_TCPSEND = 1 << 10, /* tcp_send: opt-in, one per skb fill */
 };
 
 /* Common header of every record. */

@@ -890,7 +890,7 @@ int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_
 	struct emit e;
 	__u32 left, room;
 
-	if (!enabled(MG_G_TCP))
+	if (!enabled(MG_G_TCPSEND))
 		return 0;
 	conn = conn_of(sk, cookie_of(sk, sk), 1);
 	if (conn == FILTERED || !conn)

@@ -342,8 +342,10 @@ func firstNumber(re *regexp.Regexp, s string) uint64 {
 }
 
 // bpftraceScript is the nearest bpftrace gets to magnet's default groups
-// with tracepoints only: socket calls, TCP send/receive/state/retransmit,
+// with tracepoints only: socket calls, TCP receive/state/retransmit,
 // device queue/transmit/receive and drops, one printf line per event.
+// tcp_sendmsg_locked is left out, as magnet's default leaves out tcp_send
+// (group tcpsend, opt-in).
 // magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no
 // tracepoint, and without kprobes bpftrace cannot reach them. It traces
 // every namespace: a tracepoint has no cheap namespace filter.
@@ -354,7 +356,6 @@ const bpftraceScript = `
 BEGIN { system("touch READY_FILE"); }
 tracepoint:sock:sock_send_length { printf("%llu %d %d sock_send %d\n", nsecs, cpu, tid, args->ret); }
 tracepoint:sock:sock_recv_length { printf("%llu %d %d sock_recv %d\n", nsecs, cpu, tid, args->ret); }
-tracepoint:tcp:tcp_sendmsg_locked { printf("%llu %d %d tcp_send %d\n", nsecs, cpu, tid, args->skb_len); }
 tracepoint:tcp:tcp_probe { printf("%llu %d %d tcp_rcv %u %u %u %u\n", nsecs, cpu, tid, args->data_len, args->snd_nxt, args->snd_una, args->snd_cwnd); }
 tracepoint:tcp:tcp_retransmit_skb { printf("%llu %d %d tcp_retrans\n", nsecs, cpu, tid); }
 tracepoint:sock:inet_sock_set_state { printf("%llu %d %d tcp_state %d %d\n", nsecs, cpu, tid, args->oldstate, args->newstate); }

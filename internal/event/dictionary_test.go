@@ -68,7 +68,7 @@ func TestDictionaryLayouts(t *testing.T) {
 	for _, tc := range []trace.EventType{
 		{ID: 1, Name: "sock_send", Group: "sock", Size: 32},
 		{ID: 2, Name: "sock_recv", Group: "sock", Size: 32},
-		{ID: 3, Name: "tcp_send", Group: "tcp", Size: 32},
+		{ID: 3, Name: "tcp_send", Group: "tcpsend", Size: 32},
 		{ID: 4, Name: "tcp_xmit", Group: "tcp", Size: 40, Fields: []trace.Field{
 			u("seq", 32, 4), u("gso_segs", 36, 2), u("retrans", 38, 1),
 		}},

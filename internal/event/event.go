@@ -61,10 +61,14 @@ const (
 	GroupSched    Group = 1 << 7
 	GroupHeaders  Group = 1 << 8
 	GroupRate     Group = 1 << 9
+	GroupTCPSend  Group = 1 << 10
 )
 
 // DefaultGroups is what `magnet record` records without --events: every
-// network layer, connection lifecycle, TCP state and drops.
+// network layer, connection lifecycle, TCP state and drops. tcp_send is not
+// in it: it comes once per skb a send call fills (3 per 64 KiB send), from
+// the costliest program, run in the sender's process under the socket lock,
+// and says little that sock_send and tcp_xmit do not.
 const DefaultGroups = GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn
 
 var groupNames = []struct {
@@ -73,7 +77,7 @@ var groupNames = []struct {
 	help string
 }{
 	{"sock", GroupSock, "socket layer: sock_send, sock_recv"},
-	{"tcp", GroupTCP, "TCP: tcp_send, tcp_xmit, tcp_rcv, tcp_retrans"},
+	{"tcp", GroupTCP, "TCP: tcp_xmit, tcp_rcv, tcp_retrans"},
 	{"tcpstate", GroupTCPState, "TCP state snapshots: tcp_state"},
 	{"ip", GroupIP, "IP layer: ip_send, ip_recv"},
 	{"dev", GroupDev, "device layer: dev_queue, dev_xmit, dev_recv"},
@@ -82,6 +86,7 @@ var groupNames = []struct {
 	{"sched", GroupSched, "scheduler (opt-in): sched_switch, sched_wakeup, sched_fork, sched_exit"},
 	{"headers", GroupHeaders, "packet headers at the device (opt-in): headers"},
 	{"rate", GroupRate, "the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate"},
+	{"tcpsend", GroupTCPSend, "TCP taking data from a send call, one per skb it fills (opt-in): tcp_send"},
 }
 
 // ParseGroups parses a comma-separated --events value. "default" stands for
@@ -183,7 +188,7 @@ type Info struct {
 var Catalogue = []Info{
 	{SockSend, "sock_send", GroupSock, "tp_btf/sock_send_length", "bytes the application handed to a TCP or UDP socket in one send call (size < 0: the call's error)"},
 	{SockRecv, "sock_recv", GroupSock, "tp_btf/sock_recv_length", "bytes the application took from a socket in one receive call (MSG_PEEK excluded)"},
-	{TCPSend, "tcp_send", GroupTCP, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
+	{TCPSend, "tcp_send", GroupTCPSend, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
 	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
 	{TCPRcv, "tcp_rcv", GroupTCP, "tp_btf/tcp_probe", "a segment arriving at an established TCP socket from IP: seq, ack, payload bytes"},
 	{TCPState, "tcp_state", GroupTCPState, "tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state", "snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits (once per srtt, and on every loss-recovery change)"},

@@ -19,9 +19,12 @@ func TestParseGroups(t *testing.T) {
 		{"default,sched", DefaultGroups | GroupSched},
 		{"default, sched ,headers", DefaultGroups | GroupSched | GroupHeaders},
 		{"default,-dev", DefaultGroups &^ GroupDev},
-		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate},
-		{"all,-sched,-headers,-rate", DefaultGroups},
+		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate | GroupTCPSend},
+		{"all,-sched,-headers,-rate,-tcpsend", DefaultGroups},
 		{"default,rate", DefaultGroups | GroupRate},
+		{"default,tcpsend", DefaultGroups | GroupTCPSend},
+		{"tcpsend", GroupTCPSend | GroupConn},
+		{"tcp", GroupTCP | GroupConn}, // tcp_send is not in tcp
 		{"sock", GroupSock | GroupConn},
 		{"tcp,ip", GroupTCP | GroupIP | GroupConn},
 		// conn cannot be removed: every other event needs it.
@@ -49,7 +52,7 @@ func TestParseGroupsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), `unknown event group "bogus"`) {
 			t.Errorf("ParseGroups(%q) error = %q, want it to name the unknown group", in, err)
 		}
-		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, default, all") {
+		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, tcpsend, default, all") {
 			t.Errorf("ParseGroups(%q) error = %q, want it to list the valid names", in, err)
 		}
 		if g != 0 {
@@ -59,13 +62,13 @@ func TestParseGroupsErrors(t *testing.T) {
 }
 
 func TestAllGroups(t *testing.T) {
-	if got, want := AllGroups(), Group(1<<10-1); got != want {
+	if got, want := AllGroups(), Group(1<<11-1); got != want {
 		t.Errorf("AllGroups() = %#x, want %#x", uint32(got), uint32(want))
 	}
 }
 
 func TestGroupNames(t *testing.T) {
-	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "default", "all"}
+	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "default", "all"}
 	if got := GroupNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("GroupNames() = %q, want %q", got, want)
 	}
@@ -81,7 +84,7 @@ func TestGroupString(t *testing.T) {
 		{GroupSock, []string{"sock"}, "sock"},
 		{GroupSched | GroupSock, []string{"sock", "sched"}, "sock,sched"},
 		{DefaultGroups, []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn"}, "sock,tcp,tcpstate,ip,dev,drop,conn"},
-		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate"},
+		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate,tcpsend"},
 		// Bits no group has are ignored.
 		{GroupHeaders | 1<<20, []string{"headers"}, "headers"},
 	} {
@@ -115,8 +118,8 @@ func TestGroupStringRoundTrip(t *testing.T) {
 func TestGroupHelp(t *testing.T) {
 	help := GroupHelp()
 	lines := strings.Split(strings.TrimSuffix(help, "\n"), "\n")
-	if len(lines) != 10 {
-		t.Fatalf("GroupHelp has %d lines, want 10:\n%s", len(lines), help)
+	if len(lines) != 11 {
+		t.Fatalf("GroupHelp has %d lines, want 11:\n%s", len(lines), help)
 	}
 	if want := "  sock      socket layer: sock_send, sock_recv"; lines[0] != want {
 		t.Errorf("GroupHelp line 1 = %q, want %q", lines[0], want)
@@ -204,7 +207,8 @@ func TestTypesIn(t *testing.T) {
 	}{
 		{0, nil},
 		{GroupSock, []Type{SockSend, SockRecv}},
-		{GroupTCP, []Type{TCPSend, TCPXmit, TCPRcv, TCPRetrans}},
+		{GroupTCP, []Type{TCPXmit, TCPRcv, TCPRetrans}},
+		{GroupTCPSend, []Type{TCPSend}},
 		{GroupDev | GroupSock, []Type{SockSend, SockRecv, DevQueue, DevXmit, DevRecv}},
 		{GroupConn, []Type{ConnOpen, ConnClose, Lost, Task, Iface}},
 		{GroupSched, []Type{SchedSwitch, SchedWakeup, SchedFork, SchedExit}},

@@ -164,6 +164,7 @@ const (
 	magnetMgGroupMG_G_SCHED    magnetMgGroup = 128
 	magnetMgGroupMG_G_HEADERS  magnetMgGroup = 256
 	magnetMgGroupMG_G_RATE     magnetMgGroup = 512
+	magnetMgGroupMG_G_TCPSEND  magnetMgGroup = 1024
 )
 
 type magnetMgHdr struct {

@@ -38,7 +38,7 @@ type Hook struct {
 var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
-	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCP, []string{"tcp_send"}},
+	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
 	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},

@@ -106,7 +106,7 @@ func TestSetGroups(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	all := event.GroupSock | event.GroupTCP | event.GroupTCPState | event.GroupConn
+	all := event.GroupSock | event.GroupTCP | event.GroupTCPSend | event.GroupTCPState | event.GroupConn
 	p, err := Load(Options{Groups: all, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestSetGroups(t *testing.T) {
 	if got := countType(drainRing(t, rd), event.SockSend); got != 3 {
 		t.Fatalf("sock enabled: %d sock_send events, want 3", got)
 	}
-	if err := p.SetGroups(event.GroupTCP | event.GroupConn); err != nil {
+	if err := p.SetGroups(event.GroupTCP | event.GroupTCPSend | event.GroupConn); err != nil {
 		t.Fatal(err)
 	}
 	send(3)
@@ -138,7 +138,7 @@ func TestSetGroups(t *testing.T) {
 		t.Fatalf("sock disabled: %d sock_send events, want 0", got)
 	}
 	if got := countType(recs, event.TCPSend); got < 3 {
-		t.Fatalf("tcp stays enabled: %d tcp_send events, want at least 3", got)
+		t.Fatalf("tcpsend stays enabled: %d tcp_send events, want at least 3", got)
 	}
 	// The sock group's programs are detached (they would cost the traffic
 	// even returning at once); sockops never is.
@@ -150,8 +150,24 @@ func TestSetGroups(t *testing.T) {
 	}
 	for _, prog := range []string{"tcp_sendmsg_locked", "tcp_probe", "tcp_segments", "inet_sock_set_state"} {
 		if !slices.Contains(attached, prog) {
-			t.Errorf("tcp and conn enabled: %s not attached (%v)", prog, attached)
+			t.Errorf("tcp, tcpsend and conn enabled: %s not attached (%v)", prog, attached)
 		}
+	}
+	// tcpsend off, tcp on: tcp_send stops and its program is detached,
+	// while tcp_xmit goes on.
+	if err := p.SetGroups(event.GroupTCP | event.GroupConn); err != nil {
+		t.Fatal(err)
+	}
+	send(3)
+	recs = drainRing(t, rd)
+	if got := countType(recs, event.TCPSend); got != 0 {
+		t.Fatalf("tcpsend disabled: %d tcp_send events, want 0", got)
+	}
+	if got := countType(recs, event.TCPXmit); got < 3 {
+		t.Fatalf("tcp stays enabled: %d tcp_xmit events, want at least 3", got)
+	}
+	if attached := p.AttachedPrograms(); slices.Contains(attached, "tcp_sendmsg_locked") {
+		t.Errorf("tcpsend disabled: tcp_sendmsg_locked still attached (%v)", attached)
 	}
 	if err := p.SetGroups(all); err != nil {
 		t.Fatal(err)

@@ -499,8 +499,10 @@ func TestBytesPerEvent(t *testing.T) {
 	}
 	per := float64(st.Size()) / float64(events)
 	t.Logf("bulk TCP: %d events, %d bytes, %.1f bytes/event, lost %d; %v", events, st.Size(), per, res.Lost, res.Events)
-	if per > 40 {
-		t.Errorf("%.1f bytes per event, budget 40", per)
+	// Most of a bulk transfer's records are 40 bytes (the 32-byte tcp_send
+	// is opt-in); the budget leaves the trace's framing one byte per event.
+	if per > 41 {
+		t.Errorf("%.1f bytes per event, budget 41", per)
 	}
 }
 
