@@ -1671,9 +1671,39 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	SUBMIT(r, &e);
 }
 
+/*
+ * Whether the tx queue __dev_queue_xmit() is about to use has a qdisc that
+ * can hold the packet. Without one (noqueue: veth's and lo's default, most
+ * virtual devices; its enqueue is NULL) __dev_queue_xmit() calls
+ * dev_hard_start_xmit() right after trace_net_dev_queue, so net_dev_start_xmit
+ * follows in the same call with the same skb and dev_queue would tell
+ * nothing more. The queue is dev->_tx[skb->queue_mapping]: netdev_core_pick_tx()
+ * (or, after a tc egress program chose it, netdev_tx_queue_mapping()) stored
+ * its index there before the tracepoint, capped to real_num_tx_queues like
+ * netdev_cap_txqueue(), which falls back to queue 0. A few loads, no helper
+ * call: this runs for every packet sent.
+ */
+static __always_inline int qdisc_can_queue(struct sk_buff *skb)
+{
+	struct net_device *dev = skb->dev;
+	struct netdev_queue *txq;
+	__u32 i;
+
+	if (!dev)
+		return 1;
+	i = skb->queue_mapping;
+	if (i >= dev->real_num_tx_queues)
+		i = 0;
+	txq = KERNEL_CAST(struct netdev_queue,
+			  (__u64)dev->_tx + (__u64)i * bpf_core_type_size(struct netdev_queue));
+	return txq->qdisc && txq->qdisc->enqueue;
+}
+
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 {
+	if (!qdisc_can_queue(skb))
+		return 0;
 	dev_event(skb, NULL, MG_DEV_QUEUE);
 	return 0;
 }

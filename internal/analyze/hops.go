@@ -5,11 +5,14 @@ package analyze
 import "math"
 
 // The hops a TCP segment takes, down the sender's stack, over the wire and
-// up the receiver's, in order.
+// up the receiver's, in order. A device whose tx queue has no qdisc
+// (noqueue: veth, lo) writes no dev_queue: its segments take ip_send→dev_xmit
+// instead of ip_send→dev_queue and dev_queue→dev_xmit.
 const (
 	hopXmitIP    = iota // tcp_xmit→ip_send
 	hopIPQueue          // ip_send→dev_queue
 	hopQueueXmit        // dev_queue→dev_xmit
+	hopIPXmit           // ip_send→dev_xmit: no qdisc on the way
 	hopWire             // dev_xmit→dev_recv: from one end's device to the other's
 	hopRecvIP           // dev_recv→ip_recv
 	hopIPTCP            // ip_recv→tcp_rcv
@@ -18,9 +21,13 @@ const (
 )
 
 var hopNames = [numHops]string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "dev_xmit→dev_recv",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit", "dev_xmit→dev_recv",
 	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
+
+// hopSpan is, for each hop, the layers it goes from and to, as indexes of
+// a path's times (pathSeg.times).
+var hopSpan = [numHops][2]int{{0, 1}, {1, 2}, {2, 3}, {1, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}}
 
 // WireHop is the hop from the sender's device to the receiver's, which a
 // report shows when both ends of a connection are in its traces.
@@ -30,12 +37,14 @@ const WireHop = "dev_xmit→dev_recv"
 // sender's stack and up the receiver's, in the order "where time goes"
 // reports them.
 var Hops = []string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
 	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
 
 // PathHops are the steps of a segment from the sender's TCP to the
-// receiver's application, the wire between the two ends included.
+// receiver's application, the wire between the two ends included: a
+// segment takes either ip_send→dev_queue and dev_queue→dev_xmit (its
+// device has a qdisc) or ip_send→dev_xmit (it has none).
 var PathHops = hopNames[:]
 
 // HopStats is the delay distribution of one hop, in microseconds.
@@ -119,13 +128,15 @@ type segRef struct {
 type pending struct {
 	t   uint64 // when it reached its current layer (never before the previous)
 	seg uint64 // numbered where it entered this end
-	// sender: when it passed tcp_xmit, ip_send, dev_queue; what it carries
-	times [3]uint64
-	seq   uint32
-	size  int32
-	ipid  uint16
-	gso   uint16
-	hasID bool // ipid is an IPv4 id (IPv6 has none)
+	// sender: when it passed tcp_xmit, ip_send, dev_queue (if viaQueue:
+	// its device has a qdisc); what it carries
+	times    [3]uint64
+	viaQueue bool
+	seq      uint32
+	size     int32
+	ipid     uint16
+	gso      uint16
+	hasID    bool // ipid is an IPv4 id (IPv6 has none)
 	// receiver
 	devT   uint64 // when it reached the device
 	end    int64  // chunk waiting for the reader: stream offset past its data
@@ -180,6 +191,9 @@ type hopTracker struct {
 	cs *connState
 	// sender: segments past tcp_xmit, ip_send, dev_queue
 	qXmit, qIP, qQueue fifo[pending]
+	// queued: a dev_queue was seen, so this end's device has a qdisc and
+	// dev_xmit follows dev_queue; until then dev_xmit follows ip_send.
+	queued bool
 	// receiver: packets past dev_recv and ip_recv, chunks waiting for the
 	// reader
 	qDev, qIPr, qSock fifo[pending]
@@ -264,21 +278,30 @@ func (h *hopTracker) step(e *ev) {
 		p.ipid, p.hasID = uint16(e.a), e.b == 4
 		h.queue(&h.qIP, p)
 	case kDevQueue:
+		h.queued = true
 		if h.qIP.len() == 0 {
 			return
 		}
 		p := *h.qIP.at(0)
 		h.qIP.drop(1)
 		p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
-		p.times[2] = p.t
+		p.times[2], p.viaQueue = p.t, true
 		h.queue(&h.qQueue, p)
 	case kDevXmit:
-		if h.qQueue.len() == 0 {
+		var p pending
+		switch {
+		case h.qQueue.len() > 0:
+			p = *h.qQueue.at(0)
+			h.qQueue.drop(1)
+			p.t = h.hop(hopQueueXmit, p.t, e.t, segRef{h.cs, p.seg})
+		case !h.queued && h.qIP.len() > 0:
+			// No qdisc: the device's transmit follows IP directly.
+			p = *h.qIP.at(0)
+			h.qIP.drop(1)
+			p.t = h.hop(hopIPXmit, p.t, e.t, segRef{h.cs, p.seg})
+		default:
 			return
 		}
-		p := *h.qQueue.at(0)
-		h.qQueue.drop(1)
-		p.t = h.hop(hopQueueXmit, p.t, e.t, segRef{h.cs, p.seg})
 		if h.cs.path != nil {
 			h.cs.path.depart(&p)
 		}
@@ -332,7 +355,7 @@ func (h *hopTracker) matchWire(p *pending, ipT uint64) {
 	if d.size <= 0 {
 		return // a pure ACK: no reader takes it
 	}
-	ps := pathSeg{seg: p.seg, from: peer.path}
+	ps := pathSeg{seg: p.seg, from: peer.path, viaQueue: d.viaQueue}
 	copy(ps.times[:4], d.times[:])
 	ps.times[4], ps.times[5] = p.devT, ipT
 	if h.inflight.push(ps) {

@@ -50,6 +50,39 @@ func TestHopTracker(t *testing.T) {
 	}
 }
 
+// TestHopTrackerNoQueue: a device without a qdisc writes no dev_queue;
+// dev_xmit then follows ip_send, and the queue's hops are absent, not zero.
+func TestHopTrackerNoQueue(t *testing.T) {
+	h := newHopTracker(&connState{})
+	us := uint64(1000)
+	evs := []ev{
+		{t: 0, kind: kTCPXmit, flags: 0x10},
+		{t: 1 * us, kind: kIPSend}, {t: 4 * us, kind: kDevXmit},
+		{t: 10 * us, kind: kTCPXmit, flags: 0x18, size: 100},
+		{t: 12 * us, kind: kIPSend}, {t: 13 * us, kind: kDevXmit},
+	}
+	for i := range evs {
+		h.step(&evs[i])
+	}
+	hops, _ := h.finish(false)
+	got := map[string][2]float64{}
+	for _, s := range hops {
+		got[s.Hop] = [2]float64{float64(s.Count), s.d.Sum}
+	}
+	want := map[string][2]float64{
+		"tcp_xmit→ip_send": {2, 1 + 2},
+		"ip_send→dev_xmit": {2, 3 + 1},
+	}
+	if len(got) != len(want) {
+		t.Errorf("hops %v, want only %v", got, want)
+	}
+	for hop, w := range want {
+		if got[hop] != w {
+			t.Errorf("%s: count, sum µs = %v, want %v", hop, got[hop], w)
+		}
+	}
+}
+
 func TestFifoBounded(t *testing.T) {
 	var f fifo[pending]
 	dropped := 0

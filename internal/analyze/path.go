@@ -18,20 +18,22 @@ const maxWireNs = 10e9
 
 // departure is a packet that left one end's device.
 type departure struct {
-	times [4]uint64 // tcp_xmit, ip_send, dev_queue, dev_xmit
-	seg   uint64
-	seq   uint32
-	size  int32 // TCP payload: 0 for a pure ACK, which no reader takes
-	gso   uint16
+	times    [4]uint64 // tcp_xmit, ip_send, dev_queue (if viaQueue), dev_xmit
+	viaQueue bool      // it passed a qdisc: dev_queue
+	seg      uint64
+	seq      uint32
+	size     int32 // TCP payload: 0 for a pure ACK, which no reader takes
+	gso      uint16
 }
 
 // pathSeg is a received segment matched to its departure, on its way up.
 type pathSeg struct {
-	// tcp_xmit, ip_send, dev_queue, dev_xmit, dev_recv, ip_recv, tcp_rcv,
-	// sock_recv
-	times [8]uint64
-	seg   uint64 // the receiver's number for it
-	from  *pathStats
+	// tcp_xmit, ip_send, dev_queue (if viaQueue), dev_xmit, dev_recv,
+	// ip_recv, tcp_rcv, sock_recv
+	times    [8]uint64
+	viaQueue bool
+	seg      uint64 // the receiver's number for it
+	from     *pathStats
 }
 
 // pathStats follows the segments one connection end sends to its peer.
@@ -56,7 +58,7 @@ func newPathStats(cs *connState, sameClock bool) *pathStats {
 }
 
 func (ps *pathStats) depart(p *pending) {
-	d := departure{times: [4]uint64{p.times[0], p.times[1], p.times[2], p.t}, seg: p.seg, seq: p.seq, size: p.size, gso: max(p.gso, 1)}
+	d := departure{times: [4]uint64{p.times[0], p.times[1], p.times[2], p.t}, viaQueue: p.viaQueue, seg: p.seg, seq: p.seq, size: p.size, gso: max(p.gso, 1)}
 	ps.departed++
 	if p.size > 0 {
 		ps.departedData++
@@ -131,11 +133,18 @@ func (ps *pathStats) takeSeq(seq uint32, arrived uint64) (departure, bool) {
 // machines' clocks only the wire can be what this moves.
 func (ps *pathStats) complete(s *pathSeg) {
 	t := s.times
+	queued := s.viaQueue
+	if !queued {
+		t[2] = t[1]
+	}
 	for i := 1; i < len(t); i++ {
 		t[i] = max(t[i], t[i-1])
 	}
 	for i := range ps.hops {
-		ps.hops[i].Add(float64(t[i+1]-t[i]) / 1e3)
+		if i == hopIPXmit && queued || (i == hopIPQueue || i == hopQueueXmit) && !queued {
+			continue // the other way past the device
+		}
+		ps.hops[i].Add(float64(t[hopSpan[i][1]]-t[hopSpan[i][0]]) / 1e3)
 	}
 	ps.e2e.Add(float64(t[7]-t[0]) / 1e3)
 	ps.completed++
@@ -171,8 +180,10 @@ func (ps *pathStats) report() *Path {
 	if ps.cs.peer.src != ps.cs.src {
 		p.PeerTrace = ps.cs.conn.PeerTrace
 	}
-	if ps.completed > 0 {
-		for i := range ps.hops {
+	for i := range ps.hops {
+		// A hop no segment took (dev_queue on a device without a qdisc)
+		// is left out, not shown as zero.
+		if ps.hops[i].N > 0 {
 			p.Hops = append(p.Hops, &HopStats{Hop: hopNames[i], Count: ps.hops[i].N, Delay: summarise(&ps.hops[i]), d: ps.hops[i]})
 		}
 	}

@@ -63,23 +63,34 @@ func TestPathAcrossTraces(t *testing.T) {
 	opts := synth.Options{Events: 20000, Conns: 2, Hop: 3 * time.Microsecond, Wire: 25 * time.Microsecond}
 	hop, wire := 3.0, 25.0
 	// tcp_rcv→sock_recv is 3 hops in synth.
-	want := []float64{hop, hop, hop, wire, hop, hop, 3 * hop}
+	names := []string{"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "dev_xmit→dev_recv", "dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv"}
+	delays := []float64{hop, hop, hop, wire, hop, hop, 3 * hop}
+	// Without a qdisc the segment goes from IP to the device's transmit.
+	namesNoQueue := []string{"tcp_xmit→ip_send", "ip_send→dev_xmit", "dev_xmit→dev_recv", "dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv"}
+	delaysNoQueue := []float64{hop, 2 * hop, wire, hop, hop, 3 * hop}
 	cases := []struct {
 		name      string
 		pair      bool
 		offset    time.Duration
 		reverse   bool
 		sameClock bool
+		noQueue   bool
 	}{
-		{"one trace", false, 0, false, true},
-		{"two traces, one machine", true, 0, false, true},
-		{"two traces, receiver first", true, 0, true, true},
-		{"two machines", true, time.Hour + 123456789, false, false},
+		{"one trace", false, 0, false, true, false},
+		{"two traces, one machine", true, 0, false, true, false},
+		{"two traces, receiver first", true, 0, true, true, false},
+		{"two machines", true, time.Hour + 123456789, false, false, false},
+		{"no qdisc", true, 0, false, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := opts
 			o.ReceiverClockOffset = c.offset
+			o.NoQueue = c.noQueue
+			wantNames, want := names, delays
+			if c.noQueue {
+				wantNames, want = namesNoQueue, delaysNoQueue
+			}
 			paths := synthFiles(t, o, c.pair)
 			if c.reverse {
 				paths[0], paths[1] = paths[1], paths[0]
@@ -118,8 +129,8 @@ func TestPathAcrossTraces(t *testing.T) {
 				}
 				sum := 0.0
 				for i, h := range p.Hops {
-					if h.Hop != analyze.PathHops[i] || h.Count != p.Segments || math.Abs(h.Delay.Mean-want[i]) > 1e-9 || math.Abs(h.Delay.P99-want[i]) > want[i]*0.004 {
-						t.Errorf("hop %s: %d segments, mean %v p99 %v µs, want %s %d %v", h.Hop, h.Count, h.Delay.Mean, h.Delay.P99, analyze.PathHops[i], p.Segments, want[i])
+					if h.Hop != wantNames[i] || h.Count != p.Segments || math.Abs(h.Delay.Mean-want[i]) > 1e-9 || math.Abs(h.Delay.P99-want[i]) > want[i]*0.004 {
+						t.Errorf("hop %s: %d segments, mean %v p99 %v µs, want %s %d %v", h.Hop, h.Count, h.Delay.Mean, h.Delay.P99, wantNames[i], p.Segments, want[i])
 					}
 					sum += h.Delay.Mean
 				}

@@ -183,7 +183,7 @@ func (p *perfettoWriter) flowID(ref segRef) uint64 {
 }
 
 // hopFrom is the layer a hop leaves, whose track shows the time spent in it.
-var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kDevQueue, kDevXmit, kDevRecv, kIPRecv, kTCPRcv}
+var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kDevQueue, kIPSend, kDevXmit, kDevRecv, kIPRecv, kTCPRcv}
 
 // hopSlice draws the time a segment spent between two layers on the track
 // of the layer it left, linked by a flow arrow to its previous hop: the

@@ -195,7 +195,7 @@ var Catalogue = []Info{
 	{TCPRetrans, "tcp_retrans", GroupTCP, "tp_btf/tcp_retransmit_skb", "a segment TCP retransmits (size < 0: the transmit error)"},
 	{IPSend, "ip_send", GroupIP, "cgroup_skb/egress", "an IP packet leaving a socket (before fragmentation): id, TTL, TOS, length"},
 	{IPRecv, "ip_recv", GroupIP, "cgroup_skb/ingress", "an IP packet reaching a socket (after reassembly): id, TTL, TOS, length"},
-	{DevQueue, "dev_queue", GroupDev, "tp_btf/net_dev_queue", "a packet queued to a device's qdisc"},
+	{DevQueue, "dev_queue", GroupDev, "tp_btf/net_dev_queue", "a packet handed to a device's qdisc (only where the tx queue has one that can queue: not on noqueue devices such as veth, lo)"},
 	{DevXmit, "dev_xmit", GroupDev, "tp_btf/net_dev_start_xmit", "a packet handed to the device driver"},
 	{DevRecv, "dev_recv", GroupDev, "tp_btf/netif_receive_skb", "a packet the device layer receives (after GRO)"},
 	{Drop, "drop", GroupDrop, "tp_btf/kfree_skb", "a packet freed with a drop reason (enum skb_drop_reason)"},

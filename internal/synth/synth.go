@@ -51,6 +51,9 @@ type Options struct {
 	// own boot. 0 means the two traces come from one machine and share
 	// its clock, as when recorded in two namespaces of one host.
 	ReceiverClockOffset time.Duration
+	// NoQueue leaves out dev_queue, as magnet records a device whose tx
+	// queue has no qdisc (veth, lo): dev_xmit follows ip_send.
+	NoQueue bool
 }
 
 // MSS is the payload of one segment.
@@ -248,6 +251,9 @@ func (e *encoder) run(pair bool, o Options) error {
 	var q evHeap
 	var seqNum uint64
 	push := func(x ev) {
+		if x.typ == event.DevQueue && o.NoQueue {
+			return
+		}
 		seqNum++
 		x.seqNum = seqNum
 		heap.Push(&q, x)
