@@ -229,7 +229,7 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 		defer floor.close()
 	}
 	t, err := b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, record.DefaultBufferBytes, func() {
-		progs, openErr = magnetPrograms(before)
+		progs, openErr = magnetPrograms(before, os.Getpid())
 	})
 	if err != nil {
 		return nil, err
@@ -344,8 +344,14 @@ func lastProgramID() (ebpf.ProgramID, error) {
 }
 
 // magnetPrograms opens the programs loaded after id after whose names are
-// magnet's (the kernel keeps 15 characters of a name).
-func magnetPrograms(after ebpf.ProgramID) ([]*ebpf.Program, error) {
+// magnet's (the kernel keeps 15 characters of a name) and that process pid
+// holds: on a shared machine another recorder may load magnet's programs
+// at the same time, and their runs are not this one's.
+func magnetPrograms(after ebpf.ProgramID, pid int) ([]*ebpf.Program, error) {
+	held, err := heldPrograms(pid)
+	if err != nil {
+		return nil, err
+	}
 	var out []*ebpf.Program
 	id := after
 	for {
@@ -357,6 +363,9 @@ func magnetPrograms(after ebpf.ProgramID) ([]*ebpf.Program, error) {
 			return out, fmt.Errorf("list bpf programs: %w", err)
 		}
 		id = next
+		if !held[id] {
+			continue
+		}
 		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
 			continue // unloaded meanwhile
@@ -368,6 +377,41 @@ func magnetPrograms(after ebpf.ProgramID) ([]*ebpf.Program, error) {
 		}
 		out = append(out, p)
 	}
+}
+
+// heldPrograms returns the ids of the BPF programs process pid has open,
+// from /proc/PID/fdinfo: a program's file descriptor says its prog_id.
+func heldPrograms(pid int) (map[ebpf.ProgramID]bool, error) {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("programs of process %d: %w", pid, err)
+	}
+	out := map[ebpf.ProgramID]bool{}
+	for _, e := range ents {
+		data, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if id, ok := fdinfoProgID(string(data)); ok {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+// fdinfoProgID reads the prog_id line of a file descriptor's fdinfo, which
+// only BPF program descriptors have.
+func fdinfoProgID(fdinfo string) (ebpf.ProgramID, bool) {
+	for _, line := range strings.Split(fdinfo, "\n") {
+		v, ok := strings.CutPrefix(line, "prog_id:")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+		return ebpf.ProgramID(id), err == nil
+	}
+	return 0, false
 }
 
 func isMagnetProgram(name string) bool {

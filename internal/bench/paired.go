@@ -133,7 +133,7 @@ func (b *bencher) startRecorderProc(ctx context.Context, bin, netns, dir string)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if p.progs, err = magnetPrograms(before); err != nil {
+	if p.progs, err = magnetPrograms(before, p.cmd.Process.Pid); err != nil {
 		p.kill()
 		return nil, err
 	}
