@@ -204,24 +204,34 @@ func TestCostSummariesAndBefore(t *testing.T) {
 }
 
 func TestPairedSummaries(t *testing.T) {
-	side := func(perRun, drain float64) PairSide {
-		return PairSide{NsPerRun: perRun, DrainNsPerEvent: drain, Produced: 100}
+	side := func(perRun, drain float64, produced, runtime, cpu uint64) PairSide {
+		return PairSide{NsPerRun: perRun, DrainNsPerEvent: drain, Produced: produced, RuntimeNs: runtime, CPUNs: cpu}
 	}
+	// The new build makes half the events of the old for the same
+	// transfers: its totals, not its per-event figures, compare.
 	pr := &PairedResult{This: "new", Other: "old", Note: "both at once", Runs: []PairedRun{
-		{Workload: "bulk", Rep: 1, ThisFirst: true, This: side(100, 30), Other: side(200, 60), FloorNsPerRun: 40},
-		{Workload: "bulk", Rep: 1, ThisFirst: false, This: side(90, 30), Other: side(180, 60), FloorNsPerRun: 40},
+		{Workload: "bulk", Rep: 1, ThisFirst: true, This: side(100, 30, 50, 6000, 1500), Other: side(200, 60, 100, 10000, 2000), FloorNsPerRun: 40},
+		{Workload: "bulk", Rep: 1, ThisFirst: false, This: side(90, 30, 50, 6000, 1500), Other: side(180, 60, 100, 10000, 2000), FloorNsPerRun: 40},
 	}}
 	sums := pr.Summaries()
 	if len(sums) != 1 || sums[0].ThisNsPerRun.Mean != 95 || sums[0].OtherNsPerRun.Mean != 190 ||
-		sums[0].RunRatio.Mean != 0.5 || sums[0].DrainRatio.Mean != 0.5 || sums[0].Floor.Mean != 40 {
+		sums[0].RunRatio.Mean != 0.5 || sums[0].DrainRatio.Mean != 0.5 || sums[0].Floor.Mean != 40 ||
+		sums[0].KernelRatio.Mean != 0.6 || sums[0].CPURatio.Mean != 0.75 || sums[0].Produced.Mean != 50 || sums[0].OtherProduced.Mean != 100 {
 		t.Fatalf("summaries %+v", sums)
 	}
 	var buf bytes.Buffer
 	if err := (&Report{Paired: pr, Settings: Settings{DurationS: 3}}).WriteMarkdown(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if want := "| bulk | kernel ns/run (bpf_stats) | 190.0 ± 127.1 | 95.0 ± 63.5 | 0.50 ± 0.00 |"; !strings.Contains(buf.String(), want) {
-		t.Fatalf("markdown lacks %q:\n%s", want, buf.String())
+	for _, want := range []string{
+		"| bulk | kernel ns/run (bpf_stats) | 190.0 ± 127.1 | 95.0 ± 63.5 | 0.50 ± 0.00 |",
+		"| bulk | events produced | 100 ± 0 | 50 ± 0 | |",
+		"| bulk | kernel run time, same transfers | | | 0.60 ± 0.00 |",
+		"| bulk | recorder CPU time, same transfers | | | 0.75 ± 0.00 |",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("markdown lacks %q:\n%s", want, buf.String())
+		}
 	}
 }
 

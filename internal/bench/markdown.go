@@ -310,7 +310,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p("| %s | empty program ns/run (both) | %s | %s | |\n", s.Workload, fmtStat(s.Floor, 1), fmtStat(s.Floor, 1))
 			p("| %s | kernel ns/event produced | %s | %s | |\n", s.Workload, fmtStat(s.OtherNsPerEvent, 1), fmtStat(s.ThisNsPerEvent, 1))
 			p("| %s | drain ns/event | %s | %s | %s |\n", s.Workload, fmtStat(s.OtherDrainNsPerEvent, 1), fmtStat(s.ThisDrainNsPerEvent, 1), fmtStat(s.DrainRatio, 2))
-			p("| %s | events produced | %s | %s | |\n", s.Workload, fmtStat(s.Produced, 0), fmtStat(s.Produced, 0))
+			p("| %s | events produced | %s | %s | |\n", s.Workload, fmtStat(s.OtherProduced, 0), fmtStat(s.Produced, 0))
+			p("| %s | kernel run time, same transfers | | | %s |\n", s.Workload, fmtStat(s.KernelRatio, 2))
+			p("| %s | recorder CPU time, same transfers | | | %s |\n", s.Workload, fmtStat(s.CPURatio, 2))
 		}
 	}
 

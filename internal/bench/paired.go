@@ -304,7 +304,13 @@ type PairedSummary struct {
 	RunRatio Stat `json:"run_ratio"`
 	// DrainRatio is the same for the drain.
 	DrainRatio Stat `json:"drain_ratio"`
-	Produced   Stat `json:"produced"`
+	// KernelRatio and CPURatio compare the totals over the same transfers:
+	// all programs' run time, the recorder's CPU time. Builds that make
+	// different events per packet compare by these, not per event.
+	KernelRatio   Stat `json:"kernel_ratio"`
+	CPURatio      Stat `json:"cpu_ratio"`
+	Produced      Stat `json:"produced"`
+	OtherProduced Stat `json:"other_produced"`
 }
 
 // Summaries groups the paired runs by workload, in the order they ran.
@@ -319,7 +325,7 @@ func (p *PairedResult) Summaries() []PairedSummary {
 	}
 	var out []PairedSummary
 	for _, name := range order {
-		var tr, or, fl, te, oe, td, od, rr, dr, pr []float64
+		var tr, or, fl, te, oe, td, od, rr, dr, kr, cr, pr, op []float64
 		for _, r := range by[name] {
 			tr, or = append(tr, r.This.NsPerRun), append(or, r.Other.NsPerRun)
 			if r.FloorNsPerRun > 0 {
@@ -333,13 +339,20 @@ func (p *PairedResult) Summaries() []PairedSummary {
 			if r.Other.DrainNsPerEvent > 0 {
 				dr = append(dr, r.This.DrainNsPerEvent/r.Other.DrainNsPerEvent)
 			}
-			pr = append(pr, float64(r.This.Produced))
+			if r.Other.RuntimeNs > 0 {
+				kr = append(kr, float64(r.This.RuntimeNs)/float64(r.Other.RuntimeNs))
+			}
+			if r.Other.CPUNs > 0 {
+				cr = append(cr, float64(r.This.CPUNs)/float64(r.Other.CPUNs))
+			}
+			pr, op = append(pr, float64(r.This.Produced)), append(op, float64(r.Other.Produced))
 		}
 		out = append(out, PairedSummary{
 			Workload: name, ThisNsPerRun: Summarize(tr), OtherNsPerRun: Summarize(or), Floor: Summarize(fl),
 			ThisNsPerEvent: Summarize(te), OtherNsPerEvent: Summarize(oe),
 			ThisDrainNsPerEvent: Summarize(td), OtherDrainNsPerEvent: Summarize(od),
-			RunRatio: Summarize(rr), DrainRatio: Summarize(dr), Produced: Summarize(pr),
+			RunRatio: Summarize(rr), DrainRatio: Summarize(dr), KernelRatio: Summarize(kr), CPURatio: Summarize(cr),
+			Produced: Summarize(pr), OtherProduced: Summarize(op),
 		})
 	}
 	return out
