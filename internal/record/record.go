@@ -112,7 +112,8 @@ type Sink interface {
 
 // fileSink is the Sink of an ordinary recording: the trace's blocks go to a
 // streamfile.Writer, which writes them from a goroutine of its own, so that
-// a file system that makes a write wait does not stop the drain.
+// a file system that makes a write wait does not stop the drain, and around
+// the page cache where the file system allows.
 type fileSink struct {
 	*trace.Writer
 	file *streamfile.Writer
@@ -242,7 +243,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if cfg.WriteInLoop {
 			queue = -1
 		}
-		sf := streamfile.New(out, streamfile.Options{Queue: queue})
+		// Direct: the trace never goes through the page cache (see
+		// streamfile), unless writing in the loop, which has no chunks.
+		sf := streamfile.New(out, streamfile.Options{Queue: queue, Direct: true})
 		defer sf.Close() // after an error; the sink's Close waits for it first
 		var tw *trace.Writer
 		if tw, err = trace.NewWriter(sf, hdr, trace.WriterOptions{}); err == nil {

@@ -272,3 +272,117 @@ func TestWriteErrorIsSticky(t *testing.T) {
 		t.Fatal("Close after failed writes returned nil")
 	}
 }
+
+// directFile makes a Writer with direct writes on a file of the temporary
+// directory, or skips when its file system has none.
+func directFile(t *testing.T) (*os.File, *Writer) {
+	t.Helper()
+	f := tempFile(t)
+	w := New(f, Options{Queue: 4 * chunkSize, Direct: true})
+	if w.direct == 0 {
+		w.Close()
+		var st unix.Statx_t
+		_ = unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st)
+		t.Skipf("the temporary directory's file system offers no direct I/O (statx mask %#x, dio_offset_align %d)", st.Mask, st.Dio_offset_align)
+	}
+	return f, w
+}
+
+// writeRandom writes 2000 writes of random sizes through w, flushing at
+// random, closes it and returns what it wrote.
+func writeRandom(t *testing.T, w *Writer) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var want []byte
+	for i := range 2000 {
+		b := make([]byte, rng.IntN(20000))
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		want = append(want, b...)
+		if _, err := w.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if rng.IntN(40) == 0 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%500 == 0 { // a flush right after another: nothing new to hand over
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+func checkFile(t *testing.T, f *os.File, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(f.Name())
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("file of %d bytes (%v) differs from the %d written", len(got), err, len(want))
+	}
+}
+
+// Direct writes, the early chunks' tails written through the page cache and
+// again directly, make the file as written, and leave at most its last page
+// in the page cache.
+func TestDirectWrites(t *testing.T) {
+	f, w := directFile(t)
+	want := writeRandom(t, w)
+	m, err := unix.Mmap(int(f.Fd()), 0, len(want), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	page := os.Getpagesize()
+	vec := make([]byte, (len(want)+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatalf("mincore: %v", errno)
+	}
+	resident := 0
+	for _, v := range vec {
+		resident += int(v & 1)
+	}
+	if resident > 1 {
+		t.Errorf("%d of the file's %d pages are in the page cache, want at most the last", resident, len(vec))
+	}
+	checkFile(t, f, want)
+}
+
+// A file system that refuses a direct write after all gets every chunk
+// through the page cache, overlaps included, and the file is still as
+// written.
+func TestDirectRefused(t *testing.T) {
+	f, w := directFile(t)
+	w.refused = true // before the goroutine's first write: New only started it
+	if err := setDirect(w.fd, false); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, f, writeRandom(t, w))
+}
+
+// A file whose offset is not aligned is written through the page cache.
+func TestDirectNeedsAnAlignedStart(t *testing.T) {
+	f := tempFile(t)
+	if _, err := f.Write([]byte("header")); err != nil {
+		t.Fatal(err)
+	}
+	w := New(f, Options{Queue: 4 * chunkSize, Direct: true})
+	if w.direct != 0 {
+		t.Fatalf("direct writes (alignment %d) from offset 6", w.direct)
+	}
+	if _, err := w.Write([]byte(" and more")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(f.Name()); err != nil || string(got) != "header and more" {
+		t.Fatalf("file holds %q (%v)", got, err)
+	}
+}
