@@ -7,7 +7,7 @@
 // shared CI VM single 64 KiB writes took up to 111 ms while other work wrote
 // too, and a recorder that waited that long in its drain loop let a small
 // ring overflow. So by default a Writer copies what it is given into a
-// queue of 1 MiB chunks and a goroutine of its own writes them: the caller
+// queue of 4 MiB chunks and a goroutine of its own writes them: the caller
 // waits only when the whole queue is behind.
 //
 // Written through the page cache as usual, such a file also grows the cache
@@ -87,8 +87,13 @@ func flusherDelay() time.Duration {
 // second, which rides out any disk stall seen here.
 const DefaultQueue = 64 << 20
 
-// chunkSize is the unit of the queue and of the writes to the file.
-const chunkSize = 1 << 20
+// chunkSize is the unit of the queue and of the writes to the file. Each
+// write is a system call, and a system call made while the rest of the
+// process sleeps wakes the Go runtime's monitor thread, which then polls
+// every 20 µs until its idle count grows again: 4 MiB chunks rather than
+// 1 MiB halved its wake-ups and CPU time in a recorder of a loopback flood
+// (1180 wake-ups in 3 s instead of 2690, 19 ms of CPU instead of 42).
+const chunkSize = 4 << 20
 
 // ErrClosed is returned by a Writer's methods after Close.
 var ErrClosed = errors.New("stream file closed")
