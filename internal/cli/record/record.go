@@ -109,6 +109,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			record.OneProc()
 			res, err := record.Run(ctx, cfg)
 			if cfg.Live != nil {
 				fmt.Fprint(os.Stderr, "\r\033[K")
