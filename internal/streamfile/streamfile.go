@@ -112,9 +112,10 @@ type Options struct {
 	// Direct writes a regular file around the page cache (O_DIRECT) when
 	// its file system says it can (statx STATX_DIOALIGN, Linux 6.1) and f
 	// is at an aligned offset, and through the cache otherwise. Only with
-	// a queue. f's file status flags change, its offset stays where it
-	// was (direct writes say where they go), and f must not be written to
-	// other than through the Writer until Close.
+	// a queue. The Writer opens f's file a second time (/proc/self/fd) for
+	// them; f's offset stays where it was (direct writes say where they
+	// go), and f must not be written to other than through the Writer
+	// until Close.
 	Direct bool
 }
 
@@ -151,7 +152,8 @@ type Writer struct {
 	// direct is the alignment of direct writes (offsets, lengths and
 	// memory), 0 when writes go through the page cache. The caller's side
 	// reads it too: it never changes after New.
-	direct int
+	direct   int
+	directFD int // f's file opened again with O_DIRECT; -1 if none
 	// refused says the file system refused a direct write after all: the
 	// goroutine goes on writing the chunks as they come, overlaps
 	// included, through the page cache.
@@ -172,7 +174,7 @@ func fadviseDontNeed(fd int, off, n int64) error {
 // anything but a regular file (a pipe, a terminal) it drops nothing. The
 // caller still owns f, and closes it after the Writer.
 func New(f *os.File, opts Options) *Writer {
-	w := &Writer{f: f, fd: int(f.Fd()), dropAfter: opts.DropAfter, align: dropAlign, now: time.Now, drop: fadviseDontNeed}
+	w := &Writer{f: f, fd: int(f.Fd()), directFD: -1, dropAfter: opts.DropAfter, align: dropAlign, now: time.Now, drop: fadviseDontNeed}
 	if w.dropAfter == 0 {
 		w.dropAfter = flusherDelay()
 	}
@@ -181,7 +183,7 @@ func New(f *os.File, opts Options) *Writer {
 		if off, err := f.Seek(0, io.SeekCurrent); err == nil {
 			w.off, w.dropped = off, off
 			if opts.Queue >= 0 && opts.Direct {
-				w.direct = directAlign(w.fd, off)
+				w.directFD, w.direct = openDirect(f, off)
 			}
 			// Direct writes leave nothing in the page cache to drop.
 			w.drops = w.dropAfter > 0 && w.direct == 0
@@ -296,6 +298,11 @@ func (w *Writer) Close() error {
 		close(w.full)
 		<-w.done
 	}
+	if w.directFD >= 0 {
+		if cerr := unix.Close(w.directFD); err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -351,43 +358,30 @@ func (w *Writer) write(p []byte) (int, error) {
 func (w *Writer) writeDirect(p []byte) (int, error) {
 	aligned := len(p) &^ (w.direct - 1)
 	if w.refused {
-		if err := w.pwrite(p, w.off); err != nil {
+		if err := w.pwrite(w.fd, p, w.off); err != nil {
 			return 0, err
 		}
 		w.off += int64(aligned)
 		return len(p), nil
 	}
-	if err := w.pwrite(p[:aligned], w.off); err != nil {
+	if err := w.pwrite(w.directFD, p[:aligned], w.off); err != nil {
 		if !errors.Is(err, unix.EINVAL) {
 			return 0, err
 		}
 		w.refused = true
-		if err := setDirect(w.fd, false); err != nil {
-			return 0, err
-		}
 		return w.writeDirect(p)
 	}
 	w.off += int64(aligned)
-	if aligned == len(p) {
-		return len(p), nil
-	}
-	if err := setDirect(w.fd, false); err != nil {
-		return aligned, err
-	}
-	err := w.pwrite(p[aligned:], w.off)
-	if serr := setDirect(w.fd, true); err == nil {
-		err = serr
-	}
-	if err != nil {
+	if err := w.pwrite(w.fd, p[aligned:], w.off); err != nil {
 		return aligned, err
 	}
 	return len(p), nil
 }
 
-// pwrite writes all of p at off.
-func (w *Writer) pwrite(p []byte, off int64) error {
+// pwrite writes all of p at off of fd, one of f's descriptors.
+func (w *Writer) pwrite(fd int, p []byte, off int64) error {
 	for len(p) > 0 {
-		n, err := unix.Pwrite(w.fd, p, off)
+		n, err := unix.Pwrite(fd, p, off)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -402,44 +396,31 @@ func (w *Writer) pwrite(p []byte, off int64) error {
 	return nil
 }
 
-// directAlign turns on direct writes of fd and returns their alignment, or
-// returns 0 when the file system does not offer them, the offset off is
-// not aligned, or the alignment does not divide a chunk.
-func directAlign(fd int, off int64) int {
+// openDirect opens f's file a second time, for direct writes, and returns
+// the descriptor and the writes' alignment, or -1 and 0 when the file
+// system does not offer them, the offset off is not aligned, or the
+// alignment does not divide a chunk. The second descriptor leaves f's own
+// flags alone, and takes the tails of early chunks through the page cache
+// without a system call to switch O_DIRECT off and on.
+func openDirect(f *os.File, off int64) (int, int) {
 	var st unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st); err != nil {
-		return 0
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &st); err != nil {
+		return -1, 0
 	}
 	if st.Mask&unix.STATX_DIOALIGN == 0 || st.Dio_offset_align == 0 {
-		return 0
+		return -1, 0
 	}
 	// The page size at least: any logical block size divides it, and a
 	// chunk's pages are then whole.
 	align := max(os.Getpagesize(), int(st.Dio_offset_align), int(st.Dio_mem_align))
 	if align&(align-1) != 0 || chunkSize%align != 0 || off%int64(align) != 0 {
-		return 0
+		return -1, 0
 	}
-	if setDirect(fd, true) != nil {
-		return 0
-	}
-	return align
-}
-
-// setDirect sets or clears O_DIRECT on fd.
-func setDirect(fd int, on bool) error {
-	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("get file flags: %w", err)
+		return -1, 0
 	}
-	if on {
-		flags |= unix.O_DIRECT
-	} else {
-		flags &^= unix.O_DIRECT
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags); err != nil {
-		return fmt.Errorf("set file flags: %w", err)
-	}
-	return nil
+	return fd, align
 }
 
 func (w *Writer) dropOld() {

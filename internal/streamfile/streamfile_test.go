@@ -360,9 +360,6 @@ func TestDirectWrites(t *testing.T) {
 func TestDirectRefused(t *testing.T) {
 	f, w := directFile(t)
 	w.refused = true // before the goroutine's first write: New only started it
-	if err := setDirect(w.fd, false); err != nil {
-		t.Fatal(err)
-	}
 	checkFile(t, f, writeRandom(t, w))
 }
 
