@@ -125,15 +125,16 @@ type Options struct {
 // queued) before closing the file.
 type Writer struct {
 	// The caller's side.
-	chunk  []byte      // being filled; nil when none
-	carry  []byte      // direct: the unaligned tail of the chunk last handed over, which the next chunk starts with
-	reused int         // bytes at the start of chunk that came from carry
-	full   chan []byte // to the writer goroutine; nil when writing in Write
-	free   chan []byte // written chunks, back from the goroutine
-	chunks int         // chunks allocated
-	max    int         // chunks allowed
-	done   chan struct{}
-	closed bool
+	chunk        []byte      // being filled; nil when none
+	carry        []byte      // direct: the unaligned tail of the chunk last handed over, which the next chunk starts with
+	carryWritten bool        // the goroutine writes carry with the chunk it ends (a flush's)
+	reused       int         // bytes at the start of chunk that came from carry and are written already
+	full         chan []byte // to the writer goroutine; nil when writing in Write
+	free         chan []byte // written chunks, back from the goroutine
+	chunks       int         // chunks allocated
+	max          int         // chunks allowed
+	done         chan struct{}
+	closed       bool
 
 	mu  sync.Mutex
 	err error // the first write error, sticky
@@ -225,7 +226,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.chunk = w.chunk[:len(w.chunk)+c]
 		p = p[c:]
 		if len(w.chunk) == cap(w.chunk) {
-			w.handOver()
+			w.handOver(true)
 		}
 	}
 	return n, nil
@@ -233,15 +234,54 @@ func (w *Writer) Write(p []byte) (int, error) {
 
 // handOver sends the chunk being filled to the writer goroutine. With
 // direct writes, a chunk handed over before it is full ends in a tail that
-// is not aligned: the goroutine writes it through the page cache, and the
-// next chunk starts with it, to write it again directly.
-func (w *Writer) handOver() {
+// is not aligned, which the next chunk starts with: for a flush the
+// goroutine writes the tail through the page cache now and the next chunk
+// writes it again directly; otherwise only the next chunk writes it.
+func (w *Writer) handOver(flush bool) {
+	c := w.chunk
 	if w.direct > 0 {
-		tail := w.chunk[len(w.chunk)&^(w.direct-1):]
-		w.carry = append(w.carry[:0], tail...)
+		aligned := len(c) &^ (w.direct - 1)
+		w.carry = append(w.carry[:0], c[aligned:]...)
+		w.carryWritten = flush
+		if !flush {
+			c = c[:aligned]
+		}
 	}
-	w.full <- w.chunk
+	w.full <- c
 	w.chunk = nil
+}
+
+// Room lends room for n bytes after what was written so far, in the chunk
+// being filled (trace.Writer builds its blocks there: see
+// trace.BlockLender); Commit writes them. It returns nil without a queue,
+// or when n is more than a chunk holds.
+func (w *Writer) Room(n int) []byte {
+	if w.full == nil || w.closed || n > chunkSize-max(w.direct, 1) {
+		return nil
+	}
+	if w.chunk != nil && cap(w.chunk)-len(w.chunk) < n {
+		w.handOver(false)
+	}
+	if w.chunk == nil {
+		w.chunk = w.getChunk()
+	}
+	return w.chunk[len(w.chunk):len(w.chunk):cap(w.chunk)]
+}
+
+// Commit queues the first n bytes of the room Room lent. Like Write, it
+// returns the error of an earlier write, if one failed.
+func (w *Writer) Commit(n int) error {
+	if w.closed {
+		return ErrClosed
+	}
+	if n < 0 || w.chunk == nil || n > cap(w.chunk)-len(w.chunk) {
+		return errors.New("stream file: commit of more than the room lent")
+	}
+	w.chunk = w.chunk[:len(w.chunk)+n]
+	if len(w.chunk) == cap(w.chunk) {
+		w.handOver(true)
+	}
+	return w.loadErr()
 }
 
 // getChunk returns an empty chunk: a written one, a new one while fewer
@@ -260,7 +300,10 @@ func (w *Writer) getChunk() []byte {
 		}
 	}
 	c = append(c[:0], w.carry...)
-	w.reused = len(w.carry)
+	w.reused = 0
+	if w.carryWritten {
+		w.reused = len(w.carry)
+	}
 	w.carry = w.carry[:0]
 	return c
 }
@@ -280,7 +323,7 @@ func (w *Writer) Flush() error {
 		return ErrClosed
 	}
 	if w.full != nil && len(w.chunk) > w.reused {
-		w.handOver()
+		w.handOver(true)
 	}
 	return w.loadErr()
 }

@@ -288,19 +288,28 @@ func directFile(t *testing.T) (*os.File, *Writer) {
 	return f, w
 }
 
-// writeRandom writes 2000 writes of random sizes through w, flushing at
+// writeRandom writes 2000 writes of random sizes through w, by Write or in
+// lent room (Room and Commit, lending more room than is used), flushing at
 // random, closes it and returns what it wrote.
 func writeRandom(t *testing.T, w *Writer) []byte {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(3, 4))
 	var want []byte
 	for i := range 2000 {
-		b := make([]byte, rng.IntN(20000))
+		b := make([]byte, rng.IntN(100000))
 		for j := range b {
 			b[j] = byte(i + j)
 		}
 		want = append(want, b...)
-		if _, err := w.Write(b); err != nil {
+		if rng.IntN(2) == 0 {
+			room := w.Room(len(b) + rng.IntN(1000))
+			if room == nil || len(room) != 0 || cap(room) < len(b) {
+				t.Fatalf("Room(%d) lent len %d cap %d", len(b), len(room), cap(room))
+			}
+			if err := w.Commit(copy(room[:len(b)], b)); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := w.Write(b); err != nil {
 			t.Fatal(err)
 		}
 		if rng.IntN(40) == 0 {
@@ -361,6 +370,29 @@ func TestDirectRefused(t *testing.T) {
 	f, w := directFile(t)
 	w.refused = true // before the goroutine's first write: New only started it
 	checkFile(t, f, writeRandom(t, w))
+}
+
+// Lent room and writes mix in order through the page cache too.
+func TestLentRoom(t *testing.T) {
+	f := tempFile(t)
+	w := New(f, Options{Queue: 4 * chunkSize})
+	checkFile(t, f, writeRandom(t, w))
+}
+
+// Without a queue there is no room to lend, nor room for more than a chunk.
+func TestNoRoom(t *testing.T) {
+	w := New(tempFile(t), Options{Queue: -1})
+	if w.Room(10) != nil {
+		t.Error("lent room without a queue")
+	}
+	w = New(tempFile(t), Options{})
+	defer w.Close()
+	if w.Room(chunkSize+1) != nil {
+		t.Error("lent room for more than a chunk")
+	}
+	if err := w.Commit(1); err == nil {
+		t.Error("commit without room lent")
+	}
 }
 
 // A file whose offset is not aligned is written through the page cache.

@@ -177,6 +177,71 @@ func TestRoundTripManyBlocks(t *testing.T) {
 	}
 }
 
+// lender is a BlockLender in memory that lends more room than asked for,
+// poisoned, so that a Writer using what it was not lent, or leaving the
+// room's bytes unwritten, shows.
+type lender struct {
+	bytes.Buffer
+	room    []byte
+	asked   []int
+	commits int
+}
+
+func (l *lender) Room(n int) []byte {
+	l.asked = append(l.asked, n)
+	l.room = bytes.Repeat([]byte{0xee}, n+100)[:0]
+	return l.room
+}
+
+func (l *lender) Commit(n int) error {
+	l.Write(l.room[:n])
+	l.commits++
+	return nil
+}
+
+// A Writer builds its blocks in the room its io.Writer lends, and the file
+// is byte for byte the one it writes without: blocks of at most BlockSize
+// bytes of records, or of one larger record.
+func TestLentBlocks(t *testing.T) {
+	h := testHeader(magnetTypes())
+	recs := sampleRecords(t, h, 1000)
+	for _, bs := range []int{1000, 16} {
+		want := writeTrace(t, h, WriterOptions{BlockSize: bs}, recs, true)
+		var l lender
+		w, err := NewWriter(&l, h, WriterOptions{BlockSize: bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buffered := false
+		for _, r := range recs {
+			if err := w.Write(r); err != nil {
+				t.Fatal(err)
+			}
+			buffered = buffered || w.Buffered() > 0
+		}
+		if !buffered && bs > 100 { // 16: each record is a block of its own
+			t.Error("Buffered() was always 0 with lent blocks")
+		}
+		if err := w.Close(&Summary{EndWallNs: h.StartWallNs + 5e9, Lost: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(l.Bytes(), want) {
+			t.Fatalf("block size %d: the file built in lent room differs", bs)
+		}
+		if w.Bytes() != int64(l.Len()) {
+			t.Errorf("Bytes() = %d, wrote %d", w.Bytes(), l.Len())
+		}
+		if l.commits != len(l.asked) || l.commits < 40 {
+			t.Errorf("block size %d: %d blocks lent, %d committed", bs, len(l.asked), l.commits)
+		}
+		for _, n := range l.asked {
+			if n != blockHeaderSize+max(bs, 40) && n != blockHeaderSize+max(bs, 56) && n != blockHeaderSize+max(bs, 72) && n != blockHeaderSize+max(bs, 32) {
+				t.Fatalf("block size %d: asked for room of %d bytes", bs, n)
+			}
+		}
+	}
+}
+
 func TestBigEndianWriterMatchesNative(t *testing.T) {
 	h := testHeader(magnetTypes())
 	recs := sampleRecords(t, h, 50)
