@@ -237,13 +237,17 @@ struct cpu_state {
 	struct task_id task_sent;
 	/* Per ring: lost_states may hold losses not yet in the stream. */
 	__u32 lost_pending[2];
-	/* At least the bytes this CPU's events ring holds: the fill the ring
-	 * last reported, plus what this CPU put in since (the reader only
-	 * takes away). While it is below the wake-up threshold the ring cannot
-	 * be past it, and the ring is not asked (bpf_ringbuf_query: a helper
-	 * call that reads the position the reader writes). */
-	__u64 fill_bound;
-	__u32 _pad[4];
+	/* Bytes this CPU may still put in its events ring before it must ask
+	 * the ring its fill (bpf_ringbuf_query: a helper call that reads the
+	 * position the reader writes). Below the wake-up threshold it is the
+	 * threshold less the fill the ring last reported (the reader only
+	 * takes away, so the ring cannot be past the threshold before this
+	 * runs out); past it, the distance to the next look. */
+	__s64 quiet;
+	/* The reader was woken since the ring was last seen below the
+	 * threshold. */
+	__u32 woken;
+	__u32 _pad[3];
 	/* Caches in front of the LRU maps on the paths every packet takes,
 	 * direct-mapped and never invalidated, so they only hold answers that
 	 * cannot change: a selected connection stays selected and one the
@@ -303,6 +307,13 @@ static __noinline void note_lost(__u32 ringidx, __u32 type, __u64 now)
 		st->lost_pending[ringidx & 1] = 1;
 }
 
+/* What a ring record of sz bytes takes in the ring: its 8-byte header and
+ * padding to 8 bytes (BPF_RINGBUF_HDR_SZ). */
+static __always_inline __u64 ring_bytes(__u64 sz)
+{
+	return (sz + 8 + 7) & ~7ULL;
+}
+
 /* Write the pending `lost` record of this CPU into ring, if it fits now. */
 static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 {
@@ -316,8 +327,12 @@ static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
 	if (!r)
 		return;
-	if (st)
+	if (st) {
 		st->lost_pending[ringidx & 1] = 0;
+		/* Its bytes count toward the next look at the ring's fill. */
+		if (!ringidx)
+			st->quiet -= ring_bytes(sizeof(*r));
+	}
 	__builtin_memset(r, 0, sizeof(*r));
 	__sync_lock_test_and_set(&ls->pending, 0);
 	r->first_ns = ls->first_ns;
@@ -381,30 +396,41 @@ static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
 									: BPF_RB_NO_WAKEUP;
 }
 
-
-/* What a ring record of sz bytes takes in the ring: its 8-byte header and
- * padding to 8 bytes (BPF_RINGBUF_HDR_SZ). */
-static __always_inline __u64 ring_bytes(__u64 sz)
-{
-	return (sz + 8 + 7) & ~7ULL;
-}
-
 /* The submit flags of a record of sz bytes just reserved in this CPU's
- * events ring: wake the reader while the ring is filled past
- * events_wakeup, looked at for every event (looking only every few events
- * let a loaded machine's reader sleep past the point of losses, measured),
- * but asked only when cpu_state.fill_bound says it may be. */
+ * events ring: wake the reader when the ring passes events_wakeup, seen at
+ * the first event past it (looking only every few events let a loaded
+ * machine's reader sleep past the point of losses, measured), but asking
+ * the ring only when cpu_state.quiet runs out.
+ *
+ * Once per crossing: while the ring stays past the threshold the reader has
+ * been woken already (its edge-triggered epoll keeps the wake-up until it
+ * waits again, and it waits only once it found its rings empty), and each
+ * further wake-up costs an interrupt on this CPU (bpf_ringbuf_submit queues
+ * an irq_work, a self-IPI: ~7 µs in this VM, measured). Past the threshold
+ * the ring is asked again every quarter of it: it cannot be emptied and
+ * filled past the threshold again between two looks, so a ring the reader
+ * emptied is always seen below it (woken cleared) before it crosses again.
+ */
 static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring, __u64 sz)
 {
-	__u64 n = st->fill_bound + ring_bytes(sz);
+	__s64 q = st->quiet - (__s64)ring_bytes(sz);
+	__u64 n;
 
-	if (n < events_wakeup) {
-		st->fill_bound = n;
+	if (q > 0) {
+		st->quiet = q;
 		return BPF_RB_NO_WAKEUP;
 	}
 	n = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA); /* this record included */
-	st->fill_bound = n;
-	return n >= events_wakeup ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (n < events_wakeup) {
+		st->quiet = events_wakeup - n;
+		st->woken = 0;
+		return BPF_RB_NO_WAKEUP;
+	}
+	st->quiet = events_wakeup / 4 + 1;
+	if (st->woken)
+		return BPF_RB_NO_WAKEUP;
+	st->woken = 1;
+	return BPF_RB_FORCE_WAKEUP;
 }
 
 static __always_inline int cgroup_under(struct cgroup *cg, __u64 id)

@@ -33,8 +33,9 @@ type magnetCpuState struct {
 		Comm    [2]uint64
 	}
 	LostPending [2]uint32
-	FillBound   uint64
-	Pad         [4]uint32
+	Quiet       int64
+	Woken       uint32
+	Pad         [3]uint32
 	Verdicts    [64]uint64
 	Ifaces      [16]uint64
 	Tuples      [16]struct {
