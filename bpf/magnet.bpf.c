@@ -5,9 +5,9 @@
  *   events  - the data path (socket, TCP, IP, device, drops, sched, headers)
  *   control - connection lifecycle and interface names, small and separate
  *             so that a flood of data events cannot crowd them out.
- * When a ring is full the event is counted per CPU and type; the next event
- * that fits on that CPU is preceded by a `lost` record, so the gap is marked
- * in place in the stream.
+ * When a ring is full the event is counted per CPU and type; no event of that
+ * CPU goes in that ring again before a `lost` record with the counts, so the
+ * gap is marked in place in the stream.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -314,25 +314,36 @@ static __always_inline __u64 ring_bytes(__u64 sz)
 	return (sz + 8 + 7) & ~7ULL;
 }
 
-/* Write the pending `lost` record of this CPU into ring, if it fits now. */
-static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
+/*
+ * Write the pending `lost` record of this CPU (st) into ring. Returns 0 if
+ * it does not fit now: then no event goes in before it either (the gap is
+ * marked where it is, and an event that would fit in a ring this full costs
+ * a second reservation that nearly always fails).
+ */
+static __noinline int flush_lost(struct cpu_state *st, void *ring, __u32 ringidx, __u64 now)
 {
 	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
-	struct cpu_state *st = my_state();
 	struct mg_lost *r;
 	__u32 total = 0;
 
-	if (!ls || !ls->pending)
-		return;
+	if (!ls)
+		return 1;
+	if (!ls->pending) {
+		/* A flush that took the counts of a loss noted while it ran
+		 * (nested) left the flag set. Cleared before looking again: a
+		 * loss noted meanwhile sets it after its counts. */
+		st->lost_pending[ringidx & 1] = 0;
+		if (!ls->pending)
+			return 1;
+		st->lost_pending[ringidx & 1] = 1;
+	}
 	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
 	if (!r)
-		return;
-	if (st) {
-		st->lost_pending[ringidx & 1] = 0;
-		/* Its bytes count toward the next look at the ring's fill. */
-		if (!ringidx)
-			st->quiet -= ring_bytes(sizeof(*r));
-	}
+		return 0;
+	st->lost_pending[ringidx & 1] = 0;
+	/* Its bytes count toward the next look at the ring's fill. */
+	if (!ringidx)
+		st->quiet -= ring_bytes(sizeof(*r));
 	__builtin_memset(r, 0, sizeof(*r));
 	__sync_lock_test_and_set(&ls->pending, 0);
 	r->first_ns = ls->first_ns;
@@ -344,7 +355,7 @@ static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 	}
 	if (!total) {
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-		return;
+		return 1;
 	}
 	r->total = total;
 	r->ring = ringidx;
@@ -353,6 +364,7 @@ static __noinline void flush_lost(void *ring, __u32 ringidx, __u64 now)
 	r->hdr.type = MG_LOST;
 	r->hdr.size = total;
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	return 1;
 }
 
 /* The current thread's ids, uid and name, read in place: one helper call,
@@ -485,8 +497,10 @@ static __always_inline void *reserve_event_of(struct task_struct *task, __u8 typ
 		note_lost(0, type, now);
 		return NULL;
 	}
-	if (st->lost_pending[0])
-		flush_lost(ring, 0, now);
+	if (st->lost_pending[0] && !flush_lost(st, ring, 0, now)) {
+		note_lost(0, type, now);
+		return NULL;
+	}
 	current_task_id(task, &cur);
 	if (exclude_cgroup && !same_task(&st->task_sent, &cur) && current_excluded(task))
 		__builtin_memset(&cur, 0, sizeof(cur));
@@ -527,8 +541,10 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 	void *r;
 
 	count_produced(type);
-	if (st && st->lost_pending[1])
-		flush_lost(&control, 1, now);
+	if (st && st->lost_pending[1] && !flush_lost(st, &control, 1, now)) {
+		note_lost(1, type, now);
+		return NULL;
+	}
 	task = bpf_get_current_task_btf();
 	current_task_id(task, &cur);
 	if (exclude_cgroup && current_excluded(task))

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package probe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/ring"
+)
+
+// TestWakeOncePerCrossing: a CPU's events ring wakes its reader when it
+// passes the wake-up threshold (an eighth of the ring), once, and not again
+// at every event while it stays past (each wake-up is an interrupt on the
+// producing CPU); once the reader has emptied it, the next crossing wakes
+// it again. The events are synth_event's, put in the ring of the CPU the
+// test runs on.
+func TestWakeOncePerCrossing(t *testing.T) {
+	p := loadSynth(t, 4<<20)
+	cpu, m, rd := pinToRing(t, p)
+	// The ring's wake-ups, edge-triggered as the recorder watches them.
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(epfd)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(m.FD())}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, m.FD(), &ev); err != nil {
+		t.Fatal(err)
+	}
+	woken := func(wait time.Duration) bool {
+		t.Helper()
+		evs := make([]unix.EpollEvent, 1)
+		for {
+			n, err := unix.EpollWait(epfd, evs, int(wait.Milliseconds()))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+	}
+
+	threshold := rd.Size() / 8
+	const recBytes = 48 // a dev_xmit event (40 bytes) and the ring's header
+	produce := func(bytes int) { synthRuns(t, p, bytes/recBytes) }
+	iwi := func() (uint64, bool) { return irqWorkInterrupts(cpu) }
+
+	produce(threshold / 4)
+	if woken(10 * time.Millisecond) {
+		t.Fatal("woken below the threshold")
+	}
+	before, haveIWI := iwi()
+	produce(2 * threshold)
+	after, _ := iwi()
+	if !woken(time.Second) {
+		t.Fatal("not woken past the threshold")
+	}
+	// About 1.5 threshold's worth of events past it: a wake-up each would
+	// be thousands of interrupts.
+	if past := uint64(threshold * 3 / 2 / recBytes); haveIWI && after-before > past/4 {
+		t.Errorf("%d irq_work interrupts on CPU %d for %d events past the threshold", after-before, cpu, past)
+	}
+	produce(threshold)
+	if woken(10 * time.Millisecond) {
+		t.Fatal("woken again while the ring stayed past the threshold")
+	}
+
+	// Empty it, as the reader does, and cross again.
+	if len(takeRecords(t, rd, -1)) == 0 {
+		t.Fatal("no records in the ring")
+	}
+	produce(threshold / 4)
+	if woken(10 * time.Millisecond) {
+		t.Fatal("woken below the threshold after the ring was emptied")
+	}
+	produce(2 * threshold)
+	if !woken(time.Second) {
+		t.Fatal("not woken at the second crossing")
+	}
+	if _, lost, err := p.CountersOf(); err != nil {
+		t.Fatal(err)
+	} else if lost[event.DevXmit] != 0 {
+		t.Fatalf("%d events lost: the test must not fill the ring", lost[event.DevXmit])
+	}
+}
+
+// loadSynth loads the synthetic programs beside the control hooks only, so
+// that nothing but synth_event writes to the events rings; ringBytes is
+// the events rings' total.
+func loadSynth(t *testing.T, ringBytes int) *Probe {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	p, err := Load(Options{Groups: event.GroupConn, BufferBytes: ringBytes, ControlBytes: 64 << 10, Synthetic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if p.Synthetic == nil {
+		t.Fatal("synth_event not loaded")
+	}
+	return p
+}
+
+// pinToRing pins the test's thread to the last online CPU until the test
+// ends, and returns that CPU, its events ring and a reader of it.
+func pinToRing(t *testing.T, p *Probe) (int, *ebpf.Map, *ring.Reader) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	var old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		t.Fatal(err)
+	}
+	online := OnlineCPUs(len(p.Events))
+	if len(online) != len(p.Events) {
+		t.Skipf("%d CPUs online, %d rings: CPUs changed since load", len(online), len(p.Events))
+	}
+	cpu := online[len(online)-1]
+	var one unix.CPUSet
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.SchedSetaffinity(0, &old) })
+	m := p.Events[len(online)-1]
+	rd, err := ring.NewReader(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	return cpu, m, rd
+}
+
+// synthRuns runs synth_event n times on this CPU: n dev_xmit events.
+func synthRuns(t *testing.T, p *Probe, n int) {
+	t.Helper()
+	if _, _, err := p.Synthetic.Benchmark(make([]byte, 64), n, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takeRecords takes up to n records (all if n < 0) from rd, copied, and
+// gives their space back to the kernel.
+func takeRecords(t *testing.T, rd *ring.Reader, n int) [][]byte {
+	t.Helper()
+	var recs [][]byte
+	for n < 0 || len(recs) < n {
+		rec, st, err := rd.Peek()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st != ring.Record {
+			break
+		}
+		recs = append(recs, bytes.Clone(rec))
+		rd.Advance()
+	}
+	rd.Commit()
+	return recs
+}
+
+// TestLostRecordFirst: once a CPU's events ring was full, no event of that
+// CPU goes in before the `lost` record that counts the gap, even one that
+// would fit where the `lost` record does not: it is counted lost too. And
+// every event stays accounted for: recorded + lost = produced.
+func TestLostRecordFirst(t *testing.T) {
+	p := loadSynth(t, 64<<10)
+	_, _, rd := pinToRing(t, p)
+	const recBytes = 48 // a dev_xmit event (40 bytes) and the ring's header
+	lostNow := func() uint64 {
+		t.Helper()
+		_, lost, err := p.CountersOf()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lost[event.DevXmit]
+	}
+	synthRuns(t, p, 2*rd.Size()/recBytes)
+	lost := lostNow()
+	if lost == 0 {
+		t.Fatal("the ring never filled")
+	}
+	// Room for two events, not for a lost record (192 bytes with its
+	// header): the next event is lost as well.
+	recorded := len(takeRecords(t, rd, 2))
+	synthRuns(t, p, 1)
+	if got := lostNow(); got != lost+1 {
+		t.Fatalf("an event went in before the lost record: %d lost, want %d", got, lost+1)
+	}
+	lost++
+	// Room for everything now.
+	recorded += len(takeRecords(t, rd, 3))
+	synthRuns(t, p, 1)
+	recs := takeRecords(t, rd, -1)
+	n := len(recs)
+	if n < 2 || recs[n-2][30] != uint8(event.Lost) || recs[n-1][30] != uint8(event.DevXmit) {
+		t.Fatalf("the ring does not end with the lost record, then the event")
+	}
+	// struct mg_lost: the header, first_ns, last_ns, then total.
+	if total := binary.LittleEndian.Uint32(recs[n-2][48:]); uint64(total) != lost {
+		t.Errorf("lost record counts %d, want %d", total, lost)
+	}
+	recorded += n - 1
+	produced, _, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(recorded)+lost != produced[event.DevXmit] {
+		t.Errorf("recorded %d + lost %d != produced %d", recorded, lost, produced[event.DevXmit])
+	}
+}
+
+// irqWorkInterrupts reads the IRQ work interrupts (IWI) of cpu from
+// /proc/interrupts; false if this kernel does not list them.
+func irqWorkInterrupts(cpu int) (uint64, bool) {
+	data, err := os.ReadFile("/proc/interrupts")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) > cpu+1 && f[0] == "IWI:" {
+			n, err := strconv.ParseUint(f[cpu+1], 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
