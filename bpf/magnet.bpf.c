@@ -337,6 +337,12 @@ static __noinline int flush_lost(struct cpu_state *st, void *ring, __u32 ringidx
 			return 1;
 		st->lost_pending[ringidx & 1] = 1;
 	}
+	/* Asking the ring is cheaper than a reservation it refuses (which
+	 * takes its lock with interrupts off), and a ring that was full is
+	 * likely to stay so for many events. */
+	if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) + ring_bytes(sizeof(*r)) >=
+	    bpf_ringbuf_query(ring, BPF_RB_RING_SIZE))
+		return 0;
 	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
 	if (!r)
 		return 0;
