@@ -428,6 +428,14 @@ static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
  * the ring is asked again every quarter of it: it cannot be emptied and
  * filled past the threshold again between two looks, so a ring the reader
  * emptied is always seen below it (woken cleared) before it crosses again.
+ *
+ * Past half full (or the threshold, if higher) the reader is late (woken
+ * but not running: a loaded machine), and every event wakes it again, as
+ * all did before: those interrupts also slow this CPU's producers, which
+ * kept a reader that runs late from losing events (measured: synthetic
+ * events at 4 M/s for 3 s, load average 6-9, a reader like the recorder's:
+ * without this, events lost in 2 runs of 5, 490 k of 11.8 M and 619; with
+ * it, and with every event waking the reader, none in 4 and 5).
  */
 static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring, __u64 sz)
 {
@@ -443,6 +451,11 @@ static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring
 		st->quiet = events_wakeup - n;
 		st->woken = 0;
 		return BPF_RB_NO_WAKEUP;
+	}
+	if (n >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 2) {
+		st->woken = 1;
+		st->quiet = 0;
+		return BPF_RB_FORCE_WAKEUP;
 	}
 	st->quiet = events_wakeup / 4 + 1;
 	if (st->woken)

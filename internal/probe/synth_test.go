@@ -22,8 +22,8 @@ import (
 // TestWakeOncePerCrossing: a CPU's events ring wakes its reader when it
 // passes the wake-up threshold (an eighth of the ring), once, and not again
 // at every event while it stays past (each wake-up is an interrupt on the
-// producing CPU); once the reader has emptied it, the next crossing wakes
-// it again. The events are synth_event's, put in the ring of the CPU the
+// producing CPU), until it is half full; once the reader has emptied it,
+// the next crossing wakes it again. The events are synth_event's, put in the ring of the CPU the
 // test runs on.
 func TestWakeOncePerCrossing(t *testing.T) {
 	p := loadSynth(t, 4<<20)
@@ -76,6 +76,11 @@ func TestWakeOncePerCrossing(t *testing.T) {
 	produce(threshold)
 	if woken(10 * time.Millisecond) {
 		t.Fatal("woken again while the ring stayed past the threshold")
+	}
+	// Past half full the reader is late: every event wakes it again.
+	produce(threshold)
+	if !woken(time.Second) {
+		t.Fatal("not woken again past half full")
 	}
 
 	// Empty it, as the reader does, and cross again.
