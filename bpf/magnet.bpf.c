@@ -458,7 +458,12 @@ static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, void *ring
 		return BPF_RB_FORCE_WAKEUP;
 	}
 	st->quiet = events_wakeup / 4 + 1;
-	if (st->woken)
+	/* Woken already, and past the threshold before this record too. A
+	 * ring below it before this record is a new crossing, which matters
+	 * where the threshold is below a record (--wakeup-fill 0: a ring that
+	 * holds anything at a look is past it) and where one record spans the
+	 * distance between two looks. */
+	if (st->woken && n - ring_bytes(sz) >= events_wakeup)
 		return BPF_RB_NO_WAKEUP;
 	st->woken = 1;
 	return BPF_RB_FORCE_WAKEUP;

@@ -23,35 +23,12 @@ import (
 // passes the wake-up threshold (an eighth of the ring), once, and not again
 // at every event while it stays past (each wake-up is an interrupt on the
 // producing CPU), until it is half full; once the reader has emptied it,
-// the next crossing wakes it again. The events are synth_event's, put in the ring of the CPU the
-// test runs on.
+// the next crossing wakes it again. The events are synth_event's, put in
+// the ring of the CPU the test runs on.
 func TestWakeOncePerCrossing(t *testing.T) {
-	p := loadSynth(t, 4<<20)
+	p := loadSynth(t, 4<<20, 0)
 	cpu, m, rd := pinToRing(t, p)
-	// The ring's wake-ups, edge-triggered as the recorder watches them.
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(epfd)
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(m.FD())}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, m.FD(), &ev); err != nil {
-		t.Fatal(err)
-	}
-	woken := func(wait time.Duration) bool {
-		t.Helper()
-		evs := make([]unix.EpollEvent, 1)
-		for {
-			n, err := unix.EpollWait(epfd, evs, int(wait.Milliseconds()))
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n > 0
-		}
-	}
+	woken := wakeups(t, m)
 
 	threshold := rd.Size() / 8
 	const recBytes = 48 // a dev_xmit event (40 bytes) and the ring's header
@@ -105,12 +82,12 @@ func TestWakeOncePerCrossing(t *testing.T) {
 // loadSynth loads the synthetic programs beside the control hooks only, so
 // that nothing but synth_event writes to the events rings; ringBytes is
 // the events rings' total.
-func loadSynth(t *testing.T, ringBytes int) *Probe {
+func loadSynth(t *testing.T, ringBytes int, wakeupFill float64) *Probe {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
-	p, err := Load(Options{Groups: event.GroupConn, BufferBytes: ringBytes, ControlBytes: 64 << 10, Synthetic: true})
+	p, err := Load(Options{Groups: event.GroupConn, BufferBytes: ringBytes, ControlBytes: 64 << 10, Synthetic: true, WakeupFill: wakeupFill})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +96,36 @@ func loadSynth(t *testing.T, ringBytes int) *Probe {
 		t.Fatal("synth_event not loaded")
 	}
 	return p
+}
+
+// wakeups watches m's wake-ups, edge-triggered as the recorder does: the
+// function returns whether the ring was woken since it was last called,
+// waiting up to wait for it.
+func wakeups(t *testing.T, m *ebpf.Map) func(wait time.Duration) bool {
+	t.Helper()
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(epfd) })
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(m.FD())}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, m.FD(), &ev); err != nil {
+		t.Fatal(err)
+	}
+	return func(wait time.Duration) bool {
+		t.Helper()
+		evs := make([]unix.EpollEvent, 1)
+		for {
+			n, err := unix.EpollWait(epfd, evs, int(wait.Milliseconds()))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+	}
 }
 
 // pinToRing pins the test's thread to the last online CPU until the test
@@ -179,12 +186,35 @@ func takeRecords(t *testing.T, rd *ring.Reader, n int) [][]byte {
 	return recs
 }
 
+// TestWakeAtAnyFill: with the threshold below one record (--wakeup-fill
+// 0: wake the reader as soon as the ring holds anything), the first record
+// into an empty ring wakes the reader, every time the reader has emptied
+// it, and the records after it do not.
+func TestWakeAtAnyFill(t *testing.T) {
+	p := loadSynth(t, 4<<20, 1e-9)
+	_, m, rd := pinToRing(t, p)
+	woken := wakeups(t, m)
+	for i := range 3 {
+		synthRuns(t, p, 1)
+		if !woken(time.Second) {
+			t.Fatalf("round %d: not woken by a record into an empty ring", i)
+		}
+		synthRuns(t, p, 100)
+		if woken(10 * time.Millisecond) {
+			t.Fatalf("round %d: woken again while the ring held records", i)
+		}
+		if n := len(takeRecords(t, rd, -1)); n != 101 {
+			t.Fatalf("round %d: %d records, want 101", i, n)
+		}
+	}
+}
+
 // TestLostRecordFirst: once a CPU's events ring was full, no event of that
 // CPU goes in before the `lost` record that counts the gap, even one that
 // would fit where the `lost` record does not: it is counted lost too. And
 // every event stays accounted for: recorded + lost = produced.
 func TestLostRecordFirst(t *testing.T) {
-	p := loadSynth(t, 64<<10)
+	p := loadSynth(t, 64<<10, 0)
 	_, _, rd := pinToRing(t, p)
 	const recBytes = 48 // a dev_xmit event (40 bytes) and the ring's header
 	lostNow := func() uint64 {
