@@ -57,6 +57,9 @@ const SmallSize = 64
 type Options struct {
 	Magnet string // the magnet binary that runs the workloads
 	Reps   int    // repetitions of each configuration
+	// Pin runs each host's processes (workload, and its side's tracer) on a
+	// CPU of its own, as on two machines.
+	Pin bool
 	// UnlimitedReps, if set, replaces Reps on the unlimited link, whose
 	// throughput losses the goals judge: more rounds narrow their
 	// intervals where the verdicts are decided.
@@ -132,6 +135,7 @@ func ReadBefore(path string) (*Before, error) {
 type Settings struct {
 	Reps           int      `json:"reps"`
 	UnlimitedReps  int      `json:"unlimited_reps,omitempty"`
+	Pinned         string   `json:"pinned,omitempty"`
 	DurationS      float64  `json:"duration_s"`
 	Links          []int    `json:"links_mbit"`
 	Configs        []string `json:"configs"`
@@ -216,6 +220,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer os.RemoveAll(work)
 
 	b := &bencher{opts: opts, work: work, port: 20000}
+	if opts.Pin {
+		if b.pin, err = newPinning(); err != nil {
+			return nil, err
+		}
+	}
 	rep := &Report{
 		Command: opts.Command,
 		Note:    opts.Note,
@@ -229,6 +238,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			CPUSource:      "rusage (utime+stime) of each workload process from wait4, i.e. /proc/<pid>/stat utime+stime at exit; in-process recorder: getrusage(RUSAGE_SELF) from probes attached to recording closed",
 			TcpdumpSnaplen: opts.TcpdumpSnaplen,
 		},
+	}
+	if b.pin != nil {
+		rep.Settings.Pinned = fmt.Sprintf("sender's workload process and tracer on CPU %d, receiver's on CPU %d (taskset; the in-process recorder: every thread of the bench process)", b.pin.sender, b.pin.receiver)
 	}
 	if slices.Contains(opts.Configs, RecordSenderProc) || slices.Contains(opts.Configs, RecordSenderOther) {
 		rep.Settings.ProcBuilds = fmt.Sprintf("record-sender-proc: %s; record-sender-other: %s", labelOr(opts.Label, "this build"), labelOr(opts.CompareLabel, opts.CompareWith))
@@ -320,6 +332,7 @@ func (o *Options) check() error {
 
 type bencher struct {
 	opts Options
+	pin  *pinning // nil unless Options.Pin
 	work string
 	port int
 	seq  int

@@ -245,6 +245,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	} else {
 		p("- **tcpdump:** `tcpdump -w` with its default snap length (whole packets)\n")
 	}
+	if s.Pinned != "" {
+		p("- **Pinned** (two hosts, a CPU each): %s; bpftrace and softirq work are not pinned\n", s.Pinned)
+	}
 	if s.ProcBuilds != "" {
 		p("- **Recorder as a process** (unlimited link only): `magnet record -q --netns <sender's namespace>` run as a process of each build, stopped with SIGINT; tracer CPU: the process's (all threads, schedstat) from the moment its probes were attached to the end of the transfer. %s\n", s.ProcBuilds)
 	}

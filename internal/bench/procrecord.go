@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -44,11 +45,13 @@ type recordProc struct {
 	stderr strings.Builder
 }
 
-func (b *bencher) startRecordProc(ctx context.Context, bin, netns string) (*recordProc, error) {
+// startRecordProc starts bin's `magnet record` on the sender's namespace of lab.
+func (b *bencher) startRecordProc(ctx context.Context, lab *netlab.Lab, bin string) (*recordProc, error) {
 	b.seq++
 	t := &recordProc{done: make(chan error, 1), output: filepath.Join(b.work, fmt.Sprintf("proc-%d.mgt", b.seq))}
 	ready := t.output + ".ready"
-	t.cmd = exec.CommandContext(ctx, bin, "record", "-q", "--netns", netns, "-o", t.output, "--ready-file", ready)
+	name, args := b.onCPU(lab, lab.Client, bin, "record", "-q", "--netns", lab.Client.NS, "-o", t.output, "--ready-file", ready)
+	t.cmd = exec.CommandContext(ctx, name, args...)
 	t.cmd.Stderr = &t.stderr
 	if err := t.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s record: %w", bin, err)

@@ -50,9 +50,13 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 	case Loaded:
 		return startLoaded(buffer, probe.Filters{})
 	case RecordSender:
-		return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)
+		return b.startPinned(lab, lab.Client, func() (tracer, error) {
+			return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)
+		})
 	case RecordReceiver:
-		return b.startRecord(ctx, record.Filters{NetNS: lab.Server.NS}, buffer, nil)
+		return b.startPinned(lab, lab.Server, func() (tracer, error) {
+			return b.startRecord(ctx, record.Filters{NetNS: lab.Server.NS}, buffer, nil)
+		})
 	case TcpdumpSender:
 		return b.startTcpdump(lab, lab.Client)
 	case TcpdumpReceiver:
@@ -60,9 +64,9 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 	case Bpftrace:
 		return b.startBpftrace()
 	case RecordSenderProc:
-		return b.startRecordProc(ctx, b.opts.Magnet, lab.Client.NS)
+		return b.startRecordProc(ctx, lab, b.opts.Magnet)
 	case RecordSenderOther:
-		return b.startRecordProc(ctx, b.opts.CompareWith, lab.Client.NS)
+		return b.startRecordProc(ctx, lab, b.opts.CompareWith)
 	}
 	return nil, fmt.Errorf("unknown configuration %q", config)
 }
@@ -305,7 +309,7 @@ func (b *bencher) startTcpdump(lab *netlab.Lab, h netlab.Host) (tracer, error) {
 	if b.opts.TcpdumpSnaplen > 0 {
 		args = append(args, "-s", strconv.Itoa(b.opts.TcpdumpSnaplen))
 	}
-	t, err := b.startProc("tcpdump", lab.Command(h, "tcpdump", args...), out, "listening on", "")
+	t, err := b.startProc("tcpdump", b.labCommand(lab, h, "tcpdump", args...), out, "listening on", "")
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, s
 		return nil, err
 	}
 
-	srv := lab.Command(lab.Server, b.opts.Magnet, "workload", "serve", "--proto", proto, "--listen", addr)
+	srv := b.labCommand(lab, lab.Server, b.opts.Magnet, "workload", "serve", "--proto", proto, "--listen", addr)
 	srvOut, err := srv.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, s
 		return nil, fmt.Errorf("receiver did not start: %s", oneLine(srvErr.String()))
 	}
 
-	cli := lab.Command(lab.Client, b.opts.Magnet, "workload", "send", "--proto", proto, "--to", addr,
+	cli := b.labCommand(lab, lab.Client, b.opts.Magnet, "workload", "send", "--proto", proto, "--to", addr,
 		"--flood", d.String(), "--size", fmt.Sprint(size))
 	var cliOut, cliErr strings.Builder
 	cli.Stdout, cli.Stderr = &cliOut, &cliErr

@@ -24,14 +24,14 @@ import (
 // New returns the bench command.
 func New() *cobra.Command {
 	var (
-		reps, unlimitedReps int
-		duration            time.Duration
-		links, configs, out string
-		sweep, full, asJSON bool
-		cost, synth         bool
-		before, label       string
-		compareWith, cmpLbl string
-		snaplen             int
+		reps, unlimitedReps      int
+		duration                 time.Duration
+		links, configs, out      string
+		sweep, full, asJSON, pin bool
+		cost, synth              bool
+		before, label            string
+		compareWith, cmpLbl      string
+		snaplen                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -93,6 +93,7 @@ too). Needs root.`,
 				return fmt.Errorf("bench: --unlimited-reps %d: want at least 1 (0: as --reps)", unlimitedReps)
 			}
 			opts.UnlimitedReps = unlimitedReps
+			opts.Pin = pin
 			if full && !f.Changed("unlimited-reps") {
 				opts.UnlimitedReps = 2 * reps
 			}
@@ -134,6 +135,7 @@ too). Needs root.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 5, "repetitions of each configuration")
+	f.BoolVar(&pin, "pin", false, "run each host's processes (workload, its side's tracer) on a CPU of its own, as on two machines")
 	f.IntVar(&unlimitedReps, "unlimited-reps", 0, "repetitions on the unlimited link, whose losses the goals judge (0: --reps; --full: twice --reps)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "length of each transfer")
 	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
