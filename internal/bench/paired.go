@@ -4,21 +4,16 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
-	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // PairedResult is the per-event cost of two magnet builds recording the
@@ -98,41 +93,23 @@ func (b *bencher) paired(ctx context.Context, lab *netlab.Lab) (*PairedResult, e
 	return pr, nil
 }
 
-// recorderProc is a `magnet record` process of one build.
+// recorderProc is a `magnet record` process of one build, with its BPF
+// programs held open for their run-time statistics.
 type recorderProc struct {
-	cmd    *exec.Cmd
-	output string
-	progs  []*ebpf.Program
-	cpu0   uint64
+	*recordProc
+	progs []*ebpf.Program
 }
 
-func (b *bencher) startRecorderProc(ctx context.Context, bin, netns, dir string) (*recorderProc, error) {
-	b.seq++
-	p := &recorderProc{output: filepath.Join(dir, fmt.Sprintf("paired-%d.mgt", b.seq))}
-	ready := p.output + ".ready"
+func (b *bencher) startRecorderProc(ctx context.Context, lab *netlab.Lab, bin string) (*recorderProc, error) {
 	before, err := lastProgramID()
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.CommandContext(ctx, bin, "record", "-q", "--netns", netns, "-o", p.output, "--ready-file", ready)
-	var stderr strings.Builder
-	p.cmd.Stderr = &stderr
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s record: %w", bin, err)
+	rp, err := b.startRecordProc(ctx, lab, bin)
+	if err != nil {
+		return nil, err
 	}
-	// The recorder announces itself with its ready file: no other event to
-	// wait on from here.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if p.cmd.ProcessState != nil || time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("%s record did not get ready: %s", bin, oneLine(stderr.String()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p := &recorderProc{recordProc: rp}
 	if p.progs, err = magnetPrograms(before, p.cmd.Process.Pid); err != nil {
 		p.kill()
 		return nil, err
@@ -141,8 +118,7 @@ func (b *bencher) startRecorderProc(ctx context.Context, bin, netns, dir string)
 }
 
 func (p *recorderProc) kill() {
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	p.recordProc.kill()
 	p.closeProgs()
 }
 
@@ -192,40 +168,11 @@ func (p *recorderProc) stop(cpu1 uint64) (PairSide, error) {
 		s.RuntimeNs += uint64(st.Runtime.Nanoseconds())
 	}
 	p.closeProgs()
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	timer := time.AfterFunc(60*time.Second, func() { _ = p.cmd.Process.Kill() })
-	err := p.cmd.Wait()
-	timer.Stop()
-	defer os.Remove(p.output)
-	if err != nil {
-		return s, fmt.Errorf("record: %w", err)
-	}
-	r, err := trace.Open(p.output)
+	tr, err := p.end()
 	if err != nil {
 		return s, err
 	}
-	defer r.Close()
-	for {
-		if _, err := r.Next(); err != nil {
-			break
-		}
-	}
-	sum := r.Summary()
-	if sum == nil {
-		return s, errors.New("record: trace without a summary")
-	}
-	for name, n := range sum.Events {
-		if name != "task" && name != "iface" && name != "lost" {
-			s.Drained += n
-		}
-	}
-	if produced, ok := sum.Extra["produced"].(map[string]any); ok {
-		for name, v := range produced {
-			if f, ok := v.(float64); ok && name != "iface" {
-				s.Produced += uint64(f)
-			}
-		}
-	}
+	s.Drained, s.Produced = tr.Events, tr.Produced
 	if s.Runs > 0 {
 		s.NsPerRun = float64(s.RuntimeNs) / float64(s.Runs)
 	}
@@ -244,15 +191,14 @@ func (b *bencher) pairedRun(ctx context.Context, lab *netlab.Lab, self, proto st
 		bins[0], bins[1] = bins[1], bins[0]
 	}
 	var procs []*recorderProc
+	stopped := 0
 	defer func() {
-		for _, p := range procs {
-			if p.cmd.ProcessState == nil {
-				p.kill()
-			}
+		for _, p := range procs[stopped:] {
+			p.kill()
 		}
 	}()
 	for _, bin := range bins {
-		p, err := b.startRecorderProc(ctx, bin, lab.Client.NS, b.work)
+		p, err := b.startRecorderProc(ctx, lab, bin)
 		if err != nil {
 			return nil, err
 		}
@@ -272,6 +218,7 @@ func (b *bencher) pairedRun(ctx context.Context, lab *netlab.Lab, self, proto st
 	var sides [2]PairSide
 	for i, p := range procs {
 		s, err := p.stop(cpu[i])
+		stopped++
 		if err != nil {
 			return nil, err
 		}

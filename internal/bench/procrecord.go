@@ -86,6 +86,23 @@ func (b *bencher) startRecordProc(ctx context.Context, lab *netlab.Lab, bin stri
 // (loading the programs, which the verifier makes costly, is left out).
 func (t *recordProc) stop() (Traced, error) {
 	cpu := processCPUNs(t.cmd.Process.Pid) - t.cpu0
+	tr, err := t.end()
+	tr.CPUS = float64(cpu) / 1e9
+	return tr, err
+}
+
+// kill ends the process without waiting for its trace.
+func (t *recordProc) kill() {
+	_ = t.cmd.Process.Kill()
+	<-t.done
+	os.Remove(t.output)
+}
+
+// end stops the process (SIGINT: it drains and closes its trace, killed if
+// it takes over a minute) and counts what the trace holds: events written
+// (task, iface and lost records are not events), lost, and produced (the
+// BPF counters the recorder put in the summary), and the file's size.
+func (t *recordProc) end() (Traced, error) {
 	_ = t.cmd.Process.Signal(syscall.SIGINT)
 	var err error
 	select {
@@ -98,7 +115,7 @@ func (t *recordProc) stop() (Traced, error) {
 	if err != nil {
 		return Traced{}, fmt.Errorf("record: %v: %s", err, oneLine(t.stderr.String()))
 	}
-	tr := Traced{CPUS: float64(cpu) / 1e9}
+	var tr Traced
 	if fi, err := os.Stat(t.output); err == nil {
 		tr.Bytes = fi.Size()
 	}
