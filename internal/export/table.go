@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -105,6 +106,29 @@ type RowWriter interface {
 type TableSource struct {
 	Name   string
 	Reader *trace.Reader
+}
+
+// OpenTables opens every source, named by its base name, so that a bad one
+// fails before anything is written. On error nothing stays open; otherwise
+// the caller closes them with CloseTables.
+func OpenTables(srcs []trace.Source) ([]TableSource, error) {
+	var out []TableSource
+	for _, in := range srcs {
+		r, err := in.Open()
+		if err != nil {
+			CloseTables(out)
+			return nil, err
+		}
+		out = append(out, TableSource{Name: filepath.Base(in.Name), Reader: r})
+	}
+	return out, nil
+}
+
+// CloseTables closes what OpenTables opened.
+func CloseTables(ts []TableSource) {
+	for _, t := range ts {
+		t.Reader.Close()
+	}
 }
 
 // WriteTable streams every event of the sources (metadata records

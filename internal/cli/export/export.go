@@ -69,21 +69,14 @@ directory or archive, narrowed with --host, --since and --until.`,
 				return fmt.Errorf("export: %w", err)
 			}
 			defer cleanup()
-			// Open every trace first: a bad one fails before anything is written.
-			var srcs []export.TableSource
+			srcs, err := export.OpenTables(inputs)
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			defer export.CloseTables(srcs)
 			var headers []*trace.Header
-			defer func() {
-				for _, s := range srcs {
-					s.Reader.Close()
-				}
-			}()
-			for _, in := range inputs {
-				r, err := in.Open()
-				if err != nil {
-					return fmt.Errorf("export: %w", err)
-				}
-				srcs = append(srcs, export.TableSource{Name: filepath.Base(in.Name), Reader: r})
-				headers = append(headers, r.Header())
+			for _, s := range srcs {
+				headers = append(headers, s.Reader.Header())
 			}
 			if format == "perfetto" {
 				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {

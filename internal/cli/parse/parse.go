@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -74,20 +73,11 @@ timeline, in order), or a directory or archive, narrowed with
 				return fmt.Errorf("parse: %w", err)
 			}
 			defer cleanup()
-			// Open every trace first: a bad one fails before anything is printed.
-			var srcs []export.TableSource
-			defer func() {
-				for _, s := range srcs {
-					s.Reader.Close()
-				}
-			}()
-			for _, in := range inputs {
-				r, err := in.Open()
-				if err != nil {
-					return fmt.Errorf("parse: %w", err)
-				}
-				srcs = append(srcs, export.TableSource{Name: filepath.Base(in.Name), Reader: r})
+			srcs, err := export.OpenTables(inputs)
+			if err != nil {
+				return fmt.Errorf("parse: %w", err)
 			}
+			defer export.CloseTables(srcs)
 			out := cmd.OutOrStdout()
 			switch {
 			case header:
