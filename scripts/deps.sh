@@ -22,6 +22,7 @@ command -v fish >/dev/null || need+=(fish)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v tmux >/dev/null || need+=(tmux)         # magnet top in a real terminal, in the tests
 command -v chromium >/dev/null || need+=(chromium) # the daemon's oscilloscope page, in the tests
+command -v bpftrace >/dev/null || need+=(bpftrace) # the bench's peer tracer, whose probe set a test checks
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq

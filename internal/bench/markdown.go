@@ -251,7 +251,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if s.ProcBuilds != "" {
 		p("- **Recorder as a process** (unlimited link only): `magnet record -q --netns <sender's namespace>` run as a process of each build, stopped with SIGINT; tracer CPU: the process's (all threads, schedstat) from the moment its probes were attached to the end of the transfer. %s\n", s.ProcBuilds)
 	}
-	p("- **bpftrace:** tracepoints only (no kprobes here): sock_send/recv_length, tcp_probe, tcp_retransmit_skb, inet_sock_set_state, net_dev_queue, net_dev_start_xmit, netif_receive_skb, kfree_skb, one printf line each, all namespaces, `-o FILE`; magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no tracepoint equivalent\n")
+	p("- **bpftrace:** tracepoints only (no kprobes here): sock_send/recv_length, tcp_probe, tcp_retransmit_skb, inet_sock_set_state, net_dev_queue (where the qdisc can queue, as magnet), net_dev_start_xmit, netif_receive_skb, kfree_skb, one printf line each, all namespaces, `-o FILE`; magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no tracepoint equivalent\n")
 
 	if len(r.Goals) > 0 {
 		p("\n## Goals\n\n| goal | measured | verdict |\n|---|---|---|\n")

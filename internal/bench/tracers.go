@@ -349,7 +349,9 @@ func firstNumber(re *regexp.Regexp, s string) uint64 {
 // with tracepoints only: socket calls, TCP receive/state/retransmit,
 // device queue/transmit/receive and drops, one printf line per event.
 // tcp_sendmsg_locked is left out, as magnet's default leaves out tcp_send
-// (group tcpsend, opt-in).
+// (group tcpsend, opt-in), and dev_queue is printed only where the tx
+// queue's qdisc can queue, as magnet writes it (on a noqueue device such as
+// a veth, dev_xmit follows in the same call).
 // magnet's tcp_xmit (sockops) and ip_send/ip_recv (cgroup_skb) have no
 // tracepoint, and without kprobes bpftrace cannot reach them. It traces
 // every namespace: a tracepoint has no cheap namespace filter.
@@ -363,7 +365,11 @@ tracepoint:sock:sock_recv_length { printf("%llu %d %d sock_recv %d\n", nsecs, cp
 tracepoint:tcp:tcp_probe { printf("%llu %d %d tcp_rcv %u %u %u %u\n", nsecs, cpu, tid, args->data_len, args->snd_nxt, args->snd_una, args->snd_cwnd); }
 tracepoint:tcp:tcp_retransmit_skb { printf("%llu %d %d tcp_retrans\n", nsecs, cpu, tid); }
 tracepoint:sock:inet_sock_set_state { printf("%llu %d %d tcp_state %d %d\n", nsecs, cpu, tid, args->oldstate, args->newstate); }
-tracepoint:net:net_dev_queue { printf("%llu %d %d dev_queue %u\n", nsecs, cpu, tid, args->len); }
+tracepoint:net:net_dev_queue {
+	$skb = (struct sk_buff *)args->skbaddr;
+	$txq = $skb->dev->_tx + $skb->queue_mapping;
+	if ($txq->qdisc->enqueue != 0) { printf("%llu %d %d dev_queue %u\n", nsecs, cpu, tid, args->len); }
+}
 tracepoint:net:net_dev_start_xmit { printf("%llu %d %d dev_xmit %u %u\n", nsecs, cpu, tid, args->len, args->gso_segs); }
 tracepoint:net:netif_receive_skb { printf("%llu %d %d dev_recv %u\n", nsecs, cpu, tid, args->len); }
 tracepoint:skb:kfree_skb { printf("%llu %d %d drop %d\n", nsecs, cpu, tid, args->reason); }
