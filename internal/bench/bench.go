@@ -28,17 +28,21 @@ import (
 
 // Configuration names, in the order the issue lists them.
 const (
-	Baseline        = "baseline"
-	Loaded          = "loaded"
-	RecordSender    = "record-sender"
-	RecordReceiver  = "record-receiver"
-	TcpdumpSender   = "tcpdump-sender"
-	TcpdumpReceiver = "tcpdump-receiver"
-	Bpftrace        = "bpftrace"
+	Baseline       = "baseline"
+	Loaded         = "loaded"
+	RecordSender   = "record-sender"
+	RecordReceiver = "record-receiver"
+	// RecordSenderSock records only the socket layer (and connections) on
+	// the sender's side: what the application asks of the network, the
+	// papers' first question, at the least a recording can cost.
+	RecordSenderSock = "record-sender-sock"
+	TcpdumpSender    = "tcpdump-sender"
+	TcpdumpReceiver  = "tcpdump-receiver"
+	Bpftrace         = "bpftrace"
 )
 
 // AllConfigs lists every configuration.
-var AllConfigs = []string{Baseline, Loaded, RecordSender, RecordReceiver, TcpdumpSender, TcpdumpReceiver, Bpftrace}
+var AllConfigs = []string{Baseline, Loaded, RecordSender, RecordReceiver, RecordSenderSock, TcpdumpSender, TcpdumpReceiver, Bpftrace}
 
 // AllLinks are the link rates of the full run in Mbit/s; 0 is unlimited.
 var AllLinks = []int{0, 1000, 100}

@@ -117,13 +117,13 @@ func TestSmoke(t *testing.T) {
 	var log bytes.Buffer
 	r, err := Run(ctx, Options{
 		Magnet: bin, Reps: 1, Duration: time.Second, Links: []int{0},
-		Configs: []string{Baseline, Loaded, RecordSender}, Log: &log,
+		Configs: []string{Baseline, Loaded, RecordSender, RecordSenderSock}, Log: &log,
 	})
 	t.Log(log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Links) != 1 || len(r.Links[0].Configs) != 3 {
+	if len(r.Links) != 1 || len(r.Links[0].Configs) != 4 {
 		t.Fatalf("report has %d links", len(r.Links))
 	}
 	for _, c := range r.Links[0].Configs {
@@ -132,6 +132,17 @@ func TestSmoke(t *testing.T) {
 		}
 		if c.Name == RecordSender && c.Events.Mean <= 0 {
 			t.Errorf("record-sender recorded no events")
+		}
+		if c.Name == RecordSenderSock {
+			// Socket calls only: a sock_send per write call at least (a
+			// 64 KiB write may take several), and fewer events than
+			// packets on the link, which every other layer would add.
+			for _, run := range c.Runs {
+				x, tr := run.Transfer, run.Tracer
+				if tr.Lost != 0 || tr.Events < uint64(x.Messages) || tr.Events >= x.LinkPackets {
+					t.Errorf("record-sender-sock: %d events (%d lost) for %d messages and %d packets", tr.Events, tr.Lost, x.Messages, x.LinkPackets)
+				}
+			}
 		}
 	}
 	var md bytes.Buffer

@@ -57,6 +57,12 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 		return b.startPinned(lab, lab.Server, func() (tracer, error) {
 			return b.startRecord(ctx, record.Filters{NetNS: lab.Server.NS}, buffer, nil)
 		})
+	case RecordSenderSock:
+		return b.startPinned(lab, lab.Client, func() (tracer, error) {
+			return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil, func(c *record.Config) {
+				c.Groups = event.GroupSock | event.GroupConn
+			})
+		})
 	case TcpdumpSender:
 		return b.startTcpdump(lab, lab.Client)
 	case TcpdumpReceiver:

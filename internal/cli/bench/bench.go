@@ -47,6 +47,7 @@ packet. Configurations:
   loaded            magnet's programs attached, all default groups, ring never read
   record-sender     magnet record --netns <sender's namespace>, writing to disk
   record-receiver   magnet record --netns <receiver's namespace>
+  record-sender-sock   record-sender with --events sock: socket calls only
   tcpdump-sender    tcpdump -w on the sender's veth
   tcpdump-receiver  tcpdump -w on the receiver's veth
   bpftrace          bpftrace with the equivalent tracepoints, printing to a file
