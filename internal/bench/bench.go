@@ -73,7 +73,14 @@ type Options struct {
 	Configs       []string
 	Sweep         bool // the loss sweep and the maximum zero-loss event rate
 	Cost          bool // per-event kernel (bpf_stats) and user-side cost
-	Synth         bool // the recording path with synthetic events (SynthResult)
+	// Synth is the recording path with synthetic events: alone
+	// (SynthResult) and, when the unlimited link is in Links, while the
+	// bulk transfer runs on it (SynthLoadResult).
+	Synth bool
+	// SynthRates replaces the synthetic measurements' paced rates
+	// (SynthRates, SynthLoadRates; the transfer alone still runs first
+	// beside the transfer), events/s: short runs.
+	SynthRates []float64
 	// SweepDuration is each sweep transfer; Duration if 0.
 	SweepDuration time.Duration
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
@@ -92,19 +99,21 @@ type Options struct {
 
 // Report is everything one bench run measured.
 type Report struct {
-	Command  string        `json:"command"`
-	Note     string        `json:"note,omitempty"`
-	Label    string        `json:"label,omitempty"`
-	Date     time.Time     `json:"date"`
-	Machine  Machine       `json:"machine"`
-	Settings Settings      `json:"settings"`
-	Links    []LinkResult  `json:"links"`
-	Cost     *CostResult   `json:"cost,omitempty"`
-	Sweep    *SweepResult  `json:"sweep,omitempty"`
-	Synth    *SynthResult  `json:"synth,omitempty"`
-	Goals    []Goal        `json:"goals"`
-	Before   *Before       `json:"before,omitempty"`
-	Paired   *PairedResult `json:"paired,omitempty"`
+	Command  string       `json:"command"`
+	Note     string       `json:"note,omitempty"`
+	Label    string       `json:"label,omitempty"`
+	Date     time.Time    `json:"date"`
+	Machine  Machine      `json:"machine"`
+	Settings Settings     `json:"settings"`
+	Links    []LinkResult `json:"links"`
+	Cost     *CostResult  `json:"cost,omitempty"`
+	Sweep    *SweepResult `json:"sweep,omitempty"`
+	Synth    *SynthResult `json:"synth,omitempty"`
+	// SynthLoad is synthetic events while the bulk transfer runs.
+	SynthLoad *SynthLoadResult `json:"synth_load,omitempty"`
+	Goals     []Goal           `json:"goals"`
+	Before    *Before          `json:"before,omitempty"`
+	Paired    *PairedResult    `json:"paired,omitempty"`
 }
 
 // Before is the per-event cost of an earlier report (of an earlier build,
@@ -268,12 +277,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			rep.Synth = s
 		}
 	}
-	if opts.Cost || opts.Sweep || opts.CompareWith != "" {
+	synthLoad := opts.Synth && rep.Synth != nil && slices.Contains(opts.Links, 0)
+	if opts.Cost || opts.Sweep || opts.CompareWith != "" || synthLoad {
 		lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 0})
 		if err != nil {
 			return nil, err
 		}
 		defer lab.Close()
+		if synthLoad {
+			b.logf("synth: synthetic events at paced rates while the %d-byte transfer runs (unlimited link), recorded", BulkSize)
+			if rep.SynthLoad, err = b.synthLoad(ctx, lab); err != nil {
+				return nil, fmt.Errorf("synth while the transfer runs: %w", err)
+			}
+		}
 		if opts.Cost {
 			b.logf("cost: per-event kernel and user-side cost (bpf_stats)")
 			if rep.Cost, err = b.cost(ctx, lab, rep.Machine.MHz); err != nil {

@@ -95,8 +95,10 @@ func TestVerdictsUseIntervals(t *testing.T) {
 }
 
 // TestSmoke is the CI run of the bench: one repetition of 1-second
-// transfers, baseline, loaded and record-sender, unlimited link. It keeps
-// the bench code from rotting; its numbers mean little.
+// transfers, baseline, loaded, record-sender and record-sender-sock,
+// unlimited link, and the synthetic events at 1 M/s alone and beside the
+// transfer (after the transfer alone). It keeps the bench code from
+// rotting; its numbers mean little, but its accounting must be exact.
 func TestSmoke(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces and BPF")
@@ -118,6 +120,7 @@ func TestSmoke(t *testing.T) {
 	r, err := Run(ctx, Options{
 		Magnet: bin, Reps: 1, Duration: time.Second, Links: []int{0},
 		Configs: []string{Baseline, Loaded, RecordSender, RecordSenderSock}, Log: &log,
+		Synth: true, SynthRates: []float64{1e6},
 	})
 	t.Log(log.String())
 	if err != nil {
@@ -145,12 +148,54 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	checkSynthLoad(t, r)
 	var md bytes.Buffer
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(md.String(), "## Event rate while the workload runs") {
+		t.Errorf("markdown lacks the loaded synthetic table:\n%s", md.String())
+	}
 	if err := r.WriteJSON(&bytes.Buffer{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkSynthLoad checks the smoke run's synthetic events beside the
+// transfer: the transfer alone, then 1 M/s, each recorded exactly (every
+// event produced was recorded or counted lost), the synthetic runs counted
+// among the events produced under the sender's --netns filter beside the
+// transfer's own.
+func checkSynthLoad(t *testing.T, r *Report) {
+	t.Helper()
+	if r.Synth == nil || len(r.Synth.Steps) != 1 {
+		t.Fatalf("synthetic ceiling: %+v", r.Synth)
+	}
+	if st := r.Synth.Steps[0]; st.Runs == 0 || st.Produced < st.Runs || st.Produced > st.Runs+st.Retried || st.Recorded+st.Lost != st.Produced || st.Unaccounted != 0 {
+		t.Errorf("synthetic ceiling at 1 M/s: runs %d (+ at most %d), produced %d, recorded %d, lost %d", st.Runs, st.Retried, st.Produced, st.Recorded, st.Lost)
+	}
+	sl := r.SynthLoad
+	if sl == nil || len(sl.Runs) != 2 || len(sl.Steps) != 2 {
+		t.Fatalf("synthetic events beside the transfer: %+v", sl)
+	}
+	for _, st := range sl.Runs {
+		if st.Recorded+st.Lost != st.Produced || st.Unaccounted != 0 {
+			t.Errorf("target %.0f: produced %d, recorded %d, lost %d, unaccounted %d", st.TargetPerS, st.Produced, st.Recorded, st.Lost, st.Unaccounted)
+		}
+		if st.Transfer == nil || st.ThroughputMbit <= 0 || st.EventsPerS <= 0 {
+			t.Errorf("target %.0f: transfer %+v, %v Mbit/s, %v events/s", st.TargetPerS, st.Transfer, st.ThroughputMbit, st.EventsPerS)
+		}
+	}
+	alone, synth := sl.Runs[0], sl.Runs[1]
+	if alone.TargetPerS != 0 || alone.Runs != 0 || alone.Produced == 0 {
+		t.Errorf("the transfer alone: target %.0f, synthetic runs %d, produced %d", alone.TargetPerS, alone.Runs, alone.Produced)
+	}
+	// Whole batches of 1 ms, and the transfer's events beside them.
+	if synth.TargetPerS != 1e6 || synth.Runs == 0 || synth.Runs%1000 != 0 || synth.Produced <= synth.Runs+synth.Retried {
+		t.Errorf("1 M/s beside the transfer: synthetic runs %d (+ at most %d), produced %d", synth.Runs, synth.Retried, synth.Produced)
+	}
+	if s := sl.Steps[1]; s.ReductionPct.N != 1 || s.SynthRuns != synth.Runs {
+		t.Errorf("1 M/s step %+v", s)
 	}
 }
 

@@ -162,17 +162,37 @@ func evaluate(r *Report) []Goal {
 	}
 	goals = append(goals, gk, gd)
 
-	gr := Goal{Goal: "≥ 5 M events/s sustained with zero loss (default buffer)", Verdict: notMeasured, Measured: "-"}
-	if s := r.Sweep; s != nil {
-		if s.MaxZeroLossRate > 0 {
-			gr.Measured = fmt.Sprintf("%.2f M events/s (%s)", s.MaxZeroLossRate/1e6, s.MaxZeroLossWorkload)
+	goals = append(goals, rateGoal(r))
+	return goals
+}
+
+// rateGoal judges "≥ 5 M events/s with zero loss while the workload runs"
+// by the synthetic events recorded while the 64 KiB transfer runs when that
+// was measured, else by the small-message workloads of the sweep. Both are
+// shown with the idle synthetic ceiling, which is not the goal's condition.
+func rateGoal(r *Report) Goal {
+	gr := Goal{Goal: "≥ 5 M events/s sustained with zero loss (default buffer) while the workload runs", Verdict: notMeasured}
+	var parts []string
+	if sl := r.SynthLoad; sl != nil && len(sl.Runs) > 0 {
+		if sl.MaxZeroLossRate > 0 {
+			parts = append(parts, fmt.Sprintf("while the 64 KiB transfer runs: %.2f M events/s (synthetic %.2f M/s paced at %.0f M/s, the rest the transfer's; lowest of %d runs)",
+				sl.MaxZeroLossRate/1e6, sl.MaxZeroLossSynthetic/1e6, sl.MaxZeroLossTarget/1e6, sl.Rounds))
+			if sl.Steps[len(sl.Steps)-1].LossyRuns == 0 {
+				parts[len(parts)-1] += ", no step lost events: bounded by what the producer made beside the transfer, not by the recorder"
+			}
 		} else {
-			gr.Measured = "every small-message run at the default buffer lost events"
+			parts = append(parts, "while the 64 KiB transfer runs: every step lost events")
+		}
+		gr.Verdict = verdict(sl.MaxZeroLossRate >= 5e6)
+	}
+	if s := r.Sweep; s != nil {
+		small := "every small-message run at the default buffer lost events"
+		if s.MaxZeroLossRate > 0 {
+			small = fmt.Sprintf("%.2f M events/s (%s)", s.MaxZeroLossRate/1e6, s.MaxZeroLossWorkload)
 		}
 		if s.MaxZeroLossAnyBuffer > 0 {
-			gr.Measured += fmt.Sprintf("; any buffer: %.2f M events/s (%s)", s.MaxZeroLossAnyBuffer/1e6, s.MaxZeroLossAnyBufferDesc)
+			small += fmt.Sprintf("; any buffer: %.2f M events/s (%s)", s.MaxZeroLossAnyBuffer/1e6, s.MaxZeroLossAnyBufferDesc)
 		}
-		gr.Verdict = verdict(s.MaxZeroLossRate >= 5e6)
 		var best RateLimitRow
 		for _, row := range s.Limit {
 			if row.Config == LimitUnobserved && row.EventsPerS.Mean > best.EventsPerS.Mean {
@@ -180,19 +200,23 @@ func evaluate(r *Report) []Goal {
 			}
 		}
 		if best.EventsPerS.N > 0 {
-			gr.Measured += fmt.Sprintf("; the same workloads unobserved would make at most ≈ %.2f M events/s (%s, estimate)", best.EventsPerS.Mean/1e6, best.Workload)
+			small += fmt.Sprintf("; the same workloads unobserved would make at most ≈ %.2f M events/s (%s, estimate)", best.EventsPerS.Mean/1e6, best.Workload)
 		}
+		if gr.Verdict == notMeasured {
+			gr.Verdict = verdict(s.MaxZeroLossRate >= 5e6)
+		} else {
+			small = "small messages: " + small
+		}
+		parts = append(parts, small)
 	}
 	if sy := r.Synth; sy != nil && sy.MaxZeroLossRate > 0 {
-		if gr.Measured == "-" {
-			gr.Measured = ""
-		} else {
-			gr.Measured += "; "
-		}
-		gr.Measured += fmt.Sprintf("synthetic events, no network workload: %.2f M events/s (not the goal's condition)", sy.MaxZeroLossRate/1e6)
+		parts = append(parts, fmt.Sprintf("synthetic events, no network workload: %.2f M events/s (not the goal's condition)", sy.MaxZeroLossRate/1e6))
 	}
-	goals = append(goals, gr)
-	return goals
+	gr.Measured = strings.Join(parts, "; ")
+	if gr.Measured == "" {
+		gr.Measured = "-"
+	}
+	return gr
 }
 
 func pct(s Stat) string {
@@ -406,15 +430,46 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if sy := r.Synth; sy != nil {
 		p("\n## The recorder's ceiling, synthetic events\n\n")
-		p("No network traffic: one thread runs synth_event (bpf/magnet.bpf.c) with BPF_PROG_TEST_RUN in batches of 1 ms, paced to each target rate, for %gs per row, while record.Run drains the rings and writes the trace as `magnet record` does. Each run puts one 40-byte dev_xmit event in the ring of its CPU through the hooks' path (clock, counters, per-CPU ring, task). ns/event: the test run's own time per run (preemption excluded) less an empty program's; it includes the cache traffic of a reader taking the records on the other CPU. Recorder CPU: %% of one CPU over the run. Produced can exceed the runs by the events of a test run a signal interrupted, which is made again.\n\n", sy.DurationS)
-		p("| target events/s | produced events/s | produced | recorded | lost | unaccounted | ns/event | recorder CPU %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("No network traffic: one thread runs synth_event (bpf/magnet.bpf.c) with BPF_PROG_TEST_RUN in batches of 1 ms, paced to each target rate, for %gs per row (a producer that falls behind makes fewer events, not more time), while record.Run drains the rings and writes the trace as `magnet record` does, filtered to the bench's own process, which makes no traffic. Each run puts one 40-byte dev_xmit event in the ring of its CPU through the hooks' path (clock, counters, per-CPU ring, task). ns/event: the test run's own time per run (preemption excluded) less an empty program's; it includes the cache traffic of a reader taking the records on the other CPU. Recorder CPU: the bench process's CPU time less the producing thread's, %% of one CPU over the run; producer CPU: that thread's. Produced can exceed the runs by the events of a test run a signal interrupted, which is made again.\n\n", sy.DurationS)
+		p("| target events/s | produced events/s | produced | recorded | lost | unaccounted | ns/event | recorder CPU %% | producer CPU %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, st := range sy.Steps {
-			p("| %.0f | %.0f | %d | %d | %d | %d | %.1f | %.0f |\n", st.TargetPerS, st.EventsPerS, st.Produced, st.Recorded, st.Lost, st.Unaccounted, st.NsPerEvent, st.RecorderCPU)
+			p("| %.0f | %.0f | %d | %d | %d | %d | %.1f | %.0f | %.0f |\n", st.TargetPerS, st.EventsPerS, st.Produced, st.Recorded, st.Lost, st.Unaccounted, st.NsPerEvent, st.RecorderCPU, st.ProducerCPU)
 		}
 		p("\nHighest synthetic rate recorded without loss: **%.0f events/s** (the producer paced on one CPU, the recorder free to use both; empty test run %s ns).\n", sy.MaxZeroLossRate, fmtStat(sy.EmptyNs, 1))
 	}
+	if sl := r.SynthLoad; sl != nil && len(sl.Steps) > 0 {
+		writeSynthLoad(p, sl)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeSynthLoad writes the table of synthetic events while the transfer
+// runs.
+func writeSynthLoad(p func(string, ...any), sl *SynthLoadResult) {
+	p("\n## Event rate while the workload runs: synthetic events beside the 64 KiB transfer\n\n")
+	pinned := "unpinned: the scheduler places the producer, the recorder and both workload processes on the 2 CPUs"
+	if sl.Pinned {
+		pinned = "pinned: the producer and the recorder (every thread of the bench process) on the sender's CPU, with the sending workload; the receiver's on the other"
+	}
+	p("The saturating transfer of the overhead table (%s) runs for %gs while one thread of the bench runs synth_event with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (synth_event asks no filter). Rates climb until two in a row lose events; %d round(s), interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: test runs / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing thread's, %% of one CPU; producer CPU: that thread's (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
+		sl.Workload, sl.DurationS, sl.Filter, sl.Rounds, pinned)
+	p("| synthetic target/s | runs | runs with loss | total events/s | of which synthetic/s | produced | recorded | lost | unaccounted | recorder CPU %% | producer CPU %% | throughput Mbit/s | reduction %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range sl.Steps {
+		p("| %.0f | %d | %d | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s |\n", s.TargetPerS, s.Runs, s.LossyRuns,
+			fmtStat(s.EventsPerS, 0), fmtStat(s.SyntheticPerS, 0), s.Produced, s.Recorded, s.Lost, s.Unaccounted,
+			fmtStat(s.RecorderCPU, 1), fmtStat(s.ProducerCPU, 1), fmtStat(s.ThroughputMbit, 1), fmtStat(s.ReductionPct, 2))
+	}
+	if sl.MaxZeroLossRate > 0 {
+		p("\nHighest total event rate recorded without loss while the transfer runs: **%.0f events/s** (the lowest of its runs; synthetic target %.0f/s, of which synthetic %.0f/s).",
+			sl.MaxZeroLossRate, sl.MaxZeroLossTarget, sl.MaxZeroLossSynthetic)
+		if last := sl.Steps[len(sl.Steps)-1]; last.LossyRuns == 0 {
+			p(" No step lost events: the figure is what the producer could make beside the transfer (compare the synthetic column with the target), not a limit of the recorder.")
+		}
+		p("\n")
+	} else {
+		p("\nEvery step lost events while the transfer ran.\n")
+	}
 }
 
 func capital(s string) string {

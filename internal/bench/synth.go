@@ -5,7 +5,11 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"time"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
 // Synthetic events: the recording path without a network stack around it.
@@ -13,18 +17,32 @@ import (
 // dev_xmit event in the events ring of the CPU it runs on through the path
 // every hook takes (clock, counters, per-CPU ring, task). The bench runs it
 // from one thread at a paced rate while record.Run drains the rings and
-// writes the trace, as `magnet record` does: the highest rate without loss
-// is the recorder's ceiling when the producer costs only the recording
-// path, which no real workload on this machine reaches.
+// writes the trace, as `magnet record` does, in two ways:
+//   - alone (SynthResult): the highest rate without loss is the recorder's
+//     ceiling when the producer costs only the recording path and the host
+//     does nothing else, which no real workload on this machine reaches;
+//   - while the saturating 64 KiB transfer runs on the unlimited link and
+//     is recorded too (SynthLoadResult): the highest total rate without
+//     loss while the host is busy with real traffic, which is what issue 5's
+//     "while the workload also runs" asks.
 
-// SynthRates are the paced rates tried, events/s.
+// SynthRates are the paced rates tried alone, events/s.
 var SynthRates = []float64{1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6, 12e6, 16e6}
+
+// SynthLoadRates are the paced rates tried while the transfer runs,
+// events/s; 0 is the transfer alone, recorded: what the others' throughput
+// is compared with.
+var SynthLoadRates = []float64{0, 1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6}
+
+// SynthLoadReps bounds the rounds of the loaded measurement (the full
+// run's machine time), as PolicyReps does the policy sweep's.
+const SynthLoadReps = 3
 
 // synthBatch is how long one BPF_PROG_TEST_RUN call produces for: the
 // pacing step.
 const synthBatch = time.Millisecond
 
-// SynthResult is the synthetic-event measurement.
+// SynthResult is the synthetic-event measurement with nothing else running.
 type SynthResult struct {
 	DurationS float64 `json:"duration_s"`
 	// NsPerEvent is synth_event's time per run as the test run measures it
@@ -41,41 +59,205 @@ type SynthResult struct {
 // SynthStep is one paced run.
 type SynthStep struct {
 	TargetPerS float64 `json:"target_per_s"`
-	Runs       uint64  `json:"runs"` // synth_event runs: events made
+	Rep        int     `json:"rep,omitempty"` // the loaded measurement's round
+	Runs       uint64  `json:"runs"`          // synth_event runs: events made
 	// Retried bounds the extra events of test runs a signal interrupted
-	// (made again from the start): Runs <= Produced <= Runs + Retried.
-	Retried     uint64  `json:"retried,omitempty"`
+	// (made again from the start): Runs <= synthetic events <= Runs + Retried.
+	Retried uint64 `json:"retried,omitempty"`
+	// Produced counts every event the programs produced, the synthetic
+	// ones and, while a transfer runs, the workload's.
 	Produced    uint64  `json:"produced"`
 	Recorded    uint64  `json:"recorded"`
 	Lost        uint64  `json:"lost"`
 	Unaccounted int64   `json:"unaccounted"`
+	WallS       float64 `json:"wall_s"`       // producer and transfer started to both ended
 	EventsPerS  float64 `json:"events_per_s"` // produced / wall time
+	// SyntheticPerS is Runs / wall time.
+	SyntheticPerS float64 `json:"synthetic_per_s"`
+	// RecorderCPU is the bench process's CPU time over the run less the
+	// producing thread's, per cent of one CPU.
 	RecorderCPU float64 `json:"recorder_cpu_pct"`
+	ProducerCPU float64 `json:"producer_cpu_pct"`
 	NsPerEvent  float64 `json:"ns_per_event"` // test run's figure, less synth_empty's
+	// The transfer beside the producer (loaded measurement only).
+	Transfer       *Xfer   `json:"transfer,omitempty"`
+	ThroughputMbit float64 `json:"throughput_mbit,omitempty"`
 }
+
+// lossless says the step lost nothing and accounted for every event.
+func (st *SynthStep) lossless() bool { return st.Lost == 0 && st.Unaccounted == 0 }
 
 // errNoSynth says this kernel refused the synthetic programs.
 var errNoSynth = errors.New("the synthetic-event programs did not load")
 
+// synthRates is the ladder of one measurement: Options.SynthRates when
+// set (the transfer alone still first beside the transfer), else def.
+func (b *bencher) synthRates(def []float64, loaded bool) []float64 {
+	if len(b.opts.SynthRates) == 0 {
+		return def
+	}
+	if loaded {
+		return append([]float64{0}, b.opts.SynthRates...)
+	}
+	return b.opts.SynthRates
+}
+
 func (b *bencher) synth(ctx context.Context) (*SynthResult, error) {
 	sr := &SynthResult{DurationS: b.opts.SweepDuration.Seconds()}
 	var per, empty []float64
-	for _, rate := range SynthRates {
+	for _, rate := range b.synthRates(SynthRates, false) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		st, emptyNs, err := b.synthStep(ctx, rate, b.opts.SweepDuration)
+		st, emptyNs, err := b.synthStep(ctx, nil, rate, b.opts.SweepDuration)
 		if err != nil {
 			return nil, err
 		}
-		b.logf("synth %5.1f M events/s: produced %.2f M/s, lost %d, unaccounted %d, %.1f ns/event (empty %.1f), recorder %.0f %% CPU",
-			rate/1e6, st.EventsPerS/1e6, st.Lost, st.Unaccounted, st.NsPerEvent, emptyNs, st.RecorderCPU)
+		b.logf("synth %5.1f M events/s: produced %.2f M/s, lost %d, unaccounted %d, %.1f ns/event (empty %.1f), recorder %.0f %% CPU, producer %.0f %%",
+			rate/1e6, st.EventsPerS/1e6, st.Lost, st.Unaccounted, st.NsPerEvent, emptyNs, st.RecorderCPU, st.ProducerCPU)
 		sr.Steps = append(sr.Steps, *st)
 		per, empty = append(per, st.NsPerEvent), append(empty, emptyNs)
-		if st.Lost == 0 && st.Unaccounted == 0 && st.EventsPerS > sr.MaxZeroLossRate {
+		if st.lossless() && st.EventsPerS > sr.MaxZeroLossRate {
 			sr.MaxZeroLossRate = st.EventsPerS
 		}
 	}
 	sr.NsPerEvent, sr.EmptyNs = Summarize(per), Summarize(empty)
 	return sr, nil
+}
+
+// SynthLoadResult is synthetic events at paced rates while the saturating
+// 64 KiB transfer runs on the unlimited link, recorded as record-sender
+// records it.
+type SynthLoadResult struct {
+	DurationS float64 `json:"duration_s"`
+	Filter    string  `json:"filter"`
+	Workload  string  `json:"workload"`
+	Rounds    int     `json:"rounds"`
+	Pinned    bool    `json:"pinned,omitempty"`
+	// Steps summarize Runs per paced rate, in the ladder's order.
+	Steps []SynthLoadStep `json:"steps"`
+	Runs  []SynthStep     `json:"runs"`
+	// MaxZeroLossRate is the highest total rate (events produced / wall,
+	// the lowest of its runs) of a step whose every run lost nothing; 0
+	// if none. MaxZeroLossTarget is that step's synthetic target and
+	// MaxZeroLossSynthetic its synthetic part (the same run).
+	MaxZeroLossRate      float64 `json:"max_zero_loss_rate"`
+	MaxZeroLossTarget    float64 `json:"max_zero_loss_target"`
+	MaxZeroLossSynthetic float64 `json:"max_zero_loss_synthetic"`
+}
+
+// SynthLoadStep is one paced rate over the rounds.
+type SynthLoadStep struct {
+	TargetPerS  float64 `json:"target_per_s"`
+	Runs        int     `json:"runs"`
+	LossyRuns   int     `json:"lossy_runs"`
+	SynthRuns   uint64  `json:"synth_runs"` // summed over the runs
+	Produced    uint64  `json:"produced"`   // summed over the runs
+	Recorded    uint64  `json:"recorded"`   // summed over the runs
+	Lost        uint64  `json:"lost"`       // summed over the runs
+	Unaccounted int64   `json:"unaccounted"`
+	EventsPerS  Stat    `json:"events_per_s"`
+	// LeastEventsPerS is the lowest total rate of the step's runs.
+	LeastEventsPerS float64 `json:"least_events_per_s"`
+	SyntheticPerS   Stat    `json:"synthetic_per_s"`
+	RecorderCPU     Stat    `json:"recorder_cpu_pct"`
+	ProducerCPU     Stat    `json:"producer_cpu_pct"`
+	ThroughputMbit  Stat    `json:"throughput_mbit"`
+	// ReductionPct is the throughput against the transfer alone (target
+	// 0) of the same round.
+	ReductionPct Stat `json:"reduction_pct"`
+}
+
+// synthLoad runs the loaded measurement on lab (the unlimited link) in
+// rounds. The first round climbs the ladder and stops once two steps in a
+// row lost events; later rounds run the rates the first one ran, so each
+// has the same number of runs and every round has its own transfer alone
+// to compare with.
+func (b *bencher) synthLoad(ctx context.Context, lab *netlab.Lab) (*SynthLoadResult, error) {
+	rounds := max(min(b.opts.Reps, SynthLoadReps), 1)
+	res := &SynthLoadResult{
+		DurationS: b.opts.SweepDuration.Seconds(),
+		Filter:    "--netns <sender's namespace>, default buffer (as record-sender)",
+		Workload:  fmt.Sprintf("magnet workload send --flood %v --size %d (TCP), unlimited link", b.opts.SweepDuration, BulkSize),
+		Rounds:    rounds,
+		Pinned:    b.pin != nil,
+	}
+	rates := b.synthRates(SynthLoadRates, true)
+	for rep := 1; rep <= rounds; rep++ {
+		lossy := 0
+		for i, rate := range rates {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			st, _, err := b.synthStep(ctx, lab, rate, b.opts.SweepDuration)
+			if err != nil {
+				return nil, fmt.Errorf("%.0f events/s: %w", rate, err)
+			}
+			st.Rep = rep
+			res.Runs = append(res.Runs, *st)
+			b.logf("synth+transfer rep %d %5.1f M events/s: produced %.2f M/s (synthetic %.2f M/s), lost %d, unaccounted %d, recorder %.0f %% CPU, producer %.0f %%, transfer %.0f Mbit/s",
+				rep, rate/1e6, st.EventsPerS/1e6, st.SyntheticPerS/1e6, st.Lost, st.Unaccounted, st.RecorderCPU, st.ProducerCPU, st.ThroughputMbit)
+			if rep > 1 {
+				continue
+			}
+			if st.lossless() {
+				lossy = 0
+			} else if lossy++; lossy == 2 {
+				rates = rates[:i+1]
+				break
+			}
+		}
+	}
+	res.summarize()
+	return res, nil
+}
+
+// summarize fills Steps and the zero-loss maximum from Runs.
+func (res *SynthLoadResult) summarize() {
+	base := map[int]float64{}
+	var order []float64
+	byRate := map[float64][]SynthStep{}
+	for _, r := range res.Runs {
+		if r.TargetPerS == 0 && r.ThroughputMbit > 0 {
+			base[r.Rep] = r.ThroughputMbit
+		}
+		if _, ok := byRate[r.TargetPerS]; !ok {
+			order = append(order, r.TargetPerS)
+		}
+		byRate[r.TargetPerS] = append(byRate[r.TargetPerS], r)
+	}
+	res.Steps = nil
+	res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic = 0, 0, 0
+	for _, rate := range order {
+		s := SynthLoadStep{TargetPerS: rate, LeastEventsPerS: math.Inf(1)}
+		var ev, syn, rec, prod, thr, red []float64
+		var least *SynthStep
+		for i, r := range byRate[rate] {
+			s.Runs++
+			if !r.lossless() {
+				s.LossyRuns++
+			}
+			s.SynthRuns += r.Runs
+			s.Produced += r.Produced
+			s.Recorded += r.Recorded
+			s.Lost += r.Lost
+			s.Unaccounted += r.Unaccounted
+			ev, syn = append(ev, r.EventsPerS), append(syn, r.SyntheticPerS)
+			rec, prod = append(rec, r.RecorderCPU), append(prod, r.ProducerCPU)
+			thr = append(thr, r.ThroughputMbit)
+			if b, ok := base[r.Rep]; ok {
+				red = append(red, 100*(1-r.ThroughputMbit/b))
+			}
+			if r.EventsPerS < s.LeastEventsPerS {
+				s.LeastEventsPerS, least = r.EventsPerS, &byRate[rate][i]
+			}
+		}
+		s.EventsPerS, s.SyntheticPerS = Summarize(ev), Summarize(syn)
+		s.RecorderCPU, s.ProducerCPU = Summarize(rec), Summarize(prod)
+		s.ThroughputMbit, s.ReductionPct = Summarize(thr), Summarize(red)
+		if s.LossyRuns == 0 && s.LeastEventsPerS > res.MaxZeroLossRate {
+			res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic = s.LeastEventsPerS, rate, least.SyntheticPerS
+		}
+		res.Steps = append(res.Steps, s)
+	}
 }

@@ -7,26 +7,48 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
 
 // synthStep records while one thread produces synthetic events at rate for
-// d, in test runs of synthBatch each, paced against the clock.
-func (b *bencher) synthStep(ctx context.Context, rate float64, d time.Duration) (*SynthStep, float64, error) {
+// d, in test runs of synthBatch each, paced against the clock (rate 0: no
+// synthetic event).
+//
+// Without a lab nothing else runs: the recorder records this process,
+// which makes no traffic (and whose own events a recorder never traces), so
+// it sees the synthetic events alone. (A port "nothing uses" was not: other
+// benches on the same host take the same port numbers.) With one, the saturating
+// 64 KiB transfer runs on it for the same d and the recorder records as
+// record-sender does (--netns of the sender's namespace, on the sender's
+// CPU under --pin, where the producer then runs too): the workload's events
+// are recorded beside the synthetic ones. synth_event reserves its event
+// without asking any filter (bpf/magnet.bpf.c), so its events are produced
+// and recorded under either filter.
+func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, d time.Duration) (*SynthStep, float64, error) {
 	var p *probe.Probe
-	// A port nothing uses: no real traffic is recorded beside the
-	// synthetic events, which no filter applies to.
-	t, err := b.startRecordWith(ctx, record.Filters{Port: b.nextPort()}, record.DefaultBufferBytes, nil, func(c *record.Config) {
+	synthetic := func(c *record.Config) {
 		c.Synthetic = true
 		c.Loaded = func(lp *probe.Probe) { p = lp }
-	})
+	}
+	port := b.nextPort()
+	var t tracer
+	var err error
+	if lab == nil {
+		t, err = b.startRecordWith(ctx, record.Filters{PID: os.Getpid()}, record.DefaultBufferBytes, nil, synthetic)
+	} else {
+		t, err = b.startPinned(lab, lab.Client, func() (tracer, error) {
+			return b.startRecordWith(ctx, record.Filters{NetNS: lab.Client.NS}, record.DefaultBufferBytes, nil, synthetic)
+		})
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -34,21 +56,71 @@ func (b *bencher) synthStep(ctx context.Context, rate float64, d time.Duration) 
 		_, _ = t.stop()
 		return nil, 0, errNoSynth
 	}
-	x, perr := produce(p.Synthetic, p.SyntheticEmpty, rate, d)
-	tr, err := t.stop()
-	if perr != nil {
-		return nil, 0, perr
-	}
+	emptyNs, err := emptyRunNs(p.SyntheticEmpty)
 	if err != nil {
+		_, _ = t.stop()
 		return nil, 0, err
 	}
-	st := &SynthStep{TargetPerS: rate, Runs: x.runs, Retried: x.retried * uint64(rate*synthBatch.Seconds()), Produced: tr.Produced, Recorded: tr.Events, Lost: tr.Lost,
-		Unaccounted: int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost), NsPerEvent: x.nsPerRun - x.emptyNs}
-	if x.wall > 0 {
-		st.EventsPerS = float64(tr.Produced) / x.wall.Seconds()
-		st.RecorderCPU = 100 * tr.CPUS / x.wall.Seconds()
+
+	type xferDone struct {
+		x   *Xfer
+		err error
 	}
-	return st, x.emptyNs, nil
+	var done chan xferDone
+	if lab != nil {
+		started := make(chan struct{})
+		done = make(chan xferDone, 1)
+		go func() {
+			x, err := b.transferWith(ctx, lab, "tcp", BulkSize, d, port, func() { close(started) })
+			done <- xferDone{x, err}
+		}()
+		select {
+		case <-started:
+		case xd := <-done:
+			_, _ = t.stop()
+			if xd.err == nil {
+				xd.err = fmt.Errorf("transfer ended before it started")
+			}
+			return nil, 0, xd.err
+		}
+	}
+	start := time.Now()
+	var x produced
+	var perr error
+	if rate > 0 {
+		x, perr = produce(p.Synthetic, rate, d)
+	}
+	var xd xferDone
+	if done != nil {
+		xd = <-done
+	}
+	wall := time.Since(start)
+	tr, err := t.stop()
+	for _, e := range []error{perr, xd.err, err} {
+		if e != nil {
+			return nil, 0, e
+		}
+	}
+	st := &SynthStep{TargetPerS: rate, Runs: x.runs, Retried: x.retried * uint64(rate*synthBatch.Seconds()), Produced: tr.Produced, Recorded: tr.Events, Lost: tr.Lost,
+		Unaccounted: int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost), WallS: wall.Seconds()}
+	if x.runs > 0 {
+		st.NsPerEvent = x.nsPerRun - emptyNs
+	}
+	if wall > 0 {
+		st.EventsPerS = float64(tr.Produced) / wall.Seconds()
+		st.SyntheticPerS = float64(x.runs) / wall.Seconds()
+		// The producer is a thread of this process too: its time is its
+		// own column, not the recorder's.
+		st.RecorderCPU = 100 * (tr.CPUS - x.cpuS) / wall.Seconds()
+		st.ProducerCPU = 100 * x.cpuS / wall.Seconds()
+	}
+	if xd.x != nil {
+		st.Transfer = xd.x
+		if xd.x.WallS > 0 {
+			st.ThroughputMbit = float64(xd.x.RecvBytes) * 8 / xd.x.WallS / 1e6
+		}
+	}
+	return st, emptyNs, nil
 }
 
 type produced struct {
@@ -56,30 +128,42 @@ type produced struct {
 	// retried counts test runs a signal interrupted: the kernel does not
 	// say how many runs (events) it made before, and they are made again.
 	retried  uint64
-	wall     time.Duration
 	nsPerRun float64 // synth_event, mean over the batches
-	emptyNs  float64
+	cpuS     float64 // the producing thread's CPU time (user + system)
 }
 
-// produce runs prog in batches on one locked thread so that events arrive
-// at rate on average, for d.
-func produce(prog, empty *ebpf.Program, rate float64, d time.Duration) (produced, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// emptyRunNs is synth_empty's time per test run: the least of three
+// measurements, as another task's work on this CPU only adds.
+func emptyRunNs(empty *ebpf.Program) (float64, error) {
 	// tc programs are run on a packet: the smallest Ethernet frame.
 	pkt := make([]byte, 64)
-	batch := int(rate * synthBatch.Seconds())
-	// The least of three: another task's work on this CPU only adds.
-	var out produced
+	var least float64
 	for i := 0; i < 3; i++ {
 		_, per, err := empty.Benchmark(pkt, 100000, nil)
 		if err != nil {
-			return produced{}, fmt.Errorf("run synth_empty: %w", err)
+			return 0, fmt.Errorf("run synth_empty: %w", err)
 		}
-		if ns := float64(per.Nanoseconds()); i == 0 || ns < out.emptyNs {
-			out.emptyNs = ns
+		if ns := float64(per.Nanoseconds()); i == 0 || ns < least {
+			least = ns
 		}
 	}
+	return least, nil
+}
+
+// produce runs prog in batches on one locked thread so that events arrive
+// at rate on average, for d. A producer that falls behind (its CPU taken by
+// other work) makes fewer events, never more time: beside a transfer its
+// events are made while the transfer runs.
+func produce(prog *ebpf.Program, rate float64, d time.Duration) (produced, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ru0, ru1 unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru0); err != nil {
+		return produced{}, fmt.Errorf("producer CPU time: %w", err)
+	}
+	pkt := make([]byte, 64)
+	batch := max(int(rate*synthBatch.Seconds()), 1)
+	var out produced
 	var sum time.Duration
 	var batches int
 	start := time.Now()
@@ -92,14 +176,17 @@ func produce(prog, empty *ebpf.Program, rate float64, d time.Duration) (produced
 		batches++
 		out.runs += uint64(batch)
 		due := start.Add(time.Duration(float64(i*batch) / rate * float64(time.Second)))
-		if due.Sub(start) >= d {
+		if due.Sub(start) >= d || time.Since(start) >= d {
 			break
 		}
 		if w := time.Until(due); w > 0 {
 			_ = unix.Nanosleep(&unix.Timespec{Nsec: w.Nanoseconds()}, nil)
 		}
 	}
-	out.wall = time.Since(start)
 	out.nsPerRun = float64(sum.Nanoseconds()) / float64(batches)
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru1); err != nil {
+		return produced{}, fmt.Errorf("producer CPU time: %w", err)
+	}
+	out.cpuS = rusageSeconds(ru1) - rusageSeconds(ru0)
 	return out, nil
 }

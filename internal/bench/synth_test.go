@@ -20,7 +20,7 @@ func TestSynthExact(t *testing.T) {
 		t.Skip("needs root (BPF)")
 	}
 	b := &bencher{opts: Options{SweepDuration: 300 * time.Millisecond}, work: t.TempDir(), port: 47000}
-	st, _, err := b.synthStep(context.Background(), 1e6, 300*time.Millisecond)
+	st, _, err := b.synthStep(context.Background(), nil, 1e6, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

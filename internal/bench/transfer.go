@@ -21,6 +21,13 @@ import (
 // (connect to the receiver's close, so every byte counted has arrived), the
 // CPU time of both processes, and the packets on the veth link.
 func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, size int, d time.Duration, port int) (*Xfer, error) {
+	return b.transferWith(ctx, lab, proto, size, d, port, nil)
+}
+
+// transferWith is transfer; started, if set, runs once the sender has been
+// started (the receiver listening), so that other load can start with the
+// transfer rather than with its set-up.
+func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto string, size int, d time.Duration, port int, started func()) (*Xfer, error) {
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
@@ -63,6 +70,9 @@ func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, s
 	start := time.Now()
 	if err := cli.Start(); err != nil {
 		return nil, fmt.Errorf("start sender: %w", err)
+	}
+	if started != nil {
+		started()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = cli.Process.Kill() })
 	err = cli.Wait()

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// loadRun is one run of the loaded synthetic measurement.
+func loadRun(rep int, target, perS, synthPerS float64, produced, lost uint64, mbit float64) SynthStep {
+	return SynthStep{Rep: rep, TargetPerS: target, Runs: uint64(synthPerS), Produced: produced, Recorded: produced - lost, Lost: lost,
+		WallS: 1, EventsPerS: perS, SyntheticPerS: synthPerS, RecorderCPU: 10, ProducerCPU: 20, ThroughputMbit: mbit}
+}
+
+// TestSynthLoadSummary: steps in the ladder's order, sums and the
+// reduction against the transfer alone of the same round, and the highest
+// zero-loss rate taken as the lowest run of a step whose every run lost
+// nothing.
+func TestSynthLoadSummary(t *testing.T) {
+	res := &SynthLoadResult{Rounds: 2, DurationS: 1, Filter: "--netns x", Workload: "bulk", Runs: []SynthStep{
+		loadRun(1, 0, 0.2e6, 0, 200000, 0, 10000),
+		loadRun(1, 5e6, 5.3e6, 5.1e6, 5300000, 0, 8000),
+		loadRun(1, 6e6, 6.2e6, 6.0e6, 6200000, 10, 7000),
+		loadRun(2, 0, 0.2e6, 0, 200000, 0, 20000),
+		loadRun(2, 5e6, 5.2e6, 5.0e6, 5200000, 0, 15000),
+		loadRun(2, 6e6, 6.3e6, 6.1e6, 6300000, 0, 14000),
+	}}
+	res.summarize()
+	if len(res.Steps) != 3 || res.Steps[0].TargetPerS != 0 || res.Steps[1].TargetPerS != 5e6 || res.Steps[2].TargetPerS != 6e6 {
+		t.Fatalf("steps %+v", res.Steps)
+	}
+	s := res.Steps[1]
+	// Reductions 20 % and 25 % against each round's transfer alone.
+	if s.Runs != 2 || s.LossyRuns != 0 || s.Produced != 10500000 || s.Recorded != 10500000 || s.SynthRuns != 10100000 ||
+		s.EventsPerS.Mean != 5.25e6 || s.LeastEventsPerS != 5.2e6 || s.ReductionPct.Mean != 22.5 || s.ThroughputMbit.Mean != 11500 {
+		t.Fatalf("5 M step %+v", s)
+	}
+	if s := res.Steps[2]; s.LossyRuns != 1 || s.Lost != 10 || s.Recorded+s.Lost != s.Produced {
+		t.Fatalf("6 M step %+v", s)
+	}
+	// The 6 M step lost in one round: the 5 M step's lowest run is the
+	// figure.
+	if res.MaxZeroLossRate != 5.2e6 || res.MaxZeroLossTarget != 5e6 || res.MaxZeroLossSynthetic != 5.0e6 {
+		t.Fatalf("max zero loss %v at %v (synthetic %v)", res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic)
+	}
+
+	r := &Report{SynthLoad: res, Synth: &SynthResult{MaxZeroLossRate: 12.7e6}}
+	r.Goals = evaluate(r)
+	g := lastGoal(r)
+	if !strings.Contains(g.Goal, "while the workload runs") || g.Verdict != met ||
+		!strings.HasPrefix(g.Measured, "while the 64 KiB transfer runs: 5.20 M events/s (synthetic 5.00 M/s paced at 5 M/s") ||
+		!strings.Contains(g.Measured, "no network workload: 12.70 M events/s") || strings.Contains(g.Measured, "no step lost") {
+		t.Fatalf("goal %+v", g)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteMarkdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## Event rate while the workload runs: synthetic events beside the 64 KiB transfer",
+		"| 0 | 2 | 0 | 200000 ± 0 | 0 ± 0 | 400000 | 400000 | 0 | 0 | 10.0 ± 0.0 | 20.0 ± 0.0 | 15000.0 ± 63530.0 | 0.00 ± 0.00 |",
+		"| 5000000 | 2 | 0 | 5250000 ± 635300 | 5050000 ± 635300 | 10500000 | 10500000 | 0 | 0 |",
+		"| 6000000 | 2 | 1 |",
+		"**5200000 events/s** (the lowest of its runs; synthetic target 5000000/s, of which synthetic 5000000/s).\n",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, buf.String())
+		}
+	}
+
+	// Below the goal, every step without loss: missed, and said to be
+	// the producer's bound.
+	low := &SynthLoadResult{Rounds: 1, Runs: []SynthStep{loadRun(1, 0, 0.2e6, 0, 200000, 0, 9000), loadRun(1, 4e6, 3.1e6, 2.9e6, 3100000, 0, 6000)}}
+	low.summarize()
+	r = &Report{SynthLoad: low, Sweep: &SweepResult{MaxZeroLossRate: 2.24e6, MaxZeroLossWorkload: "tcp 64 B"}}
+	g = lastGoal(r)
+	if g.Verdict != missed || !strings.Contains(g.Measured, "3.10 M events/s") || !strings.Contains(g.Measured, "no step lost events") ||
+		!strings.Contains(g.Measured, "small messages: 2.24 M events/s (tcp 64 B)") {
+		t.Fatalf("goal %+v", g)
+	}
+	// Without the loaded measurement the small messages judge, as before.
+	r = &Report{Sweep: &SweepResult{MaxZeroLossRate: 2.24e6, MaxZeroLossWorkload: "tcp 64 B"}}
+	if g := lastGoal(r); g.Verdict != missed || !strings.HasPrefix(g.Measured, "2.24 M events/s (tcp 64 B)") {
+		t.Fatalf("goal without the loaded measurement %+v", g)
+	}
+}
+
+// lastGoal is the event-rate goal, the last of evaluate's.
+func lastGoal(r *Report) Goal {
+	g := evaluate(r)
+	return g[len(g)-1]
+}
