@@ -175,8 +175,8 @@ func rateGoal(r *Report) Goal {
 	var parts []string
 	if sl := r.SynthLoad; sl != nil && len(sl.Runs) > 0 {
 		if sl.MaxZeroLossRate > 0 {
-			parts = append(parts, fmt.Sprintf("while the 64 KiB transfer runs: %.2f M events/s (synthetic %.2f M/s paced at %.0f M/s, the rest the transfer's; lowest of %d runs)",
-				sl.MaxZeroLossRate/1e6, sl.MaxZeroLossSynthetic/1e6, sl.MaxZeroLossTarget/1e6, sl.Rounds))
+			parts = append(parts, fmt.Sprintf("while the 64 KiB transfer runs: %.2f M events/s (synthetic %.2f M/s paced at %.0f M/s, the rest the transfer's; the lowest of %s)",
+				sl.MaxZeroLossRate/1e6, sl.MaxZeroLossSynthetic/1e6, sl.MaxZeroLossTarget/1e6, roundsName(sl.Rounds)))
 			if sl.Steps[len(sl.Steps)-1].LossyRuns == 0 {
 				parts[len(parts)-1] += ", no step lost events: bounded by what the producer made beside the transfer, not by the recorder"
 			}
@@ -217,6 +217,14 @@ func rateGoal(r *Report) Goal {
 		gr.Measured = "-"
 	}
 	return gr
+}
+
+// roundsName is "1 round" or "N rounds".
+func roundsName(n int) string {
+	if n == 1 {
+		return "1 round"
+	}
+	return fmt.Sprintf("%d rounds", n)
 }
 
 func pct(s Stat) string {
@@ -452,8 +460,8 @@ func writeSynthLoad(p func(string, ...any), sl *SynthLoadResult) {
 	if sl.Pinned {
 		pinned = "pinned: the producer and the recorder (every thread of the bench process) on the sender's CPU, with the sending workload; the receiver's on the other"
 	}
-	p("The saturating transfer of the overhead table (%s) runs for %gs while one thread of the bench runs synth_event with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (synth_event asks no filter). Rates climb until two in a row lose events; %d round(s), interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: test runs / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing thread's, %% of one CPU; producer CPU: that thread's (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
-		sl.Workload, sl.DurationS, sl.Filter, sl.Rounds, pinned)
+	p("The saturating transfer of the overhead table (%s) runs for %gs while one thread of the bench runs synth_event with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (synth_event asks no filter). Rates climb until two in a row lose events; %s, interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: test runs / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing thread's, %% of one CPU; producer CPU: that thread's (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
+		sl.Workload, sl.DurationS, sl.Filter, roundsName(sl.Rounds), pinned)
 	p("| synthetic target/s | runs | runs with loss | total events/s | of which synthetic/s | produced | recorded | lost | unaccounted | recorder CPU %% | producer CPU %% | throughput Mbit/s | reduction %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range sl.Steps {
 		p("| %.0f | %d | %d | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s |\n", s.TargetPerS, s.Runs, s.LossyRuns,
