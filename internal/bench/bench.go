@@ -278,6 +278,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	synthLoad := opts.Synth && rep.Synth != nil && slices.Contains(opts.Links, 0)
+	if opts.Synth && rep.Synth != nil && !synthLoad {
+		b.logf("synth: no unlimited link in --links, so no synthetic events beside the transfer (the idle ceiling only)")
+	}
 	if opts.Cost || opts.Sweep || opts.CompareWith != "" || synthLoad {
 		lab, err := netlab.New(netlab.Options{Name: "magnet-bench", RateMbit: 0})
 		if err != nil {

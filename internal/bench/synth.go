@@ -137,32 +137,41 @@ type SynthLoadResult struct {
 	// Steps summarize Runs per paced rate, in the ladder's order.
 	Steps []SynthLoadStep `json:"steps"`
 	Runs  []SynthStep     `json:"runs"`
-	// MaxZeroLossRate is the highest total rate (events produced / wall,
-	// the lowest of its runs) of a step whose every run lost nothing; 0
-	// if none. MaxZeroLossTarget is that step's synthetic target and
-	// MaxZeroLossSynthetic its synthetic part (the same run).
+	// MaxZeroLossRate is the highest total rate (events produced / wall)
+	// of a run such that no run at that rate or below lost an event (so a
+	// lossy run caps it, whatever its step); 0 if none.
+	// MaxZeroLossTarget and MaxZeroLossSynthetic are that run's synthetic
+	// target and synthetic rate. AnyLoss says some run lost events: when
+	// none did, the figure is what the producer could make beside the
+	// transfer, not the recorder's limit.
 	MaxZeroLossRate      float64 `json:"max_zero_loss_rate"`
 	MaxZeroLossTarget    float64 `json:"max_zero_loss_target"`
 	MaxZeroLossSynthetic float64 `json:"max_zero_loss_synthetic"`
+	AnyLoss              bool    `json:"any_loss"`
+	// RunsAtGoal counts the runs of at least GoalEventRate events/s, all
+	// lossless when MaxZeroLossRate reaches it.
+	RunsAtGoal int `json:"runs_at_goal"`
 }
+
+// GoalEventRate is issue 5's event rate to sustain without loss while the
+// workload runs, events/s.
+const GoalEventRate = 5e6
 
 // SynthLoadStep is one paced rate over the rounds.
 type SynthLoadStep struct {
-	TargetPerS  float64 `json:"target_per_s"`
-	Runs        int     `json:"runs"`
-	LossyRuns   int     `json:"lossy_runs"`
-	SynthRuns   uint64  `json:"synth_runs"` // summed over the runs
-	Produced    uint64  `json:"produced"`   // summed over the runs
-	Recorded    uint64  `json:"recorded"`   // summed over the runs
-	Lost        uint64  `json:"lost"`       // summed over the runs
-	Unaccounted int64   `json:"unaccounted"`
-	EventsPerS  Stat    `json:"events_per_s"`
-	// LeastEventsPerS is the lowest total rate of the step's runs.
-	LeastEventsPerS float64 `json:"least_events_per_s"`
-	SyntheticPerS   Stat    `json:"synthetic_per_s"`
-	RecorderCPU     Stat    `json:"recorder_cpu_pct"`
-	ProducerCPU     Stat    `json:"producer_cpu_pct"`
-	ThroughputMbit  Stat    `json:"throughput_mbit"`
+	TargetPerS     float64 `json:"target_per_s"`
+	Runs           int     `json:"runs"`
+	LossyRuns      int     `json:"lossy_runs"`
+	SynthRuns      uint64  `json:"synth_runs"` // summed over the runs
+	Produced       uint64  `json:"produced"`   // summed over the runs
+	Recorded       uint64  `json:"recorded"`   // summed over the runs
+	Lost           uint64  `json:"lost"`       // summed over the runs
+	Unaccounted    int64   `json:"unaccounted"`
+	EventsPerS     Stat    `json:"events_per_s"`
+	SyntheticPerS  Stat    `json:"synthetic_per_s"`
+	RecorderCPU    Stat    `json:"recorder_cpu_pct"`
+	ProducerCPU    Stat    `json:"producer_cpu_pct"`
+	ThroughputMbit Stat    `json:"throughput_mbit"`
 	// ReductionPct is the throughput against the transfer alone (target
 	// 0) of the same round.
 	ReductionPct Stat `json:"reduction_pct"`
@@ -227,12 +236,10 @@ func (res *SynthLoadResult) summarize() {
 		byRate[r.TargetPerS] = append(byRate[r.TargetPerS], r)
 	}
 	res.Steps = nil
-	res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic = 0, 0, 0
 	for _, rate := range order {
-		s := SynthLoadStep{TargetPerS: rate, LeastEventsPerS: math.Inf(1)}
+		s := SynthLoadStep{TargetPerS: rate}
 		var ev, syn, rec, prod, thr, red []float64
-		var least *SynthStep
-		for i, r := range byRate[rate] {
+		for _, r := range byRate[rate] {
 			s.Runs++
 			if !r.lossless() {
 				s.LossyRuns++
@@ -248,16 +255,28 @@ func (res *SynthLoadResult) summarize() {
 			if b, ok := base[r.Rep]; ok {
 				red = append(red, 100*(1-r.ThroughputMbit/b))
 			}
-			if r.EventsPerS < s.LeastEventsPerS {
-				s.LeastEventsPerS, least = r.EventsPerS, &byRate[rate][i]
-			}
 		}
 		s.EventsPerS, s.SyntheticPerS = Summarize(ev), Summarize(syn)
 		s.RecorderCPU, s.ProducerCPU = Summarize(rec), Summarize(prod)
 		s.ThroughputMbit, s.ReductionPct = Summarize(thr), Summarize(red)
-		if s.LossyRuns == 0 && s.LeastEventsPerS > res.MaxZeroLossRate {
-			res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic = s.LeastEventsPerS, rate, least.SyntheticPerS
-		}
 		res.Steps = append(res.Steps, s)
+	}
+
+	// The zero-loss maximum: below the slowest lossy run, the fastest run.
+	lossyAt := math.Inf(1)
+	for _, r := range res.Runs {
+		if !r.lossless() {
+			lossyAt = min(lossyAt, r.EventsPerS)
+		}
+	}
+	res.AnyLoss = !math.IsInf(lossyAt, 1)
+	res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic, res.RunsAtGoal = 0, 0, 0, 0
+	for _, r := range res.Runs {
+		if r.lossless() && r.EventsPerS < lossyAt && r.EventsPerS > res.MaxZeroLossRate {
+			res.MaxZeroLossRate, res.MaxZeroLossTarget, res.MaxZeroLossSynthetic = r.EventsPerS, r.TargetPerS, r.SyntheticPerS
+		}
+		if r.EventsPerS >= GoalEventRate {
+			res.RunsAtGoal++
+		}
 	}
 }
