@@ -81,6 +81,9 @@ type Options struct {
 	// (SynthRates, SynthLoadRates; the transfer alone still runs first
 	// beside the transfer), events/s: short runs.
 	SynthRates []float64
+	// SynthProducers is how many threads make the synthetic events, each
+	// at an equal share of the rate (0 or 1: one).
+	SynthProducers int
 	// SweepDuration is each sweep transfer; Duration if 0.
 	SweepDuration time.Duration
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default

@@ -16,8 +16,9 @@ import (
 // synth_event (bpf/magnet.bpf.c), run with BPF_PROG_TEST_RUN, puts one
 // dev_xmit event in the events ring of the CPU it runs on through the path
 // every hook takes (clock, counters, per-CPU ring, task). The bench runs it
-// from one thread at a paced rate while record.Run drains the rings and
-// writes the trace, as `magnet record` does, in two ways:
+// from one thread (Options.SynthProducers: more, sharing the rate) at a
+// paced rate while record.Run drains the rings and writes the trace, as
+// `magnet record` does, in two ways:
 //   - alone (SynthResult): the highest rate without loss is the recorder's
 //     ceiling when the producer costs only the recording path and the host
 //     does nothing else, which no real workload on this machine reaches;
@@ -45,6 +46,7 @@ const synthBatch = time.Millisecond
 // SynthResult is the synthetic-event measurement with nothing else running.
 type SynthResult struct {
 	DurationS float64 `json:"duration_s"`
+	Producers int     `json:"producers"` // threads making the events
 	// NsPerEvent is synth_event's time per run as the test run measures it
 	// (preemption excluded) less synth_empty's, while the recorder drains:
 	// what producing an event costs on the hooks' path, warm.
@@ -75,7 +77,7 @@ type SynthStep struct {
 	// SyntheticPerS is Runs / wall time.
 	SyntheticPerS float64 `json:"synthetic_per_s"`
 	// RecorderCPU is the bench process's CPU time over the run less the
-	// producing thread's, per cent of one CPU.
+	// producing threads', per cent of one CPU.
 	RecorderCPU float64 `json:"recorder_cpu_pct"`
 	ProducerCPU float64 `json:"producer_cpu_pct"`
 	NsPerEvent  float64 `json:"ns_per_event"` // test run's figure, less synth_empty's
@@ -103,7 +105,7 @@ func (b *bencher) synthRates(def []float64, loaded bool) []float64 {
 }
 
 func (b *bencher) synth(ctx context.Context) (*SynthResult, error) {
-	sr := &SynthResult{DurationS: b.opts.SweepDuration.Seconds()}
+	sr := &SynthResult{DurationS: b.opts.SweepDuration.Seconds(), Producers: max(b.opts.SynthProducers, 1)}
 	var per, empty []float64
 	for _, rate := range b.synthRates(SynthRates, false) {
 		if err := ctx.Err(); err != nil {
@@ -133,6 +135,7 @@ type SynthLoadResult struct {
 	Filter    string  `json:"filter"`
 	Workload  string  `json:"workload"`
 	Rounds    int     `json:"rounds"`
+	Producers int     `json:"producers"` // threads making the synthetic events
 	Pinned    bool    `json:"pinned,omitempty"`
 	// Steps summarize Runs per paced rate, in the ladder's order.
 	Steps []SynthLoadStep `json:"steps"`
@@ -189,6 +192,7 @@ func (b *bencher) synthLoad(ctx context.Context, lab *netlab.Lab) (*SynthLoadRes
 		Filter:    "--netns <sender's namespace>, default buffer (as record-sender)",
 		Workload:  fmt.Sprintf("magnet workload send --flood %v --size %d (TCP), unlimited link", b.opts.SweepDuration, BulkSize),
 		Rounds:    rounds,
+		Producers: max(b.opts.SynthProducers, 1),
 		Pinned:    b.pin != nil,
 	}
 	rates := b.synthRates(SynthLoadRates, true)

@@ -19,9 +19,9 @@ import (
 	"github.com/magnet-tracer/magnet/internal/record"
 )
 
-// synthStep records while one thread produces synthetic events at rate for
-// d, in test runs of synthBatch each, paced against the clock (rate 0: no
-// synthetic event).
+// synthStep records while one thread (Options.SynthProducers: more, each at
+// its share) produces synthetic events at rate for d, in test runs of
+// synthBatch each, paced against the clock (rate 0: no synthetic event).
 //
 // Without a lab nothing else runs: the recorder records this process,
 // which makes no traffic (and whose own events a recorder never traces), so
@@ -88,7 +88,7 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 	var x produced
 	var perr error
 	if rate > 0 {
-		x, perr = produce(p.Synthetic, rate, d)
+		x, perr = produceOn(b.opts.SynthProducers, p.Synthetic, rate, d)
 	}
 	var xd xferDone
 	if done != nil {
@@ -148,6 +148,39 @@ func emptyRunNs(empty *ebpf.Program) (float64, error) {
 		}
 	}
 	return least, nil
+}
+
+// produceOn runs produce on n threads at once (at least one), each at
+// rate/n, and adds up what they made.
+func produceOn(n int, prog *ebpf.Program, rate float64, d time.Duration) (produced, error) {
+	n = max(n, 1)
+	if n == 1 {
+		return produce(prog, rate, d)
+	}
+	type res struct {
+		x   produced
+		err error
+	}
+	out := make(chan res, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			x, err := produce(prog, rate/float64(n), d)
+			out <- res{x, err}
+		}()
+	}
+	var sum produced
+	var firstErr error
+	for i := 0; i < n; i++ {
+		r := <-out
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+		}
+		sum.runs += r.x.runs
+		sum.retried += r.x.retried
+		sum.cpuS += r.x.cpuS
+		sum.nsPerRun += r.x.nsPerRun / float64(n)
+	}
+	return sum, firstErr
 }
 
 // produce runs prog in batches on one locked thread so that events arrive

@@ -29,6 +29,7 @@ func New() *cobra.Command {
 		links, configs, out      string
 		sweep, full, asJSON, pin bool
 		cost, synth              bool
+		producers                int
 		before, label            string
 		compareWith, cmpLbl      string
 		snaplen                  int
@@ -90,6 +91,10 @@ configurations too). Needs root.`,
 			if reps < 1 {
 				return fmt.Errorf("bench: --reps %d: want at least 1", reps)
 			}
+			if producers < 1 {
+				return fmt.Errorf("bench: --synth-producers %d: want at least 1", producers)
+			}
+			opts.SynthProducers = producers
 			if unlimitedReps < 0 {
 				return fmt.Errorf("bench: --unlimited-reps %d: want at least 1 (0: as --reps)", unlimitedReps)
 			}
@@ -148,6 +153,7 @@ configurations too). Needs root.`,
 	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
 	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
 	f.BoolVar(&synth, "synth", false, "also measure the recording path with synthetic events at paced rates (the recorder's ceiling); --sweep and --full include it")
+	f.IntVar(&producers, "synth-producers", 1, "threads that make the synthetic events, each at an equal share of the rate (e.g. 2: one per vCPU here)")
 	f.BoolVar(&cost, "cost", false, "also measure per-event cost (bpf_stats), --reps times; with --links none, only that")
 	f.StringVar(&before, "before", "", "set the per-event cost of this earlier JSON report (magnet bench --json) beside this run's")
 	f.StringVar(&compareWith, "compare-with", "", "also record each cost workload with this other magnet binary at the same time, --reps times in each order, and compare")

@@ -42,6 +42,7 @@ func TestFlagErrors(t *testing.T) {
 		{"--links", "fast"},
 		{"--configs", "nope"},
 		{"--duration", "10ms"},
+		{"--synth-producers", "0"},
 	} {
 		cmd := New()
 		cmd.SetArgs(args)
