@@ -57,9 +57,11 @@ packet. Configurations:
                        differ by the change between the builds
 
 --sweep adds per-event cost (bpf_stats), events lost against the
-ring-buffer size, what limits the event rate and the synthetic-event
-ceiling; --cost adds only the per-event cost and --synth only the ceiling
-(with --links none, nothing else runs). --full is the documented full run (every link,
+ring-buffer size, what limits the event rate and the synthetic events;
+--cost adds only the per-event cost and --synth only the synthetic events:
+alone (the recorder's ceiling) and, when the unlimited link is in --links,
+beside the saturating transfer, recorded as record-sender records it (the
+event rate while the workload runs). With --links none, nothing else runs. --full is the documented full run (every link,
 configuration, the sweep, pinned; with --compare-with, the two process
 configurations too). Needs root.`,
 		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
@@ -152,7 +154,7 @@ configurations too). Needs root.`,
 	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
 	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
 	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
-	f.BoolVar(&synth, "synth", false, "also measure the recording path with synthetic events at paced rates (the recorder's ceiling); --sweep and --full include it")
+	f.BoolVar(&synth, "synth", false, "also measure the recording path with synthetic events at paced rates, alone and beside the transfer on the unlimited link; --sweep and --full include it")
 	f.IntVar(&producers, "synth-producers", 1, "threads that make the synthetic events, each at an equal share of the rate (e.g. 2: one per vCPU here)")
 	f.BoolVar(&cost, "cost", false, "also measure per-event cost (bpf_stats), --reps times; with --links none, only that")
 	f.StringVar(&before, "before", "", "set the per-event cost of this earlier JSON report (magnet bench --json) beside this run's")
