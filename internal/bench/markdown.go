@@ -220,6 +220,10 @@ func rateGoal(r *Report) Goal {
 	return gr
 }
 
+// quietEmptyNs is synth_empty's test run on this VM with nothing else
+// running (bench/RESULTS.md: 15.9 ± 1.0 ns).
+const quietEmptyNs = 16.0
+
 // producersName says who runs the synthetic events.
 func producersName(n int) string {
 	if n <= 1 {
@@ -452,7 +456,16 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		for _, st := range sy.Steps {
 			p("| %.0f | %.0f | %d | %d | %d | %d | %.1f | %.0f | %.0f |\n", st.TargetPerS, st.EventsPerS, st.Produced, st.Recorded, st.Lost, st.Unaccounted, st.NsPerEvent, st.RecorderCPU, st.ProducerCPU)
 		}
-		p("\nHighest synthetic rate recorded without loss: **%.0f events/s** (the producer paced on one CPU, the recorder free to use both; empty test run %s ns).\n", sy.MaxZeroLossRate, fmtStat(sy.EmptyNs, 1))
+		who := "the producer paced on one CPU, the recorder free to use both"
+		if sy.Producers > 1 {
+			who = fmt.Sprintf("%d producing threads, the recorder free to use every CPU", sy.Producers)
+		}
+		empty := fmtStat(sy.EmptyNs, 1) + " ns"
+		if sy.EmptyNs.Mean > 2*quietEmptyNs {
+			// bpf_stats is global: any process can turn it on.
+			empty += fmt.Sprintf(", far above the ~%.0f ns of a quiet host: run statistics were probably on (BPF_ENABLE_STATS, e.g. another `magnet bench --cost`), which add ~40 ns to every program run, these included", quietEmptyNs)
+		}
+		p("\nHighest synthetic rate recorded without loss: **%.0f events/s** (%s; empty test run %s).\n", sy.MaxZeroLossRate, who, empty)
 	}
 	if sl := r.SynthLoad; sl != nil && len(sl.Steps) > 0 {
 		writeSynthLoad(p, sl)

@@ -69,6 +69,19 @@ func TestSynthLoadSummary(t *testing.T) {
 		}
 	}
 
+	// The idle ceiling says how many threads made the events, and when its
+	// empty test run says run statistics were on.
+	buf.Reset()
+	r = &Report{Synth: &SynthResult{MaxZeroLossRate: 5e6, Producers: 2, EmptyNs: Stat{Mean: 60, N: 3}}}
+	if err := r.WriteMarkdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"No network traffic: 2 threads, each paced to 1/2 of the rate, run synth_event", "(2 producing threads, the recorder free to use every CPU; empty test run 60.0 ± 0.0 ns, far above the ~16 ns of a quiet host: run statistics were probably on"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, buf.String())
+		}
+	}
+
 	// Below the goal and nothing lost: undecided, and said to be the
 	// producer's bound.
 	low := &SynthLoadResult{Rounds: 1, Runs: []SynthStep{loadRun(1, 0, 0.2e6, 0, 200000, 0, 9000), loadRun(1, 4e6, 3.1e6, 2.9e6, 3100000, 0, 6000)}}
