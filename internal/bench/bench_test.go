@@ -190,9 +190,11 @@ func checkSynthLoad(t *testing.T, r *Report) {
 	if alone.TargetPerS != 0 || alone.Runs != 0 || alone.Produced == 0 {
 		t.Errorf("the transfer alone: target %.0f, synthetic runs %d, produced %d", alone.TargetPerS, alone.Runs, alone.Produced)
 	}
-	// Whole batches of 1 ms, and the transfer's events beside them.
-	if synth.TargetPerS != 1e6 || synth.Runs == 0 || synth.Runs%1000 != 0 || synth.Produced <= synth.Runs+synth.Retried {
-		t.Errorf("1 M/s beside the transfer: synthetic runs %d (+ at most %d), produced %d", synth.Runs, synth.Retried, synth.Produced)
+	// Whole batches of 1 ms (in whole test runs of EventsPerRun events),
+	// and the transfer's events beside them.
+	batch := uint64(1000 / max(synth.EventsPerRun, 1) * synth.EventsPerRun)
+	if synth.TargetPerS != 1e6 || synth.EventsPerRun < 1 || synth.Runs == 0 || synth.Runs%batch != 0 || synth.Produced <= synth.Runs+synth.Retried {
+		t.Errorf("1 M/s beside the transfer: %d synthetic events (%d per test run; + at most %d), produced %d", synth.Runs, synth.EventsPerRun, synth.Retried, synth.Produced)
 	}
 	if s := sl.Steps[1]; s.ReductionPct.N != 1 || s.SynthRuns != synth.Runs {
 		t.Errorf("1 M/s step %+v", s)

@@ -232,6 +232,15 @@ func producersName(n int) string {
 	return fmt.Sprintf("%d threads, each paced to 1/%d of the rate, run", n, n)
 }
 
+// producingProgram names the synthetic-event program by its events per
+// test run.
+func producingProgram(perRun int) string {
+	if perRun <= 1 {
+		return "synth_event (one event per test run)"
+	}
+	return fmt.Sprintf("synth_burst (%d events per test run, bpf_loop, so that the test run's own cost is shared)", perRun)
+}
+
 // roundsName is "1 round" or "N rounds".
 func roundsName(n int) string {
 	if n == 1 {
@@ -451,7 +460,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if sy := r.Synth; sy != nil {
 		p("\n## The recorder's ceiling, synthetic events\n\n")
-		p("No network traffic: %s synth_event (bpf/magnet.bpf.c) with BPF_PROG_TEST_RUN in batches of 1 ms, paced to each target rate, for %gs per row (a producer that falls behind makes fewer events, not more time), while record.Run drains the rings and writes the trace as `magnet record` does, filtered to the bench's own process, which makes no traffic. Each run puts one 40-byte dev_xmit event in the ring of its CPU through the hooks' path (clock, counters, per-CPU ring, task). ns/event: the test run's own time per run (preemption excluded) less an empty program's; it includes the cache traffic of a reader taking the records on the other CPU. Recorder CPU: the bench process's CPU time less the producing threads', %% of one CPU over the run; producer CPU: theirs. Produced can exceed the runs by the events of a test run a signal interrupted, which is made again.\n\n", producersName(sy.Producers), sy.DurationS)
+		p("No network traffic: %s %s (bpf/magnet.bpf.c) with BPF_PROG_TEST_RUN in batches of 1 ms, paced to each target rate, for %gs per row (a producer that falls behind makes fewer events, not more time), while record.Run drains the rings and writes the trace as `magnet record` does, filtered to the bench's own process, which makes no traffic. Each event is a 40-byte dev_xmit put in the ring of its CPU through the hooks' path (clock, counters, per-CPU ring, task). ns/event: the test run's own time per run (preemption excluded) less an empty program's, over the events per run; it includes the cache traffic of a reader taking the records on the other CPU. Recorder CPU: the bench process's CPU time less the producing threads', %% of one CPU over the run; producer CPU: theirs. Produced can exceed the runs by the events of a test run a signal interrupted, which is made again.\n\n", producersName(sy.Producers), producingProgram(sy.EventsPerRun), sy.DurationS)
 		p("| target events/s | produced events/s | produced | recorded | lost | unaccounted | ns/event | recorder CPU %% | producer CPU %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, st := range sy.Steps {
 			p("| %.0f | %.0f | %d | %d | %d | %d | %.1f | %.0f | %.0f |\n", st.TargetPerS, st.EventsPerS, st.Produced, st.Recorded, st.Lost, st.Unaccounted, st.NsPerEvent, st.RecorderCPU, st.ProducerCPU)
@@ -496,8 +505,8 @@ func writeSynthLoad(p func(string, ...any), sl *SynthLoadResult) {
 	if sl.Pinned {
 		pinned = "pinned: the producer and the recorder (every thread of the bench process) on the sender's CPU, with the sending workload; the receiver's on the other"
 	}
-	p("The saturating transfer of the overhead table (%s) runs for %gs while %s synth_event (threads of the bench process) with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (synth_event asks no filter). Rates climb until two in a row lose events; %s, interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: test runs / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing threads', %% of one CPU; producer CPU: theirs (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
-		sl.Workload, sl.DurationS, producersName(sl.Producers), sl.Filter, roundsName(sl.Rounds), pinned)
+	p("The saturating transfer of the overhead table (%s) runs for %gs while %s %s (threads of the bench process) with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (the synthetic programs ask no filter). Rates climb until two in a row lose events; %s, interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: synthetic events made / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing threads', %% of one CPU; producer CPU: theirs (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
+		sl.Workload, sl.DurationS, producersName(sl.Producers), producingProgram(sl.EventsPerRun), sl.Filter, roundsName(sl.Rounds), pinned)
 	p("| synthetic target/s | runs | runs with loss | total events/s | of which synthetic/s | produced | recorded | lost | unaccounted | recorder CPU %% | producer CPU %% | throughput Mbit/s | reduction %% |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range sl.Steps {
 		p("| %.0f | %d | %d | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s |\n", s.TargetPerS, s.Runs, s.LossyRuns,

@@ -47,9 +47,13 @@ const synthBatch = time.Millisecond
 type SynthResult struct {
 	DurationS float64 `json:"duration_s"`
 	Producers int     `json:"producers"` // threads making the events
-	// NsPerEvent is synth_event's time per run as the test run measures it
-	// (preemption excluded) less synth_empty's, while the recorder drains:
-	// what producing an event costs on the hooks' path, warm.
+	// EventsPerRun is how many events one test run of the producing
+	// program made (synth_burst's, or synth_event's 1).
+	EventsPerRun int `json:"events_per_run"`
+	// NsPerEvent is the producing program's time per run as the test run
+	// measures it (preemption excluded) less synth_empty's, over the events
+	// per run, while the recorder drains: what producing an event costs on
+	// the hooks' path, warm.
 	NsPerEvent Stat        `json:"ns_per_event"`
 	EmptyNs    Stat        `json:"empty_ns"`
 	Steps      []SynthStep `json:"steps"`
@@ -62,7 +66,7 @@ type SynthResult struct {
 type SynthStep struct {
 	TargetPerS float64 `json:"target_per_s"`
 	Rep        int     `json:"rep,omitempty"` // the loaded measurement's round
-	Runs       uint64  `json:"runs"`          // synth_event runs: events made
+	Runs       uint64  `json:"runs"`          // synthetic events made: test runs × EventsPerRun
 	// Retried bounds the extra events of test runs a signal interrupted
 	// (made again from the start): Runs <= synthetic events <= Runs + Retried.
 	Retried uint64 `json:"retried,omitempty"`
@@ -80,7 +84,10 @@ type SynthStep struct {
 	// producing threads', per cent of one CPU.
 	RecorderCPU float64 `json:"recorder_cpu_pct"`
 	ProducerCPU float64 `json:"producer_cpu_pct"`
-	NsPerEvent  float64 `json:"ns_per_event"` // test run's figure, less synth_empty's
+	NsPerEvent  float64 `json:"ns_per_event"` // test run's figure, less synth_empty's, per event
+	// EventsPerRun is what one test run of the producing program made (0
+	// when nothing was produced).
+	EventsPerRun int `json:"events_per_run,omitempty"`
 	// The transfer beside the producer (loaded measurement only).
 	Transfer       *Xfer   `json:"transfer,omitempty"`
 	ThroughputMbit float64 `json:"throughput_mbit,omitempty"`
@@ -118,6 +125,7 @@ func (b *bencher) synth(ctx context.Context) (*SynthResult, error) {
 		b.logf("synth %5.1f M events/s: produced %.2f M/s, lost %d, unaccounted %d, %.1f ns/event (empty %.1f), recorder %.0f %% CPU, producer %.0f %%",
 			rate/1e6, st.EventsPerS/1e6, st.Lost, st.Unaccounted, st.NsPerEvent, emptyNs, st.RecorderCPU, st.ProducerCPU)
 		sr.Steps = append(sr.Steps, *st)
+		sr.EventsPerRun = max(sr.EventsPerRun, st.EventsPerRun)
 		per, empty = append(per, st.NsPerEvent), append(empty, emptyNs)
 		if st.lossless() && st.EventsPerS > sr.MaxZeroLossRate {
 			sr.MaxZeroLossRate = st.EventsPerS
@@ -131,12 +139,13 @@ func (b *bencher) synth(ctx context.Context) (*SynthResult, error) {
 // 64 KiB transfer runs on the unlimited link, recorded as record-sender
 // records it.
 type SynthLoadResult struct {
-	DurationS float64 `json:"duration_s"`
-	Filter    string  `json:"filter"`
-	Workload  string  `json:"workload"`
-	Rounds    int     `json:"rounds"`
-	Producers int     `json:"producers"` // threads making the synthetic events
-	Pinned    bool    `json:"pinned,omitempty"`
+	DurationS    float64 `json:"duration_s"`
+	Filter       string  `json:"filter"`
+	Workload     string  `json:"workload"`
+	Rounds       int     `json:"rounds"`
+	Producers    int     `json:"producers"` // threads making the synthetic events
+	EventsPerRun int     `json:"events_per_run"`
+	Pinned       bool    `json:"pinned,omitempty"`
 	// Steps summarize Runs per paced rate, in the ladder's order.
 	Steps []SynthLoadStep `json:"steps"`
 	Runs  []SynthStep     `json:"runs"`
@@ -208,6 +217,7 @@ func (b *bencher) synthLoad(ctx context.Context, lab *netlab.Lab) (*SynthLoadRes
 			}
 			st.Rep = rep
 			res.Runs = append(res.Runs, *st)
+			res.EventsPerRun = max(res.EventsPerRun, st.EventsPerRun)
 			b.logf("synth+transfer rep %d %5.1f M events/s: produced %.2f M/s (synthetic %.2f M/s), lost %d, unaccounted %d, recorder %.0f %% CPU, producer %.0f %%, transfer %.0f Mbit/s",
 				rep, rate/1e6, st.EventsPerS/1e6, st.SyntheticPerS/1e6, st.Lost, st.Unaccounted, st.RecorderCPU, st.ProducerCPU, st.ThroughputMbit)
 			if rep > 1 {

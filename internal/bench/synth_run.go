@@ -88,7 +88,7 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 	var x produced
 	var perr error
 	if rate > 0 {
-		x, perr = produceOn(b.opts.SynthProducers, p.Synthetic, rate, d)
+		x, perr = produceOn(b.opts.SynthProducers, synthProducer(p), rate, d)
 	}
 	var xd xferDone
 	if done != nil {
@@ -104,7 +104,8 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 	st := &SynthStep{TargetPerS: rate, Runs: x.runs, Retried: x.retried * uint64(rate*synthBatch.Seconds()), Produced: tr.Produced, Recorded: tr.Events, Lost: tr.Lost,
 		Unaccounted: int64(tr.Produced) - int64(tr.Events) - int64(tr.Lost), WallS: wall.Seconds()}
 	if x.runs > 0 {
-		st.NsPerEvent = x.nsPerRun - emptyNs
+		st.NsPerEvent = (x.nsPerRun - emptyNs) / float64(x.perRun)
+		st.EventsPerRun = x.perRun
 	}
 	if wall > 0 {
 		st.EventsPerS = float64(tr.Produced) / wall.Seconds()
@@ -124,11 +125,12 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 }
 
 type produced struct {
-	runs uint64
+	runs   uint64 // events made: test runs × perRun
+	perRun int
 	// retried counts test runs a signal interrupted: the kernel does not
 	// say how many runs (events) it made before, and they are made again.
 	retried  uint64
-	nsPerRun float64 // synth_event, mean over the batches
+	nsPerRun float64 // the producing program's time per test run, mean over the batches
 	cpuS     float64 // the producing thread's CPU time (user + system)
 }
 
@@ -150,9 +152,27 @@ func emptyRunNs(empty *ebpf.Program) (float64, error) {
 	return least, nil
 }
 
+// producer is the program that makes synthetic events, perRun of them per
+// test run.
+type producer struct {
+	prog   *ebpf.Program
+	perRun int
+}
+
+// synthProducer is synth_burst where the kernel loaded it, whose runs make
+// probe.SyntheticBurstEvents events each (a test run's own cost, ~16 ns and
+// ~60 while any process has run statistics on, then no longer bounds the
+// producer below the recorder), else synth_event, one per run.
+func synthProducer(p *probe.Probe) producer {
+	if p.SyntheticBurst != nil {
+		return producer{p.SyntheticBurst, probe.SyntheticBurstEvents}
+	}
+	return producer{p.Synthetic, 1}
+}
+
 // produceOn runs produce on n threads at once (at least one), each at
 // rate/n, and adds up what they made.
-func produceOn(n int, prog *ebpf.Program, rate float64, d time.Duration) (produced, error) {
+func produceOn(n int, prog producer, rate float64, d time.Duration) (produced, error) {
 	n = max(n, 1)
 	if n == 1 {
 		return produce(prog, rate, d)
@@ -168,7 +188,7 @@ func produceOn(n int, prog *ebpf.Program, rate float64, d time.Duration) (produc
 			out <- res{x, err}
 		}()
 	}
-	var sum produced
+	sum := produced{perRun: prog.perRun}
 	var firstErr error
 	for i := 0; i < n; i++ {
 		r := <-out
@@ -184,10 +204,10 @@ func produceOn(n int, prog *ebpf.Program, rate float64, d time.Duration) (produc
 }
 
 // produce runs prog in batches on one locked thread so that events arrive
-// at rate on average, for d. A producer that falls behind (its CPU taken by
+// at rate on average, for d (a batch makes about synthBatch's worth). A producer that falls behind (its CPU taken by
 // other work) makes fewer events, never more time: beside a transfer its
 // events are made while the transfer runs.
-func produce(prog *ebpf.Program, rate float64, d time.Duration) (produced, error) {
+func produce(prog producer, rate float64, d time.Duration) (produced, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var ru0, ru1 unix.Rusage
@@ -195,20 +215,21 @@ func produce(prog *ebpf.Program, rate float64, d time.Duration) (produced, error
 		return produced{}, fmt.Errorf("producer CPU time: %w", err)
 	}
 	pkt := make([]byte, 64)
-	batch := max(int(rate*synthBatch.Seconds()), 1)
-	var out produced
+	batch := max(int(rate*synthBatch.Seconds())/prog.perRun, 1) // test runs
+	events := batch * prog.perRun
+	out := produced{perRun: prog.perRun}
 	var sum time.Duration
 	var batches int
 	start := time.Now()
 	for i := 1; ; i++ {
-		_, per, err := prog.Benchmark(pkt, batch, func() { out.retried++ })
+		_, per, err := prog.prog.Benchmark(pkt, batch, func() { out.retried++ })
 		if err != nil {
-			return produced{}, fmt.Errorf("run synth_event: %w", err)
+			return produced{}, fmt.Errorf("run the synthetic-event program: %w", err)
 		}
 		sum += per
 		batches++
-		out.runs += uint64(batch)
-		due := start.Add(time.Duration(float64(i*batch) / rate * float64(time.Second)))
+		out.runs += uint64(events)
+		due := start.Add(time.Duration(float64(i*events) / rate * float64(time.Second)))
 		if due.Sub(start) >= d || time.Since(start) >= d {
 			break
 		}

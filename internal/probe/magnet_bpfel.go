@@ -556,6 +556,7 @@ const (
 	magnetProgSchedWakeup      = "sched_wakeup"
 	magnetProgSockRecvLength   = "sock_recv_length"
 	magnetProgSockSendLength   = "sock_send_length"
+	magnetProgSynthBurst       = "synth_burst"
 	magnetProgSynthEmpty       = "synth_empty"
 	magnetProgSynthEvent       = "synth_event"
 	magnetProgTcpProbe         = "tcp_probe"
@@ -657,6 +658,7 @@ type magnetProgramSpecs struct {
 	SchedWakeup      *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.ProgramSpec `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.ProgramSpec `ebpf:"sock_send_length"`
+	SynthBurst       *ebpf.ProgramSpec `ebpf:"synth_burst"`
 	SynthEmpty       *ebpf.ProgramSpec `ebpf:"synth_empty"`
 	SynthEvent       *ebpf.ProgramSpec `ebpf:"synth_event"`
 	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
@@ -832,6 +834,7 @@ type magnetPrograms struct {
 	SchedWakeup      *ebpf.Program `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.Program `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.Program `ebpf:"sock_send_length"`
+	SynthBurst       *ebpf.Program `ebpf:"synth_burst"`
 	SynthEmpty       *ebpf.Program `ebpf:"synth_empty"`
 	SynthEvent       *ebpf.Program `ebpf:"synth_event"`
 	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
@@ -859,6 +862,7 @@ func (p *magnetPrograms) Close() error {
 		p.SchedWakeup,
 		p.SockRecvLength,
 		p.SockSendLength,
+		p.SynthBurst,
 		p.SynthEmpty,
 		p.SynthEvent,
 		p.TcpProbe,

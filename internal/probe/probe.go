@@ -104,6 +104,10 @@ type Options struct {
 // of it to come back in, and wakes it seldom enough to drain in batches.
 const DefaultWakeupFill = 1.0 / 8
 
+// SyntheticBurstEvents is how many events one run of Probe.SyntheticBurst
+// makes (MG_SYNTH_BURST in bpf/events.h).
+const SyntheticBurstEvents = 16
+
 // wakeupBytes is the events_wakeup threshold of a ring of perCPU bytes.
 func wakeupBytes(perCPU int, fill float64) uint64 {
 	if fill <= 0 {
@@ -128,9 +132,13 @@ type Probe struct {
 	// test run; SyntheticEmpty does nothing. Both nil unless
 	// Options.Synthetic, or when the kernel refused them.
 	Synthetic, SyntheticEmpty *ebpf.Program
-	coll                      *ebpf.Collection
-	mask                      *ebpf.Variable
-	cgroup                    string
+	// SyntheticBurst puts SyntheticBurstEvents such events in the ring per test
+	// run (bpf_loop; nil where the kernel lacks it): the run's own cost
+	// is then shared by many events.
+	SyntheticBurst *ebpf.Program
+	coll           *ebpf.Collection
+	mask           *ebpf.Variable
+	cgroup         string
 
 	mu      sync.Mutex
 	links   map[int]link.Link // by index in Status: the programs attached now
@@ -211,6 +219,7 @@ func Load(opts Options) (*Probe, error) {
 
 	if !opts.Synthetic {
 		delete(spec.Programs, "synth_event")
+		delete(spec.Programs, "synth_burst")
 		delete(spec.Programs, "synth_empty")
 	}
 
@@ -248,6 +257,7 @@ func Load(opts Options) (*Probe, error) {
 		links:          map[int]link.Link{},
 		Synthetic:      coll.Programs["synth_event"],
 		SyntheticEmpty: coll.Programs["synth_empty"],
+		SyntheticBurst: coll.Programs["synth_burst"],
 	}
 	for i := range status {
 		st := &status[i]

@@ -276,3 +276,41 @@ func irqWorkInterrupts(cpu int) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// TestSyntheticBurst: one run of synth_burst puts SyntheticBurstEvents
+// dev_xmit events in this CPU's ring, in time order, and counts them as
+// produced: the bench's producer multiplies its runs by that constant, which
+// must match MG_SYNTH_BURST in bpf/events.h.
+func TestSyntheticBurst(t *testing.T) {
+	p := loadSynth(t, 1<<20, 0)
+	if p.SyntheticBurst == nil {
+		t.Skip("synth_burst did not load (bpf_loop needs Linux 5.17)")
+	}
+	_, _, rd := pinToRing(t, p)
+	const runs = 3
+	if _, _, err := p.SyntheticBurst.Benchmark(make([]byte, 64), runs, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs := takeRecords(t, rd, -1)
+	if len(recs) != runs*SyntheticBurstEvents {
+		t.Fatalf("%d records from %d runs, want %d each", len(recs), runs, SyntheticBurstEvents)
+	}
+	var last uint64
+	for i, r := range recs {
+		if typ := r[30]; typ != uint8(event.DevXmit) {
+			t.Fatalf("record %d has type %d, want dev_xmit", i, typ)
+		}
+		if ts := binary.NativeEndian.Uint64(r); ts < last {
+			t.Fatalf("record %d at %d ns, before its predecessor's %d", i, ts, last)
+		} else {
+			last = ts
+		}
+	}
+	produced, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if produced[event.DevXmit] != runs*SyntheticBurstEvents || lost[event.DevXmit] != 0 {
+		t.Fatalf("counters: %d produced, %d lost; want %d, 0", produced[event.DevXmit], lost[event.DevXmit], runs*SyntheticBurstEvents)
+	}
+}
