@@ -28,12 +28,12 @@ import (
 //     "while the workload also runs" asks.
 
 // SynthRates are the paced rates tried alone, events/s.
-var SynthRates = []float64{1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6, 12e6, 16e6}
+var SynthRates = []float64{1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6, 12e6, 16e6, 20e6, 24e6}
 
 // SynthLoadRates are the paced rates tried while the transfer runs,
 // events/s; 0 is the transfer alone, recorded: what the others' throughput
 // is compared with.
-var SynthLoadRates = []float64{0, 1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6}
+var SynthLoadRates = []float64{0, 1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6, 12e6, 16e6}
 
 // SynthLoadReps bounds the rounds of the loaded measurement (the full
 // run's machine time), as PolicyReps does the policy sweep's.
