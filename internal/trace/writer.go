@@ -9,6 +9,8 @@ import (
 	"hash/crc32"
 	"io"
 	"sync/atomic"
+
+	"github.com/magnet-tracer/magnet/internal/prefetch"
 )
 
 // WriterOptions tunes a Writer. The zero value is ready to use.
@@ -59,6 +61,8 @@ type Writer struct {
 	records uint32 // records in block
 	first   uint64 // smallest time_ns in block
 	last    uint64 // largest time_ns in block
+	fetched int    // block's room up to here was prefetched
+	fetchAt int    // prefetch again once block is this long
 
 	fileFirst, fileLast uint64 // time range of the whole file
 	anyRecord           bool
@@ -167,6 +171,9 @@ func (w *Writer) Write(rec []byte) error {
 	}
 	w.records++
 	w.counts[id]++
+	if len(w.block) >= w.fetchAt {
+		w.prefetchRoom()
+	}
 
 	if len(w.block)-blockHeaderSize >= w.blockSize {
 		return w.Flush()
@@ -202,10 +209,33 @@ func (w *Writer) Flush() error {
 	return nil
 }
 
+// prefetchAhead is how far ahead of the records written prefetchRoom
+// asks for room, and prefetchStep how often. A lent block lies in the
+// file writer's chunk, bigger than the CPU's own cache and cold since it
+// was last written out: each line's first store would wait for the line.
+var (
+	prefetchAhead = 4 << 10
+	prefetchStep  = 1 << 10
+)
+
+// prefetchRoom asks, ahead of the next records, for the room they will be
+// written to, as far as the block's memory goes (a lent block's reaches
+// to the end of the lender's chunk).
+func (w *Writer) prefetchRoom() {
+	n := len(w.block)
+	w.fetchAt = n + prefetchStep
+	from, to := max(w.fetched, n), min(n+prefetchAhead, cap(w.block))
+	if to > from {
+		prefetch.Write(w.block[from:to])
+		w.fetched = to
+	}
+}
+
 // startBlock gets the room of a new block whose first record is n bytes:
 // a block holds at most BlockSize bytes of records, or its first record
 // if that is larger.
 func (w *Writer) startBlock(n int) {
+	w.fetched, w.fetchAt = 0, 0
 	if w.lender != nil {
 		if room := w.lender.Room(blockHeaderSize + max(w.blockSize, n)); room != nil {
 			w.block, w.lent = room[:blockHeaderSize], true
