@@ -489,13 +489,21 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 		}
 		if st == ring.Record {
 			cur.rec = rec
-			h[0].time = binary.NativeEndian.Uint64(rec)
+			t := binary.NativeEndian.Uint64(rec)
+			h[0].time = t
+			// A ring's next record is most often still the oldest of
+			// all (its CPU made a run of them): then the heap is in
+			// order as it is, which these two comparisons, inlined,
+			// see for less than the call would cost.
+			if len(h) > 1 && (h[1].time < t || len(h) > 2 && h[2].time < t) {
+				siftDown(h, 0)
+			}
 		} else {
 			busy = busy || st == ring.Busy
 			h[0] = h[len(h)-1]
 			h = h[:len(h)-1]
+			siftDown(h, 0)
 		}
-		siftDown(h, 0)
 	}
 	r.heads = h[:0]
 	return n, busy, nil
