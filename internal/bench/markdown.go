@@ -502,8 +502,8 @@ func (sl *SynthLoadResult) verdictText() string {
 func writeSynthLoad(p func(string, ...any), sl *SynthLoadResult) {
 	p("\n## Event rate while the workload runs: synthetic events beside the 64 KiB transfer\n\n")
 	pinned := "unpinned: the scheduler places the producer, the recorder and both workload processes on the 2 CPUs"
-	if sl.Pinned {
-		pinned = "pinned: the producer and the recorder (every thread of the bench process) on the sender's CPU, with the sending workload; the receiver's on the other"
+	if sl.PinIgnored {
+		pinned += " (even under --pin: the goal is the VM's rate, and pinned, the producer would share the sender's CPU with the sending workload and be the bound)"
 	}
 	p("The saturating transfer of the overhead table (%s) runs for %gs while %s %s (threads of the bench process) with BPF_PROG_TEST_RUN paced to the target rate for the same time (target 0: the transfer alone), and one recorder (record.Run, %s) records both: the transfer's events and the synthetic ones (the synthetic programs ask no filter). Rates climb until two in a row lose events; %s, interleaved (every rate once per round); %s. Total events/s: every event the programs produced / wall time (both started to both ended), of which synthetic: synthetic events made / wall. Produced, recorded, lost and unaccounted (= produced − recorded − lost) are summed over the runs. Recorder CPU: the bench process's CPU time less the producing threads', %% of one CPU; producer CPU: theirs (running the programs included). Throughput: the transfer's; reduction against the transfer alone of the same round. Mean ± 95 %% CI over rounds.\n\n",
 		sl.Workload, sl.DurationS, producersName(sl.Producers), producingProgram(sl.EventsPerRun), sl.Filter, roundsName(sl.Rounds), pinned)
