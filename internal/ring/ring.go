@@ -171,6 +171,65 @@ func (r *Reader) Peek() ([]byte, State, error) {
 	}
 }
 
+// Unread returns what the producer has reserved past the reader, as one
+// slice of ring memory: records framed as the kernel frames them (Frame
+// reads a frame), committed or not. The data pages are mapped twice in a
+// row, so the slice is contiguous even where the ring wraps. It lets a
+// caller that consumes records by the run walk them with no call per
+// record; Skip then consumes what it took. The slice stays valid until the
+// bytes are committed.
+func (r *Reader) Unread() []byte {
+	r.prodSeen = atomic.LoadUintptr(r.prod)
+	start := r.pos & r.mask
+	n := min(r.prodSeen-r.pos, r.mask+1)
+	return r.data[start : start+n : start+n]
+}
+
+// Frame reads the frame at the start of b, a slice of Unread: the length
+// of the record's data (after the 8-byte frame header), the bytes the
+// whole frame takes (header and padding included), and whether it is
+// committed (Record), still being written (Busy) or discarded (Empty: a
+// frame to step over). A frame that does not fit in b, or a b shorter
+// than a frame header, reads as Busy: there is nothing to take from it
+// now, and Peek tells what is wrong, if anything.
+func Frame(b []byte) (n, step int, st State) {
+	if len(b) < hdrSize {
+		return 0, 0, Busy
+	}
+	// The atomic load orders the record's bytes after the kernel's xchg
+	// that cleared the busy bit.
+	hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[0])))
+	if hdr&busyBit != 0 {
+		return 0, 0, Busy
+	}
+	n = int(hdr &^ discardBit)
+	step = hdrSize + (n+7)&^7
+	if step > len(b) {
+		return 0, 0, Busy
+	}
+	if hdr&discardBit != 0 {
+		return n, step, Empty
+	}
+	return n, step, Record
+}
+
+// FrameHeaderSize is the size of the header before each record's data.
+const FrameHeaderSize = hdrSize
+
+// Skip consumes the first n bytes of what Unread returned, which must be
+// whole frames, committed or discarded. The kernel may reuse their space
+// once Commit has run.
+func (r *Reader) Skip(n int) {
+	if n == 0 {
+		return
+	}
+	r.pos += uintptr(n)
+	r.peeked = 0
+	if r.pos >= r.fetchAt {
+		r.prefetch()
+	}
+}
+
 // prefetchAhead is how far ahead of the reader prefetch asks for the
 // ring's data, and prefetchStep how often: a record here is one the
 // producer's CPU has just written, so the reader's first touch of each

@@ -5,6 +5,7 @@ package trace
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -54,6 +55,8 @@ type Writer struct {
 	swap      bool
 	idx       *typeIndex
 	blockSize int
+	maxSize   int         // largest record size of the dictionary
+	sizes     [256]uint32 // record size by type id; 0 = not in the dictionary
 
 	block   []byte // block header room followed by the payload so far; nil between blocks
 	lent    bool   // block is room w lent, else it is own
@@ -109,6 +112,10 @@ func NewWriter(w io.Writer, h *Header, opts WriterOptions) (*Writer, error) {
 		swap:      isBigEndian(order) != nativeIsBig,
 		idx:       newTypeIndex(hdr.Types),
 		blockSize: opts.BlockSize,
+	}
+	for _, t := range hdr.Types {
+		tw.maxSize = max(tw.maxSize, t.Size)
+		tw.sizes[t.ID] = uint32(t.Size)
 	}
 	tw.own = make([]byte, 0, blockHeaderSize+min(opts.BlockSize, DefaultBlockSize))
 	tw.lender, _ = w.(BlockLender)
@@ -179,6 +186,115 @@ func (w *Writer) Write(rec []byte) error {
 		return w.Flush()
 	}
 	return nil
+}
+
+// Room returns room at the end of the current block, starting one if
+// there is none, for a caller that copies records in itself, many at a
+// time, and then hands them to Append: a recorder copying records straight
+// from the kernel's ring, with no call per record. The room is a slice of
+// length 0 and a capacity of at most max bytes; the capacity is below the
+// largest record size of the dictionary only when max is. Nothing else
+// may be written between Room and Append.
+func (w *Writer) Room(max int) ([]byte, error) {
+	if w.err != nil {
+		return nil, fmt.Errorf("write records: %w", w.err)
+	}
+	if w.records > 0 && w.blockSize-(len(w.block)-blockHeaderSize) < w.maxSize {
+		if err := w.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	if w.records == 0 && len(w.block) == 0 {
+		w.startBlock(w.blockSize)
+	}
+	if len(w.block) >= w.fetchAt {
+		w.prefetchRoom()
+	}
+	n := min(max, blockHeaderSize+w.blockSize-len(w.block))
+	return w.block[len(w.block) : len(w.block) : len(w.block)+n], nil
+}
+
+// Append adds the records the caller put in the room Room returned: recs
+// is that room, records laid end to end in native byte order, each exactly
+// as long as its type's Size. A record that breaks this is an error, and
+// none of recs is added.
+func (w *Writer) Append(recs []byte) error {
+	if w.err != nil {
+		return fmt.Errorf("write records: %w", w.err)
+	}
+	if len(recs) == 0 {
+		if w.records == 0 {
+			// Give back room lent for nothing: a lender's room must not
+			// outlive a flush of the file.
+			w.block, w.lent = nil, false
+		}
+		return nil
+	}
+	start := len(w.block)
+	if w.block == nil || cap(w.block)-start < len(recs) || &w.block[:start+1][start] != &recs[0] {
+		return errors.New("write records: not the room Room returned")
+	}
+	first, last := w.first, w.last
+	if w.records == 0 {
+		first = binary.NativeEndian.Uint64(recs[offTime:])
+		last = first
+	}
+	var n uint32
+	off := 0
+	for off < len(recs) {
+		if len(recs)-off < CommonSize {
+			break
+		}
+		id := recs[off+offType]
+		size := int(w.sizes[id])
+		if size == 0 || len(recs)-off < size {
+			break
+		}
+		ts := binary.NativeEndian.Uint64(recs[off+offTime:])
+		first, last = min(first, ts), max(last, ts)
+		w.counts[id]++
+		n++
+		off += size
+	}
+	if off != len(recs) {
+		// Take back what was counted: a bad record adds none of recs.
+		for o := 0; o < off; o += int(w.sizes[recs[o+offType]]) {
+			w.counts[recs[o+offType]]--
+		}
+		return badRecords(recs[off:], w.idx)
+	}
+	if w.swap {
+		for o := 0; o < len(recs); {
+			id := recs[o+offType]
+			size := int(w.sizes[id])
+			swapRecord(recs[o:o+size], w.idx.swaps[id])
+			o += size
+		}
+	}
+	w.first, w.last = first, last
+	if !w.anyRecord {
+		w.fileFirst, w.fileLast, w.anyRecord = first, last, true
+	}
+	w.fileFirst, w.fileLast = min(w.fileFirst, first), max(w.fileLast, last)
+	w.block = w.block[:start+len(recs)]
+	w.records += n
+	if len(w.block)-blockHeaderSize >= w.blockSize {
+		return w.Flush()
+	}
+	return nil
+}
+
+// badRecords says what is wrong with the first record of recs, which
+// Append could not take.
+func badRecords(recs []byte, idx *typeIndex) error {
+	if len(recs) < CommonSize {
+		return fmt.Errorf("write records: %d bytes after the last whole record", len(recs))
+	}
+	t := idx.types[recs[offType]]
+	if t == nil {
+		return fmt.Errorf("write records: unknown event type %d", recs[offType])
+	}
+	return fmt.Errorf("write records: %s record cut short", t.Name)
 }
 
 // Flush writes the current block out now, if it holds any records. The
