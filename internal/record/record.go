@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -335,6 +336,8 @@ type recorder struct {
 	poll     *ring.Poller
 	heads    []heapItem // drain's merge of the events rings
 	cur      []ringHead // by CPU
+	bs       blockSink  // w, when the drain may copy records into its blocks
+	room     []byte     // room bs lent for a run's records (open while not nil)
 	tasks    map[uint32]taskKey
 	counts   [256]uint64
 	total    uint64 // ring records written, lost records aside
@@ -351,6 +354,7 @@ type recorder struct {
 // gives it the probes and rings.
 func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r := &recorder{cfg: cfg, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
+	r.bs, _ = w.(blockSink)
 	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
 	for _, t := range hdr.Types {
@@ -425,11 +429,14 @@ const DefaultPollInterval = 50 * time.Millisecond
 // drain returns how many ring records it wrote and whether it stopped at a
 // record still being written.
 //
-// Records are handled where the kernel wrote them; their space goes back to
+// Records are handled where the kernel wrote them, a run at a time: the
+// ring holding the oldest record gives records until its next one is no
+// longer the oldest of all, each checked and, for a block sink, copied
+// into the trace's block in one pass (copyRun). Their space goes back to
 // the kernel every sixteenth of a ring and at the end, rather than after
-// each record: the kernel reads the consumer position at every reservation,
-// and a position that changes with every record is a cache miss for it
-// each time.
+// each record: the kernel reads the consumer position at every
+// reservation, and a position that changes with every record is a cache
+// miss for it each time.
 func (r *recorder) drain() (n int, busy bool, err error) {
 	if n, busy, err = r.drainControl(); err != nil {
 		return n, busy, err
@@ -444,14 +451,13 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 	}
 	h := r.heads[:0]
 	for i, rd := range r.events {
-		rec, st, err := rd.Peek()
+		t, st, err := r.head(i, rd)
 		if err != nil {
-			return n, busy, fmt.Errorf("read events ring %d: %w", i, err)
+			return n, busy, err
 		}
 		busy = busy || st == ring.Busy
 		if st == ring.Record {
-			r.cur[i] = ringHead{rec: rec}
-			h = append(h, heapItem{time: binary.NativeEndian.Uint64(rec), ring: i})
+			h = append(h, heapItem{time: t, ring: i})
 		}
 	}
 	heapify(h)
@@ -459,49 +465,63 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 	for _, rd := range r.events {
 		budget += rd.Size()
 	}
+	defer func() {
+		if aerr := r.appendRoom(); err == nil {
+			err = aerr
+		}
+	}()
 	for len(h) > 0 && budget > 0 {
 		i := h[0].ring
-		cur := &r.cur[i]
 		// Connection records are produced before the events that need them;
 		// writing whatever the control ring holds first keeps that order.
 		if r.control.Pending() {
+			if err := r.appendRoom(); err != nil {
+				return n, busy, err
+			}
 			m, _, err := r.drainControl()
 			n += m
 			if err != nil {
 				return n, busy, err
 			}
 		}
-		if err := r.handle(cur.rec); err != nil {
+		limit := uint64(math.MaxUint64)
+		if len(h) > 1 {
+			limit = h[1].time
+		}
+		if len(h) > 2 {
+			limit = min(limit, h[2].time)
+		}
+		m, used, next, more, err := r.copyRun(i, limit)
+		n += m
+		if err != nil {
 			return n, busy, err
 		}
-		rd := r.events[i]
-		rd.Advance()
-		n++
-		size := len(cur.rec) + 8
-		budget -= size
-		if cur.sinceCommit += size; cur.sinceCommit >= rd.Size()/16 {
+		budget -= used
+		rd, cur := r.events[i], &r.cur[i]
+		if cur.sinceCommit += used; cur.sinceCommit >= cur.commitEvery {
 			rd.Commit()
 			cur.sinceCommit = 0
 		}
-		rec, st, err := rd.Peek()
-		if err != nil {
-			return n, busy, fmt.Errorf("read events ring %d: %w", i, err)
-		}
-		if st == ring.Record {
-			cur.rec = rec
-			t := binary.NativeEndian.Uint64(rec)
-			h[0].time = t
-			// A ring's next record is most often still the oldest of
-			// all (its CPU made a run of them): then the heap is in
-			// order as it is, which these two comparisons, inlined,
-			// see for less than the call would cost.
-			if len(h) > 1 && (h[1].time < t || len(h) > 2 && h[2].time < t) {
-				siftDown(h, 0)
+		if !more {
+			// The run ended where the ring's view ended: ask the ring.
+			t, st, err := r.head(i, rd)
+			if err != nil {
+				return n, busy, err
 			}
-		} else {
-			busy = busy || st == ring.Busy
-			h[0] = h[len(h)-1]
-			h = h[:len(h)-1]
+			if st == ring.Record {
+				next = t
+			} else {
+				busy = busy || st == ring.Busy
+				h[0] = h[len(h)-1]
+				h = h[:len(h)-1]
+				siftDown(h, 0)
+				continue
+			}
+		}
+		h[0].time = next
+		// A ring's next record is most often still the oldest of all (its
+		// CPU made a run of them): then the heap is in order as it is.
+		if len(h) > 1 && (h[1].time < next || len(h) > 2 && h[2].time < next) {
 			siftDown(h, 0)
 		}
 	}
@@ -509,10 +529,26 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 	return n, busy, nil
 }
 
-// ringHead is the next record of one events ring, in drain's merge.
+// head looks at events ring i's next record: its time when it is a
+// committed record, whose ring view the drain's runs then read.
+func (r *recorder) head(i int, rd *ring.Reader) (uint64, ring.State, error) {
+	rec, st, err := rd.Peek()
+	if err != nil {
+		return 0, st, fmt.Errorf("read events ring %d: %w", i, err)
+	}
+	if st != ring.Record {
+		return 0, st, nil
+	}
+	r.cur[i].unread = rd.Unread()
+	r.cur[i].commitEvery = rd.Size() / 16
+	return binary.NativeEndian.Uint64(rec), st, nil
+}
+
+// ringHead is what drain knows of one events ring.
 type ringHead struct {
-	rec         []byte
-	sinceCommit int // bytes consumed since the ring's last Commit
+	unread      []byte // the ring's view from its reader's position (ring.Reader.Unread)
+	sinceCommit int    // bytes consumed since the ring's last Commit
+	commitEvery int    // a sixteenth of the ring
 }
 
 // heapItem is a ring in drain's min-heap, by the time of its next record.
