@@ -101,6 +101,7 @@ type Sink struct {
 	rot     trace.Rotation
 	typeOf  [256]string
 	sizes   [256]int
+	maxSize int // the largest record type
 	file    *os.File
 	w       *trace.Writer
 	path    string
@@ -160,6 +161,7 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	for _, t := range hdr.Types {
 		s.typeOf[t.ID] = t.Name
 		s.sizes[t.ID] = t.Size
+		s.maxSize = max(s.maxSize, t.Size)
 	}
 	if err := s.start(opts.Now()); err != nil {
 		return nil, err
@@ -219,6 +221,60 @@ func (s *Sink) Write(rec []byte) error {
 	}
 	s.own++
 	s.observe(rec)
+	return nil
+}
+
+// Room lends room in the current file's block for records the caller
+// copies in itself, a run at a time (the recorder's drain, from the kernel's
+// rings); Append takes them. It does what Write does before a record: the
+// file is ended first when the interval is over or when it holds records
+// and fewer than max bytes are left before MaxBytes, and the disk is
+// checked for the block write that may follow. The room is at most the
+// bytes left before MaxBytes, so a file ends no later than with Write.
+func (s *Sink) Room(max int) ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.due {
+		if err := s.rotate("interval"); err != nil {
+			return nil, err
+		}
+	}
+	if s.opts.MaxBytes > 0 && s.own > 0 {
+		left := s.opts.MaxBytes - s.w.Bytes() - int64(s.w.Buffered()) - 64
+		if left < int64(s.maxSize) {
+			if err := s.rotate("size"); err != nil {
+				return nil, err
+			}
+		} else {
+			max = int(min(int64(max), left))
+		}
+	}
+	if s.w.Buffered()+max >= s.blockSize() {
+		if err := s.room(int64(s.w.Buffered() + max)); err != nil {
+			return nil, s.stop(err)
+		}
+	}
+	room, err := s.w.Room(max)
+	if err != nil {
+		s.err = err
+		return nil, err
+	}
+	return room, nil
+}
+
+// Append takes the records copied into the room Room lent.
+func (s *Sink) Append(recs []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.w.Append(recs); err != nil {
+		return err // a bad record: nothing was taken, the file goes on
+	}
+	for off := 0; off < len(recs); off += s.sizes[recs[off+30]] {
+		s.own++
+		s.observe(recs[off : off+s.sizes[recs[off+30]]])
+	}
 	return nil
 }
 
