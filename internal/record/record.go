@@ -153,6 +153,12 @@ type Result struct {
 // recorded before stays readable.
 var ErrStopped = errors.New("recording stopped")
 
+// prefaultBytes is how much of the trace file's queue is made present in
+// memory before the probes attach (see streamfile.Options.Prefault): the
+// chunks a steady drain goes round with, so that it takes no page fault
+// while the first events wait.
+const prefaultBytes = 8 << 20
+
 // Run records until ctx is done, the duration ends or the command exits.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.BufferBytes == 0 {
@@ -246,7 +252,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		// Direct: the trace never goes through the page cache (see
 		// streamfile), unless writing in the loop, which has no chunks.
-		sf := streamfile.New(out, streamfile.Options{Queue: queue, Direct: true})
+		sf := streamfile.New(out, streamfile.Options{Queue: queue, Direct: true, Prefault: prefaultBytes})
 		defer sf.Close() // after an error; the sink's Close waits for it first
 		var tw *trace.Writer
 		if tw, err = trace.NewWriter(sf, hdr, trace.WriterOptions{}); err == nil {

@@ -117,6 +117,15 @@ type Options struct {
 	// go), and f must not be written to other than through the Writer
 	// until Close.
 	Direct bool
+	// Prefault is how many bytes of the queue's chunks New allocates and
+	// touches at once (rounded up to whole chunks, at most the queue),
+	// rather than on first use: each page of a new chunk otherwise costs
+	// a page fault in the caller's Write, the first time it is filled,
+	// which a recorder that starts its drain right after pays while its
+	// events wait (a few hundred faults in the first seconds of a flood
+	// on the CI VM, 2-5 % of the recorder's samples). The memory is the
+	// process's from then on, as the chunks are once used.
+	Prefault int
 }
 
 // Writer writes to a file front to back, by default from a goroutine of its
@@ -199,6 +208,10 @@ func New(f *os.File, opts Options) *Writer {
 		w.full = make(chan []byte, w.max)
 		w.free = make(chan []byte, w.max)
 		w.done = make(chan struct{})
+		for range min(w.max, (opts.Prefault+chunkSize-1)/chunkSize) {
+			w.chunks++
+			w.free <- prefault(alignedChunk(max(w.direct, 1)))
+		}
 		go w.run()
 	}
 	return w
@@ -314,6 +327,27 @@ func alignedChunk(align int) []byte {
 	b := make([]byte, chunkSize+align-1)
 	skip := (align - int(uintptr(unsafe.Pointer(&b[0])))%align) % align
 	return b[skip : skip : skip+chunkSize]
+}
+
+// prefault makes every page of chunk c's memory present and written to,
+// so that filling it later takes no page fault: in one system call where
+// the kernel offers it (MADV_POPULATE_WRITE, Linux 5.14), else page by
+// page.
+func prefault(c []byte) []byte {
+	mem := c[:cap(c)]
+	page := os.Getpagesize()
+	start := (page - int(uintptr(unsafe.Pointer(&mem[0])))%page) % page
+	end := start + (len(mem)-start)/page*page
+	if start < end && unix.Madvise(mem[start:end], unix.MADV_POPULATE_WRITE) == nil {
+		// Left: the pages the chunk shares with its neighbours.
+		mem[0], mem[len(mem)-1] = 0, 0
+		return c
+	}
+	for i := 0; i < len(mem); i += page {
+		mem[i] = 0
+	}
+	mem[len(mem)-1] = 0
+	return c
 }
 
 // Flush hands what was queued so far to the writer goroutine, without

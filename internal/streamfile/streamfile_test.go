@@ -415,3 +415,55 @@ func TestDirectNeedsAnAlignedStart(t *testing.T) {
 		t.Fatalf("file holds %q (%v)", got, err)
 	}
 }
+
+// Prefaulted chunks are there from New on, no more than the queue holds,
+// each page of them in memory already (mincore), and a Write fills them
+// rather than new ones.
+func TestPrefault(t *testing.T) {
+	if w := New(tempFile(t), Options{Queue: 2 * chunkSize, Prefault: 10 * chunkSize}); w.chunks != 2 {
+		t.Errorf("%d chunks prefaulted for a queue of 2", w.chunks)
+	} else {
+		w.Close()
+	}
+	f := tempFile(t)
+	w := New(f, Options{Queue: 4 * chunkSize, Prefault: chunkSize + 1, Direct: true})
+	if w.chunks != 2 || len(w.free) != 2 {
+		t.Fatalf("%d chunks, %d free after New, want 2 and 2", w.chunks, len(w.free))
+	}
+	page := os.Getpagesize()
+	for range 2 {
+		c := <-w.free
+		mem := c[:cap(c)]
+		start := (page - int(uintptr(unsafe.Pointer(&mem[0])))%page) % page
+		pages := (len(mem) - start) / page
+		vec := make([]byte, pages)
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[start])), uintptr(pages*page), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatalf("mincore: %v", errno)
+		}
+		absent := 0
+		for _, v := range vec {
+			absent += int(1 - v&1)
+		}
+		if absent > 0 {
+			t.Errorf("%d of a prefaulted chunk's %d pages are not in memory", absent, pages)
+		}
+		w.free <- c
+	}
+	want := make([]byte, 2*chunkSize-4096)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	// In pieces, as a recorder writes.
+	for p := want; len(p) > 0; p = p[min(len(p), 64<<10):] {
+		if _, err := w.Write(p[:min(len(p), 64<<10)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.chunks != 2 {
+		t.Errorf("%d chunks allocated, want the 2 prefaulted", w.chunks)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, f, want)
+}
