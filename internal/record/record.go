@@ -372,7 +372,8 @@ func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 }
 
 func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-chan time.Time, st *statusFile, res *Result) error {
-	lastFlush, lastStatus := time.Now(), time.Now()
+	lastStatus := time.Now()
+	clock := newWaitClock(lastStatus, r.cfg.PollInterval, r.cfg.FlushEvery, r.stopAt)
 	var lastTotal uint64
 	for {
 		select {
@@ -393,12 +394,13 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		// stand for "everything produced until now is written" (the
 		// daemon's processed-up-to time), which holds only then.
 		now := time.Now()
-		if now.Sub(lastFlush) >= r.cfg.FlushEvery {
+		if clock.flushDue(now) {
 			if err := r.w.Flush(); err != nil {
 				return r.stopOnWrite(err)
 			}
-			lastFlush = now
+			clock.flushed(now)
 		}
+		clock.read(now)
 		if now.Sub(lastStatus) >= time.Second {
 			total := r.total
 			rate := float64(total-lastTotal) / now.Sub(lastStatus).Seconds()
@@ -414,15 +416,8 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 			// (preempted, most likely): it will not wake us up.
 			time.Sleep(100 * time.Microsecond)
 		case n == 0:
-			// A caller that flushes more often than the poll wants its
-			// records that soon: wait no longer than its interval. Nor
-			// past the end of the recording's duration, which the loop
-			// sees only between waits.
-			wait := min(r.cfg.PollInterval, r.cfg.FlushEvery)
-			if !r.stopAt.IsZero() {
-				wait = min(wait, max(time.Until(r.stopAt), 0))
-			}
-			if err := r.poll.Wait(wait); err != nil {
+			// Until the next flush, poll or the end (waitClock).
+			if err := r.poll.Wait(max(time.Until(clock.until()), 0)); err != nil {
 				return err
 			}
 		}
@@ -435,13 +430,14 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 // few. It is the default flush interval: a record read sooner would wait
 // for the flush anyway before a reader of the trace sees it.
 //
-// It is not shorter because each expiry of the wait's deadline costs, even
-// while the rings wake the recorder well before it: Go's sysmon and the
-// thread waiting in the network poller sleep until the earliest timer as
-// it was when they went to sleep, and a deadline pushed back by the next
-// Wait still wakes them at the old time. At 50 ms that was 20 futile
-// wake-ups a second of each; the recorder of a 64 KiB veth flood used
-// 0.78 of the CPU per event with 200 ms (3 runs, same machine, in turns).
+// It is not shorter because every expiry of the wait's deadline wakes the
+// process, also while the rings wake the recorder far more often: Go's
+// sysmon and the thread in the network poller sleep until the earliest
+// timer. With 50 ms, and a deadline then pushed back at each wait (they
+// still woke at the old one), that was 20 futile wake-ups a second of each;
+// 200 ms used 0.78 ± 0.08 and 0.92 ± 0.03 of the recorder's CPU time
+// (64 KiB and 64-byte veth floods, `magnet bench --cost --compare-with`).
+// The deadline is also fixed between flushes now (waitClock).
 const DefaultPollInterval = 200 * time.Millisecond
 
 // drain writes what the rings hold now, the control ring's records first,
