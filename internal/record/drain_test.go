@@ -398,3 +398,39 @@ func TestRunsMatchOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// TestPassStopsAtItsStart checks that a drain pass writes only records
+// made before it looked at the rings: a ring found empty is not looked at
+// again in the pass, and what its CPU makes meanwhile must not come after
+// the other rings' newer records.
+func TestPassStopsAtItsStart(t *testing.T) {
+	m := newMemRecorder(t, &bytes.Buffer{}, 2, 4096)
+	for tm := uint64(10); tm <= 100; tm += 10 {
+		m.cpus[0].Output(ringRecord(event.SockSend, 32, tm, 5, nil))
+	}
+	m.now = func() uint64 { return 55 } // the pass starts at 55: 60 … 100 are made during it
+	if n, _, err := m.drain(); err != nil || n != 5 {
+		t.Fatalf("first pass = %d, %v; want the 5 records before 55", n, err)
+	}
+	m.cpus[1].Output(ringRecord(event.SockSend, 32, 57, 5, nil)) // CPU 1, during that pass
+	m.now = func() uint64 { return 1000 }
+	if n, _, err := m.drain(); err != nil || n != 6 {
+		t.Fatalf("second pass = %d, %v; want 6", n, err)
+	}
+	var got []string
+	for _, rec := range m.closeAndRead(t) {
+		got = append(got, strconv.FormatUint(rec.Time(), 10))
+	}
+	if want := "10 20 30 40 50 57 60 70 80 90 100"; strings.Join(got, " ") != want {
+		t.Fatalf("trace holds %s, want %s", strings.Join(got, " "), want)
+	}
+	// A pass always writes something, so that a clock behind the records'
+	// cannot stop the drain.
+	m2 := newMemRecorder(t, &bytes.Buffer{}, 1, 4096)
+	m2.events.Output(ringRecord(event.SockSend, 32, 500, 5, nil))
+	m2.events.Output(ringRecord(event.SockSend, 32, 600, 5, nil))
+	m2.now = func() uint64 { return 1 }
+	if n, _, err := m2.drain(); err != nil || n != 1 {
+		t.Fatalf("pass with the clock behind = %d, %v; want 1", n, err)
+	}
+}

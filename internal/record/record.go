@@ -341,10 +341,11 @@ type recorder struct {
 	events   []*ring.Reader // one per CPU
 	control  *ring.Reader
 	poll     *ring.Poller
-	heads    []heapItem // drain's merge of the events rings
-	cur      []ringHead // by CPU
-	bs       blockSink  // w, when the drain may copy records into its blocks
-	room     []byte     // room bs lent for a run's records (open while not nil)
+	heads    []heapItem    // drain's merge of the events rings
+	cur      []ringHead    // by CPU
+	bs       blockSink     // w, when the drain may copy records into its blocks
+	now      func() uint64 // the records' clock, now (monotonicClock)
+	room     []byte        // room bs lent for a run's records (open while not nil)
 	tasks    map[uint32]taskKey
 	counts   [256]uint64
 	total    uint64 // ring records written, lost records aside
@@ -363,6 +364,7 @@ type recorder struct {
 func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r := &recorder{cfg: cfg, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
 	r.bs, _ = w.(blockSink)
+	r.now = monotonicClock()
 	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
 	for _, t := range hdr.Types {
@@ -468,6 +470,12 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 	if len(r.cur) != len(r.events) {
 		r.cur = make([]ringHead, len(r.events))
 	}
+	// The pass writes the records made before it looked at the rings, and
+	// none after: a ring found empty is not looked at again in this pass,
+	// and records its CPU makes meanwhile would come after the other
+	// rings' newer ones. A pass that writes for long (a rotation writing
+	// in the loop, a slow disk) put records 15 ms late that way.
+	cutoff := r.now()
 	h := r.heads[:0]
 	for i, rd := range r.events {
 		t, st, err := r.head(i, rd)
@@ -489,7 +497,11 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 			err = aerr
 		}
 	}()
+	wrote := false
 	for len(h) > 0 && budget > 0 {
+		if h[0].time > cutoff && wrote {
+			break // the next pass takes it, with every ring looked at again
+		}
 		i := h[0].ring
 		// Connection records are produced before the events that need them;
 		// writing whatever the control ring holds first keeps that order.
@@ -510,8 +522,9 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 		if len(h) > 2 {
 			limit = min(limit, h[2].time)
 		}
-		m, used, next, more, err := r.copyRun(i, limit)
+		m, used, next, more, err := r.copyRun(i, min(limit, cutoff))
 		n += m
+		wrote = true
 		if err != nil {
 			return n, busy, err
 		}
@@ -546,6 +559,21 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 	}
 	r.heads = h[:0]
 	return n, busy, nil
+}
+
+// monotonicClock returns a clock of the records' time base
+// (CLOCK_MONOTONIC, which bpf_ktime_get_ns reads): one reading of it, then
+// Go's monotonic clock (the same clock, read through the vDSO without a
+// system call) for the time since.
+func monotonicClock() func() uint64 {
+	var ts unix.Timespec
+	start := time.Now()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// Without it no pass is cut short: the order is only as before.
+		return func() uint64 { return math.MaxUint64 }
+	}
+	base := uint64(ts.Nano())
+	return func() uint64 { return base + uint64(time.Since(start)) }
 }
 
 // head looks at events ring i's next record: its time when it is a
