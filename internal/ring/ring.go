@@ -147,18 +147,15 @@ func (r *Reader) Peek() ([]byte, State, error) {
 			return nil, Empty, fmt.Errorf("%w: %d bytes after the consumer position", ErrCorrupt, r.prodSeen-r.pos)
 		}
 		start := r.pos & r.mask
-		// The atomic load orders the record's bytes after the kernel's
-		// xchg that cleared the busy bit.
-		hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.data[start])))
-		if hdr&busyBit != 0 {
+		n, step, st := header(r.data[start:])
+		if st == Busy {
 			return nil, Busy, nil
 		}
-		n := int(hdr &^ (busyBit | discardBit))
-		total := uintptr(hdrSize + (n+7)&^7)
+		total := uintptr(step)
 		if r.prodSeen-r.pos < total || n > r.Size() {
 			return nil, Empty, fmt.Errorf("%w: a %d-byte record with %d bytes reserved", ErrCorrupt, n, r.prodSeen-r.pos)
 		}
-		if hdr&discardBit != 0 {
+		if st == Empty {
 			r.pos += total
 			continue
 		}
@@ -196,6 +193,17 @@ func Frame(b []byte) (n, step int, st State) {
 	if len(b) < hdrSize {
 		return 0, 0, Busy
 	}
+	if n, step, st = header(b); step > len(b) {
+		return 0, 0, Busy
+	}
+	return n, step, st
+}
+
+// header decodes the frame header at the start of b (at least hdrSize
+// bytes): the record's length, the frame's size, and Record, Busy or
+// Empty (discarded), as Frame says; whether the frame fits is the
+// caller's to check.
+func header(b []byte) (n, step int, st State) {
 	// The atomic load orders the record's bytes after the kernel's xchg
 	// that cleared the busy bit.
 	hdr := atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[0])))
@@ -204,9 +212,6 @@ func Frame(b []byte) (n, step int, st State) {
 	}
 	n = int(hdr &^ discardBit)
 	step = hdrSize + (n+7)&^7
-	if step > len(b) {
-		return 0, 0, Busy
-	}
 	if hdr&discardBit != 0 {
 		return n, step, Empty
 	}

@@ -35,47 +35,6 @@ func readRuns(t *testing.T, r *Reader, perRun int) [][]byte {
 	}
 }
 
-// TestUnreadWrapsAround checks that walking Unread frame by frame reads
-// what Peek does: every record in order, across the end of the ring (the
-// double mapping makes the view contiguous), skipping discarded ones.
-func TestUnreadWrapsAround(t *testing.T) {
-	m := NewMemory(4096)
-	r := m.Reader()
-	sizes := []int{32, 56, 40, 184, 1, 7, 200, 64}
-	next, want := 0, 0
-	for round := 0; round < 200; round++ {
-		for {
-			if next%5 == 4 {
-				// A discarded frame every fifth: the reader steps over it.
-				d := m.Reserve(24)
-				if d < 0 {
-					break
-				}
-				m.Discard(d)
-			}
-			if !m.Output(record(next, sizes[next%len(sizes)])) {
-				break
-			}
-			next++
-		}
-		for _, rec := range readRuns(t, r, 1+round%4) {
-			if wantRec := record(want, sizes[want%len(sizes)]); !bytes.Equal(rec, wantRec) {
-				t.Fatalf("record %d = %x, want %x", want, rec, wantRec)
-			}
-			want++
-		}
-		if want != next {
-			t.Fatalf("read %d records, %d written", want, next)
-		}
-		if r.Available() != 0 || r.Pending() {
-			t.Fatalf("ring not empty after reading everything: %d bytes", r.Available())
-		}
-	}
-	if m.Wraps == 0 {
-		t.Fatal("no record wrapped around the end of the ring")
-	}
-}
-
 // TestFrameStates checks what Frame says of a committed, a discarded and a
 // busy frame, and of a view too short for a frame.
 func TestFrameStates(t *testing.T) {
