@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type magnetAreaPos struct {
+	_    structs.HostLayout
+	Prod uint64
+	Pad0 [7]uint64
+	Cons uint64
+	Pad1 [7]uint64
+}
+
 type magnetConnInfo struct {
 	_        structs.HostLayout
 	Selected uint8
@@ -35,7 +43,8 @@ type magnetCpuState struct {
 	LostPending [2]uint32
 	Quiet       int64
 	Woken       uint32
-	Pad         [3]uint32
+	Depth       uint32
+	Pad         [2]uint32
 	Verdicts    [64]uint64
 	Ifaces      [16]uint64
 	Tuples      [16]struct {
@@ -532,14 +541,17 @@ type magnetTuple struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	magnetMapAreaPos           = "area_pos"
+	magnetMapAreas             = "areas"
 	magnetMapConns             = "conns"
 	magnetMapControl           = "control"
 	magnetMapCounters          = "counters"
 	magnetMapCpuStates         = "cpu_states"
-	magnetMapEvents            = "events"
+	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
 	magnetMapLostStates        = "lost_states"
+	magnetMapNestedAreas       = "nested_areas"
 	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
@@ -559,6 +571,7 @@ const (
 	magnetProgSynthBurst       = "synth_burst"
 	magnetProgSynthEmpty       = "synth_empty"
 	magnetProgSynthEvent       = "synth_event"
+	magnetProgSynthNested      = "synth_nested"
 	magnetProgTcpProbe         = "tcp_probe"
 	magnetProgTcpRetransmitSkb = "tcp_retransmit_skb"
 	magnetProgTcpSegments      = "tcp_segments"
@@ -590,6 +603,8 @@ const (
 	magnetVarT7                = "_t7"
 	magnetVarT8                = "_t8"
 	magnetVarT9                = "_t9"
+	magnetVarAreaSize          = "area_size"
+	magnetVarAreaSlotOf        = "area_slot_of"
 	magnetVarControlWakeup     = "control_wakeup"
 	magnetVarEventsMask        = "events_mask"
 	magnetVarEventsWakeup      = "events_wakeup"
@@ -598,6 +613,8 @@ const (
 	magnetVarFilterNetns       = "filter_netns"
 	magnetVarFilterPort        = "filter_port"
 	magnetVarFilterTgid        = "filter_tgid"
+	magnetVarNestedSize        = "nested_size"
+	magnetVarNestedWakeup      = "nested_wakeup"
 	magnetVarSelfTgid          = "self_tgid"
 	magnetVarTupleGen          = "tuple_gen"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
@@ -661,6 +678,7 @@ type magnetProgramSpecs struct {
 	SynthBurst       *ebpf.ProgramSpec `ebpf:"synth_burst"`
 	SynthEmpty       *ebpf.ProgramSpec `ebpf:"synth_empty"`
 	SynthEvent       *ebpf.ProgramSpec `ebpf:"synth_event"`
+	SynthNested      *ebpf.ProgramSpec `ebpf:"synth_nested"`
 	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.ProgramSpec `ebpf:"tcp_segments"`
@@ -675,17 +693,20 @@ type magnetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type magnetMapSpecs struct {
-	Conns      *ebpf.MapSpec `ebpf:"conns"`
-	Control    *ebpf.MapSpec `ebpf:"control"`
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	CpuStates  *ebpf.MapSpec `ebpf:"cpu_states"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	Frags      *ebpf.MapSpec `ebpf:"frags"`
-	IfacesSeen *ebpf.MapSpec `ebpf:"ifaces_seen"`
-	LostStates *ebpf.MapSpec `ebpf:"lost_states"`
-	TcpRates   *ebpf.MapSpec `ebpf:"tcp_rates"`
-	TcpStates  *ebpf.MapSpec `ebpf:"tcp_states"`
-	Tuples     *ebpf.MapSpec `ebpf:"tuples"`
+	AreaPos     *ebpf.MapSpec `ebpf:"area_pos"`
+	Areas       *ebpf.MapSpec `ebpf:"areas"`
+	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	Control     *ebpf.MapSpec `ebpf:"control"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	CpuStates   *ebpf.MapSpec `ebpf:"cpu_states"`
+	Doorbell    *ebpf.MapSpec `ebpf:"doorbell"`
+	Frags       *ebpf.MapSpec `ebpf:"frags"`
+	IfacesSeen  *ebpf.MapSpec `ebpf:"ifaces_seen"`
+	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
+	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
+	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
+	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
+	Tuples      *ebpf.MapSpec `ebpf:"tuples"`
 }
 
 // magnetVariableSpecs contains global variables before they are loaded into the kernel.
@@ -715,6 +736,8 @@ type magnetVariableSpecs struct {
 	T7            *ebpf.VariableSpec `ebpf:"_t7"`
 	T8            *ebpf.VariableSpec `ebpf:"_t8"`
 	T9            *ebpf.VariableSpec `ebpf:"_t9"`
+	AreaSize      *ebpf.VariableSpec `ebpf:"area_size"`
+	AreaSlotOf    *ebpf.VariableSpec `ebpf:"area_slot_of"`
 	ControlWakeup *ebpf.VariableSpec `ebpf:"control_wakeup"`
 	EventsMask    *ebpf.VariableSpec `ebpf:"events_mask"`
 	EventsWakeup  *ebpf.VariableSpec `ebpf:"events_wakeup"`
@@ -723,6 +746,8 @@ type magnetVariableSpecs struct {
 	FilterNetns   *ebpf.VariableSpec `ebpf:"filter_netns"`
 	FilterPort    *ebpf.VariableSpec `ebpf:"filter_port"`
 	FilterTgid    *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	NestedSize    *ebpf.VariableSpec `ebpf:"nested_size"`
+	NestedWakeup  *ebpf.VariableSpec `ebpf:"nested_wakeup"`
 	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGen      *ebpf.VariableSpec `ebpf:"tuple_gen"`
 	XmitByFentry  *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
@@ -748,29 +773,35 @@ func (o *magnetObjects) Close() error {
 //
 // It can be passed to loadMagnetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type magnetMaps struct {
-	Conns      *ebpf.Map `ebpf:"conns"`
-	Control    *ebpf.Map `ebpf:"control"`
-	Counters   *ebpf.Map `ebpf:"counters"`
-	CpuStates  *ebpf.Map `ebpf:"cpu_states"`
-	Events     *ebpf.Map `ebpf:"events"`
-	Frags      *ebpf.Map `ebpf:"frags"`
-	IfacesSeen *ebpf.Map `ebpf:"ifaces_seen"`
-	LostStates *ebpf.Map `ebpf:"lost_states"`
-	TcpRates   *ebpf.Map `ebpf:"tcp_rates"`
-	TcpStates  *ebpf.Map `ebpf:"tcp_states"`
-	Tuples     *ebpf.Map `ebpf:"tuples"`
+	AreaPos     *ebpf.Map `ebpf:"area_pos"`
+	Areas       *ebpf.Map `ebpf:"areas"`
+	Conns       *ebpf.Map `ebpf:"conns"`
+	Control     *ebpf.Map `ebpf:"control"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	CpuStates   *ebpf.Map `ebpf:"cpu_states"`
+	Doorbell    *ebpf.Map `ebpf:"doorbell"`
+	Frags       *ebpf.Map `ebpf:"frags"`
+	IfacesSeen  *ebpf.Map `ebpf:"ifaces_seen"`
+	LostStates  *ebpf.Map `ebpf:"lost_states"`
+	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
+	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
+	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
+	Tuples      *ebpf.Map `ebpf:"tuples"`
 }
 
 func (m *magnetMaps) Close() error {
 	return _MagnetClose(
+		m.AreaPos,
+		m.Areas,
 		m.Conns,
 		m.Control,
 		m.Counters,
 		m.CpuStates,
-		m.Events,
+		m.Doorbell,
 		m.Frags,
 		m.IfacesSeen,
 		m.LostStates,
+		m.NestedAreas,
 		m.TcpRates,
 		m.TcpStates,
 		m.Tuples,
@@ -804,6 +835,8 @@ type magnetVariables struct {
 	T7            *ebpf.Variable `ebpf:"_t7"`
 	T8            *ebpf.Variable `ebpf:"_t8"`
 	T9            *ebpf.Variable `ebpf:"_t9"`
+	AreaSize      *ebpf.Variable `ebpf:"area_size"`
+	AreaSlotOf    *ebpf.Variable `ebpf:"area_slot_of"`
 	ControlWakeup *ebpf.Variable `ebpf:"control_wakeup"`
 	EventsMask    *ebpf.Variable `ebpf:"events_mask"`
 	EventsWakeup  *ebpf.Variable `ebpf:"events_wakeup"`
@@ -812,6 +845,8 @@ type magnetVariables struct {
 	FilterNetns   *ebpf.Variable `ebpf:"filter_netns"`
 	FilterPort    *ebpf.Variable `ebpf:"filter_port"`
 	FilterTgid    *ebpf.Variable `ebpf:"filter_tgid"`
+	NestedSize    *ebpf.Variable `ebpf:"nested_size"`
+	NestedWakeup  *ebpf.Variable `ebpf:"nested_wakeup"`
 	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGen      *ebpf.Variable `ebpf:"tuple_gen"`
 	XmitByFentry  *ebpf.Variable `ebpf:"xmit_by_fentry"`
@@ -837,6 +872,7 @@ type magnetPrograms struct {
 	SynthBurst       *ebpf.Program `ebpf:"synth_burst"`
 	SynthEmpty       *ebpf.Program `ebpf:"synth_empty"`
 	SynthEvent       *ebpf.Program `ebpf:"synth_event"`
+	SynthNested      *ebpf.Program `ebpf:"synth_nested"`
 	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.Program `ebpf:"tcp_segments"`
@@ -865,6 +901,7 @@ func (p *magnetPrograms) Close() error {
 		p.SynthBurst,
 		p.SynthEmpty,
 		p.SynthEvent,
+		p.SynthNested,
 		p.TcpProbe,
 		p.TcpRetransmitSkb,
 		p.TcpSegments,

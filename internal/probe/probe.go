@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/ring"
 )
 
 // Hook is one BPF program and the kernel hook it attaches to.
@@ -122,7 +123,13 @@ var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run
 // Probe is a loaded and attached set of magnet's programs. Close detaches
 // and unloads them; the caller must call it.
 type Probe struct {
-	Events   []*ebpf.Map  // ring buffers of data events, one per CPU online at Load
+	// Areas holds the events areas (bpf/magnet.bpf.c): one per CPU online
+	// at Load, and one nested area each. EventRings opens their readers.
+	Areas    *ebpf.Map
+	Nested   *ebpf.Map
+	AreaPos  *ebpf.Map
+	AreaCPUs []int        // the CPU of each slot
+	Doorbell *ebpf.Map    // ring buffer whose records only wake the reader
 	Control  *ebpf.Map    // ring buffer of connection lifecycle
 	Counters *ebpf.Map    // per-CPU produced/lost counters per type
 	Lost     *ebpf.Map    // per-CPU losses not yet reported in the stream
@@ -136,9 +143,13 @@ type Probe struct {
 	// run (bpf_loop; nil where the kernel lacks it): the run's own cost
 	// is then shared by many events.
 	SyntheticBurst *ebpf.Program
-	coll           *ebpf.Collection
-	mask           *ebpf.Variable
-	cgroup         string
+	// syntheticNested makes, in one run, an event, a second one while
+	// the first is held (the nested area's) and a third while both are
+	// (lost): what interrupts do, for the tests.
+	syntheticNested *ebpf.Program
+	coll            *ebpf.Collection
+	mask            *ebpf.Variable
+	cgroup          string
 
 	mu      sync.Mutex
 	links   map[int]link.Link // by index in Status: the programs attached now
@@ -160,18 +171,10 @@ func Load(opts Options) (*Probe, error) {
 	}
 	online := OnlineCPUs(possible)
 	perCPU := RingBytesPerCPU(opts.BufferBytes, len(online))
-	rings, err := newCPURings(spec.Maps["events"], possible, online, perCPU)
+	slots, err := sizeAreas(spec, online, perCPU)
 	if err != nil {
 		return nil, err
 	}
-	closeRings := true
-	defer func() {
-		if closeRings {
-			for _, m := range rings {
-				m.Close()
-			}
-		}
-	}()
 	spec.Maps["control"].MaxEntries = uint32(opts.ControlBytes)
 	set := func(name string, v any) error {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -191,6 +194,10 @@ func Load(opts Options) (*Probe, error) {
 		{"self_tgid", opts.SelfTGID},
 		{"exclude_cgroup", opts.ExcludeCgroupID},
 		{"events_wakeup", wakeupBytes(perCPU, opts.WakeupFill)},
+		{"area_size", uint64(perCPU)},
+		{"nested_size", uint64(NestedBytes(perCPU))},
+		{"nested_wakeup", wakeupBytes(NestedBytes(perCPU), opts.WakeupFill)},
+		{"area_slot_of", slots},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
 	} {
@@ -221,6 +228,7 @@ func Load(opts Options) (*Probe, error) {
 		delete(spec.Programs, "synth_event")
 		delete(spec.Programs, "synth_burst")
 		delete(spec.Programs, "synth_empty")
+		delete(spec.Programs, "synth_nested")
 	}
 
 	// A program the verifier refuses is dropped and the rest loaded again.
@@ -245,19 +253,23 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
-	closeRings = false
 	p := &Probe{
-		Events:         rings,
-		Control:        coll.Maps["control"],
-		Counters:       coll.Maps["counters"],
-		Lost:           coll.Maps["lost_states"],
-		coll:           coll,
-		mask:           coll.Variables["events_mask"],
-		cgroup:         cgroupRoot,
-		links:          map[int]link.Link{},
-		Synthetic:      coll.Programs["synth_event"],
-		SyntheticEmpty: coll.Programs["synth_empty"],
-		SyntheticBurst: coll.Programs["synth_burst"],
+		Areas:           coll.Maps["areas"],
+		Nested:          coll.Maps["nested_areas"],
+		AreaPos:         coll.Maps["area_pos"],
+		AreaCPUs:        online,
+		Doorbell:        coll.Maps["doorbell"],
+		Control:         coll.Maps["control"],
+		Counters:        coll.Maps["counters"],
+		Lost:            coll.Maps["lost_states"],
+		coll:            coll,
+		mask:            coll.Variables["events_mask"],
+		cgroup:          cgroupRoot,
+		links:           map[int]link.Link{},
+		Synthetic:       coll.Programs["synth_event"],
+		SyntheticEmpty:  coll.Programs["synth_empty"],
+		SyntheticBurst:  coll.Programs["synth_burst"],
+		syntheticNested: coll.Programs["synth_nested"],
 	}
 	for i := range status {
 		st := &status[i]
@@ -427,9 +439,6 @@ func (p *Probe) Detach() {
 func (p *Probe) Close() error {
 	p.Detach()
 	p.coll.Close()
-	for _, m := range p.Events {
-		m.Close()
-	}
 	return nil
 }
 
@@ -493,29 +502,59 @@ func parseCPUList(s string) ([]int, error) {
 	return out, nil
 }
 
-// newCPURings creates the events ring of each online CPU and makes them
-// the content of the outer map spec (sized for every possible CPU), so that
-// no program ever runs on an online CPU without its ring. The caller closes
-// the rings.
-func newCPURings(outer *ebpf.MapSpec, possible int, online []int, size int) ([]*ebpf.Map, error) {
-	inner := outer.InnerMap.Copy()
-	inner.MaxEntries = uint32(size)
-	outer.MaxEntries = uint32(possible)
-	outer.InnerMap.MaxEntries = uint32(size)
-	outer.Contents = nil
-	var rings []*ebpf.Map
-	for _, cpu := range online {
-		m, err := ebpf.NewMap(inner)
-		if err != nil {
-			for _, r := range rings {
-				r.Close()
-			}
-			return nil, fmt.Errorf("create events ring of CPU %d: %w", cpu, err)
+// areaSlots is how many CPUs the areas maps can serve (AREA_MAX_CPUS).
+const areaSlots = 1024
+
+// sizeAreas sizes the events areas for the online CPUs, perCPU bytes each
+// and a nested area of NestedBytes(perCPU), and returns the area slot of
+// every CPU id, + 1 (0: none), for area_slot_of. Programs on a CPU without a
+// slot (one that came online later) lose their events, counted.
+func sizeAreas(spec *ebpf.CollectionSpec, online []int, perCPU int) ([areaSlots]uint32, error) {
+	var slots [areaSlots]uint32
+	for i, cpu := range online {
+		if cpu >= areaSlots {
+			return slots, fmt.Errorf("CPU %d: events areas serve CPUs 0-%d", cpu, areaSlots-1)
 		}
-		rings = append(rings, m)
-		outer.Contents = append(outer.Contents, ebpf.MapKV{Key: uint32(cpu), Value: m})
+		slots[cpu] = uint32(i + 1)
 	}
-	return rings, nil
+	n := uint32(max(len(online), 1))
+	spec.Maps["areas"].ValueSize = uint32(perCPU)
+	spec.Maps["areas"].MaxEntries = n
+	spec.Maps["nested_areas"].ValueSize = uint32(NestedBytes(perCPU))
+	spec.Maps["nested_areas"].MaxEntries = n
+	spec.Maps["area_pos"].MaxEntries = 2 * n
+	return slots, nil
+}
+
+// NestedBytes is the size of a CPU's nested area (the one a program takes
+// when it interrupted another of this CPU's between reserving and
+// publishing a record): an eighth of its area, at least a page. Such
+// interruptions are rare; the area only needs to hold their records until
+// the next drain.
+func NestedBytes(perCPU int) int {
+	return max(perCPU/8, os.Getpagesize())
+}
+
+// EventRings opens a reader of every events area: the area of each CPU in
+// AreaCPUs order, then their nested areas. The caller closes them.
+func (p *Probe) EventRings() ([]*ring.Reader, error) {
+	var rs []*ring.Reader
+	fail := func(err error) ([]*ring.Reader, error) {
+		for _, r := range rs {
+			r.Close()
+		}
+		return nil, err
+	}
+	for level, m := range []*ebpf.Map{p.Areas, p.Nested} {
+		for slot, cpu := range p.AreaCPUs {
+			r, err := ring.NewAreaReader(m, slot, p.AreaPos, 2*slot+level)
+			if err != nil {
+				return fail(fmt.Errorf("events area of CPU %d: %w", cpu, err))
+			}
+			rs = append(rs, r)
+		}
+	}
+	return rs, nil
 }
 
 // CheckHooks reports, without loading anything, which hooks this kernel
@@ -577,8 +616,9 @@ func tryLoad(program string) error {
 			delete(spec.Programs, name)
 		}
 	}
-	spec.Maps["events"].MaxEntries = 1
-	spec.Maps["events"].InnerMap.MaxEntries = uint32(os.Getpagesize())
+	if _, err := sizeAreas(spec, []int{0}, os.Getpagesize()); err != nil {
+		return err
+	}
 	spec.Maps["control"].MaxEntries = uint32(os.Getpagesize())
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {

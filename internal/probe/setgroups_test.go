@@ -48,15 +48,15 @@ func loopbackPair(t *testing.T, ln net.Listener) net.Conn {
 // test.
 func ringReaders(t *testing.T, p *Probe) []*ring.Reader {
 	t.Helper()
-	var rs []*ring.Reader
-	for _, m := range p.Events {
-		rd, err := ring.NewReader(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rd.Close() })
-		rs = append(rs, rd)
+	rs, err := p.EventRings()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, rd := range rs {
+			rd.Close()
+		}
+	})
 	return rs
 }
 

@@ -267,19 +267,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := newRecorder(cfg, w, hdr)
 	r.probe = p
-	for i, m := range p.Events {
-		rd, err := ring.NewReader(m)
-		if err != nil {
-			return nil, fmt.Errorf("open events ring %d: %w", i, err)
-		}
-		defer rd.Close()
-		r.events = append(r.events, rd)
+	if r.events, err = p.EventRings(); err != nil {
+		return nil, err
 	}
+	defer func() {
+		for _, rd := range r.events {
+			rd.Close()
+		}
+	}()
 	if r.control, err = ring.NewReader(p.Control); err != nil {
 		return nil, fmt.Errorf("open control ring: %w", err)
 	}
 	defer r.control.Close()
-	if r.poll, err = ring.NewPoller(append([]*ring.Reader{r.control}, r.events...)...); err != nil {
+	if r.doorbell, err = ring.NewReader(p.Doorbell); err != nil {
+		return nil, fmt.Errorf("open doorbell ring: %w", err)
+	}
+	defer r.doorbell.Close()
+	if r.poll, err = ring.NewPoller(r.control, r.doorbell); err != nil {
 		return nil, err
 	}
 	defer r.poll.Close()
@@ -338,8 +342,9 @@ type recorder struct {
 	probe    *probe.Probe
 	w        Sink
 	hdr      *trace.Header
-	events   []*ring.Reader // one per CPU
+	events   []*ring.Reader // one per CPU and area level (probe.EventRings)
 	control  *ring.Reader
+	doorbell *ring.Reader // its records only say "drain": skipped
 	poll     *ring.Poller
 	heads    []heapItem    // drain's merge of the events rings
 	cur      []ringHead    // by CPU
@@ -459,6 +464,9 @@ const DefaultPollInterval = 200 * time.Millisecond
 // reservation, and a position that changes with every record is a cache
 // miss for it each time.
 func (r *recorder) drain() (n int, busy bool, err error) {
+	if err := r.ringOff(); err != nil {
+		return 0, false, err
+	}
 	if n, busy, err = r.drainControl(); err != nil {
 		return n, busy, err
 	}
@@ -625,6 +633,25 @@ func siftDown(h []heapItem, i int) {
 		}
 		h[i], h[least] = h[least], h[i]
 		i = least
+	}
+}
+
+// ringOff takes the doorbell's records, which only woke the recorder, so
+// that the doorbell never fills up: a full one would wake nobody.
+func (r *recorder) ringOff() error {
+	if r.doorbell == nil {
+		return nil // rings made up by a test
+	}
+	defer r.doorbell.Commit()
+	for {
+		_, st, err := r.doorbell.Peek()
+		if err != nil {
+			return fmt.Errorf("read doorbell ring: %w", err)
+		}
+		if st != ring.Record {
+			return nil
+		}
+		r.doorbell.Advance()
 	}
 }
 
