@@ -1092,6 +1092,16 @@ static __always_inline int sk_is_full(const struct sock *sk)
 	return st != TCP_TIME_WAIT_ && st != TCP_NEW_SYN_RECV_;
 }
 
+/* Whether the filters leave the socket of this cookie out whatever it
+ * does: it failed the netns, port or cgroup filter (conn_slow), which
+ * cannot change, unlike the pid filter's verdict. */
+static __always_inline int left_out(__u64 cookie)
+{
+	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
+
+	return ci && !ci->eligible;
+}
+
 /* An event without a connection passes only when no filter needs one. */
 static __always_inline int unattributed_ok(__u32 netns)
 {
@@ -1535,16 +1545,21 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		if (!xmit_by_fentry)
-			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
+		__u64 cookie = bpf_get_socket_cookie(skops);
+
 		k = bpf_cast_to_kern_ctx(skops);
 		sk = k->sk;
-		if (sk)
-			conn_of(sk, bpf_get_socket_cookie(skops),
-				skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB);
+		conn = sk ? conn_of(sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
+		/* The flag makes TCP run this program for every segment it
+		 * sends and every time it works out its MSS: a socket the
+		 * filters leave out for good (another netns, port or cgroup;
+		 * not one the pid filter may still select) goes without. */
+		if (!xmit_by_fentry && !(conn == FILTERED && left_out(cookie)))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		return 1;
+	}
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 		break;
 	default:
