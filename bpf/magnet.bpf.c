@@ -1933,6 +1933,11 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	if (!ingress && sk && sk_is_full(sk)) {
 		conn = conn_of(sk, sk_cookie(sk), 0);
 	} else {
+		/* By its addresses a packet finds only a socket of the device's
+		 * netns: under another netns filter it would be filtered out
+		 * anyway (the other end of a veth pair, for one). */
+		if (filter_netns && netns != filter_netns)
+			return;
 		conn = conn_from_headers(l3, l3proto, netns, ingress);
 		if (conn)
 			conn = conn_known(conn);
