@@ -31,6 +31,7 @@ const volatile __u64 events_wakeup = 1;  /* wake the reader at this fill */
 const volatile __u64 area_size = 4096;   /* bytes of each CPU's area (a power of two) */
 const volatile __u64 nested_size = 4096; /* and of its nested area */
 const volatile __u64 nested_wakeup = 1;
+const volatile __u32 publish_ordered = 0; /* not x86: publish with a full barrier */
 #define AREA_MAX_CPUS 1024
 /* The slot of each CPU's areas, + 1; 0: the CPU has none. */
 const volatile __u32 area_slot_of[AREA_MAX_CPUS] = {};
@@ -610,16 +611,22 @@ static __always_inline void *area_take(void *map, __u64 size, __u32 slot, __u32 
 	return data + off + 8;
 }
 
-/* Make the record taken by area_take visible: its bytes are written before
- * the position moves past them (x86 keeps stores in order; the barrier
- * keeps the compiler from moving them). */
+/* Make the record taken by area_take visible: its bytes must reach memory
+ * before the position moves past them. x86 keeps stores in order, so a
+ * plain store does (the barriers keep the compiler from moving it); a CPU
+ * that may reorder stores gets an exchange, which the JITs make a full
+ * barrier (publish_ordered, set by the loader for such CPUs). */
 static __always_inline void area_publish(const struct emit *e)
 {
 	struct area_pos *ap = bpf_map_lookup_elem(&area_pos, &e->pos_idx);
 
 	barrier();
-	if (ap)
-		*(volatile __u64 *)&ap->prod = e->next;
+	if (ap) {
+		if (publish_ordered)
+			__sync_lock_test_and_set(&ap->prod, e->next);
+		else
+			*(volatile __u64 *)&ap->prod = e->next;
+	}
 	barrier();
 }
 

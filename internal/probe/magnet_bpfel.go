@@ -615,6 +615,7 @@ const (
 	magnetVarFilterTgid        = "filter_tgid"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
+	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
 	magnetVarTupleGen          = "tuple_gen"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
@@ -713,44 +714,45 @@ type magnetMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type magnetVariableSpecs struct {
-	T0            *ebpf.VariableSpec `ebpf:"_t0"`
-	T10           *ebpf.VariableSpec `ebpf:"_t10"`
-	T11           *ebpf.VariableSpec `ebpf:"_t11"`
-	T12           *ebpf.VariableSpec `ebpf:"_t12"`
-	T13           *ebpf.VariableSpec `ebpf:"_t13"`
-	T14           *ebpf.VariableSpec `ebpf:"_t14"`
-	T15           *ebpf.VariableSpec `ebpf:"_t15"`
-	T16           *ebpf.VariableSpec `ebpf:"_t16"`
-	T17           *ebpf.VariableSpec `ebpf:"_t17"`
-	T18           *ebpf.VariableSpec `ebpf:"_t18"`
-	T19           *ebpf.VariableSpec `ebpf:"_t19"`
-	T2            *ebpf.VariableSpec `ebpf:"_t2"`
-	T20           *ebpf.VariableSpec `ebpf:"_t20"`
-	T21           *ebpf.VariableSpec `ebpf:"_t21"`
-	T22           *ebpf.VariableSpec `ebpf:"_t22"`
-	T23           *ebpf.VariableSpec `ebpf:"_t23"`
-	T3            *ebpf.VariableSpec `ebpf:"_t3"`
-	T4            *ebpf.VariableSpec `ebpf:"_t4"`
-	T5            *ebpf.VariableSpec `ebpf:"_t5"`
-	T6            *ebpf.VariableSpec `ebpf:"_t6"`
-	T7            *ebpf.VariableSpec `ebpf:"_t7"`
-	T8            *ebpf.VariableSpec `ebpf:"_t8"`
-	T9            *ebpf.VariableSpec `ebpf:"_t9"`
-	AreaSize      *ebpf.VariableSpec `ebpf:"area_size"`
-	AreaSlotOf    *ebpf.VariableSpec `ebpf:"area_slot_of"`
-	ControlWakeup *ebpf.VariableSpec `ebpf:"control_wakeup"`
-	EventsMask    *ebpf.VariableSpec `ebpf:"events_mask"`
-	EventsWakeup  *ebpf.VariableSpec `ebpf:"events_wakeup"`
-	ExcludeCgroup *ebpf.VariableSpec `ebpf:"exclude_cgroup"`
-	FilterCgroup  *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	FilterNetns   *ebpf.VariableSpec `ebpf:"filter_netns"`
-	FilterPort    *ebpf.VariableSpec `ebpf:"filter_port"`
-	FilterTgid    *ebpf.VariableSpec `ebpf:"filter_tgid"`
-	NestedSize    *ebpf.VariableSpec `ebpf:"nested_size"`
-	NestedWakeup  *ebpf.VariableSpec `ebpf:"nested_wakeup"`
-	SelfTgid      *ebpf.VariableSpec `ebpf:"self_tgid"`
-	TupleGen      *ebpf.VariableSpec `ebpf:"tuple_gen"`
-	XmitByFentry  *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
+	T0             *ebpf.VariableSpec `ebpf:"_t0"`
+	T10            *ebpf.VariableSpec `ebpf:"_t10"`
+	T11            *ebpf.VariableSpec `ebpf:"_t11"`
+	T12            *ebpf.VariableSpec `ebpf:"_t12"`
+	T13            *ebpf.VariableSpec `ebpf:"_t13"`
+	T14            *ebpf.VariableSpec `ebpf:"_t14"`
+	T15            *ebpf.VariableSpec `ebpf:"_t15"`
+	T16            *ebpf.VariableSpec `ebpf:"_t16"`
+	T17            *ebpf.VariableSpec `ebpf:"_t17"`
+	T18            *ebpf.VariableSpec `ebpf:"_t18"`
+	T19            *ebpf.VariableSpec `ebpf:"_t19"`
+	T2             *ebpf.VariableSpec `ebpf:"_t2"`
+	T20            *ebpf.VariableSpec `ebpf:"_t20"`
+	T21            *ebpf.VariableSpec `ebpf:"_t21"`
+	T22            *ebpf.VariableSpec `ebpf:"_t22"`
+	T23            *ebpf.VariableSpec `ebpf:"_t23"`
+	T3             *ebpf.VariableSpec `ebpf:"_t3"`
+	T4             *ebpf.VariableSpec `ebpf:"_t4"`
+	T5             *ebpf.VariableSpec `ebpf:"_t5"`
+	T6             *ebpf.VariableSpec `ebpf:"_t6"`
+	T7             *ebpf.VariableSpec `ebpf:"_t7"`
+	T8             *ebpf.VariableSpec `ebpf:"_t8"`
+	T9             *ebpf.VariableSpec `ebpf:"_t9"`
+	AreaSize       *ebpf.VariableSpec `ebpf:"area_size"`
+	AreaSlotOf     *ebpf.VariableSpec `ebpf:"area_slot_of"`
+	ControlWakeup  *ebpf.VariableSpec `ebpf:"control_wakeup"`
+	EventsMask     *ebpf.VariableSpec `ebpf:"events_mask"`
+	EventsWakeup   *ebpf.VariableSpec `ebpf:"events_wakeup"`
+	ExcludeCgroup  *ebpf.VariableSpec `ebpf:"exclude_cgroup"`
+	FilterCgroup   *ebpf.VariableSpec `ebpf:"filter_cgroup"`
+	FilterNetns    *ebpf.VariableSpec `ebpf:"filter_netns"`
+	FilterPort     *ebpf.VariableSpec `ebpf:"filter_port"`
+	FilterTgid     *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	NestedSize     *ebpf.VariableSpec `ebpf:"nested_size"`
+	NestedWakeup   *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	PublishOrdered *ebpf.VariableSpec `ebpf:"publish_ordered"`
+	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
+	TupleGen       *ebpf.VariableSpec `ebpf:"tuple_gen"`
+	XmitByFentry   *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
 // magnetObjects contains all objects after they have been loaded into the kernel.
@@ -812,44 +814,45 @@ func (m *magnetMaps) Close() error {
 //
 // It can be passed to loadMagnetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type magnetVariables struct {
-	T0            *ebpf.Variable `ebpf:"_t0"`
-	T10           *ebpf.Variable `ebpf:"_t10"`
-	T11           *ebpf.Variable `ebpf:"_t11"`
-	T12           *ebpf.Variable `ebpf:"_t12"`
-	T13           *ebpf.Variable `ebpf:"_t13"`
-	T14           *ebpf.Variable `ebpf:"_t14"`
-	T15           *ebpf.Variable `ebpf:"_t15"`
-	T16           *ebpf.Variable `ebpf:"_t16"`
-	T17           *ebpf.Variable `ebpf:"_t17"`
-	T18           *ebpf.Variable `ebpf:"_t18"`
-	T19           *ebpf.Variable `ebpf:"_t19"`
-	T2            *ebpf.Variable `ebpf:"_t2"`
-	T20           *ebpf.Variable `ebpf:"_t20"`
-	T21           *ebpf.Variable `ebpf:"_t21"`
-	T22           *ebpf.Variable `ebpf:"_t22"`
-	T23           *ebpf.Variable `ebpf:"_t23"`
-	T3            *ebpf.Variable `ebpf:"_t3"`
-	T4            *ebpf.Variable `ebpf:"_t4"`
-	T5            *ebpf.Variable `ebpf:"_t5"`
-	T6            *ebpf.Variable `ebpf:"_t6"`
-	T7            *ebpf.Variable `ebpf:"_t7"`
-	T8            *ebpf.Variable `ebpf:"_t8"`
-	T9            *ebpf.Variable `ebpf:"_t9"`
-	AreaSize      *ebpf.Variable `ebpf:"area_size"`
-	AreaSlotOf    *ebpf.Variable `ebpf:"area_slot_of"`
-	ControlWakeup *ebpf.Variable `ebpf:"control_wakeup"`
-	EventsMask    *ebpf.Variable `ebpf:"events_mask"`
-	EventsWakeup  *ebpf.Variable `ebpf:"events_wakeup"`
-	ExcludeCgroup *ebpf.Variable `ebpf:"exclude_cgroup"`
-	FilterCgroup  *ebpf.Variable `ebpf:"filter_cgroup"`
-	FilterNetns   *ebpf.Variable `ebpf:"filter_netns"`
-	FilterPort    *ebpf.Variable `ebpf:"filter_port"`
-	FilterTgid    *ebpf.Variable `ebpf:"filter_tgid"`
-	NestedSize    *ebpf.Variable `ebpf:"nested_size"`
-	NestedWakeup  *ebpf.Variable `ebpf:"nested_wakeup"`
-	SelfTgid      *ebpf.Variable `ebpf:"self_tgid"`
-	TupleGen      *ebpf.Variable `ebpf:"tuple_gen"`
-	XmitByFentry  *ebpf.Variable `ebpf:"xmit_by_fentry"`
+	T0             *ebpf.Variable `ebpf:"_t0"`
+	T10            *ebpf.Variable `ebpf:"_t10"`
+	T11            *ebpf.Variable `ebpf:"_t11"`
+	T12            *ebpf.Variable `ebpf:"_t12"`
+	T13            *ebpf.Variable `ebpf:"_t13"`
+	T14            *ebpf.Variable `ebpf:"_t14"`
+	T15            *ebpf.Variable `ebpf:"_t15"`
+	T16            *ebpf.Variable `ebpf:"_t16"`
+	T17            *ebpf.Variable `ebpf:"_t17"`
+	T18            *ebpf.Variable `ebpf:"_t18"`
+	T19            *ebpf.Variable `ebpf:"_t19"`
+	T2             *ebpf.Variable `ebpf:"_t2"`
+	T20            *ebpf.Variable `ebpf:"_t20"`
+	T21            *ebpf.Variable `ebpf:"_t21"`
+	T22            *ebpf.Variable `ebpf:"_t22"`
+	T23            *ebpf.Variable `ebpf:"_t23"`
+	T3             *ebpf.Variable `ebpf:"_t3"`
+	T4             *ebpf.Variable `ebpf:"_t4"`
+	T5             *ebpf.Variable `ebpf:"_t5"`
+	T6             *ebpf.Variable `ebpf:"_t6"`
+	T7             *ebpf.Variable `ebpf:"_t7"`
+	T8             *ebpf.Variable `ebpf:"_t8"`
+	T9             *ebpf.Variable `ebpf:"_t9"`
+	AreaSize       *ebpf.Variable `ebpf:"area_size"`
+	AreaSlotOf     *ebpf.Variable `ebpf:"area_slot_of"`
+	ControlWakeup  *ebpf.Variable `ebpf:"control_wakeup"`
+	EventsMask     *ebpf.Variable `ebpf:"events_mask"`
+	EventsWakeup   *ebpf.Variable `ebpf:"events_wakeup"`
+	ExcludeCgroup  *ebpf.Variable `ebpf:"exclude_cgroup"`
+	FilterCgroup   *ebpf.Variable `ebpf:"filter_cgroup"`
+	FilterNetns    *ebpf.Variable `ebpf:"filter_netns"`
+	FilterPort     *ebpf.Variable `ebpf:"filter_port"`
+	FilterTgid     *ebpf.Variable `ebpf:"filter_tgid"`
+	NestedSize     *ebpf.Variable `ebpf:"nested_size"`
+	NestedWakeup   *ebpf.Variable `ebpf:"nested_wakeup"`
+	PublishOrdered *ebpf.Variable `ebpf:"publish_ordered"`
+	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
+	TupleGen       *ebpf.Variable `ebpf:"tuple_gen"`
+	XmitByFentry   *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 
 // magnetPrograms contains all programs after they have been loaded into the kernel.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +100,9 @@ type Options struct {
 	// when the ring is
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
+	// orderedPublish publishes events as on CPUs that reorder stores,
+	// for the tests on x86.
+	orderedPublish bool
 }
 
 // DefaultWakeupFill: an eighth of a ring leaves the reader seven eighths
@@ -198,6 +202,7 @@ func Load(opts Options) (*Probe, error) {
 		{"nested_size", uint64(NestedBytes(perCPU))},
 		{"nested_wakeup", wakeupBytes(NestedBytes(perCPU), opts.WakeupFill)},
 		{"area_slot_of", slots},
+		{"publish_ordered", publishOrdered(runtime.GOARCH) | b2u(opts.orderedPublish)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
 	} {
@@ -500,6 +505,23 @@ func parseCPUList(s string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// publishOrdered is 1 where the CPU may make stores visible out of order
+// (arm64, …): an event's position is then published with an exchange,
+// which orders the record's stores before it; x86 keeps stores in order.
+func publishOrdered(goarch string) uint32 {
+	if goarch == "amd64" || goarch == "386" {
+		return 0
+	}
+	return 1
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // areaSlots is how many CPUs the areas maps can serve (AREA_MAX_CPUS).
