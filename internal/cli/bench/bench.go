@@ -19,6 +19,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/bench"
 	"github.com/magnet-tracer/magnet/internal/cli/benchreport"
 	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
+	primitivescmd "github.com/magnet-tracer/magnet/internal/cli/primitives"
 )
 
 // New returns the bench command.
@@ -166,6 +167,7 @@ configurations too). Needs root.`,
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
 	f.IntVar(&snaplen, "tcpdump-snaplen", 0, "tcpdump -s; 0 keeps tcpdump's default (whole packets)")
 	cmd.AddCommand(bwprobecmd.NewBench())
+	cmd.AddCommand(primitivescmd.New())
 	return cmd
 }
 
