@@ -83,7 +83,7 @@ var programs = []program{
 		body: percpuAdd(false)},
 	{Name: "hash_lookup_44", Does: "hash map lookup of a 44-byte key (magnet's struct tuple) built on the stack, that hits",
 		body: hashLookup},
-	{Name: "ringbuf_query", Does: "bpf_ringbuf_query(BPF_RB_AVAIL_DATA) (magnet's wake-up policy calls it per event)",
+	{Name: "ringbuf_query", Does: "bpf_ringbuf_query(BPF_RB_AVAIL_DATA) (magnet's wake-up policy asks the ring when its per-CPU allowance runs out)",
 		body: ringbufQuery},
 	{Name: "ringbuf_reserve_submit", Does: "bpf_ringbuf_reserve of 40 bytes, 5 stores, bpf_ringbuf_submit(BPF_RB_NO_WAKEUP)",
 		body: ringbufRecord(false), usesRing: true},
