@@ -30,7 +30,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		loads(m.LoadStart), loads(m.LoadEnd))
 	fmt.Fprintf(&b, "- **Method:** each program is an XDP program built in Go (cilium/ebpf/asm), run with BPF_PROG_TEST_RUN, repeat %d: the kernel times its loop and reports whole nanoseconds per run (it truncates, so a net figure within about ±1 ns of 0 is below the resolution). %d repetitions, interleaved: every program once per repetition, the order rotated each time. **Net** is a repetition's figure less the empty program's in the same repetition (the test run's own cost per run); median, middle half (25th-75th percentile) and range over the repetitions; **cycles** is the net median at the cpu MHz\n",
 		r.Runs, r.Reps)
-	fmt.Fprintf(&b, "- **Failures:** none: every reservation, output and lookup succeeded (counted by each program in a per-CPU array; a run with failures is an error). The ring buffer's consumer position is moved to the producer's before each batch, as a reader would, so it never fills\n")
+	fmt.Fprintf(&b, "- **Failures:** %s (counted by each program in a per-CPU array; a run with failures is an error). The ring buffer's consumer position is moved to the producer's before each batch, as a reader would, so it never fills\n", r.failuresLine())
 	fmt.Fprintf(&b, "- **bpf_stats:** %s\n", r.statsLine())
 	if r.Note != "" {
 		fmt.Fprintf(&b, "- **Note:** %s\n", r.Note)
@@ -58,6 +58,20 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "\nNot included, so the true floor is higher: the dispatch of the hook itself (a tp_btf program's ~5-8 ns; cgroup_skb and sockops more), reading the packet's and socket's fields, filtering, the per-connection state (see hash_lookup_44), the wake-up policy (see ringbuf_query) and the cache lines the reader on another CPU takes away from the writer. Nor does the floor count the reader's CPU, which here is the other vCPU.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// failuresLine names the programs whose runs failed, if any did.
+func (r *Report) failuresLine() string {
+	var failed []string
+	for _, res := range r.Results {
+		if res.Failures > 0 {
+			failed = append(failed, fmt.Sprintf("%s %d", res.Name, res.Failures))
+		}
+	}
+	if failed == nil {
+		return "none: every reservation, output and lookup succeeded"
+	}
+	return "**" + strings.Join(failed, ", ") + "**: these figures are of the failing path"
 }
 
 // statsLine says how many repetitions bpf_stats touched.

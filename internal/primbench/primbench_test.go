@@ -130,6 +130,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"**Even the cheaper way (clock + array ring record (48 bytes at a per-CPU head)) takes 1.47 % of the CPU, 1.5× the goal**",
 		"this one costs 25.0 ns, 1.23 % of the CPU alone",
 		"- **bpf_stats:** off in every repetition kept; no repetition measured again\n",
+		"- **Failures:** none: every reservation, output and lookup succeeded (counted",
 		"Not included, so the true floor is higher: the dispatch of the hook itself",
 	} {
 		if !strings.Contains(md, want) {
@@ -138,6 +139,10 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	if strings.Contains(md, "**Note:**") {
 		t.Error("a note without one given")
+	}
+	r.Results[2].Failures = 7
+	if got := r.failuresLine(); got != "**ktime_ringbuf 7**: these figures are of the failing path" {
+		t.Errorf("failures: %q", got)
 	}
 	r.Note = "the lead's build ran beside"
 	b.Reset()
