@@ -238,7 +238,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		if n > 0 {
-			failed = append(failed, fmt.Sprintf("%s %d of %d", p.Name, n, o.Reps*o.Runs))
+			failed = append(failed, fmt.Sprintf("%s %d", p.Name, n))
 		}
 		net := make([]float64, o.Reps)
 		for r := range net {
