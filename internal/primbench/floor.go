@@ -26,6 +26,9 @@ type FloorRow struct {
 	// TimesGoal is SharePct over GoalPct: above 1, the goal is out of
 	// reach before the tracer does anything else.
 	TimesGoal float64 `json:"times_goal"`
+	// GoalEventsPerS is the rate at which this way takes GoalPct of the
+	// CPU: the most events per second the goal allows it.
+	GoalEventsPerS float64 `json:"goal_events_per_s"`
 }
 
 // floorWays are the floor's rows: what each event does at least, and the
@@ -56,7 +59,11 @@ func floorOf(results []Result, eventsPerS float64, from string) Floor {
 				continue
 			}
 			share := SharePct(eventsPerS, r.Net.Median)
-			f.Rows = append(f.Rows, FloorRow{What: w.what, Program: w.program, Ns: r.Net.Median, SharePct: share, TimesGoal: share / GoalPct})
+			row := FloorRow{What: w.what, Program: w.program, Ns: r.Net.Median, SharePct: share, TimesGoal: share / GoalPct}
+			if r.Net.Median > 0 {
+				row.GoalEventsPerS = BudgetNs(1) / r.Net.Median
+			}
+			f.Rows = append(f.Rows, row)
 		}
 	}
 	return f

@@ -49,10 +49,14 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "At **%s events/s** on the bottleneck CPU (%s), the %g %% goal leaves each event **%.1f ns** of that CPU. ",
 		thousands(f.EventsPerS), f.EventsFrom, GoalPct, f.BudgetNs)
 	fmt.Fprintf(&b, "The share of one CPU that each event's least work takes at that rate (events/s × net ns / 10⁹):\n\n")
-	fmt.Fprintf(&b, "| each event at least | net ns (program) | share of one CPU | against the %g %% goal |\n", GoalPct)
-	fmt.Fprintf(&b, "|---|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| each event at least | net ns (program) | share of one CPU | against the %g %% goal | events/s at which it takes %g %% |\n", GoalPct, GoalPct)
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|\n")
 	for _, row := range f.Rows {
-		fmt.Fprintf(&b, "| %s | %.1f (%s) | %.2f %% | %.1f× |\n", row.What, row.Ns, row.Program, row.SharePct, row.TimesGoal)
+		limit := "-" // a cost below the resolution sets no limit
+		if row.GoalEventsPerS > 0 {
+			limit = thousands(row.GoalEventsPerS)
+		}
+		fmt.Fprintf(&b, "| %s | %.1f (%s) | %.2f %% | %.1f× | %s |\n", row.What, row.Ns, row.Program, row.SharePct, row.TimesGoal, limit)
 	}
 	fmt.Fprintf(&b, "\n%s\n", f.verdict())
 	fmt.Fprintf(&b, "\nNot included, so the true floor is higher: the dispatch of the hook itself (a tp_btf program's ~5-8 ns; cgroup_skb and sockops more), reading the packet's and socket's fields, filtering, the per-connection state (see hash_lookup_44), the wake-up policy (see ringbuf_query) and the cache lines the reader on another CPU takes away from the writer. Nor does the floor count the reader's CPU, which here is the other vCPU.\n")
