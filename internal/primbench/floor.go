@@ -36,7 +36,7 @@ type FloorRow struct {
 var floorWays = []struct{ what, program string }{
 	{"the clock alone (bpf_ktime_get_ns)", "ktime_get_ns"},
 	{"clock + BPF ring buffer record (reserve, 40 bytes, submit)", "ktime_ringbuf"},
-	{"clock + array ring record (48 bytes at a per-CPU head)", "ktime_array_ring"},
+	{"clock + array ring record (48 bytes at a per-CPU head: magnet's events since session 7)", "ktime_array_ring"},
 }
 
 // SharePct is the share of one CPU, in per cent, that ns per event take at

@@ -59,7 +59,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %.1f (%s) | %.2f %% | %.1f× | %s |\n", row.What, row.Ns, row.Program, row.SharePct, row.TimesGoal, limit)
 	}
 	fmt.Fprintf(&b, "\n%s\n", f.verdict())
-	fmt.Fprintf(&b, "\nNot included, so the true floor is higher: the dispatch of the hook itself (a tp_btf program's ~5-8 ns; cgroup_skb and sockops more), reading the packet's and socket's fields, filtering, the per-connection state (see hash_lookup_44), the wake-up policy (see ringbuf_query) and the cache lines the reader on another CPU takes away from the writer. Nor does the floor count the reader's CPU, which here is the other vCPU.\n")
+	fmt.Fprintf(&b, "\nNot included, so the true floor is higher: the dispatch of the hook itself (a tp_btf program's ~5-8 ns; cgroup_skb and sockops more), reading the packet's and socket's fields, filtering, the per-connection state (see hash_lookup_44), the wake-up policy (see ringbuf_query for a ring buffer's) and the cache lines the reader on another CPU takes away from the writer. Nor does the floor count the reader's CPU, which here is the other vCPU.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
