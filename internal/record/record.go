@@ -351,6 +351,7 @@ type recorder struct {
 	bs       blockSink     // w, when the drain may copy records into its blocks
 	now      func() uint64 // the records' clock, now (monotonicClock)
 	room     []byte        // room bs lent for a run's records (open while not nil)
+	tally    trace.Tally   // the records in room
 	tasks    map[uint32]taskKey
 	counts   [256]uint64
 	total    uint64 // ring records written, lost records aside
@@ -594,14 +595,15 @@ func (r *recorder) head(i int, rd *ring.Reader) (uint64, ring.State, error) {
 	if st != ring.Record {
 		return 0, st, nil
 	}
-	r.cur[i].unread = rd.Unread()
+	r.cur[i].unread, r.cur[i].read = rd.Unread(), 0
 	r.cur[i].commitEvery = rd.Size() / 16
 	return binary.NativeEndian.Uint64(rec), st, nil
 }
 
 // ringHead is what drain knows of one events ring.
 type ringHead struct {
-	unread      []byte // the ring's view from its reader's position (ring.Reader.Unread)
+	unread      []byte // the ring's view from its reader's position (ring.Reader.Unread) when head looked
+	read        int    // bytes of unread the drain's runs took since
 	sinceCommit int    // bytes consumed since the ring's last Commit
 	commitEvery int    // a sixteenth of the ring
 }

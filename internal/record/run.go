@@ -12,13 +12,15 @@ import (
 
 // blockSink is a Sink whose records the drain may copy in itself, many at
 // a time, straight from a ring into the block being built (trace.Writer's
-// Room and Append): one pass over each record and no call per record. The
-// Sinks that look at each record (rotation, the daemon) take them one by
-// one through Write.
+// and rotate.Sink's Room and AppendTallied): one pass over each record and
+// no call per record. The drain has checked and counted each record on its
+// way (a trace.Tally), so the sink does not walk the run again. The Sinks
+// that look at each record (the daemon) take them one by one through
+// Write.
 type blockSink interface {
 	Sink
 	Room(max int) ([]byte, error)
-	Append(recs []byte) error
+	AppendTallied(recs []byte, t *trace.Tally) error
 }
 
 // runRoom is how much room the drain asks the block sink for at a time:
@@ -43,10 +45,15 @@ const runRoom = 1 << 10
 // a copy.
 func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64, more bool, err error) {
 	cur := &r.cur[i]
-	view := cur.unread
+	view := cur.unread[cur.read:]
 	off := 0
 	copying := r.bs != nil
 	copied := 0 // records copied; handle counts the others in r.total
+	// The room and how much of it the run filled are kept here, and put
+	// back in r.room only when something else may use the room: a store
+	// of a slice into the heap is three words and a write barrier's check
+	// per record.
+	room, filled := r.room, len(r.room)
 	for {
 		n, step, st := ring.Frame(view[off:])
 		if st == ring.Busy {
@@ -61,26 +68,54 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 			// The first record goes whatever its time: the drain's heap
 			// chose this ring as holding the oldest, and a run that took
 			// nothing would be asked again forever.
-			if t := binary.NativeEndian.Uint64(rec); t > limit && copied+records > 0 {
+			t := binary.NativeEndian.Uint64(rec)
+			if t > limit && copied+records > 0 {
 				next, more = t, true
 				break
 			}
 			if typ := rec[30]; copying && n == r.sizes[typ] && typ != uint8(event.Lost) {
-				if len(r.room)+n > cap(r.room) {
-					if err = r.openRoom(); err != nil {
+				if filled+n > cap(room) {
+					r.room = room[:filled]
+					err = r.openRoom()
+					room, filled = r.room, len(r.room)
+					if err != nil {
 						break
 					}
 				}
-				if room := r.room; len(room)+n <= cap(room) {
-					r.room = append(room, rec...)
-					r.counts[typ]++
+				if filled+n <= cap(room) {
+					// The common sizes in line, a word at a time: a
+					// call to memmove for each record cost as much as
+					// the rest of its copy. (An array assignment is no
+					// help: the compiler cannot tell that a slice's
+					// memory does not overlap another's, and calls
+					// memmove.)
+					dst := room[filled : filled+n]
+					switch n {
+					case 32:
+						copy32((*[32]byte)(dst), (*[32]byte)(rec))
+					case 40:
+						d, s := (*[40]byte)(dst), (*[40]byte)(rec)
+						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
+						copy8((*[8]byte)(d[32:]), (*[8]byte)(s[32:]))
+					case 48:
+						d, s := (*[48]byte)(dst), (*[48]byte)(rec)
+						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
+						copy16((*[16]byte)(d[32:]), (*[16]byte)(s[32:]))
+					default:
+						copy(dst, rec)
+					}
+					filled += n
+					r.tally.Add(typ, t)
 					copied++
 					off += step
 					continue
 				}
 			}
 		}
-		if err = r.appendRoom(); err != nil {
+		r.room = room[:filled]
+		err = r.appendRoom()
+		room, filled = nil, 0
+		if err != nil {
 			break
 		}
 		if err = r.handle(rec); err != nil {
@@ -89,10 +124,11 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 		records++
 		off += step
 	}
+	r.room = room[:filled]
 	r.total += uint64(copied)
 	records += copied
 	r.events[i].Skip(off)
-	cur.unread = view[off:]
+	cur.read += off
 	return records, off, next, more, err
 }
 
@@ -118,8 +154,34 @@ func (r *recorder) appendRoom() error {
 	}
 	room := r.room
 	r.room = nil
-	if err := r.bs.Append(room); err != nil {
+	for typ, n := range r.tally.Counts() {
+		r.counts[typ] += uint64(n)
+	}
+	err := r.bs.AppendTallied(room, &r.tally)
+	r.tally.Reset()
+	if err != nil {
 		return r.stopOnWrite(err)
 	}
 	return nil
+}
+
+// copy32, copy16 and copy8 copy their size a word at a time, in line:
+// see copyRun.
+func copy32(dst, src *[32]byte) {
+	a, b := binary.NativeEndian.Uint64(src[0:8]), binary.NativeEndian.Uint64(src[8:16])
+	c, d := binary.NativeEndian.Uint64(src[16:24]), binary.NativeEndian.Uint64(src[24:32])
+	binary.NativeEndian.PutUint64(dst[0:8], a)
+	binary.NativeEndian.PutUint64(dst[8:16], b)
+	binary.NativeEndian.PutUint64(dst[16:24], c)
+	binary.NativeEndian.PutUint64(dst[24:32], d)
+}
+
+func copy16(dst, src *[16]byte) {
+	a, b := binary.NativeEndian.Uint64(src[0:8]), binary.NativeEndian.Uint64(src[8:16])
+	binary.NativeEndian.PutUint64(dst[0:8], a)
+	binary.NativeEndian.PutUint64(dst[8:16], b)
+}
+
+func copy8(dst, src *[8]byte) {
+	binary.NativeEndian.PutUint64(dst[:], binary.NativeEndian.Uint64(src[:]))
 }

@@ -122,18 +122,31 @@ func (c *clock) now() time.Time { return c.t }
 // TestSeams: rotation by size and by time; the chain reads back exactly the
 // records written, in order, and every file reads on its own; alike when the
 // data events come a run at a time through Room and Append, as the
-// recorder's drain gives them.
+// recorder's drain gave them, and when records of every type come a run at
+// a time through Room and AppendTallied, as it gives them now (the state a
+// new file repeats comes in those runs too).
 func TestSeams(t *testing.T) {
-	t.Run("write", func(t *testing.T) { testSeams(t, false) })
-	t.Run("runs", func(t *testing.T) { testSeams(t, true) })
+	t.Run("write", func(t *testing.T) { testSeams(t, byWrite) })
+	t.Run("runs", func(t *testing.T) { testSeams(t, byAppend) })
+	t.Run("tallied", func(t *testing.T) { testSeams(t, byTally) })
 }
+
+// How testSeams hands records to the Sink.
+type feed int
+
+const (
+	byWrite  feed = iota // one at a time
+	byAppend             // data events in runs through Append, the rest by Write
+	byTally              // every record in runs through AppendTallied
+)
 
 // writeRun writes recs[i:], as far as the next flush at index stop, and
 // returns where it stopped: a run of data events through Room and Append
-// (as many as fit, up to 7), or one record through Write.
-func writeRun(t *testing.T, s *Sink, recs [][]byte, i, stop int, runs bool) int {
+// (as many as fit, up to 7), a run of any records through Room and
+// AppendTallied, or one record through Write.
+func writeRun(t *testing.T, s *Sink, recs [][]byte, i, stop int, how feed) int {
 	t.Helper()
-	if !runs || recs[i][30] != s.hdr.TypeByName("sock_send").ID {
+	if how == byWrite || how == byAppend && recs[i][30] != s.hdr.TypeByName("sock_send").ID {
 		if err := s.Write(recs[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -143,20 +156,27 @@ func writeRun(t *testing.T, s *Sink, recs [][]byte, i, stop int, runs bool) int 
 	if err != nil {
 		t.Fatal(err)
 	}
+	var tl trace.Tally
 	j := i
-	for ; j < stop && j-i < 7 && recs[j][30] == recs[i][30] && len(room)+len(recs[j]) <= cap(room); j++ {
+	for ; j < stop && j-i < 7 && (how == byTally || recs[j][30] == recs[i][30]) && len(room)+len(recs[j]) <= cap(room); j++ {
 		room = append(room, recs[j]...)
+		tl.Add(recs[j][30], binary.NativeEndian.Uint64(recs[j]))
 	}
 	if j == i {
 		t.Fatalf("room of %d bytes for a %d-byte record", cap(room), len(recs[i]))
 	}
-	if err := s.Append(room); err != nil {
+	if how == byTally {
+		err = s.AppendTallied(room, &tl)
+	} else {
+		err = s.Append(room)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return j
 }
 
-func testSeams(t *testing.T, runs bool) {
+func testSeams(t *testing.T, how feed) {
 	h := header(t)
 	recs := stream(t, h, 20000)
 	dir := t.TempDir()
@@ -173,7 +193,7 @@ func testSeams(t *testing.T, runs bool) {
 	}
 	for i := 0; i < len(recs); {
 		stop := (i/1000 + 1) * 1000
-		i = writeRun(t, s, recs, i, min(stop, len(recs)), runs)
+		i = writeRun(t, s, recs, i, min(stop, len(recs)), how)
 		if i == stop { // the recorder's periodic flush; time moves on
 			step := 30 * time.Second // the first half rotates by time,
 			if i-1 > len(recs)/2 {
@@ -195,7 +215,7 @@ func testSeams(t *testing.T, runs bool) {
 		t.Fatalf("%d files finished, stats %+v", len(finished), s.Stats())
 	}
 	reasons := map[string]int{}
-	var total uint64
+	var total, lastNs uint64
 	for i, path := range finished {
 		// The records end before MaxBytes; the end block's summary may go
 		// a little past it.
@@ -213,6 +233,10 @@ func testSeams(t *testing.T, runs bool) {
 		if i > 0 && rot.Prev != filepath.Base(finished[i-1]) {
 			t.Fatalf("%s: prev %q, want %q", path, rot.Prev, finished[i-1])
 		}
+		if i > 0 && rot.PrevLastNs != lastNs {
+			t.Fatalf("%s: prev_last_ns %d, want %d: the latest time of the files before", path, rot.PrevLastNs, lastNs)
+		}
+		lastNs = max(lastNs, latest(t, path))
 		// Alone, each file resolves every connection and thread it uses.
 		cs, _, err := export.Conns(r)
 		if err != nil {
@@ -264,6 +288,27 @@ func testSeams(t *testing.T, runs bool) {
 	}
 	if sum := r.Summary(); sum == nil || sum.Events["sock_send"] == 0 || sum.Lost != 3 {
 		t.Fatalf("chain summary %+v", sum)
+	}
+}
+
+// latest returns the largest time_ns of the records in the file at path.
+func latest(t *testing.T, path string) uint64 {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ts uint64
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return ts
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = max(ts, rec.Time())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"sync/atomic"
 
 	"github.com/magnet-tracer/magnet/internal/prefetch"
@@ -223,22 +224,13 @@ func (w *Writer) Append(recs []byte) error {
 		return fmt.Errorf("write records: %w", w.err)
 	}
 	if len(recs) == 0 {
-		if w.records == 0 {
-			// Give back room lent for nothing: a lender's room must not
-			// outlive a flush of the file.
-			w.block, w.lent = nil, false
-		}
+		w.giveBackRoom()
 		return nil
 	}
-	start := len(w.block)
-	if w.block == nil || cap(w.block)-start < len(recs) || &w.block[:start+1][start] != &recs[0] {
-		return errors.New("write records: not the room Room returned")
+	if err := w.checkRoom(recs); err != nil {
+		return err
 	}
-	first, last := w.first, w.last
-	if w.records == 0 {
-		first = binary.NativeEndian.Uint64(recs[offTime:])
-		last = first
-	}
+	first, last := uint64(math.MaxUint64), uint64(0)
 	var n uint32
 	off := 0
 	for off < len(recs) {
@@ -263,6 +255,30 @@ func (w *Writer) Append(recs []byte) error {
 		}
 		return badRecords(recs[off:], w.idx)
 	}
+	return w.took(recs, n, first, last)
+}
+
+// giveBackRoom ends a block that was started for room and got no record:
+// a lender's room must not outlive a flush of the file.
+func (w *Writer) giveBackRoom() {
+	if w.records == 0 {
+		w.block, w.lent = nil, false
+	}
+}
+
+// checkRoom checks that recs (not empty) starts where Room's room did.
+func (w *Writer) checkRoom(recs []byte) error {
+	start := len(w.block)
+	if w.block == nil || cap(w.block)-start < len(recs) || &w.block[:start+1][start] != &recs[0] {
+		return errors.New("write records: not the room Room returned")
+	}
+	return nil
+}
+
+// took adds recs, checked and counted by type, to the block: n records
+// whose times range from first to last. It swaps them in place into a
+// foreign byte order.
+func (w *Writer) took(recs []byte, n uint32, first, last uint64) error {
 	if w.swap {
 		for o := 0; o < len(recs); {
 			id := recs[o+offType]
@@ -271,12 +287,15 @@ func (w *Writer) Append(recs []byte) error {
 			o += size
 		}
 	}
+	if w.records > 0 {
+		first, last = min(first, w.first), max(last, w.last)
+	}
 	w.first, w.last = first, last
 	if !w.anyRecord {
 		w.fileFirst, w.fileLast, w.anyRecord = first, last, true
 	}
 	w.fileFirst, w.fileLast = min(w.fileFirst, first), max(w.fileLast, last)
-	w.block = w.block[:start+len(recs)]
+	w.block = w.block[:len(w.block)+len(recs)]
 	w.records += n
 	if len(w.block)-blockHeaderSize >= w.blockSize {
 		return w.Flush()
