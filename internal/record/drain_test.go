@@ -113,9 +113,20 @@ func (m *memRecorder) closeAndRead(t *testing.T) []trace.Record {
 
 // TestTaskRecords checks that a task record precedes an event exactly when
 // the event's thread is new to the trace or has a new pid, uid or name, however
-// often BPF repeats struct mg_task (once per CPU).
+// often BPF repeats struct mg_task (once per CPU); alike when the drain
+// copies the records into the trace's blocks itself and when it takes
+// them one by one.
 func TestTaskRecords(t *testing.T) {
+	t.Run("copied", func(t *testing.T) { testTaskRecords(t, true) })
+	t.Run("one by one", func(t *testing.T) { testTaskRecords(t, false) })
+}
+
+func testTaskRecords(t *testing.T, copied bool) {
 	m := newMemRecorder(t, &bytes.Buffer{}, 1, 1<<16)
+	if !copied {
+		m.recorder.w = oneByOne{m.recorder.w}
+		m.recorder.bs = nil
+	}
 	send := func(tid uint32, k *taskKey) {
 		if !m.events.Output(ringRecord(event.SockSend, 32, uint64(1000+len(m.tasks)), tid, k)) {
 			t.Fatal("ring full")
@@ -130,10 +141,14 @@ func TestTaskRecords(t *testing.T) {
 	setuid := task(9, "curl-work")
 	setuid.uid = 1000
 	send(5, setuid)               // uid changed (setuid): task
+	send(5, task(5, "curl"))      // back to what it was before: task
+	send(69, task(69, "other"))   // a thread whose tid shares 5's low bits: task
+	send(5, task(5, "curl"))      // nothing new
+	send(69, task(69, "other"))   // nothing new
 	send(0, task(0, "swapper/1")) // idle: never a task
 	send(7, nil)                  // never seen with its task: written as is
 	n, busy, err := m.drain()
-	if err != nil || busy || n != 9 {
+	if err != nil || busy || n != 13 {
 		t.Fatalf("drain = %d, %v, %v", n, busy, err)
 	}
 	var got []string
@@ -153,12 +168,15 @@ func TestTaskRecords(t *testing.T) {
 		"task(5,5,0,curl-work)", "sock_send",
 		"task(5,9,0,curl-work)", "sock_send",
 		"task(5,9,1000,curl-work)", "sock_send",
+		"task(5,5,0,curl)", "sock_send",
+		"task(69,69,0,other)", "sock_send",
+		"sock_send", "sock_send",
 		"sock_send", "sock_send",
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("trace holds\n%v\nwant\n%v", got, want)
 	}
-	if m.total != 9 || m.counts[event.Task] != 5 {
+	if m.total != 13 || m.counts[event.Task] != 7 {
 		t.Errorf("total %d, task records %d", m.total, m.counts[event.Task])
 	}
 }

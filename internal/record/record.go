@@ -353,16 +353,25 @@ type recorder struct {
 	room     []byte        // room bs lent for a run's records (open while not nil)
 	tally    trace.Tally   // the records in room
 	tasks    map[uint32]taskKey
-	counts   [256]uint64
-	total    uint64 // ring records written, lost records aside
-	lost     uint64 // events the lost records written so far count
-	started  time.Time
-	taskSize int
-	lostSize int
-	sizes    [256]int // record size by type id; 0 = not in the dictionary
-	scratch  []byte
-	writeErr error
-	stopAt   time.Time // the end of Config.Duration; zero if none
+	// taskCache holds the threads of tasks seen last, by tid's low bits:
+	// a map lookup for each record that carries struct mg_task cost a few
+	// percent of a recorder's time.
+	taskCache [64]taskSlot
+	// taskSuffix is probe.TaskSuffixSize, for the drain's hot path.
+	taskSuffix int
+	counts     [256]uint64
+	total      uint64 // ring records written, lost records aside
+	lost       uint64 // events the lost records written so far count
+	started    time.Time
+	taskSize   int
+	lostSize   int
+	sizes      [256]int // record size by type id; 0 = not in the dictionary
+	// copySizes is sizes for the types whose events the drain copies into
+	// bs's room itself (all but lost records); 0 for the others.
+	copySizes [256]int
+	scratch   []byte
+	writeErr  error
+	stopAt    time.Time // the end of Config.Duration; zero if none
 }
 
 // newRecorder makes a recorder that writes to w, whose header is hdr; Run
@@ -373,8 +382,12 @@ func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r.now = monotonicClock()
 	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
+	r.taskSuffix = probe.TaskSuffixSize
 	for _, t := range hdr.Types {
 		r.sizes[t.ID] = t.Size
+		if t.ID != uint8(event.Lost) {
+			r.copySizes[t.ID] = t.Size
+		}
 	}
 	return r
 }
@@ -722,17 +735,10 @@ func (r *recorder) handle(raw []byte) error {
 	case len(raw) == size:
 	case len(raw) == size+probe.TaskSuffixSize:
 		// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
-		if tid := binary.NativeEndian.Uint32(raw[16:20]); tid != 0 {
-			var k taskKey
-			t := raw[size:]
-			k.pid = binary.NativeEndian.Uint32(t[0:4])
-			k.uid = binary.NativeEndian.Uint32(t[4:8])
-			copy(k.comm[:], t[8:24])
-			if old, ok := r.tasks[tid]; !ok || old != k {
-				r.tasks[tid] = k
-				if err := r.writeTask(raw, tid, k); err != nil {
-					return err
-				}
+		if tid, k := taskOf(raw, size); tid != 0 && !r.knownTask(tid, k) {
+			r.rememberTask(tid, k)
+			if err := r.writeTask(raw, tid, k); err != nil {
+				return err
 			}
 		}
 		raw = raw[:size]
@@ -751,8 +757,58 @@ func (r *recorder) handle(raw []byte) error {
 	return nil
 }
 
+// taskOf returns the thread of ring record raw, whose event is size bytes
+// and followed by struct mg_task, and that struct's ids and name.
+func taskOf(raw []byte, size int) (tid uint32, k taskKey) {
+	t := raw[size:]
+	k.pid = binary.NativeEndian.Uint32(t[0:4])
+	k.uid = binary.NativeEndian.Uint32(t[4:8])
+	copy(k.comm[:], t[8:24])
+	return binary.NativeEndian.Uint32(raw[16:20]), k
+}
+
+// taskSlot is an entry of recorder.taskCache.
+type taskSlot struct {
+	tid uint32 // 0: none
+	key taskKey
+}
+
+// knownTask says whether the trace already has a task record of thread
+// tid with k's ids and name (the last one for tid).
+func (r *recorder) knownTask(tid uint32, k taskKey) bool {
+	s := &r.taskCache[tid%uint32(len(r.taskCache))]
+	if s.tid == tid {
+		return s.key == k
+	}
+	old, ok := r.tasks[tid]
+	if ok {
+		*s = taskSlot{tid, old}
+	}
+	return ok && old == k
+}
+
+// rememberTask notes that the trace now has a task record of thread tid
+// with k's ids and name.
+func (r *recorder) rememberTask(tid uint32, k taskKey) {
+	r.tasks[tid] = k
+	r.taskCache[tid%uint32(len(r.taskCache))] = taskSlot{tid, k}
+}
+
+// writeTask writes the task record of thread tid, whose ids and name are
+// k, for ring event ev, which introduced them.
 func (r *recorder) writeTask(ev []byte, tid uint32, k taskKey) error {
 	b := r.buf(r.taskSize)
+	putTask(b, ev, tid, k)
+	if err := r.w.Write(b); err != nil {
+		return r.stopOnWrite(err)
+	}
+	r.counts[event.Task]++
+	return nil
+}
+
+// putTask fills b, a zeroed task record, with thread tid's ids and name k
+// and the time, network namespace and CPU of event ev.
+func putTask(b, ev []byte, tid uint32, k taskKey) {
 	copy(b[0:8], ev[0:8]) // time of the event that introduced it
 	binary.NativeEndian.PutUint32(b[16:], tid)
 	binary.NativeEndian.PutUint32(b[24:], binary.NativeEndian.Uint32(ev[24:28]))
@@ -761,11 +817,6 @@ func (r *recorder) writeTask(ev []byte, tid uint32, k taskKey) error {
 	binary.NativeEndian.PutUint32(b[32:], k.pid)
 	binary.NativeEndian.PutUint32(b[36:], k.uid)
 	copy(b[40:56], k.comm[:])
-	if err := r.w.Write(b); err != nil {
-		return r.stopOnWrite(err)
-	}
-	r.counts[event.Task]++
-	return nil
 }
 
 func (r *recorder) buf(n int) []byte {

@@ -30,11 +30,11 @@ const runRoom = 1 << 10
 
 // copyRun takes records from the head of events ring i as long as each is
 // the oldest of all rings (its time ≤ limit, the oldest time among the
-// other rings' heads) and committed. A record that needs nothing but its
-// copy (no struct mg_task after it, which may call for a task record
-// before it; not a lost record, whose count is added up; of a known type
-// and size) goes straight into the block sink's room; any other, or every
-// record when the sink takes them one by one, goes through handle. It
+// other rings' heads) and committed. An event of a known type and size
+// goes straight into the block sink's room, after the task record its
+// struct mg_task calls for, if any (see handle); a lost record (whose
+// count is added up) or a bad one, or every record when the sink takes
+// them one by one, goes through handle. It
 // returns how many records and ring bytes it took, and the time of the
 // ring's next record when the run ended at one (more), rather than where
 // the ring's view ends (a record being written, or nothing more yet).
@@ -73,8 +73,28 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 				next, more = t, true
 				break
 			}
-			if typ := rec[30]; copying && n == r.sizes[typ] && typ != uint8(event.Lost) {
-				if filled+n > cap(room) {
+			// What the record takes in the room: its event, and a task
+			// record before it when it carries struct mg_task of a thread
+			// new to the trace, or changed (as handle would write it).
+			// 0: it goes through handle.
+			typ := rec[30]
+			size := r.copySizes[typ]
+			need, tid, k := 0, uint32(0), taskKey{}
+			if copying && size != 0 {
+				switch n {
+				case size:
+					need = size
+				case size + r.taskSuffix:
+					need = size
+					if tid, k = taskOf(rec, size); tid != 0 && !r.knownTask(tid, k) {
+						need += r.taskSize
+					} else {
+						tid = 0
+					}
+				}
+			}
+			if need != 0 {
+				if filled+need > cap(room) {
 					r.room = room[:filled]
 					err = r.openRoom()
 					room, filled = r.room, len(r.room)
@@ -82,29 +102,37 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 						break
 					}
 				}
-				if filled+n <= cap(room) {
+				if filled+need <= cap(room) {
+					if tid != 0 {
+						b := room[filled : filled+r.taskSize]
+						clear(b)
+						putTask(b, rec, tid, k)
+						r.rememberTask(tid, k)
+						r.tally.Add(uint8(event.Task), t)
+						filled += r.taskSize
+					}
 					// The common sizes in line, a word at a time: a
 					// call to memmove for each record cost as much as
 					// the rest of its copy. (An array assignment is no
 					// help: the compiler cannot tell that a slice's
 					// memory does not overlap another's, and calls
 					// memmove.)
-					dst := room[filled : filled+n]
-					switch n {
+					dst, src := room[filled:filled+size], rec[:size]
+					switch size {
 					case 32:
-						copy32((*[32]byte)(dst), (*[32]byte)(rec))
+						copy32((*[32]byte)(dst), (*[32]byte)(src))
 					case 40:
-						d, s := (*[40]byte)(dst), (*[40]byte)(rec)
+						d, s := (*[40]byte)(dst), (*[40]byte)(src)
 						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
 						copy8((*[8]byte)(d[32:]), (*[8]byte)(s[32:]))
 					case 48:
-						d, s := (*[48]byte)(dst), (*[48]byte)(rec)
+						d, s := (*[48]byte)(dst), (*[48]byte)(src)
 						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
 						copy16((*[16]byte)(d[32:]), (*[16]byte)(s[32:]))
 					default:
-						copy(dst, rec)
+						copy(dst, src)
 					}
-					filled += n
+					filled += size
 					r.tally.Add(typ, t)
 					copied++
 					off += step
