@@ -73,28 +73,10 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 				next, more = t, true
 				break
 			}
-			// What the record takes in the room: its event, and a task
-			// record before it when it carries struct mg_task of a thread
-			// new to the trace, or changed (as handle would write it).
-			// 0: it goes through handle.
 			typ := rec[30]
 			size := r.copySizes[typ]
-			need, tid, k := 0, uint32(0), taskKey{}
-			if copying && size != 0 {
-				switch n {
-				case size:
-					need = size
-				case size + r.taskSuffix:
-					need = size
-					if tid, k = taskOf(rec, size); tid != 0 && !r.knownTask(tid, k) {
-						need += r.taskSize
-					} else {
-						tid = 0
-					}
-				}
-			}
-			if need != 0 {
-				if filled+need > cap(room) {
+			if copying && size != 0 && n == size {
+				if filled+n > cap(room) {
 					r.room = room[:filled]
 					err = r.openRoom()
 					room, filled = r.room, len(r.room)
@@ -102,41 +84,45 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 						break
 					}
 				}
-				if filled+need <= cap(room) {
-					if tid != 0 {
-						b := room[filled : filled+r.taskSize]
-						clear(b)
-						putTask(b, rec, tid, k)
-						r.rememberTask(tid, k)
-						r.tally.Add(uint8(event.Task), t)
-						filled += r.taskSize
-					}
+				if filled+n <= cap(room) {
 					// The common sizes in line, a word at a time: a
 					// call to memmove for each record cost as much as
 					// the rest of its copy. (An array assignment is no
 					// help: the compiler cannot tell that a slice's
 					// memory does not overlap another's, and calls
 					// memmove.)
-					dst, src := room[filled:filled+size], rec[:size]
-					switch size {
+					dst := room[filled : filled+n]
+					switch n {
 					case 32:
-						copy32((*[32]byte)(dst), (*[32]byte)(src))
+						copy32((*[32]byte)(dst), (*[32]byte)(rec))
 					case 40:
-						d, s := (*[40]byte)(dst), (*[40]byte)(src)
+						d, s := (*[40]byte)(dst), (*[40]byte)(rec)
 						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
 						copy8((*[8]byte)(d[32:]), (*[8]byte)(s[32:]))
 					case 48:
-						d, s := (*[48]byte)(dst), (*[48]byte)(src)
+						d, s := (*[48]byte)(dst), (*[48]byte)(rec)
 						copy32((*[32]byte)(d[:32]), (*[32]byte)(s[:32]))
 						copy16((*[16]byte)(d[32:]), (*[16]byte)(s[32:]))
 					default:
-						copy(dst, src)
+						copy(dst, rec)
 					}
-					filled += size
+					filled += n
 					r.tally.Add(typ, t)
 					copied++
 					off += step
 					continue
+				}
+			} else if copying && size != 0 && n == size+r.taskSuffix {
+				// Out of the loop above, which it would slow down for
+				// every record.
+				var ok bool
+				if room, filled, ok, err = r.copyWithTask(room, filled, rec, size); ok {
+					copied++
+					off += step
+					continue
+				}
+				if err != nil {
+					break
 				}
 			}
 		}
@@ -158,6 +144,41 @@ func (r *recorder) copyRun(i int, limit uint64) (records, used int, next uint64,
 	r.events[i].Skip(off)
 	cur.read += off
 	return records, off, next, more, err
+}
+
+// copyWithTask copies ring record rec, an event of size bytes followed by
+// struct mg_task, into room after filled, preceded by the task record
+// handle would write for it (a thread new to the trace, or changed), if
+// any: copyRun's way for such records. It returns the room, opened anew
+// if rec did not fit, how much of it is filled, and whether it copied
+// rec; if not, rec goes through handle.
+func (r *recorder) copyWithTask(room []byte, filled int, rec []byte, size int) ([]byte, int, bool, error) {
+	need := size
+	tid, k := taskOf(rec, size)
+	task := tid != 0 && !r.knownTask(tid, k) // tid 0: see handle
+	if task {
+		need += r.taskSize
+	}
+	if filled+need > cap(room) {
+		r.room = room[:filled]
+		err := r.openRoom()
+		room, filled = r.room, len(r.room)
+		if err != nil || filled+need > cap(room) {
+			return room, filled, false, err
+		}
+	}
+	t := binary.NativeEndian.Uint64(rec)
+	if task {
+		b := room[filled : filled+r.taskSize]
+		clear(b) // lent room holds what was there before
+		putTask(b, rec, tid, k)
+		r.rememberTask(tid, k)
+		r.tally.Add(uint8(event.Task), t)
+		filled += r.taskSize
+	}
+	copy(room[filled:filled+size], rec)
+	r.tally.Add(rec[30], t)
+	return room, filled + size, true, nil
 }
 
 // openRoom hands the records in the room to the block sink and asks it for
