@@ -34,10 +34,10 @@ const runRoom = 1 << 10
 // goes straight into the block sink's room, after the task record its
 // struct mg_task calls for, if any (see handle); a lost record (whose
 // count is added up) or a bad one, or every record when the sink takes
-// them one by one, goes through handle. It
-// returns how many records and ring bytes it took, and the time of the
-// ring's next record when the run ended at one (more), rather than where
-// the ring's view ends (a record being written, or nothing more yet).
+// them one by one, goes through handle. It returns how many records and
+// ring bytes it took, and the time of the ring's next record when the run
+// ended at one (more), rather than where the ring's view ends (a record
+// being written, or nothing more yet).
 // Discarded frames on the way are stepped over.
 //
 // This is the drain's hot path, one pass over records another CPU has
