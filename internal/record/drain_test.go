@@ -347,8 +347,8 @@ func threadCPU(tb testing.TB) time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// oneByOne hides a trace.Writer's Room and Append, as the Sinks that look
-// at each record do (rotation, the daemon): the drain then takes every
+// oneByOne hides a trace.Writer's Room and AppendTallied, as the Sinks
+// that look at each record do (the daemon's): the drain then takes every
 // record through handle.
 type oneByOne struct{ Sink }
 
