@@ -369,42 +369,27 @@ static __always_inline __u64 ring_bytes(__u64 sz)
 	return (sz + 8 + 7) & ~7ULL;
 }
 
-/*
- * Write the pending `lost` record of this CPU (st) into ring. Returns 0 if
- * it does not fit now: then no event goes in before it either (the gap is
- * marked where it is, and an event that would fit in a ring this full costs
- * a second reservation that nearly always fails).
- */
-static __noinline int flush_lost(struct cpu_state *st, void *ring, __u32 ringidx, __u64 now)
+/* Whether this CPU's lost_states ls holds losses of ring ringidx not yet in
+ * the stream. A flush that took the counts of a loss noted while it ran
+ * (nested) left the flag set: it is cleared before looking again, and a
+ * loss noted meanwhile sets it after its counts. */
+static __always_inline int losses_waiting(struct cpu_state *st, struct lost_state *ls, __u32 ringidx)
 {
-	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
-	struct mg_lost *r;
+	if (ls->pending)
+		return 1;
+	st->lost_pending[ringidx & 1] = 0;
+	if (!ls->pending)
+		return 0;
+	st->lost_pending[ringidx & 1] = 1;
+	return 1;
+}
+
+/* Move the losses ls counts into the `lost` record r of ring ringidx, and
+ * return how many they are (none: r is not to be written). */
+static __always_inline __u32 take_losses(struct lost_state *ls, struct mg_lost *r, __u32 ringidx, __u64 now)
+{
 	__u32 total = 0;
 
-	if (!ls)
-		return 1;
-	if (!ls->pending) {
-		/* A flush that took the counts of a loss noted while it ran
-		 * (nested) left the flag set. Cleared before looking again: a
-		 * loss noted meanwhile sets it after its counts. */
-		st->lost_pending[ringidx & 1] = 0;
-		if (!ls->pending)
-			return 1;
-		st->lost_pending[ringidx & 1] = 1;
-	}
-	/* Asking the ring is cheaper than a reservation it refuses (which
-	 * takes its lock with interrupts off), and a ring that was full is
-	 * likely to stay so for many events. */
-	if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) + ring_bytes(sizeof(*r)) >=
-	    bpf_ringbuf_query(ring, BPF_RB_RING_SIZE))
-		return 0;
-	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
-	if (!r)
-		return 0;
-	st->lost_pending[ringidx & 1] = 0;
-	/* Its bytes count toward the next look at the ring's fill. */
-	if (!ringidx)
-		st->quiet -= ring_bytes(sizeof(*r));
 	__builtin_memset(r, 0, sizeof(*r));
 	__sync_lock_test_and_set(&ls->pending, 0);
 	r->first_ns = ls->first_ns;
@@ -414,16 +399,44 @@ static __noinline int flush_lost(struct cpu_state *st, void *ring, __u32 ringidx
 		r->counts[i] = n;
 		total += n;
 	}
-	if (!total) {
-		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-		return 1;
-	}
 	r->total = total;
 	r->ring = ringidx;
 	r->hdr.time_ns = now;
 	r->hdr.cpu = bpf_get_smp_processor_id();
 	r->hdr.type = MG_LOST;
 	r->hdr.size = total;
+	return total;
+}
+
+/*
+ * Write the pending `lost` record of this CPU (st) into the control ring.
+ * Returns 0 if it does not fit now: then no record goes in before it either
+ * (the gap is marked where it is, and a record that would fit in a ring
+ * this full costs a second reservation that nearly always fails). Events'
+ * losses go to their area (area_flush_lost).
+ */
+static __noinline int flush_control_lost(struct cpu_state *st, __u64 now)
+{
+	__u32 ringidx = 1;
+	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
+	struct mg_lost *r;
+
+	if (!ls || !losses_waiting(st, ls, ringidx))
+		return 1;
+	/* Asking the ring is cheaper than a reservation it refuses (which
+	 * takes its lock with interrupts off), and a ring that was full is
+	 * likely to stay so for many records. */
+	if (bpf_ringbuf_query(&control, BPF_RB_AVAIL_DATA) + ring_bytes(sizeof(*r)) >=
+	    bpf_ringbuf_query(&control, BPF_RB_RING_SIZE))
+		return 0;
+	r = bpf_ringbuf_reserve(&control, sizeof(*r), 0);
+	if (!r)
+		return 0;
+	st->lost_pending[1] = 0;
+	if (!take_losses(ls, r, ringidx, now)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 1;
+	}
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 1;
 }
@@ -649,18 +662,10 @@ static __noinline int area_flush_lost(struct cpu_state *st, __u32 slot, __u32 le
 	struct lost_state *ls = bpf_map_lookup_elem(&lost_states, &ringidx);
 	struct emit e = {};
 	struct mg_lost *r;
-	__u32 total = 0;
 	__u64 fill;
 
-	if (!ls)
+	if (!ls || !losses_waiting(st, ls, ringidx))
 		return 1;
-	if (!ls->pending) {
-		/* As flush_lost: cleared before looking again. */
-		st->lost_pending[0] = 0;
-		if (!ls->pending)
-			return 1;
-		st->lost_pending[0] = 1;
-	}
 	if (level)
 		r = area_take(&nested_areas, nested_size, slot, 1, sizeof(*r), &e, &fill);
 	else
@@ -668,25 +673,11 @@ static __noinline int area_flush_lost(struct cpu_state *st, __u32 slot, __u32 le
 	if (!r)
 		return 0;
 	st->lost_pending[0] = 0;
+	/* Its bytes count toward the next look at the area's fill. */
 	if (!level)
 		st->quiet -= ring_bytes(sizeof(*r));
-	__builtin_memset(r, 0, sizeof(*r));
-	__sync_lock_test_and_set(&ls->pending, 0);
-	r->first_ns = ls->first_ns;
-	r->last_ns = ls->last_ns;
-	for (int i = 0; i < MG_NTYPES; i++) {
-		__u32 n = __sync_lock_test_and_set(&ls->counts[i], 0);
-		r->counts[i] = n;
-		total += n;
-	}
-	if (!total)
+	if (!take_losses(ls, r, ringidx, now))
 		return 1; /* never published: the space stays free */
-	r->total = total;
-	r->ring = 0;
-	r->hdr.time_ns = now;
-	r->hdr.cpu = bpf_get_smp_processor_id();
-	r->hdr.type = MG_LOST;
-	r->hdr.size = total;
 	area_publish(&e);
 	ring_doorbell();
 	return 1;
@@ -787,7 +778,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 	void *r;
 
 	count_produced(type);
-	if (st && st->lost_pending[1] && !flush_lost(st, &control, 1, now)) {
+	if (st && st->lost_pending[1] && !flush_control_lost(st, now)) {
 		note_lost(1, type, now);
 		return NULL;
 	}
