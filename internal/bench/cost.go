@@ -3,12 +3,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -32,31 +31,8 @@ type Machine struct {
 }
 
 func readMachine() Machine {
-	m := Machine{Cores: runtime.NumCPU()}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
-	}
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return m
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch {
-		case k == "model name" && m.CPU == "":
-			m.CPU = v
-		case k == "cpu MHz" && m.MHz == 0:
-			m.MHz, _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return m
+	i := machine.Read()
+	return Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz}
 }
 
 // CostResult is the per-event cost of recording, in the kernel (bpf_stats)

@@ -11,15 +11,12 @@
 package primbench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/bits"
 	"os"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,6 +24,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/machine"
 )
 
 // ErrNotRoot is returned when the run lacks the privileges to load BPF.
@@ -229,7 +228,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			gross[i] = append(gross[i], x)
 		}
 	}
-	rep.Machine.LoadEnd = loadAvg()
+	rep.Machine.LoadEnd = machine.LoadAvg()
 
 	var failed []string
 	for i, p := range programs {
@@ -382,33 +381,13 @@ func quantile(s []float64, q float64) float64 {
 }
 
 func readMachine() Machine {
-	m := Machine{Cores: runtime.NumCPU(), LoadStart: loadAvg()}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
+	i := machine.Read()
+	return Machine{
+		CPU: i.CPU, Cores: i.Cores, MHz: i.MHz, Kernel: i.Kernel,
+		Clocksource: readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+		JIT:         readTrimmed("/proc/sys/net/core/bpf_jit_enable"),
+		LoadStart:   machine.LoadAvg(),
 	}
-	m.Clocksource = readTrimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-	m.JIT = readTrimmed("/proc/sys/net/core/bpf_jit_enable")
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return m
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch {
-		case k == "model name" && m.CPU == "":
-			m.CPU = v
-		case k == "cpu MHz" && m.MHz == 0:
-			m.MHz, _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return m
 }
 
 func readTrimmed(path string) string {
@@ -417,16 +396,4 @@ func readTrimmed(path string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// loadAvg returns the 1, 5 and 15-minute load averages.
-func loadAvg() [3]float64 {
-	var l [3]float64
-	for i, f := range strings.Fields(readTrimmed("/proc/loadavg")) {
-		if i == len(l) {
-			break
-		}
-		l[i], _ = strconv.ParseFloat(f, 64)
-	}
-	return l
 }

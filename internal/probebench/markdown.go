@@ -3,18 +3,14 @@
 package probebench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"runtime"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/machine"
 )
 
 // Machine describes where the bench ran.
@@ -28,22 +24,8 @@ type Machine struct {
 }
 
 func readMachine() Machine {
-	m := Machine{Cores: runtime.NumCPU(), LoadStart: loadAvg()}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		m.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
-	}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return m
+	i := machine.Read()
+	return Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, LoadStart: machine.LoadAvg()}
 }
 
 // Cell summarizes the trials of one grid cell or of a group of cells.
@@ -136,7 +118,7 @@ func summarizeTrials(ts []Trial, capMbit int, cross string, share float64, undis
 // each capacity) and Goals.
 func (r *Report) summarize() {
 	s := r.Settings
-	r.Machine.LoadEnd = loadAvg()
+	r.Machine.LoadEnd = machine.LoadAvg()
 	for _, c := range s.Capacities {
 		for _, k := range s.Cross {
 			for _, sh := range s.Shares {

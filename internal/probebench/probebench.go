@@ -23,7 +23,6 @@ import (
 	"io"
 	"math"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -32,6 +31,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
@@ -227,7 +227,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 		for i := range opts.Unlimited {
-			tr := &Trial{Load: loadAvg()}
+			tr := &Trial{Load: machine.LoadAvg()}
 			if tr.Result, err = l.probe(ctx); err != nil {
 				tr.Failed = err.Error()
 			}
@@ -339,7 +339,7 @@ func (l *lab) trial(ctx context.Context, capMbit int, kind string, share float64
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {
 		return nil, err
 	}
-	tr.Load = loadAvg()
+	tr.Load = machine.LoadAvg()
 	before, err := l.crossCounter()
 	if err != nil {
 		return nil, err
@@ -410,22 +410,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// loadAvg returns the 1, 5 and 15-minute load averages.
-func loadAvg() [3]float64 {
-	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return l
-	}
-	for i, f := range strings.Fields(string(b)) {
-		if i == 3 {
-			break
-		}
-		l[i], _ = strconv.ParseFloat(f, 64)
-	}
-	return l
 }
 
 func oneLine(s string) string {
