@@ -288,21 +288,14 @@ struct cpu_state {
 	struct task_id task_sent;
 	/* Per ring: lost_states may hold losses not yet in the stream. */
 	__u32 lost_pending[2];
-	/* Bytes this CPU may still put in its events ring before it must ask
-	 * the ring its fill (bpf_ringbuf_query: a helper call that reads the
-	 * position the reader writes). Below the wake-up threshold it is the
-	 * threshold less the fill the ring last reported (the reader only
-	 * takes away, so the ring cannot be past the threshold before this
-	 * runs out); past it, the distance to the next look. */
-	__s64 quiet;
-	/* The reader was woken since the ring was last seen below the
-	 * threshold. */
+	/* The reader was woken since the area was last seen below the
+	 * wake-up threshold. */
 	__u32 woken;
 	/* How many of this CPU's programs are between reserving and
 	 * publishing a record in its areas: the area level the next one
 	 * takes (0: the area, 1: the nested area). */
 	__u32 depth;
-	__u32 _pad[2];
+	__u32 _pad[4];
 	/* Caches in front of the LRU maps on the paths every packet takes,
 	 * direct-mapped and never invalidated, so they only hold answers that
 	 * cannot change: a selected connection stays selected and one the
@@ -489,20 +482,18 @@ static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
 									: BPF_RB_NO_WAKEUP;
 }
 
-/* The submit flags of a record of sz bytes just reserved in this CPU's
- * events ring: wake the reader when the ring passes events_wakeup, seen at
- * the first event past it (looking only every few events let a loaded
- * machine's reader sleep past the point of losses, measured), but asking
- * the ring only when cpu_state.quiet runs out.
+/* Whether to ring the doorbell for a record of sz bytes just taken in this
+ * CPU's area, whose fill is now n: wake the reader when the area passes
+ * events_wakeup, at the first event past it (looking only every few events
+ * let a loaded machine's reader sleep past the point of losses, measured).
+ * area_take computes the fill for every record, so each event looks.
  *
- * Once per crossing: while the ring stays past the threshold the reader has
- * been woken already (its edge-triggered epoll keeps the wake-up until it
- * waits again, and it waits only once it found its rings empty), and each
- * further wake-up costs an interrupt on this CPU (bpf_ringbuf_submit queues
- * an irq_work, a self-IPI: ~7 µs in this VM, measured). Past the threshold
- * the ring is asked again every quarter of it: it cannot be emptied and
- * filled past the threshold again between two looks, so a ring the reader
- * emptied is always seen below it (woken cleared) before it crosses again.
+ * Once per crossing: while the area stays past the threshold the reader
+ * has been woken already (its edge-triggered epoll keeps the wake-up until
+ * it waits again, and it waits only once it found its rings empty), and
+ * each further wake-up costs an interrupt on this CPU (the doorbell's
+ * bpf_ringbuf_output queues an irq_work, a self-IPI: ~7 µs in this VM,
+ * measured).
  *
  * Past half full (or the threshold, if higher) the reader is late (woken
  * but not running: a loaded machine), and every event wakes it again, as
@@ -514,29 +505,18 @@ static __always_inline __u64 wakeup_flag(void *ring, __u64 threshold)
  */
 static __always_inline __u64 events_wakeup_flag(struct cpu_state *st, __u64 n, __u64 sz)
 {
-	__s64 q = st->quiet - (__s64)ring_bytes(sz);
-
-	if (q > 0) {
-		st->quiet = q;
-		return BPF_RB_NO_WAKEUP;
-	}
-	/* n: the area's fill, this record included. */
 	if (n < events_wakeup) {
-		st->quiet = events_wakeup - n;
 		st->woken = 0;
 		return BPF_RB_NO_WAKEUP;
 	}
 	if (n >= area_size / 2) {
 		st->woken = 1;
-		st->quiet = 0;
 		return BPF_RB_FORCE_WAKEUP;
 	}
-	st->quiet = events_wakeup / 4 + 1;
-	/* Woken already, and past the threshold before this record too. A
-	 * ring below it before this record is a new crossing, which matters
-	 * where the threshold is below a record (--wakeup-fill 0: a ring that
-	 * holds anything at a look is past it) and where one record spans the
-	 * distance between two looks. */
+	/* Woken already, and past the threshold before this record too. An
+	 * area below it before this record is a new crossing, which matters
+	 * where the threshold is below a record (--wakeup-fill 0: an area that
+	 * holds anything is past it). */
 	if (st->woken && n - ring_bytes(sz) >= events_wakeup)
 		return BPF_RB_NO_WAKEUP;
 	st->woken = 1;
@@ -673,9 +653,6 @@ static __noinline int area_flush_lost(struct cpu_state *st, __u32 slot, __u32 le
 	if (!r)
 		return 0;
 	st->lost_pending[0] = 0;
-	/* Its bytes count toward the next look at the area's fill. */
-	if (!level)
-		st->quiet -= ring_bytes(sizeof(*r));
 	if (!take_losses(ls, r, ringidx, now))
 		return 1; /* never published: the space stays free */
 	area_publish(&e);

@@ -41,10 +41,9 @@ type magnetCpuState struct {
 		Comm    [2]uint64
 	}
 	LostPending [2]uint32
-	Quiet       int64
 	Woken       uint32
 	Depth       uint32
-	Pad         [2]uint32
+	Pad         [4]uint32
 	Verdicts    [64]uint64
 	Ifaces      [16]uint64
 	Tuples      [16]struct {
