@@ -268,21 +268,6 @@ func (s *Sink) Room(max int) ([]byte, error) {
 	return room, nil
 }
 
-// Append takes the records copied into the room Room lent.
-func (s *Sink) Append(recs []byte) error {
-	if s.err != nil {
-		return s.err
-	}
-	if err := s.w.Append(recs); err != nil {
-		return err // a bad record: nothing was taken, the file goes on
-	}
-	for off := 0; off < len(recs); off += s.sizes[recs[off+30]] {
-		s.own++
-		s.observe(recs[off : off+s.sizes[recs[off+30]]])
-	}
-	return nil
-}
-
 // AppendTallied takes the records copied into the room Room lent, which
 // the caller has checked and counted in t (trace.Writer.AppendTallied).
 // Only a run holding a type whose records a new file repeats, or a lost

@@ -120,14 +120,12 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time { return c.t }
 
 // TestSeams: rotation by size and by time; the chain reads back exactly the
-// records written, in order, and every file reads on its own; alike when the
-// data events come a run at a time through Room and Append, as the
-// recorder's drain gave them, and when records of every type come a run at
-// a time through Room and AppendTallied, as it gives them now (the state a
-// new file repeats comes in those runs too).
+// records written, in order, and every file reads on its own; alike when
+// records of every type come a run at a time through Room and
+// AppendTallied, as the recorder's drain gives them (the state a new file
+// repeats comes in those runs too).
 func TestSeams(t *testing.T) {
 	t.Run("write", func(t *testing.T) { testSeams(t, byWrite) })
-	t.Run("runs", func(t *testing.T) { testSeams(t, byAppend) })
 	t.Run("tallied", func(t *testing.T) { testSeams(t, byTally) })
 }
 
@@ -135,18 +133,16 @@ func TestSeams(t *testing.T) {
 type feed int
 
 const (
-	byWrite  feed = iota // one at a time
-	byAppend             // data events in runs through Append, the rest by Write
-	byTally              // every record in runs through AppendTallied
+	byWrite feed = iota // one at a time
+	byTally             // every record in runs through AppendTallied
 )
 
 // writeRun writes recs[i:], as far as the next flush at index stop, and
-// returns where it stopped: a run of data events through Room and Append
-// (as many as fit, up to 7), a run of any records through Room and
-// AppendTallied, or one record through Write.
+// returns where it stopped: a run of records through Room and
+// AppendTallied (as many as fit, up to 7), or one record through Write.
 func writeRun(t *testing.T, s *Sink, recs [][]byte, i, stop int, how feed) int {
 	t.Helper()
-	if how == byWrite || how == byAppend && recs[i][30] != s.hdr.TypeByName("sock_send").ID {
+	if how == byWrite {
 		if err := s.Write(recs[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -158,19 +154,14 @@ func writeRun(t *testing.T, s *Sink, recs [][]byte, i, stop int, how feed) int {
 	}
 	var tl trace.Tally
 	j := i
-	for ; j < stop && j-i < 7 && (how == byTally || recs[j][30] == recs[i][30]) && len(room)+len(recs[j]) <= cap(room); j++ {
+	for ; j < stop && j-i < 7 && len(room)+len(recs[j]) <= cap(room); j++ {
 		room = append(room, recs[j]...)
 		tl.Add(recs[j][30], binary.NativeEndian.Uint64(recs[j]))
 	}
 	if j == i {
 		t.Fatalf("room of %d bytes for a %d-byte record", cap(room), len(recs[i]))
 	}
-	if how == byTally {
-		err = s.AppendTallied(room, &tl)
-	} else {
-		err = s.Append(room)
-	}
-	if err != nil {
+	if err = s.AppendTallied(room, &tl); err != nil {
 		t.Fatal(err)
 	}
 	return j

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"sync/atomic"
 
 	"github.com/magnet-tracer/magnet/internal/prefetch"
@@ -223,39 +222,27 @@ func (w *Writer) Append(recs []byte) error {
 	if w.err != nil {
 		return fmt.Errorf("write records: %w", w.err)
 	}
-	if len(recs) == 0 {
-		w.giveBackRoom()
-		return nil
+	if len(recs) > 0 {
+		if err := w.checkRoom(recs); err != nil {
+			return err
+		}
 	}
-	if err := w.checkRoom(recs); err != nil {
-		return err
-	}
-	first, last := uint64(math.MaxUint64), uint64(0)
-	var n uint32
-	off := 0
-	for off < len(recs) {
+	// Count the run as the recorder's drain does, checking each record's
+	// size on the way; AppendTallied takes it from there.
+	var t Tally
+	for off := 0; off < len(recs); {
 		if len(recs)-off < CommonSize {
-			break
+			return badRecords(recs[off:], w.idx)
 		}
 		id := recs[off+offType]
 		size := int(w.sizes[id])
 		if size == 0 || len(recs)-off < size {
-			break
+			return badRecords(recs[off:], w.idx)
 		}
-		ts := binary.NativeEndian.Uint64(recs[off+offTime:])
-		first, last = min(first, ts), max(last, ts)
-		w.counts[id]++
-		n++
+		t.Add(id, binary.NativeEndian.Uint64(recs[off+offTime:]))
 		off += size
 	}
-	if off != len(recs) {
-		// Take back what was counted: a bad record adds none of recs.
-		for o := 0; o < off; o += int(w.sizes[recs[o+offType]]) {
-			w.counts[recs[o+offType]]--
-		}
-		return badRecords(recs[off:], w.idx)
-	}
-	return w.took(recs, n, first, last)
+	return w.AppendTallied(recs, &t)
 }
 
 // giveBackRoom ends a block that was started for room and got no record:
