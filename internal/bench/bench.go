@@ -28,8 +28,14 @@ import (
 
 // Configuration names, in the order the issue lists them.
 const (
-	Baseline       = "baseline"
-	Loaded         = "loaded"
+	Baseline = "baseline"
+	Loaded   = "loaded"
+	// Hooks holds magnet's programs attached on every hook loaded attaches,
+	// with no event group enabled: each run returns at its first check.
+	// What is left is the hooks' own cost (the kernel's dispatch, and the
+	// per-segment sockops callbacks TCP makes once a socket asks for them),
+	// the floor of any tracer that watches the same hooks.
+	Hooks          = "hooks"
 	RecordSender   = "record-sender"
 	RecordReceiver = "record-receiver"
 	// RecordSenderSock records only the socket layer (and connections) on
@@ -42,7 +48,7 @@ const (
 )
 
 // AllConfigs lists every configuration.
-var AllConfigs = []string{Baseline, Loaded, RecordSender, RecordReceiver, RecordSenderSock, TcpdumpSender, TcpdumpReceiver, Bpftrace}
+var AllConfigs = []string{Baseline, Hooks, Loaded, RecordSender, RecordReceiver, RecordSenderSock, TcpdumpSender, TcpdumpReceiver, Bpftrace}
 
 // AllLinks are the link rates of the full run in Mbit/s; 0 is unlimited.
 var AllLinks = []int{0, 1000, 100}

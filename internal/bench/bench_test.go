@@ -119,19 +119,30 @@ func TestSmoke(t *testing.T) {
 	var log bytes.Buffer
 	r, err := Run(ctx, Options{
 		Magnet: bin, Reps: 1, Duration: time.Second, Links: []int{0},
-		Configs: []string{Baseline, Loaded, RecordSender, RecordSenderSock}, Log: &log,
+		Configs: []string{Baseline, Hooks, Loaded, RecordSender, RecordSenderSock}, Log: &log,
 		Synth: true, SynthRates: []float64{1e6},
 	})
 	t.Log(log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Links) != 1 || len(r.Links[0].Configs) != 4 {
+	if len(r.Links) != 1 || len(r.Links[0].Configs) != 5 {
 		t.Fatalf("report has %d links", len(r.Links))
 	}
 	for _, c := range r.Links[0].Configs {
 		if c.Skipped != "" || c.ThroughputMbit.Mean <= 0 {
 			t.Errorf("%s: throughput %v Mbit/s, skipped %q", c.Name, c.ThroughputMbit.Mean, c.Skipped)
+		}
+		if c.Name == Hooks {
+			// Every program attached, none producing: nothing is
+			// written or lost. Only the connection's openings are
+			// told, on the control ring (4 here: both ends, at
+			// connect and at establishment).
+			for _, run := range c.Runs {
+				if tr := run.Tracer; tr.Events != 0 || tr.Lost != 0 || tr.Produced > 4 {
+					t.Errorf("hooks: %d events, %d lost, %d produced", tr.Events, tr.Lost, tr.Produced)
+				}
+			}
 		}
 		if c.Name == RecordSender && c.Events.Mean <= 0 {
 			t.Errorf("record-sender recorded no events")

@@ -49,6 +49,16 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 		return nopTracer{}, nil
 	case Loaded:
 		return startLoaded(buffer, probe.Filters{})
+	case Hooks:
+		t, err := startLoaded(buffer, probe.Filters{})
+		if err != nil {
+			return nil, err
+		}
+		if err := t.p.Silence(); err != nil {
+			t.p.Close()
+			return nil, fmt.Errorf("silence probes: %w", err)
+		}
+		return t, nil
 	case RecordSender:
 		return b.startPinned(lab, lab.Client, func() (tracer, error) {
 			return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)

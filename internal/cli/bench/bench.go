@@ -46,6 +46,8 @@ confidence interval of throughput, CPU, events, losses and trace bytes per
 packet. Configurations:
 
   baseline          nothing loaded
+  hooks             magnet's programs attached as for loaded, no group enabled:
+                    each returns at once (what the hooks themselves cost)
   loaded            magnet's programs attached, all default groups, ring never read
   record-sender     magnet record --netns <sender's namespace>, writing to disk
   record-receiver   magnet record --netns <receiver's namespace>
