@@ -38,9 +38,14 @@ func TestEvaluateGoals(t *testing.T) {
 		{Name: RecordSender, Runs: []Trial{{Rep: 1}}, ReductionPct: Stat{Mean: 0.5, N: 1}},
 		{Name: TcpdumpSender, Runs: []Trial{{Rep: 1}}, ReductionPct: Stat{Mean: 40, N: 1}},
 		{Name: RecordReceiver, Runs: []Trial{{Rep: 1, Tracer: Traced{Lost: 3}}}, ReductionPct: Stat{Mean: 2, N: 1}},
+		{Name: Hooks, Runs: []Trial{{Rep: 1}}, ReductionPct: Stat{Mean: 0.25, N: 1}},
 	}}}}
 	g := evaluate(r)
 	r.Goals = g
+	// The hooks' own loss stands beside each side's (loaded did not run).
+	if m := g[0].Measured; !strings.HasSuffix(m, "(hooks 0.25 %)") {
+		t.Errorf("sender's loss: %q, want the hooks' beside it", m)
+	}
 	want := []string{met, met, missed, notMeasured, missed, notMeasured, notMeasured, notMeasured}
 	if len(g) != len(want) {
 		t.Fatalf("%d goals, want %d", len(g), len(want))
