@@ -50,15 +50,7 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 	case Loaded:
 		return startLoaded(buffer, probe.Filters{})
 	case Hooks:
-		t, err := startLoaded(buffer, probe.Filters{})
-		if err != nil {
-			return nil, err
-		}
-		if err := t.p.Silence(); err != nil {
-			t.p.Close()
-			return nil, fmt.Errorf("silence probes: %w", err)
-		}
-		return t, nil
+		return startHooks(buffer)
 	case RecordSender:
 		return b.startPinned(lab, lab.Client, func() (tracer, error) {
 			return b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, buffer, nil)
@@ -121,6 +113,55 @@ func (t *loadedTracer) stop() (Traced, error) {
 	for i := range produced {
 		tr.Produced += produced[i]
 		tr.Lost += lost[i]
+	}
+	return tr, nil
+}
+
+// hooksTracer is a loadedTracer silenced (probe.Silence): every program
+// attached, none producing an event.
+type hooksTracer struct {
+	p                *probe.Probe
+	produced0, lost0 [event.NumTypes]uint64
+}
+
+func startHooks(buffer int) (*hooksTracer, error) {
+	t, err := startLoaded(buffer, probe.Filters{})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.p.Silence(); err != nil {
+		t.p.Close()
+		return nil, fmt.Errorf("silence probes: %w", err)
+	}
+	// What other traffic made between the load and the silence is not
+	// the transfer's.
+	h := &hooksTracer{p: t.p}
+	if h.produced0, h.lost0, err = t.p.CountersOf(); err != nil {
+		t.p.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// stop counts the events produced and lost since the silence, which should
+// be none. The control ring's records (connections' openings and closes,
+// interfaces) are told whatever the mask, for any connection on the host,
+// and are left out.
+func (t *hooksTracer) stop() (Traced, error) {
+	t.p.Detach()
+	produced, lost, err := t.p.CountersOf()
+	t.p.Close()
+	if err != nil {
+		return Traced{}, err
+	}
+	var tr Traced
+	for i := range produced {
+		switch event.Type(i) {
+		case event.ConnOpen, event.ConnClose, event.Iface:
+			continue
+		}
+		tr.Produced += produced[i] - t.produced0[i]
+		tr.Lost += lost[i] - t.lost0[i]
 	}
 	return tr, nil
 }
