@@ -741,16 +741,20 @@ func Layouts() map[event.Type]reflect.Type {
 // is exactly its event's size, or that plus TaskSuffixSize.
 var TaskSuffixSize = int(reflect.TypeOf(magnetMgTask{}).Size())
 
-// CountersOf sums the per-CPU produced and lost counters by event type.
+// CountersOf sums the per-CPU produced and lost counters by event type,
+// over every element of the counters map (the BPF side counts in one per
+// area level and one for the rest).
 func (p *Probe) CountersOf() (produced, lost [event.NumTypes]uint64, err error) {
 	var percpu []magnetMgCounters
-	if err := p.Counters.Lookup(uint32(0), &percpu); err != nil {
-		return produced, lost, fmt.Errorf("read counters: %w", err)
-	}
-	for _, c := range percpu {
-		for i := range produced {
-			produced[i] += c.Produced[i]
-			lost[i] += c.Lost[i]
+	for key := uint32(0); key < p.Counters.MaxEntries(); key++ {
+		if err := p.Counters.Lookup(key, &percpu); err != nil {
+			return produced, lost, fmt.Errorf("read counters %d: %w", key, err)
+		}
+		for _, c := range percpu {
+			for i := range produced {
+				produced[i] += c.Produced[i]
+				lost[i] += c.Lost[i]
+			}
 		}
 	}
 	return produced, lost, nil
