@@ -139,21 +139,13 @@ struct {
 } control SEC(".maps");
 
 /*
- * Per-CPU production and loss counts, in three elements the reader sums:
- * element 0 takes what any context may count at once (losses, control
- * records, an event that got no area level), with atomic adds; element
- * 1 + level counts the events made by the program that holds that area
- * level of its CPU (cpu_state.depth), which no other program touches
- * until the level is released: a plain add is exact there, and the most
- * frequent count of all (every event) costs no locked instruction, which
- * on x86 waits for every store before it (a tenth of a socket event's
- * samples in a profile, session 8).
+ * Per-CPU production and loss counts of what any context may count at once
+ * (losses, control records, an event that got no area level), with atomic
+ * adds. The events themselves are counted in cpu_state (produced).
  */
-#define COUNTERS_ATOMIC 0
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct mg_counters);
 } counters SEC(".maps");
@@ -320,6 +312,13 @@ struct cpu_state {
 	 * connection by address: these cache the tuples map's exact matches,
 	 * all invalidated at once whenever the map changes. */
 	struct tuple_slot tuples[TUPLE_CACHE_SLOTS];
+	/* Events made by the program holding each area level (depth), by
+	 * type: no other program touches a level's counts until it is
+	 * released, so a plain add is exact, and the most frequent count of
+	 * all costs no locked instruction (which on x86 waits for every store
+	 * before it) and no second map (its lookup reads the map's own cache
+	 * line). The reader adds them to counters'. */
+	__u64 produced[2][MG_NTYPES];
 };
 
 /* Bumped whenever the tuples map changes, so that no CPU uses a cached
@@ -342,8 +341,8 @@ static __always_inline struct cpu_state *my_state(void)
 
 static __always_inline struct mg_counters *my_counters(void)
 {
-	__u32 key = COUNTERS_ATOMIC;
-	return bpf_map_lookup_elem(&counters, &key);
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&counters, &zero);
 }
 
 /* The ring was full (or this CPU has none): count the event as lost. Out
@@ -474,14 +473,11 @@ static __always_inline void count_produced(__u8 type)
 		__sync_fetch_and_add(&c->produced[type], 1);
 }
 
-/* Count an event made by the holder of area level (see counters). */
-static __always_inline void count_produced_at(__u32 level, __u8 type)
+/* Count an event made by the holder of area level (cpu_state.produced). */
+static __always_inline void count_produced_at(struct cpu_state *st, __u32 level, __u8 type)
 {
-	__u32 key = level + 1;
-	struct mg_counters *c = bpf_map_lookup_elem(&counters, &key);
-
-	if (c && type < MG_NTYPES)
-		c->produced[type]++;
+	if (type < MG_NTYPES)
+		st->produced[level & 1][type]++;
 }
 
 /* What an emitter learns when it reserves a record. */
@@ -717,7 +713,7 @@ static __always_inline void *reserve_event_of(struct task_struct *task, __u8 typ
 	slot--;
 	st->depth = level + 1;
 	barrier();
-	count_produced_at(level, type);
+	count_produced_at(st, level, type);
 	if (st->lost_pending[0] && !area_flush_lost(st, slot, level, now))
 		goto lost;
 	current_task_id(task, &cur);

@@ -52,6 +52,7 @@ type magnetCpuState struct {
 		Gen    uint32
 		Cookie uint64
 	}
+	Produced [2][32]uint64
 }
 
 type magnetFragKey struct {

@@ -741,19 +741,28 @@ func Layouts() map[event.Type]reflect.Type {
 // is exactly its event's size, or that plus TaskSuffixSize.
 var TaskSuffixSize = int(reflect.TypeOf(magnetMgTask{}).Size())
 
-// CountersOf sums the per-CPU produced and lost counters by event type,
-// over every element of the counters map (the BPF side counts in one per
-// area level and one for the rest).
+// CountersOf sums the per-CPU produced and lost counters by event type: the
+// counters map's, and the events each CPU counted in its cpu_states value
+// (by area level, without atomics).
 func (p *Probe) CountersOf() (produced, lost [event.NumTypes]uint64, err error) {
 	var percpu []magnetMgCounters
-	for key := uint32(0); key < p.Counters.MaxEntries(); key++ {
-		if err := p.Counters.Lookup(key, &percpu); err != nil {
-			return produced, lost, fmt.Errorf("read counters %d: %w", key, err)
+	if err := p.Counters.Lookup(uint32(0), &percpu); err != nil {
+		return produced, lost, fmt.Errorf("read counters: %w", err)
+	}
+	for _, c := range percpu {
+		for i := range produced {
+			produced[i] += c.Produced[i]
+			lost[i] += c.Lost[i]
 		}
-		for _, c := range percpu {
+	}
+	var states []magnetCpuState
+	if err := p.coll.Maps["cpu_states"].Lookup(uint32(0), &states); err != nil {
+		return produced, lost, fmt.Errorf("read cpu states: %w", err)
+	}
+	for _, st := range states {
+		for _, level := range st.Produced {
 			for i := range produced {
-				produced[i] += c.Produced[i]
-				lost[i] += c.Lost[i]
+				produced[i] += level[i]
 			}
 		}
 	}
