@@ -66,7 +66,7 @@ type Config struct {
 	// command starts.
 	Ready func()
 	// FlushEvery bounds what a crash can lose: blocks are written at least
-	// this often.
+	// this often; 0 means DefaultFlushEvery.
 	FlushEvery time.Duration
 	// StatusDir holds the status file `magnet status` reads.
 	StatusDir string
@@ -153,6 +153,14 @@ type Result struct {
 // recorded before stays readable.
 var ErrStopped = errors.New("recording stopped")
 
+// DefaultFlushEvery is how often the trace's current block is written out
+// at least (`magnet record --flush-every`): what a crash or SIGKILL can lose,
+// and how far a reader of the growing file lags the recording. Each flush is
+// a direct write of whatever the file writer's chunk holds, with its system
+// call and wake-ups; docs/BENCH.md ("The drain, seventh round") has what a
+// longer interval saves.
+const DefaultFlushEvery = 200 * time.Millisecond
+
 // prefaultBytes is how much of the trace file's queue is made present in
 // memory before the probes attach (see streamfile.Options.Prefault): the
 // chunks a steady drain goes round with, so that it takes no page fault
@@ -170,8 +178,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Groups == 0 {
 		cfg.Groups = event.DefaultGroups
 	}
+	if cfg.FlushEvery < 0 {
+		return nil, fmt.Errorf("flush interval %v: want a positive duration", cfg.FlushEvery)
+	}
 	if cfg.FlushEvery == 0 {
-		cfg.FlushEvery = 200 * time.Millisecond
+		cfg.FlushEvery = DefaultFlushEvery
 	}
 	if cfg.WakeupFill < 0 || cfg.WakeupFill > 1 {
 		return nil, fmt.Errorf("wake-up fill %g: want a fraction of the ring between 0 and 1", cfg.WakeupFill)

@@ -26,7 +26,7 @@ func New() *cobra.Command {
 	var (
 		output, events, buffer, cgroup, netns, readyFile string
 		wakeupFill                                       float64
-		pollInterval                                     time.Duration
+		pollInterval, flushEvery                         time.Duration
 		pid, port                                        int
 		duration                                         time.Duration
 		quiet                                            bool
@@ -96,9 +96,15 @@ Event groups (--events, comma-separated; "-group" removes one):
 				DisableHooks: disable,
 				WakeupFill:   fill,
 				PollInterval: pollInterval,
+				FlushEvery:   flushEvery,
 			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+			// After rotation's own checks, so that a bad --rotate is
+			// reported as such.
+			if err := checkFlushEvery(flushEvery, rotateEvery); err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
 			if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
@@ -136,6 +142,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together (power of two; K/M/G suffixes)")
 	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events area is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
 	f.DurationVar(&pollInterval, "poll-interval", record.DefaultPollInterval, "read the rings at least this often, woken or not")
+	f.DurationVar(&flushEvery, "flush-every", record.DefaultFlushEvery, "write the trace's buffered records out at least this often (what a crash can lose; longer costs the recorder less)")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
 	f.StringVar(&cgroup, "cgroup", "", "record only sockets and tasks of this cgroup2 (path) and its descendants")
@@ -285,6 +292,20 @@ func ParseSize(s string) (int, error) {
 		return 0, err
 	}
 	return n * mult, nil
+}
+
+// checkFlushEvery refuses a --flush-every that is not a sensible interval:
+// under 1 ms the recorder would do little but flush, over a minute a crash
+// loses that much and the file lags as far; longer than --rotate, files
+// would start late (rotation happens at a flush).
+func checkFlushEvery(d, rotateEvery time.Duration) error {
+	if d < time.Millisecond || d > time.Minute {
+		return fmt.Errorf("--flush-every %v: want between 1ms and 1m", d)
+	}
+	if rotateEvery > 0 && d > rotateEvery {
+		return fmt.Errorf("--flush-every %v: longer than --rotate %v (files would start late)", d, rotateEvery)
+	}
+	return nil
 }
 
 // wakeupFraction turns --wakeup-fill's per cent into record.Config's

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -39,6 +40,28 @@ func TestWakeupFraction(t *testing.T) {
 	for _, in := range []float64{-1, 100.5, math.NaN()} {
 		if _, err := wakeupFraction(in); err == nil || !strings.Contains(err.Error(), "between 0 and 100") {
 			t.Errorf("wakeupFraction(%g) error = %v", in, err)
+		}
+	}
+}
+
+func TestCheckFlushEvery(t *testing.T) {
+	for _, c := range []struct {
+		d, rotate time.Duration
+		want      string // "" = accepted
+	}{
+		{200 * time.Millisecond, 0, ""},
+		{time.Millisecond, 0, ""},
+		{time.Minute, 0, ""},
+		{time.Second, time.Second, ""},
+		{0, 0, "--flush-every 0s: want between 1ms and 1m"},
+		{-time.Second, 0, "--flush-every -1s: want between 1ms and 1m"},
+		{500 * time.Microsecond, 0, "want between 1ms and 1m"},
+		{time.Hour, 0, "--flush-every 1h0m0s: want between 1ms and 1m"},
+		{2 * time.Second, time.Second, "--flush-every 2s: longer than --rotate 1s"},
+	} {
+		err := checkFlushEvery(c.d, c.rotate)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("checkFlushEvery(%v, %v) = %v, want %q", c.d, c.rotate, err, c.want)
 		}
 	}
 }
