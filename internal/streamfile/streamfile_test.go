@@ -5,6 +5,7 @@ package streamfile
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -466,4 +467,56 @@ func TestPrefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFile(t, f, want)
+}
+
+// A direct writer's chunks start at a huge page's boundary and are marked
+// for transparent huge pages (the "hg" flag of their mapping in smaps),
+// where the kernel has THP; the file is still as written.
+func TestDirectChunksAskForHugePages(t *testing.T) {
+	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil || bytes.Contains(thp, []byte("[never]")) {
+		t.Skipf("no transparent huge pages here (%q, %v)", bytes.TrimSpace(thp), err)
+	}
+	f, w := directFile(t)
+	c := w.newChunk()
+	addr := uintptr(unsafe.Pointer(&c[:1][0]))
+	if addr%hugePage != 0 || cap(c) != chunkSize {
+		t.Fatalf("chunk at %#x (cap %d): want a %d-byte chunk at a 2 MiB boundary", addr, cap(c), chunkSize)
+	}
+	flags := vmFlags(t, addr)
+	if !bytes.Contains(flags, []byte(" hg")) {
+		t.Errorf("the chunk's mapping has flags %q, want hg (MADV_HUGEPAGE)", flags)
+	}
+	checkFile(t, f, writeRandom(t, w))
+
+	// A writer through the page cache pins nothing: its chunks need no
+	// huge pages, nor the address space to align them.
+	pw := New(tempFile(t), Options{Queue: 4 * chunkSize})
+	defer pw.Close()
+	if pc := pw.newChunk(); cap(pc) != chunkSize {
+		t.Errorf("page-cache chunk cap %d, want %d", cap(pc), chunkSize)
+	}
+}
+
+// vmFlags returns the VmFlags line of the mapping of this process that
+// holds addr (/proc/self/smaps).
+func vmFlags(t *testing.T, addr uintptr) []byte {
+	t.Helper()
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	in := false
+	for _, line := range bytes.Split(smaps, []byte("\n")) {
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(string(line), "%x-%x ", &lo, &hi); n == 2 {
+			in = lo <= addr && addr < hi
+			continue
+		}
+		if in && bytes.HasPrefix(line, []byte("VmFlags:")) {
+			return line
+		}
+	}
+	t.Fatalf("no mapping holds %#x", addr)
+	return nil
 }
