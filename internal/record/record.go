@@ -93,7 +93,7 @@ type Config struct {
 	// at which BPF wakes the recorder; 0 means probe.DefaultWakeupFill.
 	WakeupFill float64
 	// PollInterval is how long the recorder sleeps at most while the
-	// rings look empty; 0 means DefaultPollInterval.
+	// rings look empty; 0 means FlushEvery (see DefaultPollInterval).
 	PollInterval time.Duration
 }
 
@@ -190,9 +190,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.PollInterval < 0 {
 		return nil, fmt.Errorf("poll interval %v: want a positive duration", cfg.PollInterval)
 	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
+	cfg.PollInterval = pollEvery(cfg.PollInterval, cfg.FlushEvery)
 	if cfg.StatusDir == "" {
 		cfg.StatusDir = DefaultStatusDir
 	}
@@ -470,7 +468,20 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 // 200 ms used 0.78 ± 0.08 and 0.92 ± 0.03 of the recorder's CPU time
 // (64 KiB and 64-byte veth floods, `magnet bench --cost --compare-with`).
 // The deadline is also fixed between flushes now (waitClock).
-const DefaultPollInterval = 200 * time.Millisecond
+//
+// So the rings are read as often as the trace is flushed unless asked
+// otherwise: a longer --flush-every lengthens the polls with it (their
+// timer wake-ups were part of what a longer interval saves).
+const DefaultPollInterval = DefaultFlushEvery
+
+// pollEvery is the poll interval of a recording: poll, if set, else the
+// flush interval.
+func pollEvery(poll, flush time.Duration) time.Duration {
+	if poll == 0 {
+		return flush
+	}
+	return poll
+}
 
 // drain writes what the rings hold now, the control ring's records first,
 // and at most about the events rings' size, so that the loop comes back to

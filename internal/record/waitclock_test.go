@@ -60,3 +60,19 @@ func TestWaitClock(t *testing.T) {
 	c.flushed(ms(990))
 	check(c, ms(1000), "the end before the flush")
 }
+
+// The rings are polled as often as the trace is flushed unless a poll
+// interval is given: records read sooner would wait for the flush anyway.
+func TestPollEvery(t *testing.T) {
+	for _, c := range []struct{ poll, flush, want time.Duration }{
+		{0, DefaultFlushEvery, DefaultPollInterval},
+		{0, time.Second, time.Second},
+		{0, 25 * time.Millisecond, 25 * time.Millisecond},
+		{10 * time.Millisecond, time.Second, 10 * time.Millisecond},
+		{time.Second, 200 * time.Millisecond, time.Second},
+	} {
+		if got := pollEvery(c.poll, c.flush); got != c.want {
+			t.Errorf("pollEvery(%v, %v) = %v, want %v", c.poll, c.flush, got, c.want)
+		}
+	}
+}

@@ -77,7 +77,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err != nil {
 				return fmt.Errorf("record: --wakeup-fill: %w", err)
 			}
-			if pollInterval < time.Millisecond || pollInterval > time.Minute {
+			if cmd.Flags().Changed("poll-interval") && (pollInterval < time.Millisecond || pollInterval > time.Minute) {
 				return fmt.Errorf("record: --poll-interval %v: want between 1ms and 1m", pollInterval)
 			}
 			if cgroup != "" && len(args) > 0 {
@@ -141,7 +141,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVarP(&events, "events", "e", "default", "event groups to record")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together (power of two; K/M/G suffixes)")
 	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events area is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
-	f.DurationVar(&pollInterval, "poll-interval", record.DefaultPollInterval, "read the rings at least this often, woken or not")
+	f.DurationVar(&pollInterval, "poll-interval", 0, "read the rings at least this often, woken or not (default: the --flush-every interval)")
 	f.DurationVar(&flushEvery, "flush-every", record.DefaultFlushEvery, "write the trace's buffered records out at least this often (what a crash can lose; longer costs the recorder less)")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
