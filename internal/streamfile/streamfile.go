@@ -210,7 +210,7 @@ func New(f *os.File, opts Options) *Writer {
 		w.done = make(chan struct{})
 		for range min(w.max, (opts.Prefault+chunkSize-1)/chunkSize) {
 			w.chunks++
-			w.free <- prefault(w.newChunk())
+			w.free <- prefault(w.newChunk(true))
 		}
 		go w.run()
 	}
@@ -307,7 +307,7 @@ func (w *Writer) getChunk() []byte {
 	default:
 		if w.chunks < w.max {
 			w.chunks++
-			c = w.newChunk()
+			c = w.newChunk(false)
 		} else {
 			c = <-w.free
 		}
@@ -325,18 +325,22 @@ func (w *Writer) getChunk() []byte {
 // (x86-64, and arm64's usual granule).
 const hugePage = 2 << 20
 
-// newChunk allocates an empty chunk. A chunk that is written directly is
-// also asked to be backed by transparent huge pages (MADV_HUGEPAGE, which
-// takes effect where THP is "always" or "madvise"; elsewhere it is
-// harmless): a direct write pins the pages it writes from, one by one for
-// 4 KiB pages (gup_fast_fallback was a third of the writer's system time,
-// 4 % of a recorder's samples in a 64-byte flood) and once per 2 MiB for a
-// huge page: a 4 MiB direct write here took 94-114 µs of CPU from 4 KiB
-// pages and 37-40 µs from huge pages. The chunk then starts at a 2 MiB
-// boundary, in an allocation 2 MiB larger, whose rest it never touches.
-func (w *Writer) newChunk() []byte {
-	if w.direct == 0 {
-		return alignedChunk(1)
+// newChunk allocates an empty chunk. A chunk that is written directly and
+// made now, to be prefaulted (huge), is also asked to be backed by
+// transparent huge pages (MADV_HUGEPAGE, which takes effect where THP is
+// "always" or "madvise"; elsewhere it is harmless): a direct write pins the
+// pages it writes from, one by one for 4 KiB pages (gup_fast_fallback was a
+// third of the writer's system time, 4 % of a recorder's samples in a
+// 64-byte flood) and once per 2 MiB for a huge page: a 4 MiB direct write
+// here took 94-114 µs of CPU from 4 KiB pages and 37-40 µs from huge pages.
+// The chunk then starts at a 2 MiB boundary, in an allocation 2 MiB larger,
+// whose rest it never touches. Chunks made later, while the caller fills
+// them, do not ask: the first touch of a huge page may compact memory
+// first (THP's defrag setting), a stall the caller (a recorder's drain)
+// must not take.
+func (w *Writer) newChunk(huge bool) []byte {
+	if w.direct == 0 || !huge {
+		return alignedChunk(max(w.direct, 1))
 	}
 	c := alignedChunk(max(w.direct, hugePage))
 	// Best effort: without huge pages, the writes pin 4 KiB pages as
