@@ -47,7 +47,7 @@ type DrainPolicy struct {
 // 9 and 10); and the default wake-up with the trace written from the
 // drain loop.
 var DrainPolicies = []DrainPolicy{
-	{Name: "woken at 1/8 full, poll 200 ms (default)"},
+	{Name: "woken at 1/8 full, poll 1 s (default)"},
 	{Name: "woken at 1/64 full", WakeupFill: 1.0 / 64},
 	{Name: "woken at 1/2 full", WakeupFill: 0.5},
 	{Name: "never woken, read every 1 ms", WakeupFill: 1, PollInterval: time.Millisecond},

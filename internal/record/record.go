@@ -33,8 +33,8 @@ import (
 
 // DefaultBufferBytes is the default size of the events ring buffers, all
 // CPUs together: 8 MiB. A bulk transfer at 10 Gbit/s with TSO makes ~1 M
-// events/s of ~40 bytes in the rings; the reader polls every 200 ms and is
-// woken when a ring is 1/8 full, so 8 MiB rides out ~200 ms of reader delay
+// events/s of ~40 bytes in the rings; the reader is woken when a ring is
+// 1/8 full (and polls every second), so 8 MiB rides out ~200 ms of reader delay
 // (a busy disk, a descheduled reader) at that rate, where MAGNeT's
 // measurements showed 1 MB sufficed at 1 Gbit/s.
 const DefaultBufferBytes = 8 << 20
@@ -158,8 +158,12 @@ var ErrStopped = errors.New("recording stopped")
 // and how far a reader of the growing file lags the recording. Each flush is
 // a direct write of whatever the file writer's chunk holds, with its system
 // call and wake-ups; docs/BENCH.md ("The drain, seventh round") has what a
-// longer interval saves.
-const DefaultFlushEvery = 200 * time.Millisecond
+// longer interval saves. A second: with the polls following it, the
+// recorder used 0.76-0.80 (64 KiB veth flood) and 0.92 (64-byte) of its CPU
+// at 200 ms, which put the drain under issue 5's 30 ns per event. Tracers
+// users know buffer longer still (tcpdump -w until its buffer fills, LTTng
+// and perf until a sub-buffer does); --flush-every 200ms keeps the old bound.
+const DefaultFlushEvery = time.Second
 
 // prefaultBytes is how much of the trace file's queue is made present in
 // memory before the probes attach (see streamfile.Options.Prefault): the
