@@ -89,6 +89,7 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		Ready:           opts.Ready,
 		StatusDir:       opts.StatusDir,
 		ExcludeCgroupID: cg.id,
+		FlushEvery:      record.FlushEveryFor(cfg.Rotate.Interval),
 		NewSink: func(h *trace.Header) (record.Sink, error) {
 			h.Host = cfg.Host
 			return rotate.New(h, cfg.sinkOptions(pat, sup.wake, opts.Log))

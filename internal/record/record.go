@@ -165,6 +165,17 @@ var ErrStopped = errors.New("recording stopped")
 // and perf until a sub-buffer does); --flush-every 200ms keeps the old bound.
 const DefaultFlushEvery = time.Second
 
+// FlushEveryFor is the default flush interval of a recording rotated every
+// rotateEvery (0: not by time). Time rotation happens at a flush, so a file
+// can start up to a flush interval late: a fifth of the rotation interval
+// at most keeps that small (200 ms for `--rotate 1s`, the shortest).
+func FlushEveryFor(rotateEvery time.Duration) time.Duration {
+	if rotateEvery > 0 {
+		return min(DefaultFlushEvery, rotateEvery/5)
+	}
+	return DefaultFlushEvery
+}
+
 // prefaultBytes is how much of the trace file's queue is made present in
 // memory before the probes attach (see streamfile.Options.Prefault): the
 // chunks a steady drain goes round with, so that it takes no page fault

@@ -76,3 +76,18 @@ func TestPollEvery(t *testing.T) {
 		}
 	}
 }
+
+// A time-rotated recording flushes often enough for its files to start
+// nearly on time; others at the default.
+func TestFlushEveryFor(t *testing.T) {
+	for _, c := range []struct{ rotate, want time.Duration }{
+		{0, DefaultFlushEvery},
+		{time.Second, 200 * time.Millisecond},
+		{3 * time.Second, 600 * time.Millisecond},
+		{time.Minute, DefaultFlushEvery},
+	} {
+		if got := FlushEveryFor(c.rotate); got != c.want {
+			t.Errorf("FlushEveryFor(%v) = %v, want %v", c.rotate, got, c.want)
+		}
+	}
+}

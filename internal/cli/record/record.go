@@ -86,6 +86,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if duration < 0 {
 				return fmt.Errorf("record: --duration must be positive")
 			}
+			if !cmd.Flags().Changed("flush-every") {
+				flushEvery = record.FlushEveryFor(rotateEvery)
+			}
 			cfg := record.Config{
 				Output:       output,
 				Groups:       groups,
@@ -142,7 +145,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together (power of two; K/M/G suffixes)")
 	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events area is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
 	f.DurationVar(&pollInterval, "poll-interval", 0, "read the rings at least this often, woken or not (default: the --flush-every interval)")
-	f.DurationVar(&flushEvery, "flush-every", record.DefaultFlushEvery, "write the trace's buffered records out at least this often (what a crash can lose; longer costs the recorder less)")
+	f.DurationVar(&flushEvery, "flush-every", record.DefaultFlushEvery, "write the trace's buffered records out at least this often (what a crash can lose; longer costs the recorder less; with --rotate, by default a fifth of its interval if that is less)")
 	f.DurationVarP(&duration, "duration", "d", 0, "stop after this long (e.g. 30s)")
 	f.IntVar(&pid, "pid", 0, "record only sockets of this process")
 	f.StringVar(&cgroup, "cgroup", "", "record only sockets and tasks of this cgroup2 (path) and its descendants")
