@@ -85,8 +85,15 @@ func (nopTracer) stop() (Traced, error) { return Traced{}, nil }
 
 // loadedTracer holds magnet's programs attached, every default group, no
 // filter, with nobody reading the ring: once it is full every event is
-// counted as lost, which is the cheapest a loaded magnet can be.
-type loadedTracer struct{ p *probe.Probe }
+// counted as lost, which is the cheapest a loaded magnet can be. Silenced
+// (the hooks configuration, probe.Silence), none produces an event.
+type loadedTracer struct {
+	p      *probe.Probe
+	silent bool
+	// The counts when the transfer's measurement began: what other
+	// traffic made between the load and the silence is not the transfer's.
+	produced0, lost0 [event.NumTypes]uint64
+}
 
 func startLoaded(buffer int, f probe.Filters) (*loadedTracer, error) {
 	p, err := probe.Load(probe.Options{
@@ -102,29 +109,7 @@ func startLoaded(buffer int, f probe.Filters) (*loadedTracer, error) {
 	return &loadedTracer{p: p}, nil
 }
 
-func (t *loadedTracer) stop() (Traced, error) {
-	t.p.Detach()
-	produced, lost, err := t.p.CountersOf()
-	t.p.Close()
-	if err != nil {
-		return Traced{}, err
-	}
-	var tr Traced
-	for i := range produced {
-		tr.Produced += produced[i]
-		tr.Lost += lost[i]
-	}
-	return tr, nil
-}
-
-// hooksTracer is a loadedTracer silenced (probe.Silence): every program
-// attached, none producing an event.
-type hooksTracer struct {
-	p                *probe.Probe
-	produced0, lost0 [event.NumTypes]uint64
-}
-
-func startHooks(buffer int) (*hooksTracer, error) {
+func startHooks(buffer int) (*loadedTracer, error) {
 	t, err := startLoaded(buffer, probe.Filters{})
 	if err != nil {
 		return nil, err
@@ -133,21 +118,19 @@ func startHooks(buffer int) (*hooksTracer, error) {
 		t.p.Close()
 		return nil, fmt.Errorf("silence probes: %w", err)
 	}
-	// What other traffic made between the load and the silence is not
-	// the transfer's.
-	h := &hooksTracer{p: t.p}
-	if h.produced0, h.lost0, err = t.p.CountersOf(); err != nil {
+	t.silent = true
+	if t.produced0, t.lost0, err = t.p.CountersOf(); err != nil {
 		t.p.Close()
 		return nil, err
 	}
-	return h, nil
+	return t, nil
 }
 
-// stop counts the events produced and lost since the silence, which should
-// be none. The control ring's records (connections' openings and closes,
-// interfaces) are told whatever the mask, for any connection on the host,
-// and are left out.
-func (t *hooksTracer) stop() (Traced, error) {
+// stop counts the events produced and lost since the start. Silenced, that
+// should be none: the control ring's records (connections' openings and
+// closes, interfaces), told whatever the mask for any connection on the
+// host, are left out.
+func (t *loadedTracer) stop() (Traced, error) {
 	t.p.Detach()
 	produced, lost, err := t.p.CountersOf()
 	t.p.Close()
@@ -158,7 +141,9 @@ func (t *hooksTracer) stop() (Traced, error) {
 	for i := range produced {
 		switch event.Type(i) {
 		case event.ConnOpen, event.ConnClose, event.Iface:
-			continue
+			if t.silent {
+				continue
+			}
 		}
 		tr.Produced += produced[i] - t.produced0[i]
 		tr.Lost += lost[i] - t.lost0[i]

@@ -93,10 +93,10 @@ func countType(recs [][]byte, typ event.Type) int {
 	return n
 }
 
-// TestSetGroups changes the enabled groups while the programs run: events
-// of a group switched off stop at once, and come back when it is switched
-// on again, with nothing reloaded.
-func TestSetGroups(t *testing.T) {
+// loadForListener loads groups with the port filter of a new listener on
+// 127.0.0.1; both are closed with the test. It skips without root.
+func loadForListener(t *testing.T, groups event.Group) (*Probe, net.Listener) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
@@ -104,14 +104,22 @@ func TestSetGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	all := event.GroupSock | event.GroupTCP | event.GroupTCPSend | event.GroupTCPState | event.GroupConn
-	p, err := Load(Options{Groups: all, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
+	p, err := Load(Options{Groups: groups, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p, ln
+}
+
+// TestSetGroups changes the enabled groups while the programs run: events
+// of a group switched off stop at once, and come back when it is switched
+// on again, with nothing reloaded.
+func TestSetGroups(t *testing.T) {
+	all := event.GroupSock | event.GroupTCP | event.GroupTCPSend | event.GroupTCPState | event.GroupConn
+	p, ln := loadForListener(t, all)
 	rd := ringReaders(t, p)
 
 	c := loopbackPair(t, ln)
@@ -250,25 +258,13 @@ func TestDeliveryRate(t *testing.T) {
 }
 
 // TestSilence empties the event mask with every program left attached:
-// no event is produced or lost (connections' openings aside), and sockets connected meanwhile still get
-// sockops' per-segment callbacks (what the bench's hooks configuration
-// measures), so tcp_xmit shows for them as soon as the groups come back.
+// no event is produced or lost (connections' openings aside), and sockets
+// connected meanwhile still get sockops' per-segment callbacks (what the
+// bench's hooks configuration measures), so tcp_xmit shows for them as soon
+// as the groups come back.
 func TestSilence(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loading BPF needs root")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
 	all := event.GroupSock | event.GroupTCP | event.GroupConn
-	p, err := Load(Options{Groups: all, BufferBytes: 4 << 20, ControlBytes: 64 << 10, Filters: Filters{Port: uint16(port)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, ln := loadForListener(t, all)
 	rd := ringReaders(t, p)
 	before := p.AttachedPrograms()
 	if err := p.Silence(); err != nil {
