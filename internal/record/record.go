@@ -160,9 +160,9 @@ var ErrStopped = errors.New("recording stopped")
 // call and wake-ups; docs/BENCH.md ("The drain, seventh round") has what a
 // longer interval saves. A second: with the polls following it, the
 // recorder used 0.76-0.80 (64 KiB veth flood) and 0.92 (64-byte) of its CPU
-// at 200 ms, which put the drain under issue 5's 30 ns per event. Tracers
-// users know buffer longer still (tcpdump -w until its buffer fills, LTTng
-// and perf until a sub-buffer does); --flush-every 200ms keeps the old bound.
+// at 200 ms (paired). Tracers users know buffer longer still (tcpdump -w
+// until its buffer fills, LTTng and perf until a sub-buffer does);
+// --flush-every 200ms keeps the old bound.
 const DefaultFlushEvery = time.Second
 
 // FlushEveryFor is the default flush interval of a recording rotated every
