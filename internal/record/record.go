@@ -93,7 +93,7 @@ type Config struct {
 	// at which BPF wakes the recorder; 0 means probe.DefaultWakeupFill.
 	WakeupFill float64
 	// PollInterval is how long the recorder sleeps at most while the
-	// rings look empty; 0 means FlushEvery (see DefaultPollInterval).
+	// rings look empty; 0 means FlushEvery (see pollEvery).
 	PollInterval time.Duration
 }
 
@@ -469,11 +469,12 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 	}
 }
 
-// DefaultPollInterval bounds how long the recorder sleeps while the rings
+// pollEvery is the poll interval of a recording: poll, if set, else the
+// flush interval. It bounds how long the recorder sleeps while the rings
 // look empty: BPF wakes it up only once a ring is an eighth full (see
 // probe.Load), so this is how late a record can be read when events are
-// few. It is the default flush interval: a record read sooner would wait
-// for the flush anyway before a reader of the trace sees it.
+// few. A record read sooner than the next flush would wait for it anyway
+// before a reader of the trace sees it.
 //
 // It is not shorter because every expiry of the wait's deadline wakes the
 // process, also while the rings wake the recorder far more often: Go's
@@ -487,10 +488,6 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 // So the rings are read as often as the trace is flushed unless asked
 // otherwise: a longer --flush-every lengthens the polls with it (their
 // timer wake-ups were part of what a longer interval saves).
-const DefaultPollInterval = DefaultFlushEvery
-
-// pollEvery is the poll interval of a recording: poll, if set, else the
-// flush interval.
 func pollEvery(poll, flush time.Duration) time.Duration {
 	if poll == 0 {
 		return flush

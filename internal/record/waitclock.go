@@ -16,7 +16,7 @@ import "time"
 // sysmon and the thread waiting in the network poller at the old time:
 // they sleep until the earliest timer as it was when they went to sleep.
 // That was one futile wake-up of each per poll interval, also while the
-// rings woke the recorder far more often (see DefaultPollInterval).
+// rings woke the recorder far more often (see pollEvery).
 type waitClock struct {
 	pollEvery, flushEvery time.Duration
 	lastFlush, nextPoll   time.Time

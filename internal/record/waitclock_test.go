@@ -65,7 +65,7 @@ func TestWaitClock(t *testing.T) {
 // interval is given: records read sooner would wait for the flush anyway.
 func TestPollEvery(t *testing.T) {
 	for _, c := range []struct{ poll, flush, want time.Duration }{
-		{0, DefaultFlushEvery, DefaultPollInterval},
+		{0, DefaultFlushEvery, DefaultFlushEvery},
 		{0, time.Second, time.Second},
 		{0, 25 * time.Millisecond, 25 * time.Millisecond},
 		{10 * time.Millisecond, time.Second, 10 * time.Millisecond},
