@@ -204,16 +204,20 @@ func ringbufQuery(m *maps) asm.Instructions {
 	}
 }
 
+// recordValue puts what a record's stores write in R7: the clock's time,
+// read now, withClock; else a constant.
+func recordValue(withClock bool) asm.Instructions {
+	if withClock {
+		return asm.Instructions{asm.FnKtimeGetNs.Call(), asm.Mov.Reg(asm.R7, asm.R0)}
+	}
+	return asm.Instructions{asm.Mov.Imm(asm.R7, 1)}
+}
+
 // ringbufRecord reserves 40 bytes, fills them with five 8-byte stores and
 // submits them; withClock reads the clock first and stores the time.
 func ringbufRecord(withClock bool) func(*maps) asm.Instructions {
 	return func(m *maps) asm.Instructions {
-		var insns asm.Instructions
-		if withClock {
-			insns = append(insns, asm.FnKtimeGetNs.Call(), asm.Mov.Reg(asm.R7, asm.R0))
-		} else {
-			insns = append(insns, asm.Mov.Imm(asm.R7, 1))
-		}
+		insns := recordValue(withClock)
 		insns = append(insns,
 			asm.LoadMapPtr(asm.R1, m.ring.FD()),
 			asm.Mov.Imm(asm.R2, recordBytes),
@@ -252,12 +256,7 @@ func ringbufOutput(m *maps) asm.Instructions {
 // withClock reads the clock first and stores the time.
 func arrayRing(withClock bool) func(*maps) asm.Instructions {
 	return func(m *maps) asm.Instructions {
-		var insns asm.Instructions
-		if withClock {
-			insns = append(insns, asm.FnKtimeGetNs.Call(), asm.Mov.Reg(asm.R7, asm.R0))
-		} else {
-			insns = append(insns, asm.Mov.Imm(asm.R7, 1))
-		}
+		insns := recordValue(withClock)
 		insns = append(insns,
 			asm.FnGetSmpProcessorId.Call(),
 			asm.StoreMem(asm.RFP, -8, asm.R0, asm.Word),
