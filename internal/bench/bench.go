@@ -221,6 +221,12 @@ type Traced struct {
 	Bytes    int64   `json:"bytes"`              // trace file size
 	CPUS     float64 `json:"cpu_s"`              // the tracer's user-side CPU time
 	SysS     float64 `json:"sys_s,omitempty"`    // magnet: the part of CPUS spent in the kernel (writes, waits)
+	// RecordCPUS is magnet's own account of its CPU time from the probes
+	// attached to the last event drained (record.CPU), RecordSysS its
+	// system part: what the drain costs, without the fixed cost of
+	// stopping. 0 for a build that does not say it.
+	RecordCPUS float64 `json:"record_cpu_s,omitempty"`
+	RecordSysS float64 `json:"record_sys_s,omitempty"`
 }
 
 // ErrNotRoot is returned when the bench cannot build its namespaces or load

@@ -125,7 +125,7 @@ func TestSmoke(t *testing.T) {
 	r, err := Run(ctx, Options{
 		Magnet: bin, Reps: 1, Duration: time.Second, Links: []int{0},
 		Configs: []string{Baseline, Hooks, Loaded, RecordSender, RecordSenderSock}, Log: &log,
-		Synth: true, SynthRates: []float64{1e6},
+		Synth: true, SynthRates: []float64{1e6}, Cost: true,
 	})
 	t.Log(log.String())
 	if err != nil {
@@ -164,6 +164,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	checkSynthLoad(t, r)
+	checkCost(t, r)
 	var md bytes.Buffer
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
@@ -213,6 +214,31 @@ func checkSynthLoad(t *testing.T, r *Report) {
 	}
 	if s := sl.Steps[1]; s.ReductionPct.N != 1 || s.SynthRuns != synth.Runs {
 		t.Errorf("1 M/s step %+v", s)
+	}
+}
+
+// checkCost checks the per-event cost runs: a `magnet record` process
+// whose trace accounts for every event its programs produced, its own CPU
+// time in its summary, and bpf_stats of its programs.
+func checkCost(t *testing.T, r *Report) {
+	t.Helper()
+	if r.Cost == nil || len(r.Cost.Runs) != 2 {
+		t.Fatalf("cost: %+v", r.Cost)
+	}
+	for _, run := range r.Cost.Runs {
+		if run.Drained == 0 || run.Drained+run.Lost != run.Produced {
+			t.Errorf("%s: %d drained + %d lost, %d produced", run.Workload, run.Drained, run.Lost, run.Produced)
+		}
+		if run.UserNsPerEvent <= 0 || run.UserSysNsPerEvent > run.UserNsPerEvent {
+			t.Errorf("%s: drain %.1f ns/event, %.1f of it in system calls", run.Workload, run.UserNsPerEvent, run.UserSysNsPerEvent)
+		}
+		var runs uint64
+		for _, pc := range run.Programs {
+			runs += pc.RunCount
+		}
+		if runs == 0 || run.KernelNsPerRun <= 0 {
+			t.Errorf("%s: %d program runs, %.1f ns/run", run.Workload, runs, run.KernelNsPerRun)
+		}
 	}
 }
 
@@ -329,5 +355,26 @@ func TestSummarizeLimit(t *testing.T) {
 	row = summarizeLimit("tcp 64 B", LimitRecorded, []limitTrial{{x: &Xfer{Messages: 10, RecvBytes: 640, WallS: 1}, produced: 100, cpuS: 0.25}}, loaded)
 	if row.RecorderCPU.Mean != 25 || row.EventsPerS.Mean != 100 || row.Mbit.Mean != 640*8/1e6 {
 		t.Fatalf("recorded: %+v", row)
+	}
+}
+
+// TestPairedCPUFrom checks that the paired table says where its CPU times
+// come from, and that a side without its own account makes both sides use
+// the transfer's.
+func TestPairedCPUFrom(t *testing.T) {
+	for _, c := range []struct {
+		this, other uint64 // own accounts, ns
+		from        string
+		want        float64 // this side's drain, ns per event
+	}{{2000, 3000, "summary", 20}, {2000, 0, "transfer", 10}, {0, 3000, "transfer", 10}} {
+		this := PairSide{Drained: 100, windowNs: 1000, ownNs: c.this}
+		other := PairSide{Drained: 100, windowNs: 1000, ownNs: c.other}
+		if from := useCPUs(&this, &other); from != c.from || this.DrainNsPerEvent != c.want || this.CPUNs != uint64(c.want*100) {
+			t.Errorf("own %d/%d: %s, drain %.1f ns/event, want %s, %.1f", c.this, c.other, from, this.DrainNsPerEvent, c.from, c.want)
+		}
+	}
+	p := &PairedResult{Runs: []PairedRun{{CPUFrom: "summary"}, {CPUFrom: "transfer"}}}
+	if got := p.cpuFrom(); !strings.HasPrefix(got, "1 runs each recorder's own account") || !strings.Contains(got, "1 measured over the transfer") {
+		t.Errorf("cpuFrom = %q", got)
 	}
 }

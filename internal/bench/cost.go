@@ -19,7 +19,6 @@ import (
 	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
-	"github.com/magnet-tracer/magnet/internal/record"
 )
 
 // Machine describes where the bench ran.
@@ -186,49 +185,76 @@ func (c *CostResult) Summaries() []CostSummary {
 }
 
 func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, size int) (*CostRun, error) {
-	before, err := lastProgramID()
-	if err != nil {
-		return nil, err
-	}
-	var progs []*ebpf.Program
-	var openErr error
-	defer func() {
-		for _, p := range progs {
-			p.Close()
-		}
-	}()
-	port := b.nextPort()
 	floor, ferr := attachEmpty("net_dev_queue")
 	if ferr != nil {
 		b.logf("cost: no measurement floor: %v", ferr)
 	} else {
 		defer floor.close()
 	}
-	t, err := b.startRecord(ctx, record.Filters{NetNS: lab.Client.NS}, record.DefaultBufferBytes, func() {
-		progs, openErr = magnetPrograms(before, os.Getpid())
-	})
+	// `magnet record` as users run it, in a process of its own: its CPU
+	// time is then the recorder's alone, not also the bench's (which
+	// starts and waits for the workload: ~4 ms a transfer).
+	p, err := b.startRecorderProc(ctx, lab, b.opts.Magnet)
 	if err != nil {
 		return nil, err
 	}
-	x, xerr := b.transfer(ctx, lab, proto, size, b.opts.Duration, port)
-	tr, err := t.stop()
+	x, xerr := b.transfer(ctx, lab, proto, size, b.opts.Duration, b.nextPort())
 	if xerr != nil {
+		p.kill()
 		return nil, xerr
 	}
+	progs, err := programCosts(p.progs)
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	if len(progs) == 0 {
+		p.kill()
+		return nil, errors.New("no magnet programs found to read bpf_stats from")
+	}
+	p.closeProgs()
+	tr, err := p.end()
 	if err != nil {
 		return nil, err
 	}
-	if openErr != nil {
-		return nil, openErr
+	if tr.RecordCPUS == 0 {
+		return nil, errors.New("the recorder's trace summary has no recorder_cpu_ns")
 	}
-	if len(progs) == 0 {
-		return nil, errors.New("no magnet programs found to read bpf_stats from")
-	}
-	run := &CostRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), Produced: tr.Produced, Drained: tr.Events, Lost: tr.Lost, UserCPUS: tr.CPUS}
+	run := &CostRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), Produced: tr.Produced, Drained: tr.Events, Lost: tr.Lost, UserCPUS: tr.RecordCPUS, Programs: progs}
 	if x.WallS > 0 {
 		run.ThroughputMbit = float64(x.RecvBytes) * 8 / x.WallS / 1e6
 	}
 	var runs, ns uint64
+	for _, pc := range progs {
+		runs += pc.RunCount
+		ns += pc.RuntimeNs
+	}
+	if runs > 0 {
+		run.KernelNsPerRun = float64(ns) / float64(runs)
+	}
+	if tr.Produced > 0 {
+		run.KernelNsPerEvent = float64(ns) / float64(tr.Produced)
+	}
+	if tr.Events > 0 {
+		run.UserNsPerEvent = tr.RecordCPUS * 1e9 / float64(tr.Events)
+		run.UserSysNsPerEvent = tr.RecordSysS * 1e9 / float64(tr.Events)
+	}
+	if ferr == nil {
+		st, err := floor.prog.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("empty program stats: %w", err)
+		}
+		run.FloorRuns = st.RunCount
+		if st.RunCount > 0 {
+			run.FloorNsPerRun = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+		}
+	}
+	return run, nil
+}
+
+// programCosts reads the bpf_stats of programs, dearest first.
+func programCosts(progs []*ebpf.Program) ([]ProgCost, error) {
+	var out []ProgCost
 	for _, p := range progs {
 		info, err := p.Info()
 		if err != nil {
@@ -242,32 +268,10 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 		if pc.RunCount > 0 {
 			pc.NsPerRun = float64(pc.RuntimeNs) / float64(pc.RunCount)
 		}
-		runs += pc.RunCount
-		ns += pc.RuntimeNs
-		run.Programs = append(run.Programs, pc)
+		out = append(out, pc)
 	}
-	sort.Slice(run.Programs, func(i, j int) bool { return run.Programs[i].RuntimeNs > run.Programs[j].RuntimeNs })
-	if runs > 0 {
-		run.KernelNsPerRun = float64(ns) / float64(runs)
-	}
-	if tr.Produced > 0 {
-		run.KernelNsPerEvent = float64(ns) / float64(tr.Produced)
-	}
-	if tr.Events > 0 {
-		run.UserNsPerEvent = tr.CPUS * 1e9 / float64(tr.Events)
-		run.UserSysNsPerEvent = tr.SysS * 1e9 / float64(tr.Events)
-	}
-	if ferr == nil {
-		st, err := floor.prog.Stats()
-		if err != nil {
-			return nil, fmt.Errorf("empty program stats: %w", err)
-		}
-		run.FloorRuns = st.RunCount
-		if st.RunCount > 0 {
-			run.FloorNsPerRun = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
-		}
-	}
-	return run, nil
+	sort.Slice(out, func(i, j int) bool { return out[i].RuntimeNs > out[j].RuntimeNs })
+	return out, nil
 }
 
 // emptyProgram is a program that returns at once, attached to a

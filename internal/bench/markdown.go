@@ -348,7 +348,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 
 	if c := r.Cost; c != nil {
 		sums := c.Summaries()
-		p("\n## Per-event cost\n\n%s. Kernel: bpf_stats run time (BPF_STATS_RUN_TIME) of every magnet program over their runs, and the same for an empty program attached to net_dev_queue during the run: what measuring and calling a program costs, which every figure includes; **net** is the difference. Per event produced: all programs' run time / events produced (runs that produce nothing, such as filtered packets, cost too). Drain: the recorder's CPU time (getrusage of the bench process, which runs the recorder; user + system, so writing the trace included, and the system-call part apart) from attach to close / events drained. Mean ± 95 %% CI over %d repetitions of %gs transfers. Cycles = ns × %.0f MHz.\n\n",
+		p("\n## Per-event cost\n\n%s. Kernel: bpf_stats run time (BPF_STATS_RUN_TIME) of every magnet program over their runs, and the same for an empty program attached to net_dev_queue during the run: what measuring and calling a program costs, which every figure includes; **net** is the difference. Per event produced: all programs' run time / events produced (runs that produce nothing, such as filtered packets, cost too). Drain: the `magnet record` process's own account of its CPU time (getrusage, user + system, so writing the trace included, and the system-call part apart) from its probes attached to its last event drained, which its trace summary gives (`recorder_cpu_ns`), / events drained; stopping (detaching, unloading) is a fixed cost left out. Mean ± 95 %% CI over %d repetitions of %gs transfers. Cycles = ns × %.0f MHz.\n\n",
 			capital(c.Note), maxReps(sums), r.Settings.DurationS, c.MHz)
 		p("| workload | kernel ns/run | empty program ns/run | net ns/run (cycles) | kernel ns/event produced | drain ns/event (cycles) | of which system calls | events produced | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range sums {
@@ -371,8 +371,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if pr := r.Paired; pr != nil && len(pr.Runs) > 0 {
 		sums := pr.Summaries()
 		p("\n## Per-event cost, two builds at once\n\n")
-		p("%s. This: %s; other: %s. Each workload %d times in each order (the recorder started second attaches second and finds caches warmed by the first), %gs transfers; mean ± 95 %% CI. The ratio is this build's figure over the other's in the same run, averaged over runs. Drain: each recorder process's CPU time (all threads, user + system) over the transfer / events it wrote.\n\n",
-			capital(pr.Note), pr.This, pr.Other, len(pr.Runs)/max(2*len(sums), 1), r.Settings.DurationS)
+		p("%s. This: %s; other: %s. Each workload %d times in each order (the recorder started second attaches second and finds caches warmed by the first), %gs transfers; mean ± 95 %% CI. The ratio is this build's figure over the other's in the same run, averaged over runs. Drain: each recorder process's CPU time (user + system) / events it wrote; %s.\n\n",
+			capital(pr.Note), pr.This, pr.Other, len(pr.Runs)/max(2*len(sums), 1), r.Settings.DurationS, pr.cpuFrom())
 		p("| workload | figure | other | this | this / other |\n|---|---|---:|---:|---:|\n")
 		for _, s := range sums {
 			p("| %s | kernel ns/run (bpf_stats) | %s | %s | %s |\n", s.Workload, fmtStat(s.OtherNsPerRun, 1), fmtStat(s.ThisNsPerRun, 1), fmtStat(s.RunRatio, 2))

@@ -31,11 +31,17 @@ type PairedResult struct {
 
 // PairedRun is one transfer recorded by both builds.
 type PairedRun struct {
-	Workload  string   `json:"workload"`
-	Rep       int      `json:"rep"`
-	ThisFirst bool     `json:"this_first"` // this build's recorder was started (and attached) first
-	This      PairSide `json:"this"`
-	Other     PairSide `json:"other"`
+	Workload  string `json:"workload"`
+	Rep       int    `json:"rep"`
+	ThisFirst bool   `json:"this_first"` // this build's recorder was started (and attached) first
+	// CPUFrom says where both sides' CPUNs come from: "summary" (each
+	// recorder's own account in its trace, from attach to its last event
+	// drained) or "transfer" (measured from outside over the transfer,
+	// which leaves out the events drained after it: builds that leave
+	// more in their rings look cheaper).
+	CPUFrom string   `json:"cpu_from"`
+	This    PairSide `json:"this"`
+	Other   PairSide `json:"other"`
 	// FloorNsPerRun is an empty program's bpf_stats figure on net_dev_queue
 	// in the same run (see CostRun).
 	FloorNsPerRun float64 `json:"floor_ns_per_run,omitempty"`
@@ -43,14 +49,19 @@ type PairedRun struct {
 
 // PairSide is what one build's recorder cost in a paired run.
 type PairSide struct {
-	Runs            uint64  `json:"runs"`       // program runs (bpf_stats)
-	RuntimeNs       uint64  `json:"runtime_ns"` // their run time
-	NsPerRun        float64 `json:"ns_per_run"`
-	Produced        uint64  `json:"produced"` // events BPF produced (trace summary)
-	Drained         uint64  `json:"drained"`  // events written
-	NsPerEvent      float64 `json:"ns_per_event"`
-	CPUNs           uint64  `json:"cpu_ns"` // the recorder process's CPU time over the transfer
+	Runs       uint64  `json:"runs"`       // program runs (bpf_stats)
+	RuntimeNs  uint64  `json:"runtime_ns"` // their run time
+	NsPerRun   float64 `json:"ns_per_run"`
+	Produced   uint64  `json:"produced"` // events BPF produced (trace summary)
+	Drained    uint64  `json:"drained"`  // events written
+	NsPerEvent float64 `json:"ns_per_event"`
+	// CPUNs is the recorder process's CPU time: its own account (from its
+	// probes attached to its last event drained) when both builds give
+	// one, else measured over the transfer (PairedRun.CPUFrom).
+	CPUNs           uint64  `json:"cpu_ns"`
 	DrainNsPerEvent float64 `json:"drain_ns_per_event"`
+	windowNs        uint64  // CPU time over the transfer
+	ownNs           uint64  // its own account (record.CPU.Record), 0 if it gives none
 }
 
 // paired records each workload with this build and opts.CompareWith at the
@@ -157,7 +168,7 @@ func processCPUNs(pid int) uint64 {
 // returns what it cost over the transfer.
 func (p *recorderProc) stop(cpu1 uint64) (PairSide, error) {
 	var s PairSide
-	s.CPUNs = cpu1 - p.cpu0
+	s.windowNs = cpu1 - p.cpu0
 	for _, pg := range p.progs {
 		st, err := pg.Stats()
 		if err != nil {
@@ -173,16 +184,38 @@ func (p *recorderProc) stop(cpu1 uint64) (PairSide, error) {
 		return s, err
 	}
 	s.Drained, s.Produced = tr.Events, tr.Produced
+	s.ownNs = uint64(tr.RecordCPUS * 1e9)
 	if s.Runs > 0 {
 		s.NsPerRun = float64(s.RuntimeNs) / float64(s.Runs)
 	}
 	if s.Produced > 0 {
 		s.NsPerEvent = float64(s.RuntimeNs) / float64(s.Produced)
 	}
+	return s, nil
+}
+
+// useCPUs sets both sides' CPU time the same way: from their own
+// accounts if both give one, else from the transfer's window. It returns
+// which (PairedRun.CPUFrom).
+func useCPUs(a, b *PairSide) string {
+	own := a.ownNs > 0 && b.ownNs > 0
+	a.useCPU(own)
+	b.useCPU(own)
+	if own {
+		return "summary"
+	}
+	return "transfer"
+}
+
+// useCPU sets the side's CPU time from its own account or the window.
+func (s *PairSide) useCPU(own bool) {
+	s.CPUNs = s.windowNs
+	if own {
+		s.CPUNs = s.ownNs
+	}
 	if s.Drained > 0 {
 		s.DrainNsPerEvent = float64(s.CPUNs) / float64(s.Drained)
 	}
-	return s, nil
 }
 
 func (b *bencher) pairedRun(ctx context.Context, lab *netlab.Lab, self, proto string, size int, thisFirst bool) (*PairedRun, error) {
@@ -224,7 +257,8 @@ func (b *bencher) pairedRun(ctx context.Context, lab *netlab.Lab, self, proto st
 		}
 		sides[i] = s
 	}
-	run := &PairedRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), ThisFirst: thisFirst, This: sides[0], Other: sides[1]}
+	from := useCPUs(&sides[0], &sides[1])
+	run := &PairedRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), ThisFirst: thisFirst, This: sides[0], Other: sides[1], CPUFrom: from}
 	if !thisFirst {
 		run.This, run.Other = sides[1], sides[0]
 	}
@@ -234,6 +268,30 @@ func (b *bencher) pairedRun(ctx context.Context, lab *netlab.Lab, self, proto st
 		}
 	}
 	return run, nil
+}
+
+// cpuFrom says in words where the runs' CPU times come from.
+func (p *PairedResult) cpuFrom() string {
+	own, window := 0, 0
+	for _, r := range p.Runs {
+		if r.CPUFrom == "summary" {
+			own++
+		} else {
+			window++
+		}
+	}
+	const (
+		ownText    = "each recorder's own account in its trace summary (`recorder_cpu_ns`), from its probes attached to its last event drained"
+		windowText = "measured over the transfer, since a build does not give its own account (this leaves out the events drained after the transfer, which a build that leaves more in its rings makes look cheaper)"
+	)
+	switch {
+	case window == 0:
+		return ownText
+	case own == 0:
+		return windowText
+	default:
+		return fmt.Sprintf("%d runs %s, %d %s", own, ownText, window, windowText)
+	}
 }
 
 // PairedSummary is a workload's paired figures over repetitions and both

@@ -139,6 +139,11 @@ func (t *recordProc) end() (Traced, error) {
 			tr.Events += n
 		}
 	}
+	if cpu, ok := sum.Extra["recorder_cpu_ns"].(map[string]any); ok {
+		rec, _ := cpu["record"].(float64)
+		sys, _ := cpu["record_system"].(float64)
+		tr.RecordCPUS, tr.RecordSysS = rec/1e9, sys/1e9
+	}
 	if produced, ok := sum.Extra["produced"].(map[string]any); ok {
 		for name, v := range produced {
 			if f, ok := v.(float64); ok && name != "iface" {

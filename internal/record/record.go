@@ -145,6 +145,7 @@ type Result struct {
 	LostBy    map[string]uint64 // events lost, by type
 	Bytes     int64
 	Hooks     []probe.HookStatus
+	CPU       CPU // the process's CPU time, getting ready and recording
 	ExitCode  int // the command's exit code, if there was one
 	Truncated bool
 }
@@ -314,6 +315,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	status := newStatusFile(cfg, p, r)
 	defer status.remove()
+	r.readyUser, r.readySystem = processCPU()
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -370,13 +372,16 @@ type recorder struct {
 	control  *ring.Reader
 	doorbell *ring.Reader // its records only say "drain": skipped
 	poll     *ring.Poller
-	heads    []heapItem    // drain's merge of the events rings
-	cur      []ringHead    // by CPU
-	bs       blockSink     // w, when the drain may copy records into its blocks
-	now      func() uint64 // the records' clock, now (monotonicClock)
-	room     []byte        // room bs lent for a run's records (open while not nil)
-	tally    trace.Tally   // the records in room
-	tasks    map[uint32]taskKey
+	// readyUser and readySystem are the process's CPU time when the probes
+	// were attached (Result.CPU).
+	readyUser, readySystem time.Duration
+	heads                  []heapItem    // drain's merge of the events rings
+	cur                    []ringHead    // by CPU
+	bs                     blockSink     // w, when the drain may copy records into its blocks
+	now                    func() uint64 // the records' clock, now (monotonicClock)
+	room                   []byte        // room bs lent for a run's records (open while not nil)
+	tally                  trace.Tally   // the records in room
+	tasks                  map[uint32]taskKey
 	// taskCache holds the threads of tasks seen last, by tid's low bits:
 	// a map lookup for each record that carries struct mg_task cost a few
 	// percent of a recorder's time.
@@ -884,6 +889,8 @@ func (r *recorder) finish(res *Result) error {
 	if r.writeErr == nil && err == nil {
 		err = r.writePendingLosses()
 	}
+	user, system := processCPU()
+	res.CPU = CPU{Setup: r.readyUser + r.readySystem, Record: user + system - r.readyUser - r.readySystem, RecordSystem: system - r.readySystem}
 	res.Events = map[string]uint64{}
 	res.Produced = map[string]uint64{}
 	res.LostBy = map[string]uint64{}
@@ -904,7 +911,7 @@ func (r *recorder) finish(res *Result) error {
 			EndWallNs: time.Now().UnixNano(),
 			Events:    res.Events,
 			Lost:      res.Lost,
-			Extra:     map[string]any{"produced": res.Produced, "lost_by_type": res.LostBy},
+			Extra:     map[string]any{"produced": res.Produced, "lost_by_type": res.LostBy, "recorder_cpu_ns": res.CPU.summary()},
 		}
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -463,7 +464,17 @@ func floodAccounting(t *testing.T, cfg record.Config) {
 		}
 	}
 	if sum == nil || sum.Lost != res.Lost {
-		t.Errorf("summary lost = %v, want %d", sum, res.Lost)
+		t.Fatalf("summary lost = %v, want %d", sum, res.Lost)
+	}
+	// The recorder's own CPU time: loading took some, draining a 1 s flood
+	// some, and the summary says what the result does.
+	cpu := res.CPU
+	if cpu.Setup <= 0 || cpu.Record <= 0 || cpu.RecordSystem < 0 || cpu.RecordSystem > cpu.Record {
+		t.Errorf("recorder CPU %+v", cpu)
+	}
+	want := map[string]any{"setup": float64(cpu.Setup.Nanoseconds()), "record": float64(cpu.Record.Nanoseconds()), "record_system": float64(cpu.RecordSystem.Nanoseconds())}
+	if got := sum.Extra["recorder_cpu_ns"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("summary recorder_cpu_ns = %v, want %v", got, want)
 	}
 	// Lifecycle records have their own ring: every kept event can still be
 	// attributed to its connection.

@@ -244,6 +244,11 @@ func printSummary(res *record.Result) {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))
 	}
 	fmt.Fprintln(os.Stderr)
+	fmt.Fprintf(os.Stderr, "  CPU:    %s getting ready, %s recording", res.CPU.Setup.Round(time.Millisecond), res.CPU.Record.Round(100*time.Microsecond))
+	if total > 0 {
+		fmt.Fprintf(os.Stderr, " (%.1f ns per event)", res.CPU.PerEvent(total))
+	}
+	fmt.Fprintln(os.Stderr)
 	served := probe.ServedBy(res.Hooks)
 	for _, h := range res.Hooks {
 		if h.Attached || h.Reason == "not enabled" {
