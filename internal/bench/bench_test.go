@@ -374,7 +374,7 @@ func TestPairedCPUFrom(t *testing.T) {
 		}
 	}
 	p := &PairedResult{Runs: []PairedRun{{CPUFrom: "summary"}, {CPUFrom: "transfer"}}}
-	if got := p.cpuFrom(); !strings.HasPrefix(got, "1 runs each recorder's own account") || !strings.Contains(got, "1 measured over the transfer") {
+	if got := p.cpuFrom(); !strings.HasPrefix(got, "1 runs each recorder's CPU time from the transfer's start") || !strings.Contains(got, "1 measured over the transfer") {
 		t.Errorf("cpuFrom = %q", got)
 	}
 }

@@ -198,6 +198,7 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 	if err != nil {
 		return nil, err
 	}
+	p.cpu0 = p.cpuNs()
 	x, xerr := b.transfer(ctx, lab, proto, size, b.opts.Duration, b.nextPort())
 	if xerr != nil {
 		p.kill()
@@ -217,10 +218,11 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 	if err != nil {
 		return nil, err
 	}
-	if tr.RecordCPUS == 0 {
+	drain := p.drainNs(tr)
+	if drain == 0 {
 		return nil, errors.New("the recorder's trace summary has no recorder_cpu_ns")
 	}
-	run := &CostRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), Produced: tr.Produced, Drained: tr.Events, Lost: tr.Lost, UserCPUS: tr.RecordCPUS, Programs: progs}
+	run := &CostRun{Workload: fmt.Sprintf("%s flood, %d-byte messages", proto, size), Produced: tr.Produced, Drained: tr.Events, Lost: tr.Lost, UserCPUS: float64(drain) / 1e9, Programs: progs}
 	if x.WallS > 0 {
 		run.ThroughputMbit = float64(x.RecvBytes) * 8 / x.WallS / 1e6
 	}
@@ -236,8 +238,10 @@ func (b *bencher) costRun(ctx context.Context, lab *netlab.Lab, proto string, si
 		run.KernelNsPerEvent = float64(ns) / float64(tr.Produced)
 	}
 	if tr.Events > 0 {
-		run.UserNsPerEvent = tr.RecordCPUS * 1e9 / float64(tr.Events)
-		run.UserSysNsPerEvent = tr.RecordSysS * 1e9 / float64(tr.Events)
+		run.UserNsPerEvent = float64(drain) / float64(tr.Events)
+		// The system part is the account's, which also covers the idle
+		// time before the transfer (mostly system time itself).
+		run.UserSysNsPerEvent = min(tr.RecordSysS*1e9, float64(drain)) / float64(tr.Events)
 	}
 	if ferr == nil {
 		st, err := floor.prog.Stats()

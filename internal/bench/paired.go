@@ -184,7 +184,7 @@ func (p *recorderProc) stop(cpu1 uint64) (PairSide, error) {
 		return s, err
 	}
 	s.Drained, s.Produced = tr.Events, tr.Produced
-	s.ownNs = uint64(tr.RecordCPUS * 1e9)
+	s.ownNs = p.drainNs(tr)
 	if s.Runs > 0 {
 		s.NsPerRun = float64(s.RuntimeNs) / float64(s.Runs)
 	}
@@ -281,7 +281,7 @@ func (p *PairedResult) cpuFrom() string {
 		}
 	}
 	const (
-		ownText    = "each recorder's own account in its trace summary (`recorder_cpu_ns`), from its probes attached to its last event drained"
+		ownText    = "each recorder's CPU time from the transfer's start to its last event drained: its own account in its trace summary (`recorder_cpu_ns`, probes attached to last event drained, detaching left out) less what it spent before the transfer"
 		windowText = "measured over the transfer, since a build does not give its own account (this leaves out the events drained after the transfer, which a build that leaves more in its rings makes look cheaper)"
 	)
 	switch {

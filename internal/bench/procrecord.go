@@ -38,11 +38,13 @@ var unlimitedOnly = map[string]bool{RecordSenderProc: true, RecordSenderOther: t
 
 // recordProc is a `magnet record` process.
 type recordProc struct {
-	cmd    *exec.Cmd
-	done   chan error // the process's exit
-	cpu0   uint64     // its CPU time when it got ready (processCPUNs)
-	output string
-	stderr strings.Builder
+	cmd  *exec.Cmd
+	done chan error // the process's exit
+	// cpuReady is its CPU time when it got ready (processCPUNs), cpu0 when
+	// the transfer started (the same until the caller says otherwise).
+	cpuReady, cpu0 uint64
+	output         string
+	stderr         strings.Builder
 }
 
 // startRecordProc starts bin's `magnet record` on the sender's namespace of lab.
@@ -63,7 +65,8 @@ func (b *bencher) startRecordProc(ctx context.Context, lab *netlab.Lab, bin stri
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			os.Remove(ready)
-			t.cpu0 = processCPUNs(t.cmd.Process.Pid)
+			t.cpuReady = processCPUNs(t.cmd.Process.Pid)
+			t.cpu0 = t.cpuReady
 			return t, nil
 		}
 		select {
@@ -89,6 +92,21 @@ func (t *recordProc) stop() (Traced, error) {
 	tr, err := t.end()
 	tr.CPUS = float64(cpu) / 1e9
 	return tr, err
+}
+
+// drainNs is what the recorder spent draining the transfer's events: its
+// own account (record.CPU.Record, probes attached to last event drained,
+// detaching left out) less what it spent before the transfer started
+// (idle, while the bench set the transfer up). Unlike the CPU time over
+// the transfer, it includes draining what the rings still held at the
+// transfer's end. 0 if the build gives no account of its own.
+func (t *recordProc) drainNs(tr Traced) uint64 {
+	own := uint64(tr.RecordCPUS * 1e9)
+	before := t.cpu0 - t.cpuReady
+	if own <= before {
+		return 0
+	}
+	return own - before
 }
 
 // kill ends the process without waiting for its trace.

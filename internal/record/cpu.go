@@ -12,9 +12,9 @@ import (
 // recorder's work changes: getting ready (loading and verifying the
 // programs, which is most of it, and attaching them) and recording (from the
 // probes attached to the last event drained, so that the drain's cost per
-// event is Record / events written). Tearing down after the last event
-// (writing the summary, detaching and unloading) is in neither: it is a
-// fixed cost, not the events'. It is the whole process's CPU time
+// event is Record / events written). Stopping (detaching the programs,
+// before the last drain; writing the summary and unloading, after it) is in
+// neither: it is a fixed cost, not the events'. It is the whole process's CPU time
 // (getrusage RUSAGE_SELF): for `magnet record`, the recorder's; a recorder
 // run inside a bigger program counts that program's other threads too.
 type CPU struct {

@@ -877,7 +877,11 @@ func (r *recorder) stopOnWrite(err error) error {
 // finish stops production, drains what is left, writes the losses not yet
 // in the stream and closes the trace.
 func (r *recorder) finish(res *Result) error {
+	// Detaching is a fixed cost of stopping (milliseconds of cgroup and
+	// link teardown), not the events': Result.CPU leaves it out.
+	du0, ds0 := processCPU()
 	r.probe.Detach()
+	du1, ds1 := processCPU()
 	var err error
 	if r.writeErr == nil {
 		err = r.drainAll()
@@ -890,7 +894,9 @@ func (r *recorder) finish(res *Result) error {
 		err = r.writePendingLosses()
 	}
 	user, system := processCPU()
-	res.CPU = CPU{Setup: r.readyUser + r.readySystem, Record: user + system - r.readyUser - r.readySystem, RecordSystem: system - r.readySystem}
+	user -= r.readyUser + du1 - du0
+	system -= r.readySystem + ds1 - ds0
+	res.CPU = CPU{Setup: r.readyUser + r.readySystem, Record: user + system, RecordSystem: system}
 	res.Events = map[string]uint64{}
 	res.Produced = map[string]uint64{}
 	res.LostBy = map[string]uint64{}
