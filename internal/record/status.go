@@ -35,10 +35,18 @@ type Status struct {
 	Hooks       []probe.HookStatus `json:"hooks"`
 }
 
+// statusFile is rewritten in place, once a second: creating a file and
+// renaming it over the last took ~87 µs a time where /run is ext4 (this
+// VM's), a write to an open one ~0.4 µs (docs/BENCH.md, "The drain, eighth
+// round"). A reader can then catch a write half done: ReadStatuses reads
+// again when what it read does not parse.
 type statusFile struct {
 	path string
+	f    *os.File
+	size int // bytes in the file: a shorter status is padded to it
 	st   Status
 	r    *recorder
+	buf  []byte
 }
 
 func newStatusFile(cfg Config, p *probe.Probe, r *recorder) *statusFile {
@@ -48,8 +56,11 @@ func newStatusFile(cfg Config, p *probe.Probe, r *recorder) *statusFile {
 	}}
 	s.st.Output = absPath(cfg.Output)
 	if err := os.MkdirAll(cfg.StatusDir, 0o755); err == nil {
-		s.path = filepath.Join(cfg.StatusDir, fmt.Sprintf("record-%d.json", os.Getpid()))
-		s.update()
+		path := filepath.Join(cfg.StatusDir, fmt.Sprintf("record-%d.json", os.Getpid()))
+		if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err == nil {
+			s.path, s.f = path, f
+			s.update()
+		}
 	}
 	return s
 }
@@ -84,18 +95,26 @@ func (s *statusFile) update() {
 	if fs, ok := s.r.w.(filesSink); ok {
 		s.st.Output, s.st.Previous = absPath(fs.Path()), absPath(fs.Previous())
 	}
-	data, err := json.MarshalIndent(&s.st, "", "  ")
-	if err != nil {
-		return
+	if data, err := json.MarshalIndent(&s.st, "", "  "); err == nil {
+		s.write(data)
 	}
-	tmp := s.path + ".tmp"
-	if os.WriteFile(tmp, data, 0o644) == nil {
-		_ = os.Rename(tmp, s.path)
+}
+
+// write puts data in the file, at its start.
+func (s *statusFile) write(data []byte) {
+	// One write of the whole file, padded with blanks (which JSON allows
+	// after a value) to its size: nothing of a longer status before stays.
+	s.buf = append(append(s.buf[:0], data...), '\n')
+	for len(s.buf) < s.size {
+		s.buf = append(s.buf, ' ')
 	}
+	n, _ := s.f.WriteAt(s.buf, 0)
+	s.size = max(s.size, n)
 }
 
 func (s *statusFile) remove() {
 	if s.path != "" {
+		s.f.Close()
 		os.Remove(s.path)
 	}
 }
@@ -109,12 +128,8 @@ func ReadStatuses(dir string) ([]Status, error) {
 	}
 	var out []Status
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		var st Status
-		if json.Unmarshal(data, &st) != nil {
+		st, ok := readStatus(p)
+		if !ok {
 			continue
 		}
 		if st.PID <= 0 || !alive(st.PID) {
@@ -124,6 +139,23 @@ func ReadStatuses(dir string) ([]Status, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// readStatus reads one status file. The recorder rewrites it in place, so
+// a read can catch a write half done and not parse: it reads again, a few
+// times (a write takes about a microsecond, once a second).
+func readStatus(path string) (Status, bool) {
+	for range 5 {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Status{}, false
+		}
+		var st Status
+		if json.Unmarshal(data, &st) == nil {
+			return st, true
+		}
+	}
+	return Status{}, false
 }
 
 func alive(pid int) bool {
