@@ -41,15 +41,15 @@ type DrainPolicy struct {
 	WriteInLoop  bool
 }
 
-// DrainPolicies are the policies of the policy sweep: the default; woken
-// sooner and later; never woken, reading the rings every 1, 10 and 100 ms
+// DrainPolicies are the policies of the policy sweep: the default (half
+// full); woken sooner (1/64, and 1/8, the earlier default); never woken, reading the rings every 1, 10 and 100 ms
 // (MAGNeT's reader slept a fixed time between drains: the papers' Figures
 // 9 and 10); and the default wake-up with the trace written from the
 // drain loop.
 var DrainPolicies = []DrainPolicy{
-	{Name: "woken at 1/8 full, poll 1 s (default)"},
+	{Name: "woken at 1/2 full, poll 1 s (default)"},
 	{Name: "woken at 1/64 full", WakeupFill: 1.0 / 64},
-	{Name: "woken at 1/2 full", WakeupFill: 0.5},
+	{Name: "woken at 1/8 full (the earlier default)", WakeupFill: 1.0 / 8},
 	{Name: "never woken, read every 1 ms", WakeupFill: 1, PollInterval: time.Millisecond},
 	{Name: "never woken, read every 10 ms", WakeupFill: 1, PollInterval: 10 * time.Millisecond},
 	{Name: "never woken, read every 100 ms", WakeupFill: 1, PollInterval: 100 * time.Millisecond},

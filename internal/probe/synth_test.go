@@ -20,13 +20,13 @@ import (
 )
 
 // TestWakeOncePerCrossing: a CPU's events ring wakes its reader when it
-// passes the wake-up threshold (an eighth of the ring), once, and not again
+// passes the wake-up threshold (here an eighth of the ring), once, and not again
 // at every event while it stays past (each wake-up is an interrupt on the
 // producing CPU), until it is half full; once the reader has emptied it,
 // the next crossing wakes it again. The events are synth_event's, put in
 // the ring of the CPU the test runs on.
 func TestWakeOncePerCrossing(t *testing.T) {
-	p := loadSynth(t, 4<<20, 0)
+	p := loadSynth(t, 4<<20, 1.0/8)
 	cpu, m, rd := pinToRing(t, p)
 	woken := wakeups(t, m)
 

@@ -10,9 +10,9 @@ func TestWakeupBytes(t *testing.T) {
 		fill   float64
 		want   uint64
 	}{
-		{4 << 20, 0, 512 << 10},       // the default: an eighth
+		{4 << 20, 0, 2 << 20},         // the default: half
 		{4 << 20, 1.0 / 64, 64 << 10}, // sooner
-		{4 << 20, 0.5, 2 << 20},       // later
+		{4 << 20, 1.0 / 8, 512 << 10}, // sooner
 		{4 << 20, 1, 4 << 20},         // only when full
 		{4 << 20, 2, 4 << 20},         // never past the ring
 		{4 << 20, 1e-12, 1},           // at every event

@@ -34,9 +34,9 @@ import (
 // DefaultBufferBytes is the default size of the events ring buffers, all
 // CPUs together: 8 MiB. A bulk transfer at 10 Gbit/s with TSO makes ~1 M
 // events/s of ~40 bytes in the rings; the reader is woken when a ring is
-// 1/8 full (and polls every second), so 8 MiB rides out ~200 ms of reader delay
-// (a busy disk, a descheduled reader) at that rate, where MAGNeT's
-// measurements showed 1 MB sufficed at 1 Gbit/s.
+// half full (and polls every second), so 8 MiB rides out ~100 ms of reader
+// delay (a busy disk, a descheduled reader) at that rate on 2 CPUs, where
+// MAGNeT's measurements showed 1 MB sufficed at 1 Gbit/s.
 const DefaultBufferBytes = 8 << 20
 
 // ControlBufferBytes sizes the control ring (connection lifecycle, interface
@@ -476,7 +476,7 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 
 // pollEvery is the poll interval of a recording: poll, if set, else the
 // flush interval. It bounds how long the recorder sleeps while the rings
-// look empty: BPF wakes it up only once a ring is an eighth full (see
+// look empty: BPF wakes it up only once a ring is half full (see
 // probe.Load), so this is how late a record can be read when events are
 // few. A record read sooner than the next flush would wait for it anyway
 // before a reader of the trace sees it.

@@ -302,7 +302,7 @@ func NewPoller(rs ...*Reader) (*Poller, error) {
 	for _, r := range rs {
 		// Edge-triggered: a ring reports the producer's wake-ups, not
 		// that it holds data, which it nearly always does while traffic
-		// flows. Waiting for the wake-up (a ring an eighth full, for
+		// flows. Waiting for the wake-up (a ring half full, for
 		// magnet) lets the reader take records by the thousand.
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(r.fd)}
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, r.fd, &ev); err != nil {
