@@ -108,11 +108,11 @@ type Options struct {
 // DefaultWakeupFill: half a ring leaves the reader the other half to come
 // back in (~100 ms at 1 M events/s with the default 8 MiB on 2 CPUs), as
 // ftrace's buffer_percent does by default. Each wake-up costs the reader
-// context switches and a round of its loop: woken at half instead of an
-// eighth, it used 0.87 ± 0.07 and 0.87 ± 0.04 of the CPU time per event
-// (64 KiB and 64-byte veth floods, paired; a quarter: 0.93), and lost
-// nothing in the bench's loss sweep (docs/BENCH.md, "The drain, eighth
-// round").
+// context switches and a round of its loop: woken at an eighth, the earlier
+// default, it used 1.10-1.15 times the CPU time per event it uses woken at
+// half (64 KiB and 64-byte veth floods, paired; at a quarter, 1.07), and
+// at half it lost nothing in the bench's synthetic rates and loss sweep
+// (docs/BENCH.md, "The drain, eighth round").
 const DefaultWakeupFill = 1.0 / 2
 
 // SyntheticBurstEvents is how many events one run of Probe.SyntheticBurst
