@@ -35,10 +35,11 @@ type PairedRun struct {
 	Rep       int    `json:"rep"`
 	ThisFirst bool   `json:"this_first"` // this build's recorder was started (and attached) first
 	// CPUFrom says where both sides' CPUNs come from: "summary" (each
-	// recorder's own account in its trace, from attach to its last event
-	// drained) or "transfer" (measured from outside over the transfer,
-	// which leaves out the events drained after it: builds that leave
-	// more in their rings look cheaper).
+	// recorder's own account in its trace less its CPU time before the
+	// transfer: the transfer's start to its last event drained) or
+	// "transfer" (measured from outside over the transfer, which leaves out
+	// the events drained after it: builds that leave more in their rings
+	// look cheaper).
 	CPUFrom string   `json:"cpu_from"`
 	This    PairSide `json:"this"`
 	Other   PairSide `json:"other"`
@@ -55,9 +56,9 @@ type PairSide struct {
 	Produced   uint64  `json:"produced"` // events BPF produced (trace summary)
 	Drained    uint64  `json:"drained"`  // events written
 	NsPerEvent float64 `json:"ns_per_event"`
-	// CPUNs is the recorder process's CPU time: its own account (from its
-	// probes attached to its last event drained) when both builds give
-	// one, else measured over the transfer (PairedRun.CPUFrom).
+	// CPUNs is the recorder process's CPU time from the transfer's start
+	// to its last event drained, from its own account, when both builds
+	// give one; else measured over the transfer (PairedRun.CPUFrom).
 	CPUNs           uint64  `json:"cpu_ns"`
 	DrainNsPerEvent float64 `json:"drain_ns_per_event"`
 	windowNs        uint64  // CPU time over the transfer

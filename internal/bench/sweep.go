@@ -42,10 +42,10 @@ type DrainPolicy struct {
 }
 
 // DrainPolicies are the policies of the policy sweep: the default (half
-// full); woken sooner (1/64, and 1/8, the earlier default); never woken, reading the rings every 1, 10 and 100 ms
-// (MAGNeT's reader slept a fixed time between drains: the papers' Figures
-// 9 and 10); and the default wake-up with the trace written from the
-// drain loop.
+// full); woken sooner (1/64, and 1/8, the earlier default); never woken,
+// reading the rings every 1, 10 and 100 ms (MAGNeT's reader slept a fixed
+// time between drains: the papers' Figures 9 and 10); and the default
+// wake-up with the trace written from the drain loop.
 var DrainPolicies = []DrainPolicy{
 	{Name: "woken at 1/2 full, poll 1 s (default)"},
 	{Name: "woken at 1/64 full", WakeupFill: 1.0 / 64},

@@ -13,10 +13,11 @@ import (
 // programs, which is most of it, and attaching them) and recording (from the
 // probes attached to the last event drained, so that the drain's cost per
 // event is Record / events written). Stopping (detaching the programs,
-// before the last drain; writing the summary and unloading, after it) is in
-// neither: it is a fixed cost, not the events'. It is the whole process's CPU time
-// (getrusage RUSAGE_SELF): for `magnet record`, the recorder's; a recorder
-// run inside a bigger program counts that program's other threads too.
+// before the last drain; writing the summary and unloading, after it) is
+// in neither: it is a fixed cost, not the events'. It is the whole
+// process's CPU time (getrusage RUSAGE_SELF): for `magnet record`, the
+// recorder's; a recorder run inside a bigger program counts that
+// program's other threads too.
 type CPU struct {
 	Setup        time.Duration // process start to probes attached
 	Record       time.Duration // probes attached to the last event drained
