@@ -187,6 +187,19 @@ type ConfigResult struct {
 	Events         Stat    `json:"events"`
 	Lost           Stat    `json:"lost"`
 	BytesPerPacket Stat    `json:"bytes_per_packet"`
+	// What the whole machine's CPUs spent (machine.CPUTimes: tracers,
+	// softirq and kernel threads included) per GB received, and how much
+	// more than the baseline of the same repetition: what recording costs
+	// whether or not the CPU bounds the link. A transfer the CPU bounds
+	// turns that cost into throughput lost; one with CPU to spare (a
+	// rate-limited link, or a sender that waits) does not, and its
+	// throughput can even rise with work added (see docs/BENCH.md).
+	CPUPerGB   Stat `json:"cpu_s_per_gb"`
+	CPUCostPct Stat `json:"cpu_cost_pct"`
+	// How busy each host's CPU was over the transfer, when pinned: a
+	// baseline whose sender CPU is not near 100 % is not bound by it.
+	SenderVCPUPct   Stat `json:"sender_vcpu_busy_pct"`
+	ReceiverVCPUPct Stat `json:"receiver_vcpu_busy_pct"`
 }
 
 // Trial is one transfer under one configuration.
@@ -210,6 +223,14 @@ type Xfer struct {
 	LinkPackets   uint64  `json:"link_packets"` // both directions, from the veth counters
 	SenderTxPkts  uint64  `json:"sender_tx_packets"`
 	ReceiverTxPkt uint64  `json:"receiver_tx_packets"`
+	// The machine's CPUs over the transfer (/proc/stat, machine.CPUTimes):
+	// everything that ran on them, softirq and tracers included, over
+	// CPUWindowS (the receiver's start to its exit). The pinned hosts'
+	// CPUs apart when pinned, else 0.
+	CPUWindowS        float64 `json:"cpu_window_s,omitempty"`
+	CPUBusyS          float64 `json:"cpu_busy_s,omitempty"`
+	SenderVCPUBusyS   float64 `json:"sender_vcpu_busy_s,omitempty"`
+	ReceiverVCPUBusyS float64 `json:"receiver_vcpu_busy_s,omitempty"`
 }
 
 // Traced is what the tracer of a run did.
@@ -439,9 +460,9 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 			b.logf("%s rep %d %-16s %9.1f Mbit/s  events %d lost %d", linkName(rate), rep, c, r.ThroughputMbit, r.Tracer.Events, r.Tracer.Lost)
 		}
 	}
-	base := map[int]float64{}
+	base := map[int]Trial{}
 	for _, r := range runs[Baseline] {
-		base[r.Rep] = r.ThroughputMbit
+		base[r.Rep] = r
 	}
 	for _, c := range b.opts.Configs {
 		cr := ConfigResult{Name: c, Skipped: skipped[c], Runs: runs[c]}
@@ -456,18 +477,29 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 	return lr, nil
 }
 
-func (cr *ConfigResult) summarize(base map[int]float64) {
-	var thr, red, scpu, rcpu, tcpu, ev, lost, bpp []float64
+func (cr *ConfigResult) summarize(base map[int]Trial) {
+	var thr, red, scpu, rcpu, tcpu, ev, lost, bpp, perGB, cost, svcpu, rvcpu []float64
 	for _, r := range cr.Runs {
 		x := r.Transfer
 		thr = append(thr, r.ThroughputMbit)
-		if b, ok := base[r.Rep]; ok && b > 0 {
-			red = append(red, 100*(1-r.ThroughputMbit/b))
+		b, hasBase := base[r.Rep]
+		if hasBase && b.ThroughputMbit > 0 {
+			red = append(red, 100*(1-r.ThroughputMbit/b.ThroughputMbit))
 		}
 		if x.WallS > 0 {
 			scpu = append(scpu, 100*x.SenderCPUS/x.WallS)
 			rcpu = append(rcpu, 100*x.ReceiverCPUS/x.WallS)
 			tcpu = append(tcpu, 100*r.Tracer.CPUS/x.WallS)
+		}
+		if g := x.cpuPerGB(); g > 0 {
+			perGB = append(perGB, g)
+			if bg := b.Transfer.cpuPerGB(); hasBase && bg > 0 {
+				cost = append(cost, 100*(g/bg-1))
+			}
+		}
+		if x.CPUWindowS > 0 && (x.SenderVCPUBusyS > 0 || x.ReceiverVCPUBusyS > 0) {
+			svcpu = append(svcpu, 100*x.SenderVCPUBusyS/x.CPUWindowS)
+			rvcpu = append(rvcpu, 100*x.ReceiverVCPUBusyS/x.CPUWindowS)
 		}
 		ev = append(ev, float64(r.Tracer.Events))
 		lost = append(lost, float64(r.Tracer.Lost+r.Tracer.Drops))
@@ -480,9 +512,22 @@ func (cr *ConfigResult) summarize(base map[int]float64) {
 	cr.SenderCPUPct = Summarize(scpu)
 	cr.ReceiverCPUPct = Summarize(rcpu)
 	cr.TracerCPUPct = Summarize(tcpu)
+	cr.CPUPerGB = Summarize(perGB)
+	cr.CPUCostPct = Summarize(cost)
+	cr.SenderVCPUPct = Summarize(svcpu)
+	cr.ReceiverVCPUPct = Summarize(rvcpu)
 	cr.Events = Summarize(ev)
 	cr.Lost = Summarize(lost)
 	cr.BytesPerPacket = Summarize(bpp)
+}
+
+// cpuPerGB is the CPU time of the whole machine over the transfer per
+// gigabyte (10⁹ bytes) received; 0 if either was not measured.
+func (x Xfer) cpuPerGB() float64 {
+	if x.CPUBusyS <= 0 || x.RecvBytes <= 0 {
+		return 0
+	}
+	return x.CPUBusyS / (float64(x.RecvBytes) / 1e9)
 }
 
 func linkName(rate int) string {

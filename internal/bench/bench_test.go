@@ -5,10 +5,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,69 @@ func TestEvaluateGoals(t *testing.T) {
 	var buf bytes.Buffer
 	if err := r.WriteMarkdown(&buf); err != nil || !strings.Contains(buf.String(), "**missed**") {
 		t.Fatalf("markdown: %v\n%s", err, buf.String())
+	}
+}
+
+// TestCPUQualifiesThroughputGoal: a throughput loss within the goal on a
+// link whose baseline left the sender's CPU idle part of the time is said
+// to be that, with the CPU per byte beside it; on a CPU-bound baseline the
+// verdict stays plain.
+func TestCPUQualifiesThroughputGoal(t *testing.T) {
+	for _, c := range []struct {
+		busy       float64
+		wantPrefix string
+	}{
+		{88, "met, on a link the sender's CPU did not bound (88.0 % busy"},
+		{99, met},
+	} {
+		r := &Report{Links: []LinkResult{{RateMbit: 0, Configs: []ConfigResult{
+			{Name: Baseline, Runs: []Trial{{Rep: 1}}, SenderVCPUPct: Stat{Mean: c.busy, N: 1}, CPUPerGB: Stat{Mean: 0.5, N: 1}, CPUCostPct: Stat{N: 1}},
+			{Name: RecordSender, Runs: []Trial{{Rep: 1}}, ReductionPct: Stat{Mean: -5, CI95: 2, N: 3},
+				CPUPerGB: Stat{Mean: 0.52, N: 3}, CPUCostPct: Stat{Mean: 4, CI95: 1.5, N: 3}, SenderVCPUPct: Stat{Mean: 99, N: 3}, ReceiverVCPUPct: Stat{Mean: 50, N: 3}},
+		}}}}
+		g := evaluate(r)[0]
+		if !strings.HasPrefix(g.Verdict, c.wantPrefix) || (c.wantPrefix == met && g.Verdict != met) {
+			t.Errorf("baseline sender CPU %.0f %% busy: verdict %q, want %q", c.busy, g.Verdict, c.wantPrefix)
+		}
+		if !strings.Contains(g.Measured, "CPU per byte, all CPUs: +4.00 ± 1.50 % against the baseline") ||
+			!strings.Contains(g.Measured, fmt.Sprintf("sender CPU was %.1f %% busy", c.busy)) {
+			t.Errorf("measured %q lacks the CPU figures", g.Measured)
+		}
+		r.Goals = evaluate(r)
+		var buf bytes.Buffer
+		if err := r.WriteMarkdown(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "| record-sender | 99.0 ± 0.0 | 50.0 ± 0.0 | 0.520 ± 0.000 | 4.00 ± 1.50 |") {
+			t.Errorf("no CPU table row for record-sender:\n%s", buf.String())
+		}
+	}
+}
+
+// TestSummarizeCPU: CPU per GB comes from the machine's busy time and the
+// bytes received, and its cost from the baseline of the same repetition.
+func TestSummarizeCPU(t *testing.T) {
+	base := map[int]Trial{
+		1: {Rep: 1, ThroughputMbit: 100, Transfer: Xfer{RecvBytes: 2e9, CPUBusyS: 1, CPUWindowS: 1}},
+		2: {Rep: 2, ThroughputMbit: 100, Transfer: Xfer{RecvBytes: 1e9, CPUBusyS: 1, CPUWindowS: 1}},
+	}
+	cr := ConfigResult{Name: RecordSender, Runs: []Trial{
+		{Rep: 1, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 2e9, CPUBusyS: 1.1, CPUWindowS: 2, SenderVCPUBusyS: 2, ReceiverVCPUBusyS: 1}},
+		{Rep: 2, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 1e9, CPUBusyS: 1.1, CPUWindowS: 2, SenderVCPUBusyS: 2, ReceiverVCPUBusyS: 1}},
+		{Rep: 3, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 1e9}}, // no CPU reading, no baseline
+	}}
+	cr.summarize(base)
+	if cr.CPUPerGB.N != 2 || math.Abs(cr.CPUPerGB.Mean-0.825) > 1e-9 {
+		t.Errorf("CPU per GB %+v, want 0.55 and 1.1 averaged", cr.CPUPerGB)
+	}
+	if cr.CPUCostPct.N != 2 || math.Abs(cr.CPUCostPct.Mean-10) > 1e-9 {
+		t.Errorf("CPU cost %+v, want +10 %% in both repetitions", cr.CPUCostPct)
+	}
+	if cr.SenderVCPUPct.Mean != 100 || cr.ReceiverVCPUPct.Mean != 50 {
+		t.Errorf("per-host CPU busy %+v / %+v, want 100 / 50", cr.SenderVCPUPct, cr.ReceiverVCPUPct)
+	}
+	if cr.ReductionPct.N != 2 || math.Abs(cr.ReductionPct.Mean-10) > 1e-9 {
+		t.Errorf("reduction %+v, want 10 %% against each repetition's baseline", cr.ReductionPct)
 	}
 }
 
@@ -137,6 +202,17 @@ func TestSmoke(t *testing.T) {
 	for _, c := range r.Links[0].Configs {
 		if c.Skipped != "" || c.ThroughputMbit.Mean <= 0 {
 			t.Errorf("%s: throughput %v Mbit/s, skipped %q", c.Name, c.ThroughputMbit.Mean, c.Skipped)
+		}
+		// The machine's CPUs were busy with the transfer, never more
+		// than all of them for its whole length.
+		for _, run := range c.Runs {
+			x := run.Transfer
+			if x.CPUBusyS <= 0 || x.CPUWindowS < x.WallS || x.CPUBusyS > float64(runtime.NumCPU())*x.CPUWindowS {
+				t.Errorf("%s: %.3f s of CPU busy over a %.3f s window (transfer %.3f s)", c.Name, x.CPUBusyS, x.CPUWindowS, x.WallS)
+			}
+		}
+		if c.CPUPerGB.N == 0 {
+			t.Errorf("%s: no CPU per GB", c.Name)
 		}
 		if c.Name == Hooks {
 			// Every program attached, none producing: no event is

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
@@ -41,6 +42,10 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 		return nil, err
 	}
 
+	cpuBefore, err := machine.ReadCPUTimes()
+	if err != nil {
+		return nil, err
+	}
 	srv := b.labCommand(lab, lab.Server, b.opts.Magnet, "workload", "serve", "--proto", proto, "--listen", addr)
 	srvOut, err := srv.StdoutPipe()
 	if err != nil {
@@ -96,6 +101,10 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	if err := srv.Wait(); err != nil {
 		return nil, fmt.Errorf("receiver: %s", oneLine(srvErr.String()+" "+err.Error()))
 	}
+	cpuAfter, err := machine.ReadCPUTimes()
+	if err != nil {
+		return nil, err
+	}
 
 	x := &Xfer{Proto: proto, Size: size, WallS: wall.Seconds()}
 	if _, err := fmt.Sscanf(cliOut.String(), "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
@@ -107,6 +116,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	}
 	x.SenderCPUS = cpuSeconds(cli.ProcessState)
 	x.ReceiverCPUS = cpuSeconds(srv.ProcessState)
+	x.setBusy(cpuAfter.BusySince(cpuBefore), cpuAfter.At.Sub(cpuBefore.At), b.pin)
 
 	cAfter, err := linkStats(lab.Client)
 	if err != nil {
@@ -120,6 +130,20 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	x.ReceiverTxPkt = sAfter.tx - sBefore.tx
 	x.LinkPackets = x.SenderTxPkts + x.ReceiverTxPkt
 	return x, nil
+}
+
+// setBusy keeps what the CPUs did over the transfer (the receiver's start to
+// its exit): their busy time summed, and, when each host has a CPU of its
+// own, each host's CPU's.
+func (x *Xfer) setBusy(busy map[int]time.Duration, window time.Duration, pin *pinning) {
+	x.CPUWindowS = window.Seconds()
+	for _, d := range busy {
+		x.CPUBusyS += d.Seconds()
+	}
+	if pin != nil {
+		x.SenderVCPUBusyS = busy[pin.sender].Seconds()
+		x.ReceiverVCPUBusyS = busy[pin.receiver].Seconds()
+	}
 }
 
 // cpuSeconds is the user plus system time of an exited process and the
