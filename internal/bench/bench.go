@@ -217,6 +217,7 @@ type Xfer struct {
 	SentBytes     int64   `json:"sent_bytes"`
 	Messages      int64   `json:"messages"`
 	RecvBytes     int64   `json:"recv_bytes"`
+	Reads         int64   `json:"reads"` // the receiver's read calls that returned data
 	WallS         float64 `json:"wall_s"`
 	SenderCPUS    float64 `json:"sender_cpu_s"`
 	ReceiverCPUS  float64 `json:"receiver_cpu_s"`

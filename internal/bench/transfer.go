@@ -110,8 +110,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	if _, err := fmt.Sscanf(cliOut.String(), "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
 		return nil, fmt.Errorf("sender said %q", oneLine(cliOut.String()))
 	}
-	var reads int64
-	if _, err := fmt.Sscanf(recvLine, "received %d bytes in %d reads", &x.RecvBytes, &reads); err != nil {
+	if _, err := fmt.Sscanf(recvLine, "received %d bytes in %d reads", &x.RecvBytes, &x.Reads); err != nil {
 		return nil, fmt.Errorf("receiver said %q", recvLine)
 	}
 	x.SenderCPUS = cpuSeconds(cli.ProcessState)
