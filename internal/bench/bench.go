@@ -200,6 +200,10 @@ type ConfigResult struct {
 	// baseline whose sender CPU is not near 100 % is not bound by it.
 	SenderVCPUPct   Stat `json:"sender_vcpu_busy_pct"`
 	ReceiverVCPUPct Stat `json:"receiver_vcpu_busy_pct"`
+	// How often each host's CPU went to sleep per GB received: a sender
+	// that waits sleeps, and on a VM each sleep is a halt and a wake-up.
+	SenderSleepsPerGB   Stat `json:"sender_vcpu_sleeps_per_gb"`
+	ReceiverSleepsPerGB Stat `json:"receiver_vcpu_sleeps_per_gb"`
 }
 
 // Trial is one transfer under one configuration.
@@ -232,6 +236,10 @@ type Xfer struct {
 	CPUBusyS          float64 `json:"cpu_busy_s,omitempty"`
 	SenderVCPUBusyS   float64 `json:"sender_vcpu_busy_s,omitempty"`
 	ReceiverVCPUBusyS float64 `json:"receiver_vcpu_busy_s,omitempty"`
+	// Entries into an idle state other than polling of each host's CPU
+	// (machine.CPUTimes.Sleeps), when pinned and the kernel has cpuidle.
+	SenderVCPUSleeps   *uint64 `json:"sender_vcpu_sleeps,omitempty"`
+	ReceiverVCPUSleeps *uint64 `json:"receiver_vcpu_sleeps,omitempty"`
 }
 
 // Traced is what the tracer of a run did.
@@ -479,7 +487,7 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 }
 
 func (cr *ConfigResult) summarize(base map[int]Trial) {
-	var thr, red, scpu, rcpu, tcpu, ev, lost, bpp, perGB, cost, svcpu, rvcpu []float64
+	var thr, red, scpu, rcpu, tcpu, ev, lost, bpp, perGB, cost, svcpu, rvcpu, ssleep, rsleep []float64
 	for _, r := range cr.Runs {
 		x := r.Transfer
 		thr = append(thr, r.ThroughputMbit)
@@ -502,6 +510,11 @@ func (cr *ConfigResult) summarize(base map[int]Trial) {
 			svcpu = append(svcpu, 100*x.SenderVCPUBusyS/x.CPUWindowS)
 			rvcpu = append(rvcpu, 100*x.ReceiverVCPUBusyS/x.CPUWindowS)
 		}
+		if x.SenderVCPUSleeps != nil && x.ReceiverVCPUSleeps != nil && x.RecvBytes > 0 {
+			gb := float64(x.RecvBytes) / 1e9
+			ssleep = append(ssleep, float64(*x.SenderVCPUSleeps)/gb)
+			rsleep = append(rsleep, float64(*x.ReceiverVCPUSleeps)/gb)
+		}
 		ev = append(ev, float64(r.Tracer.Events))
 		lost = append(lost, float64(r.Tracer.Lost+r.Tracer.Drops))
 		if x.LinkPackets > 0 {
@@ -517,6 +530,8 @@ func (cr *ConfigResult) summarize(base map[int]Trial) {
 	cr.CPUCostPct = Summarize(cost)
 	cr.SenderVCPUPct = Summarize(svcpu)
 	cr.ReceiverVCPUPct = Summarize(rvcpu)
+	cr.SenderSleepsPerGB = Summarize(ssleep)
+	cr.ReceiverSleepsPerGB = Summarize(rsleep)
 	cr.Events = Summarize(ev)
 	cr.Lost = Summarize(lost)
 	cr.BytesPerPacket = Summarize(bpp)

@@ -93,7 +93,7 @@ func TestCPUQualifiesThroughputGoal(t *testing.T) {
 		if err := r.WriteMarkdown(&buf); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(buf.String(), "| record-sender | 99.0 ± 0.0 | 50.0 ± 0.0 | 0.520 ± 0.000 | 4.00 ± 1.50 |") {
+		if !strings.Contains(buf.String(), "| record-sender | 99.0 ± 0.0 | 50.0 ± 0.0 | - | - | 0.520 ± 0.000 | 4.00 ± 1.50 |") {
 			t.Errorf("no CPU table row for record-sender:\n%s", buf.String())
 		}
 	}
@@ -107,7 +107,8 @@ func TestSummarizeCPU(t *testing.T) {
 		2: {Rep: 2, ThroughputMbit: 100, Transfer: Xfer{RecvBytes: 1e9, CPUBusyS: 1, CPUWindowS: 1}},
 	}
 	cr := ConfigResult{Name: RecordSender, Runs: []Trial{
-		{Rep: 1, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 2e9, CPUBusyS: 1.1, CPUWindowS: 2, SenderVCPUBusyS: 2, ReceiverVCPUBusyS: 1}},
+		{Rep: 1, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 2e9, CPUBusyS: 1.1, CPUWindowS: 2, SenderVCPUBusyS: 2, ReceiverVCPUBusyS: 1,
+			SenderVCPUSleeps: ptr(uint64(100)), ReceiverVCPUSleeps: ptr(uint64(3000))}},
 		{Rep: 2, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 1e9, CPUBusyS: 1.1, CPUWindowS: 2, SenderVCPUBusyS: 2, ReceiverVCPUBusyS: 1}},
 		{Rep: 3, ThroughputMbit: 90, Transfer: Xfer{RecvBytes: 1e9}}, // no CPU reading, no baseline
 	}}
@@ -121,10 +122,16 @@ func TestSummarizeCPU(t *testing.T) {
 	if cr.SenderVCPUPct.Mean != 100 || cr.ReceiverVCPUPct.Mean != 50 {
 		t.Errorf("per-host CPU busy %+v / %+v, want 100 / 50", cr.SenderVCPUPct, cr.ReceiverVCPUPct)
 	}
+	// Sleeps only where counted (repetition 1): per GB received.
+	if cr.SenderSleepsPerGB.N != 1 || cr.SenderSleepsPerGB.Mean != 50 || cr.ReceiverSleepsPerGB.Mean != 1500 {
+		t.Errorf("sleeps per GB %+v / %+v, want 50 / 1500 from repetition 1 alone", cr.SenderSleepsPerGB, cr.ReceiverSleepsPerGB)
+	}
 	if cr.ReductionPct.N != 2 || math.Abs(cr.ReductionPct.Mean-10) > 1e-9 {
 		t.Errorf("reduction %+v, want 10 %% against each repetition's baseline", cr.ReductionPct)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // TestVerdictsUseIntervals: a mean on the right side of a goal is not
 // enough when the 95 % interval reaches across it.

@@ -611,18 +611,21 @@ func writeCPUTable(p func(string, ...any), lr LinkResult) {
 	}
 	p("\nThe machine's CPUs over the same transfers (/proc/stat: everything that ran, softirq, kernel threads and tracers included; steal left out): ")
 	if pinned {
-		p("how busy each host's CPU was, ")
+		p("how busy each host's CPU was and how often it went to sleep (entries into an idle state other than polling, cpuidle; on a VM each is a halt and a wake-up) per GB received, ")
 	}
 	p("CPU time of all CPUs per GB received, and how much more that is than the baseline's of the same repetition: what the configuration costs in CPU whether or not the CPU bounds the link.\n\n")
-	p("| configuration | sender's CPU busy %% | receiver's CPU busy %% | CPU s per GB, all CPUs | more CPU per byte than baseline %% |\n|---|---:|---:|---:|---:|\n")
+	p("| configuration | sender's CPU busy %% | receiver's CPU busy %% | sender's CPU sleeps per GB | receiver's CPU sleeps per GB | CPU s per GB, all CPUs | more CPU per byte than baseline %% |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range lr.Configs {
 		if c.Skipped != "" || c.CPUPerGB.N == 0 {
 			continue
 		}
-		s, r := "-", "-"
+		s, r, ss, rs := "-", "-", "-", "-"
 		if c.SenderVCPUPct.N > 0 {
 			s, r = fmtStat(c.SenderVCPUPct, 1), fmtStat(c.ReceiverVCPUPct, 1)
 		}
-		p("| %s | %s | %s | %s | %s |\n", c.Name, s, r, fmtStat(c.CPUPerGB, 3), fmtStat(c.CPUCostPct, 2))
+		if c.SenderSleepsPerGB.N > 0 {
+			ss, rs = fmtStat(c.SenderSleepsPerGB, 0), fmtStat(c.ReceiverSleepsPerGB, 0)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, s, r, ss, rs, fmtStat(c.CPUPerGB, 3), fmtStat(c.CPUCostPct, 2))
 	}
 }

@@ -115,7 +115,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	}
 	x.SenderCPUS = cpuSeconds(cli.ProcessState)
 	x.ReceiverCPUS = cpuSeconds(srv.ProcessState)
-	x.setBusy(cpuAfter.BusySince(cpuBefore), cpuAfter.At.Sub(cpuBefore.At), b.pin)
+	x.setBusy(cpuAfter.BusySince(cpuBefore), cpuAfter.SleepsSince(cpuBefore), cpuAfter.At.Sub(cpuBefore.At), b.pin)
 
 	cAfter, err := linkStats(lab.Client)
 	if err != nil {
@@ -133,8 +133,8 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 
 // setBusy keeps what the CPUs did over the transfer (the receiver's start to
 // its exit): their busy time summed, and, when each host has a CPU of its
-// own, each host's CPU's.
-func (x *Xfer) setBusy(busy map[int]time.Duration, window time.Duration, pin *pinning) {
+// own, each host's CPU's busy time and sleeps (nil sleeps: not counted).
+func (x *Xfer) setBusy(busy map[int]time.Duration, sleeps map[int]uint64, window time.Duration, pin *pinning) {
 	x.CPUWindowS = window.Seconds()
 	for _, d := range busy {
 		x.CPUBusyS += d.Seconds()
@@ -142,6 +142,10 @@ func (x *Xfer) setBusy(busy map[int]time.Duration, window time.Duration, pin *pi
 	if pin != nil {
 		x.SenderVCPUBusyS = busy[pin.sender].Seconds()
 		x.ReceiverVCPUBusyS = busy[pin.receiver].Seconds()
+		if sleeps != nil {
+			s, r := sleeps[pin.sender], sleeps[pin.receiver]
+			x.SenderVCPUSleeps, x.ReceiverVCPUSleeps = &s, &r
+		}
 	}
 }
 

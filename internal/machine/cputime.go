@@ -23,10 +23,15 @@ const userHZ = 100
 // under way included, so two readings a few seconds apart give its busy time
 // to /proc/stat's 10 ms resolution whatever ran there: processes, softirq,
 // kernel threads, BPF programs.
+//
+// Sleeps is, per CPU, how many times it entered an idle state other than
+// polling (cpuidle's usage counts; on a VM, each is a halt the hypervisor
+// sees, and a wake-up after it); nil where the kernel has no cpuidle.
 type CPUTimes struct {
-	At    time.Time
-	Idle  map[int]time.Duration
-	Steal map[int]time.Duration
+	At     time.Time
+	Idle   map[int]time.Duration
+	Steal  map[int]time.Duration
+	Sleeps map[int]uint64
 }
 
 // ReadCPUTimes reads /proc/stat.
@@ -40,8 +45,55 @@ func ReadCPUTimes() (CPUTimes, error) {
 	if err != nil {
 		return CPUTimes{}, fmt.Errorf("cpu times: /proc/stat: %w", err)
 	}
+	t.Sleeps = readSleeps("/sys/devices/system/cpu", t.Idle)
 	t.At = time.Now()
 	return t, nil
+}
+
+// readSleeps sums, for each CPU of cpus, the usage of its cpuidle states
+// other than POLL under root; nil if a CPU has none.
+func readSleeps(root string, cpus map[int]time.Duration) map[int]uint64 {
+	sleeps := map[int]uint64{}
+	for cpu := range cpus {
+		dir := fmt.Sprintf("%s/cpu%d/cpuidle", root, cpu)
+		states, err := os.ReadDir(dir)
+		if err != nil || len(states) == 0 {
+			return nil
+		}
+		var n uint64
+		for _, st := range states {
+			name, err1 := os.ReadFile(dir + "/" + st.Name() + "/name")
+			usage, err2 := os.ReadFile(dir + "/" + st.Name() + "/usage")
+			if err1 != nil || err2 != nil {
+				return nil
+			}
+			if strings.TrimSpace(string(name)) == "POLL" {
+				continue
+			}
+			u, err := strconv.ParseUint(strings.TrimSpace(string(usage)), 10, 64)
+			if err != nil {
+				return nil
+			}
+			n += u
+		}
+		sleeps[cpu] = n
+	}
+	return sleeps
+}
+
+// SleepsSince is, per CPU, the idle-state entries other than polling
+// between two readings; nil if either reading has none.
+func (t CPUTimes) SleepsSince(earlier CPUTimes) map[int]uint64 {
+	if t.Sleeps == nil || earlier.Sleeps == nil {
+		return nil
+	}
+	d := map[int]uint64{}
+	for cpu, n := range t.Sleeps {
+		if n0, ok := earlier.Sleeps[cpu]; ok && n >= n0 {
+			d[cpu] = n - n0
+		}
+	}
+	return d
 }
 
 func parseCPUTimes(r io.Reader) (CPUTimes, error) {

@@ -3,6 +3,9 @@
 package machine
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -79,6 +82,9 @@ func TestReadCPUTimes(t *testing.T) {
 	if len(a.Idle) == 0 {
 		t.Fatal("no CPU read")
 	}
+	if _, err := os.Stat("/sys/devices/system/cpu/cpu0/cpuidle/state0"); err == nil && a.Sleeps == nil {
+		t.Error("this kernel has cpuidle, but no sleeps were read")
+	}
 	// Keep this CPU busy for a while: its busy time must show it.
 	end := time.Now().Add(300 * time.Millisecond)
 	for time.Now().Before(end) {
@@ -93,5 +99,40 @@ func TestReadCPUTimes(t *testing.T) {
 	}
 	if total < 200*time.Millisecond {
 		t.Errorf("%v busy over all CPUs while this test spun 300 ms", total)
+	}
+}
+
+// TestReadSleeps: idle-state entries are summed over the states other than
+// POLL, and a CPU without cpuidle means no count at all.
+func TestReadSleeps(t *testing.T) {
+	root := t.TempDir()
+	state := func(cpu, st int, name, usage string) {
+		dir := filepath.Join(root, fmt.Sprintf("cpu%d/cpuidle/state%d", cpu, st))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "name"), []byte(name+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "usage"), []byte(usage+"\n"), 0o644)
+	}
+	state(0, 0, "POLL", "1000")
+	state(0, 1, "haltpoll idle", "40")
+	state(0, 2, "C6", "2")
+	state(1, 0, "POLL", "7")
+	state(1, 1, "haltpoll idle", "5")
+	cpus := map[int]time.Duration{0: 0, 1: 0}
+	got := readSleeps(root, cpus)
+	if got[0] != 42 || got[1] != 5 {
+		t.Fatalf("sleeps %v, want cpu0 42 (POLL left out), cpu1 5", got)
+	}
+	later := CPUTimes{Sleeps: map[int]uint64{0: 50, 1: 5}}
+	if d := later.SleepsSince(CPUTimes{Sleeps: got}); d[0] != 8 || d[1] != 0 {
+		t.Errorf("sleeps since %v, want cpu0 8, cpu1 0", d)
+	}
+	if d := later.SleepsSince(CPUTimes{}); d != nil {
+		t.Errorf("sleeps since a reading without them: %v, want none", d)
+	}
+	cpus[2] = 0
+	if got := readSleeps(root, cpus); got != nil {
+		t.Errorf("cpu2 has no cpuidle, yet sleeps %v", got)
 	}
 }
