@@ -65,8 +65,8 @@ func TestEvaluateGoals(t *testing.T) {
 
 // TestCPUQualifiesThroughputGoal: a throughput loss within the goal on a
 // link whose baseline left the sender's CPU idle part of the time is said
-// to be that, with the CPU per byte beside it; on a CPU-bound baseline the
-// verdict stays plain.
+// to be that, with the CPU per byte beside it, and so is its comparison
+// with tcpdump's; on a CPU-bound baseline the verdicts stay plain.
 func TestCPUQualifiesThroughputGoal(t *testing.T) {
 	for _, c := range []struct {
 		busy       float64
@@ -83,6 +83,11 @@ func TestCPUQualifiesThroughputGoal(t *testing.T) {
 		g := evaluate(r)[0]
 		if !strings.HasPrefix(g.Verdict, c.wantPrefix) || (c.wantPrefix == met && g.Verdict != met) {
 			t.Errorf("baseline sender CPU %.0f %% busy: verdict %q, want %q", c.busy, g.Verdict, c.wantPrefix)
+		}
+		// The comparison with tcpdump on that link says the same.
+		r.Links[0].Configs = append(r.Links[0].Configs, ConfigResult{Name: TcpdumpSender, Runs: []Trial{{Rep: 1}}, ReductionPct: Stat{Mean: 30, CI95: 2, N: 3}})
+		if v := evaluate(r)[1].Verdict; !strings.HasPrefix(v, c.wantPrefix) || (c.wantPrefix == met && v != met) {
+			t.Errorf("baseline sender CPU %.0f %% busy: tcpdump comparison %q, want %q", c.busy, v, c.wantPrefix)
 		}
 		if !strings.Contains(g.Measured, "CPU per byte, all CPUs: +4.00 ± 1.50 % against the baseline") ||
 			!strings.Contains(g.Measured, fmt.Sprintf("sender CPU was %.1f %% busy", c.busy)) {
