@@ -27,11 +27,15 @@ type Machine struct {
 	Cores  int     `json:"cores"`
 	Kernel string  `json:"kernel"`
 	MHz    float64 `json:"mhz"` // "cpu MHz" of /proc/cpuinfo, for ns → cycles
+	// Idle is how the CPUs idle (machine.Info.Idle): on a VM guest that
+	// halts at once, a transfer that waits pays a hypervisor wake-up each
+	// time, which moves the baseline (docs/BENCH.md, session 11).
+	Idle string `json:"idle,omitempty"`
 }
 
 func readMachine() Machine {
 	i := machine.Read()
-	return Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz}
+	return Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz, Idle: i.Idle}
 }
 
 // CostResult is the per-event cost of recording, in the kernel (bpf_stats)
