@@ -13,6 +13,9 @@ import (
 // cpuDir is where sysfs describes the CPUs.
 const cpuDir = "/sys/devices/system/cpu"
 
+// haltPollDir holds the parameters of a KVM guest's haltpoll cpuidle driver.
+const haltPollDir = "/sys/module/haltpoll/parameters"
+
 // DeepIdleLatencyUs is the exit latency, in µs, above which an idle state
 // disturbs timing: waking from it delays the handling of the first packet
 // after a quiet period by more than the gap between two 1500-byte packets
@@ -40,6 +43,18 @@ type CPU struct {
 	IdleDriver string `json:"idle_driver,omitempty"`
 	// IdleStates are the C-states of CPU 0, shallowest first.
 	IdleStates []IdleState `json:"idle_states,omitempty"`
+	// GuestHaltPollNs is a KVM guest's haltpoll guest_halt_poll_ns: how
+	// long an idle vCPU polls before it halts (0: it halts at once); ""
+	// where there is no haltpoll module.
+	GuestHaltPollNs string `json:"guest_halt_poll_ns,omitempty"`
+	// WakeUpNs is the median time an idle CPU took to run a thread woken
+	// from another CPU (see measureWakeUp), WakeUpMaxNs the longest, over
+	// WakeUpSamples wake-ups; zero with WakeUpError saying why when it
+	// could not be measured.
+	WakeUpNs      float64 `json:"wakeup_ns,omitempty"`
+	WakeUpMaxNs   float64 `json:"wakeup_max_ns,omitempty"`
+	WakeUpSamples int     `json:"wakeup_samples,omitempty"`
+	WakeUpError   string  `json:"wakeup_error,omitempty"`
 }
 
 // IdleState is one cpuidle state (C-state).
@@ -62,6 +77,12 @@ func readCPU() CPU {
 		MinKHz:        readInt(freq + "scaling_min_freq"),
 		MaxKHz:        readInt(freq + "scaling_max_freq"),
 		IdleDriver:    readTrim(cpuDir + "/cpuidle/current_driver"),
+		// The module's parameters are there whether or not it drives
+		// cpuidle; they matter only when it does.
+		GuestHaltPollNs: readTrim(haltPollDir + "/guest_halt_poll_ns"),
+	}
+	if c.IdleDriver != "haltpoll" {
+		c.GuestHaltPollNs = ""
 	}
 	for _, p := range []string{"intel_pstate", "amd_pstate"} {
 		if s := readTrim(cpuDir + "/" + p + "/status"); s != "" {
@@ -97,6 +118,15 @@ func (c CPU) Disturbances() []string {
 	case "ondemand", "conservative", "schedutil":
 		out = append(out, "governor "+c.Governor+
 			": the frequency follows the load, so costs differ between an idle and a busy moment")
+	}
+	if c.WakeUpNs > DeepIdleLatencyUs*1e3 {
+		why := ""
+		if c.GuestHaltPollNs == "0" {
+			why = "; this VM guest halts at once when idle (haltpoll guest_halt_poll_ns 0), and the hypervisor must run it again"
+		}
+		out = append(out, fmt.Sprintf(
+			"idle CPU wake-up %.0f µs: a thread woken on an idle CPU ran %.0f µs later (median of %d, longest %.0f µs), so a packet arriving at an idle CPU waits about that long before it is timestamped%s",
+			c.WakeUpNs/1e3, c.WakeUpNs/1e3, c.WakeUpSamples, c.WakeUpMaxNs/1e3, why))
 	}
 	for _, s := range c.IdleStates {
 		if !s.Disabled && s.LatencyUs > DeepIdleLatencyUs {

@@ -91,7 +91,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		func() { r.Syscalls = measureSyscalls(s) },
 		func() { r.Memory = measureMemory(s) },
 		func() { r.Interfaces, r.InterfacesError = listInterfaces() },
-		func() { r.CPU = readCPU() },
+		func() { r.CPU = readCPU(); r.CPU.measureWakeUp(s.wakeUps) },
 	}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
@@ -111,6 +111,7 @@ type samples struct {
 	sendBatches    int // batches of sendBatch UDP sends
 	copies         int // memory copies timed
 	copyBytes      int // size of the copied buffer
+	wakeUps        int // wake-ups of an idle CPU timed, wakeGap apart
 	// copyPastCache grows the buffer to four times the largest cache,
 	// up to maxCopyBytes.
 	copyPastCache bool
@@ -124,6 +125,7 @@ var fullSamples = samples{
 	sendBatches:    1000,
 	copies:         10,
 	copyBytes:      64 << 20,
+	wakeUps:        100,
 	copyPastCache:  true,
 }
 
@@ -136,6 +138,7 @@ var quickSamples = samples{
 	sendBatches:    300,
 	copies:         3,
 	copyBytes:      64 << 20,
+	wakeUps:        30,
 }
 
 // Limits are the figures that bound what a trace taken on this host can

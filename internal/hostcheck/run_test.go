@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,21 @@ func TestRunQuick(t *testing.T) {
 	}
 	if r.Clock.Source == "" {
 		t.Error("no clock source")
+	}
+
+	// The wake-up of an idle CPU: measured wherever there are two CPUs.
+	switch c := r.CPU; {
+	case runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2:
+		if c.WakeUpError == "" {
+			t.Errorf("one CPU or GOMAXPROCS 1, yet no wake-up error: %+v", c)
+		}
+	case c.WakeUpError != "":
+		t.Errorf("wake-up not measured: %s", c.WakeUpError)
+	default:
+		t.Logf("idle wake-up %.1f µs median, %.1f µs longest, %d samples", c.WakeUpNs/1e3, c.WakeUpMaxNs/1e3, c.WakeUpSamples)
+		if c.WakeUpSamples != 30 || c.WakeUpNs <= 0 || c.WakeUpMaxNs < c.WakeUpNs || c.WakeUpNs > 1e8 {
+			t.Errorf("wake-up %+v, want 30 samples, 0 < median ≤ longest, median under 100 ms", c)
+		}
 	}
 
 	l := r.Limits()

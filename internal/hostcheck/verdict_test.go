@@ -282,3 +282,29 @@ func TestDisturbances(t *testing.T) {
 		t.Errorf("performance governor: Disturbances = %q, want none", got)
 	}
 }
+
+// A measured wake-up slower than DeepIdleLatencyUs is a disturbance whatever
+// the idle states claim; on a guest that halts at once it says so.
+func TestWakeUpDisturbance(t *testing.T) {
+	guest := CPU{
+		IdleDriver:      "haltpoll",
+		IdleStates:      []IdleState{{Name: "POLL"}, {Name: "haltpoll idle", LatencyUs: 1}},
+		GuestHaltPollNs: "0",
+		WakeUpNs:        44800,
+		WakeUpMaxNs:     169000,
+		WakeUpSamples:   100,
+	}
+	want := []string{"idle CPU wake-up 45 µs: a thread woken on an idle CPU ran 45 µs later (median of 100, longest 169 µs), so a packet arriving at an idle CPU waits about that long before it is timestamped; this VM guest halts at once when idle (haltpoll guest_halt_poll_ns 0), and the hypervisor must run it again"}
+	if got := guest.Disturbances(); !reflect.DeepEqual(got, want) {
+		t.Errorf("guest halting at once: Disturbances =\n%q\nwant\n%q", got, want)
+	}
+	polling := guest
+	polling.GuestHaltPollNs, polling.WakeUpNs, polling.WakeUpMaxNs = "200000", 6300, 18300
+	if got := polling.Disturbances(); got != nil {
+		t.Errorf("guest polling first, 6.3 µs wake-ups: Disturbances = %q, want none", got)
+	}
+	unmeasured := CPU{WakeUpError: "one CPU: no other CPU to wake"}
+	if got := unmeasured.Disturbances(); got != nil {
+		t.Errorf("wake-up not measured: Disturbances = %q, want none", got)
+	}
+}

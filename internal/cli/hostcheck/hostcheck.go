@@ -339,12 +339,26 @@ func writeCPU(p *printer, rep *hostcheck.Report) {
 		if c.IdleDriver != "" {
 			val += " (" + c.IdleDriver + ")"
 		}
-		p.line("idle states", val, "the time each state takes to wake from")
+		p.line("idle states", val, "the time each state takes to wake from, as the kernel claims it")
+	}
+	if c.GuestHaltPollNs != "" {
+		meaning := "a KVM guest polls this long when idle before it halts and leaves the CPU to the hypervisor"
+		if c.GuestHaltPollNs == "0" {
+			meaning = "this KVM guest halts at once when idle: every wake-up goes through the hypervisor"
+		}
+		p.line("guest halt polling", c.GuestHaltPollNs+" ns", meaning)
+	}
+	switch {
+	case c.WakeUpError != "":
+		p.line("idle wake-up", "not measured", c.WakeUpError)
+	case c.WakeUpSamples > 0:
+		p.line("idle wake-up", fmt.Sprintf("%s (longest %s)", hostcheck.FormatNs(c.WakeUpNs), hostcheck.FormatNs(c.WakeUpMaxNs)),
+			fmt.Sprintf("a thread blocked on an idle CPU, woken from another, ran this much later (median of %d): the real cost of leaving idle, hypervisor included", c.WakeUpSamples))
 	}
 	dist := c.Disturbances()
 	if len(dist) == 0 {
 		p.line("timing disturbance", "none found",
-			fmt.Sprintf("no power-saving governor and no enabled idle state slower than %d µs to wake", hostcheck.DeepIdleLatencyUs))
+			fmt.Sprintf("no power-saving governor, no enabled idle state slower than %d µs to wake, and no slower wake-up measured", hostcheck.DeepIdleLatencyUs))
 	}
 	for _, d := range dist {
 		name, meaning, _ := strings.Cut(d, ": ")
