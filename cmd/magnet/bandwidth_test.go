@@ -243,19 +243,6 @@ func medianIn(xs, ys []float64, from, to float64) float64 {
 // the "received" line.
 func serveUDP(t *testing.T, lab *netlab.Lab, addr string, count int) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "udp", "--listen", addr,
+	return serveWorkload(t, lab, "--proto", "udp", "--listen", addr,
 		"--count", strconv.Itoa(count), "--size", strconv.Itoa(competitorDatagram))
-	so, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	sc := bufio.NewScanner(so)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening") {
-		t.Fatalf("UDP sink did not start: %q", sc.Text())
-	}
-	return srv, sc
 }

@@ -288,7 +288,15 @@ func TestSIGTERMClosesCleanly(t *testing.T) {
 // and returns once it listens; the test's cleanup ends it.
 func serveTCP(t *testing.T, lab *netlab.Lab, addr string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
-	srv := lab.Command(lab.Server, bin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	return serveWorkload(t, lab, "--proto", "tcp", "--listen", addr)
+}
+
+// serveWorkload starts `magnet workload serve` with args in the lab's
+// server namespace and returns once it listens, with a scanner on the rest
+// of its output (the "received" line); the test's cleanup ends it.
+func serveWorkload(t *testing.T, lab *netlab.Lab, args ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	srv := lab.Command(lab.Server, bin, append([]string{"workload", "serve"}, args...)...)
 	so, err := srv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +307,7 @@ func serveTCP(t *testing.T, lab *netlab.Lab, addr string) (*exec.Cmd, *bufio.Sca
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
 	sc := bufio.NewScanner(so)
 	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening") {
-		t.Fatalf("server did not start: %q", sc.Text())
+		t.Fatalf("server %v did not start: %q", args, sc.Text())
 	}
 	return srv, sc
 }
