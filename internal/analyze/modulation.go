@@ -5,6 +5,7 @@ package analyze
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -319,23 +320,37 @@ func busiest(c *ConnReport) int64 {
 	return b
 }
 
-// clockStep is the clock step the recording host measured (magnet
-// hostcheck, in the trace header), or 0 when unknown.
-func clockStep(h *trace.Header) float64 {
+// hostLimit is one of the figures the recording host measured of itself
+// (magnet hostcheck, host_limits in the trace header: clock_step_ns,
+// idle_wakeup_ns, ...), or 0 when unknown.
+func hostLimit(h *trace.Header, key string) float64 {
 	lim, ok := h.Extra["host_limits"].(map[string]any)
 	if !ok {
 		return 0
 	}
-	step, _ := lim["clock_step_ns"].(float64)
-	return step
+	v, _ := lim[key].(float64)
+	return v
 }
+
+// slowWakeUpNs is the idle wake-up above which a host's receive timestamps
+// are worth a warning: hostcheck's DeepIdleLatencyUs, under the 12 µs gap
+// of 1500-byte packets at 1 Gb/s.
+const slowWakeUpNs = 10e3
+
+// quietUs is a gap, in µs, long enough for a CPU to have gone idle
+// between two events of a layer.
+const quietUs = 1000
 
 // hostWarnings says when a trace asks more of its host than the host can
 // give: events closer together than the recording host's clock step, whose
-// spacing is then the clock's, not the network's.
+// spacing is then the clock's, not the network's; and received data that
+// came after quiet periods on a host whose idle CPUs are slow to wake (a VM
+// guest that halts at once), whose first packet after each quiet period is
+// then timestamped late by about that wake-up.
 func hostWarnings(srcs []*source) []string {
 	var out []string
 	for _, src := range srcs {
+		out = append(out, wakeWarning(src)...)
 		if src.step <= 0 {
 			continue
 		}
@@ -359,4 +374,31 @@ func hostWarnings(srcs []*source) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// wakeWarning is hostWarnings' warning about slow wake-ups for src, if
+// any: the receive layers whose events had quiet periods between them.
+func wakeWarning(src *source) []string {
+	if src.wake <= slowWakeUpNs {
+		return nil
+	}
+	var layers []string
+	longest := 0.0
+	for li := int(kDevRecv - kSockSend); li < numLayers; li++ {
+		quiet := 0.0
+		for _, cs := range src.order {
+			if sr := cs.layers[li]; sr != nil && sr.st.gap.N > 0 {
+				quiet = max(quiet, sr.st.gap.Max)
+			}
+		}
+		if quiet >= quietUs {
+			layers = append(layers, Layers[li])
+			longest = max(longest, quiet)
+		}
+	}
+	if len(layers) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: %s events follow quiet periods (up to %.3g ms) on a host whose idle CPUs took %.0f µs to wake (magnet hostcheck): the first packet after each quiet period may be timestamped up to that late",
+		src.path, strings.Join(layers, ", "), longest/1e3, src.wake/1e3)}
 }

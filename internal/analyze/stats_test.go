@@ -97,6 +97,40 @@ func TestHostWarnings(t *testing.T) {
 	}
 }
 
+// Received data after quiet periods, on a host whose idle CPUs wake
+// slowly, is warned about; sends, busy receive layers and fast hosts are
+// not.
+func TestWakeWarning(t *testing.T) {
+	src := &source{path: "b.mgt", wake: 44800}
+	recv, busy, send := newSeries(kDevRecv), newSeries(kTCPRcv), newSeries(kSockSend)
+	for _, tm := range []uint64{1000, 2000, 2_502_000} { // ns: a 2.5 ms quiet period
+		recv.add(tm, 1448)
+	}
+	for _, tm := range []uint64{1000, 50_000, 99_000} { // never quiet for 1 ms
+		busy.add(tm, 1448)
+	}
+	for _, tm := range []uint64{1000, 900_000_000} {
+		send.add(tm, 100)
+	}
+	cs := &connState{src: src}
+	cs.layers[kDevRecv-kSockSend] = recv
+	cs.layers[kTCPRcv-kSockSend] = busy
+	cs.layers[0] = send
+	src.order = []*connState{cs}
+	want := "b.mgt: dev_recv events follow quiet periods (up to 2.5 ms) on a host whose idle CPUs took 45 µs to wake (magnet hostcheck): the first packet after each quiet period may be timestamped up to that late"
+	if got := hostWarnings([]*source{src}); len(got) != 1 || got[0] != want {
+		t.Fatalf("warnings %q, want %q", got, want)
+	}
+	src.wake = 6000
+	if got := hostWarnings([]*source{src}); len(got) != 0 {
+		t.Fatalf("a 6 µs wake-up must not warn: %q", got)
+	}
+	src.wake = 0
+	if got := hostWarnings([]*source{src}); len(got) != 0 {
+		t.Fatalf("an unknown wake-up must not warn: %q", got)
+	}
+}
+
 func TestEventWindowRate(t *testing.T) {
 	// 1000 bytes every ms: 8 Mbit/s whatever the window.
 	var ts []uint64

@@ -184,6 +184,7 @@ type source struct {
 	head   ev
 	ok     bool
 	step   float64 // the recording host's clock step, ns (0: unknown)
+	wake   float64 // how long its idle CPUs took to wake, ns (0: unknown)
 	// first and last record times, on the trace's own clock
 	first, last uint64
 	seen        bool
@@ -227,7 +228,7 @@ func openStream(ins []trace.Source) (*stream, error) {
 		}
 		h := r.Header()
 		src := &source{index: i, path: in.Name, r: r, h: h, dec: newDecoder(h), rs: export.NewResolver(h),
-			conns: map[uint64]*connState{}, step: clockStep(h)}
+			conns: map[uint64]*connState{}, step: hostLimit(h, "clock_step_ns"), wake: hostLimit(h, "idle_wakeup_ns")}
 		if lt := h.TypeByName("lost"); lt != nil {
 			src.nSwitch, _ = lt.Field("n_sched_switch")
 			src.nWakeup, _ = lt.Field("n_sched_wakeup")

@@ -151,15 +151,20 @@ type Limits struct {
 	SendCostNs float64 `json:"send_cost_ns"`
 	// MemcpyGBps is the memory copy bandwidth in 10^9 bytes per second.
 	MemcpyGBps float64 `json:"memcpy_gbps"`
+	// IdleWakeUpNs is how long an idle CPU took to run a thread woken
+	// from another (median): an event on a CPU that was idle is
+	// timestamped up to about that late. 0 when not measured.
+	IdleWakeUpNs float64 `json:"idle_wakeup_ns,omitempty"`
 }
 
 // Limits returns the figures that bound what a trace taken on this host can
 // show. A figure that was not measured is zero.
 func (r *Report) Limits() Limits {
 	return Limits{
-		ClockStepNs: max(r.Clock.ObservedStepNs, float64(r.Clock.ClaimedResolutionNs)),
-		SendCostNs:  r.Syscalls.UDPSendNs,
-		MemcpyGBps:  r.Memory.CopyGBps,
+		ClockStepNs:  max(r.Clock.ObservedStepNs, float64(r.Clock.ClaimedResolutionNs)),
+		SendCostNs:   r.Syscalls.UDPSendNs,
+		MemcpyGBps:   r.Memory.CopyGBps,
+		IdleWakeUpNs: r.CPU.WakeUpNs,
 	}
 }
 
