@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/synth"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // exportFixture is the committed big-endian trace; parse gives the truth
@@ -354,9 +355,24 @@ func TestReportFTPPattern(t *testing.T) {
 				} `json:"size_bytes"`
 			} `json:"layers"`
 		} `json:"connections"`
+		Warnings []string `json:"warnings"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatal(err)
+	}
+	// One message every 20 ms leaves the receiving CPU idle between
+	// messages: on a host whose idle CPUs wake slowly (as the trace's own
+	// hostcheck measured), the report says the receive timestamps may be
+	// late; on any other it does not.
+	wake := traceHostLimit(t, out, "idle_wakeup_ns")
+	warned := false
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "dev_recv") && strings.Contains(w, "quiet periods") {
+			warned = true
+		}
+	}
+	if warned != (wake > 10e3) {
+		t.Errorf("idle wake-up %.0f ns on the recording host; warnings %q: want the slow-wake-up warning exactly when over 10 µs", wake, rep.Warnings)
 	}
 	found := false
 	for _, c := range rep.Connections {
@@ -512,4 +528,18 @@ func checkPerfetto(t *testing.T, path string, wantProcs int) {
 	if wantProcs == 2 && acrossProcs < 90 {
 		t.Fatalf("perfetto: %d segments followed from one trace's process to the other's, want >= 90", acrossProcs)
 	}
+}
+
+// traceHostLimit reads one of the recording host's figures from a trace's
+// header (host_limits), or 0.
+func traceHostLimit(t *testing.T, path, key string) float64 {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	lim, _ := r.Header().Extra["host_limits"].(map[string]any)
+	v, _ := lim[key].(float64)
+	return v
 }
