@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
@@ -31,11 +32,19 @@ type Machine struct {
 	// halts at once, a transfer that waits pays a hypervisor wake-up each
 	// time, which moves the baseline (docs/BENCH.md, session 11).
 	Idle string `json:"idle,omitempty"`
+	// WakeUpNs is how long an idle CPU took to run a thread woken from
+	// another, median of 100 (hostcheck.MeasureWakeUp), 0 if not measured:
+	// what each of a transfer's waits costs on top of the wait.
+	WakeUpNs int64 `json:"wakeup_ns,omitempty"`
 }
 
 func readMachine() Machine {
 	i := machine.Read()
-	return Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz, Idle: i.Idle}
+	m := Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz, Idle: i.Idle}
+	if wake, _, err := hostcheck.MeasureWakeUp(100); err == nil {
+		m.WakeUpNs = int64(wake)
+	}
+	return m
 }
 
 // CostResult is the per-event cost of recording, in the kernel (bpf_stats)

@@ -331,6 +331,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.Machine.Idle != "" {
 		idle = "; " + r.Machine.Idle
 	}
+	if r.Machine.WakeUpNs > 0 {
+		idle += fmt.Sprintf("; an idle CPU took %.1f µs to wake (median of 100, as magnet hostcheck measures it)", float64(r.Machine.WakeUpNs)/1e3)
+	}
 	p("- **Machine:** %s, %d cores (cpu MHz %.0f), %s%s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.MHz, r.Machine.Kernel, idle)
 	if r.Note != "" {
 		p("- **Note:** %s\n", r.Note)

@@ -142,6 +142,17 @@ func (c *CPU) measureWakeUp(n int) {
 	c.WakeUpSamples = len(res.lat)
 }
 
+// MeasureWakeUp times n wake-ups of an idle CPU as hostcheck does (see
+// CPU.WakeUpNs) and returns their median and longest, or why it could not.
+func MeasureWakeUp(n int) (median, longest time.Duration, err error) {
+	var c CPU
+	c.measureWakeUp(n)
+	if c.WakeUpError != "" {
+		return 0, 0, errors.New(c.WakeUpError)
+	}
+	return time.Duration(c.WakeUpNs), time.Duration(c.WakeUpMaxNs), nil
+}
+
 // twoCPUs returns the first two CPUs this thread may run on.
 func twoCPUs() ([2]int, error) {
 	var set unix.CPUSet

@@ -56,3 +56,18 @@ func TestWakeUpCannotMeasure(t *testing.T) {
 		t.Errorf("with GOMAXPROCS 1: %+v, want an error saying so and no figure", c)
 	}
 }
+
+// MeasureWakeUp gives what Run reports: a median no longer than the longest.
+func TestMeasureWakeUp(t *testing.T) {
+	median, longest, err := MeasureWakeUp(10)
+	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+		if err == nil {
+			t.Errorf("one CPU or GOMAXPROCS 1, yet measured %v", median)
+		}
+		return
+	}
+	if err != nil || median <= 0 || longest < median {
+		t.Fatalf("MeasureWakeUp(10) = %v, %v, %v; want 0 < median ≤ longest", median, longest, err)
+	}
+	t.Logf("idle wake-up %v median, %v longest", median, longest)
+}
