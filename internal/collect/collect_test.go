@@ -299,6 +299,39 @@ func TestShipOutageAndResume(t *testing.T) {
 	if waiting, shipped := s2.Queue(); waiting != 0 || shipped != 1 {
 		t.Fatalf("after restart: %d waiting, %d shipped", waiting, shipped)
 	}
+
+	// A crash after the journal said every archive has it, before the
+	// local copy went (or before the log line got out): the restarted
+	// shipper removes it without a put, and says so.
+	cfg3 := testConfig(t, Target{Type: "dir", Path: t.TempDir()})
+	spool(t, cfg3, 0, false)
+	s3, _ := newShipper(t, cfg3)
+	files, _ = rotate.Finished(s3.pattern, "")
+	name := filepath.Base(files[0].Path)
+	if st, err = s3.stage(files[0].Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3.shipTo(context.Background(), s3.archives[0], archiveKey(st.Meta), st); err != nil {
+		t.Fatal(err)
+	}
+	st.Done[s3.archives[0].Name()] = true
+	s3.j.Files[name] = st
+	s3.j.save()
+	// ... killed here. Restart:
+	s4, logs4 := newShipper(t, cfg3)
+	c = &counting{Archive: s4.archives[0]}
+	s4.archives[0] = c
+	s4.Pass(context.Background())
+	if c.puts.Load() != 0 {
+		t.Fatalf("%d puts after a restart with the journal done: shipped twice", c.puts.Load())
+	}
+	if waiting, _ := s4.Queue(); waiting != 0 {
+		t.Fatalf("after restart with the journal done: %d waiting", waiting)
+	}
+	want := name + " already in every archive as "
+	if log := strings.Join(*logs4, "\n"); !strings.Contains(log, want) {
+		t.Fatalf("the restarted shipper did not say it found %s shipped: %s", name, log)
+	}
 }
 
 // shipThroughOutage ships 2 files, takes the archive away, ships 2 more

@@ -237,6 +237,16 @@ func (s *Shipper) Pass(ctx context.Context) {
 	}
 }
 
+// doneEverywhere says whether the journal has st confirmed by every archive.
+func (s *Shipper) doneEverywhere(st *fileState) bool {
+	for _, a := range s.archives {
+		if !st.Done[a.Name()] {
+			return false
+		}
+	}
+	return true
+}
+
 // Queue returns the files waiting in the spool and the shipping totals.
 func (s *Shipper) Queue() (waiting int, shipped uint64) {
 	files, _ := rotate.Finished(s.pattern, "")
@@ -266,6 +276,13 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 		}
 	}
 	key := archiveKey(st.Meta)
+	// Every archive confirmed already, by the journal: a run killed after
+	// it saved the journal and before the local copy went (or before its
+	// log line reached the service). Said, so that every archived file is
+	// accounted for in the log as shipped or found shipped.
+	if s.doneEverywhere(st) {
+		s.Log("%s already in every archive as %s (the journal of a run before a restart); removing the local copy", name, key)
+	}
 	now := time.Now()
 	for _, a := range s.archives {
 		if st.Done[a.Name()] {
@@ -296,10 +313,8 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 			s.Log("%s already in %s as %s (shipped before a restart); manifest written", name, a.Name(), key)
 		}
 	}
-	for _, a := range s.archives {
-		if !st.Done[a.Name()] {
-			return nil
-		}
+	if !s.doneEverywhere(st) {
+		return nil
 	}
 	// Every archive has it: the local copy can go.
 	fault.At("ship:after-journal")
