@@ -28,9 +28,9 @@ type Machine struct {
 	Cores  int     `json:"cores"`
 	Kernel string  `json:"kernel"`
 	MHz    float64 `json:"mhz"` // "cpu MHz" of /proc/cpuinfo, for ns → cycles
-	// Idle is how the CPUs idle (machine.Info.Idle): on a VM guest that
-	// halts at once, a transfer that waits pays a hypervisor wake-up each
-	// time, which moves the baseline (docs/BENCH.md, session 11).
+	// Idle is how the CPUs idle (hostcheck.CPU.IdleSummary): on a VM guest
+	// that halts at once, a transfer that waits pays a hypervisor wake-up
+	// each time, which moves the baseline (docs/BENCH.md, session 11).
 	Idle string `json:"idle,omitempty"`
 	// WakeUpNs is how long an idle CPU took to run a thread woken from
 	// another, median of 100 (hostcheck.MeasureWakeUp), 0 if not measured:
@@ -40,7 +40,7 @@ type Machine struct {
 
 func readMachine() Machine {
 	i := machine.Read()
-	m := Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz, Idle: i.Idle}
+	m := Machine{CPU: i.CPU, Cores: i.Cores, Kernel: i.Kernel, MHz: i.MHz, Idle: hostcheck.ReadCPU().IdleSummary()}
 	if wake, _, err := hostcheck.MeasureWakeUp(100); err == nil {
 		m.WakeUpNs = int64(wake)
 	}

@@ -41,6 +41,8 @@ type CPU struct {
 	PstateStatus string `json:"pstate_status,omitempty"`
 	// IdleDriver is the cpuidle driver, "" without cpuidle.
 	IdleDriver string `json:"idle_driver,omitempty"`
+	// IdleGovernor is the cpuidle governor (menu, teo, haltpoll, ...).
+	IdleGovernor string `json:"idle_governor,omitempty"`
 	// IdleStates are the C-states of CPU 0, shallowest first.
 	IdleStates []IdleState `json:"idle_states,omitempty"`
 	// GuestHaltPollNs is a KVM guest's haltpoll guest_halt_poll_ns: how
@@ -67,8 +69,8 @@ type IdleState struct {
 	Disabled bool `json:"disabled"`
 }
 
-// readCPU reads cpufreq and cpuidle from sysfs.
-func readCPU() CPU {
+// ReadCPU reads cpufreq and cpuidle from sysfs; the wake-up is not measured.
+func ReadCPU() CPU {
 	freq := cpuDir + "/cpu0/cpufreq/"
 	c := CPU{
 		ScalingDriver: readTrim(freq + "scaling_driver"),
@@ -77,6 +79,7 @@ func readCPU() CPU {
 		MinKHz:        readInt(freq + "scaling_min_freq"),
 		MaxKHz:        readInt(freq + "scaling_max_freq"),
 		IdleDriver:    readTrim(cpuDir + "/cpuidle/current_driver"),
+		IdleGovernor:  readTrim(cpuDir + "/cpuidle/current_governor"),
 		// The module's parameters are there whether or not it drives
 		// cpuidle; they matter only when it does.
 		GuestHaltPollNs: readTrim(haltPollDir + "/guest_halt_poll_ns"),
@@ -101,6 +104,28 @@ func readCPU() CPU {
 		})
 	}
 	return c
+}
+
+// IdleSummary says in one line how the CPUs idle: the cpuidle driver and
+// governor and, for a KVM guest's haltpoll, how long it polls before it
+// halts; "" without cpuidle. On a guest that halts at once, a workload
+// that waits briefly pays a hypervisor wake-up each time, which moves a
+// throughput figure (docs/BENCH.md, session 11).
+func (c CPU) IdleSummary() string {
+	if c.IdleDriver == "" {
+		return ""
+	}
+	d := "cpuidle " + c.IdleDriver
+	if c.IdleGovernor != "" {
+		d += ", governor " + c.IdleGovernor
+	}
+	if c.GuestHaltPollNs != "" {
+		d += ", guest_halt_poll_ns " + c.GuestHaltPollNs
+		if c.GuestHaltPollNs == "0" {
+			d += " (the guest halts at once when idle)"
+		}
+	}
+	return d
 }
 
 // Disturbances returns, in plain words, each way the CPU's frequency

@@ -91,7 +91,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		func() { r.Syscalls = measureSyscalls(s) },
 		func() { r.Memory = measureMemory(s) },
 		func() { r.Interfaces, r.InterfacesError = listInterfaces() },
-		func() { r.CPU = readCPU(); r.CPU.measureWakeUp(s.wakeUps) },
+		func() { r.CPU = ReadCPU(); r.CPU.measureWakeUp(s.wakeUps) },
 	}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {

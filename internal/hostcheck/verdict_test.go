@@ -308,3 +308,22 @@ func TestWakeUpDisturbance(t *testing.T) {
 		t.Errorf("wake-up not measured: Disturbances = %q, want none", got)
 	}
 }
+
+// IdleSummary: bare metal, a guest that halts at once, one that polls
+// first, and no cpuidle.
+func TestIdleSummary(t *testing.T) {
+	if got := (CPU{}).IdleSummary(); got != "" {
+		t.Errorf("no cpuidle: %q, want none", got)
+	}
+	if got, want := (CPU{IdleDriver: "intel_idle", IdleGovernor: "menu"}).IdleSummary(), "cpuidle intel_idle, governor menu"; got != want {
+		t.Errorf("bare metal: %q, want %q", got, want)
+	}
+	guest := CPU{IdleDriver: "haltpoll", IdleGovernor: "haltpoll", GuestHaltPollNs: "0"}
+	if got, want := guest.IdleSummary(), "cpuidle haltpoll, governor haltpoll, guest_halt_poll_ns 0 (the guest halts at once when idle)"; got != want {
+		t.Errorf("guest halting at once: %q, want %q", got, want)
+	}
+	guest.GuestHaltPollNs = "200000"
+	if got, want := guest.IdleSummary(), "cpuidle haltpoll, governor haltpoll, guest_halt_poll_ns 200000"; got != want {
+		t.Errorf("guest polling first: %q, want %q", got, want)
+	}
+}

@@ -20,16 +20,16 @@ import (
 const wakeGap = time.Millisecond
 
 // measureWakeUp times how long an idle CPU takes to run a thread woken
-// from another CPU, n times: a thread pinned to one CPU blocks reading a
-// pipe, a thread pinned to another sleeps wakeGap, reads the clock and
-// writes it down the pipe, and the reader reads the clock as soon as it
-// runs. That is the path of a packet's interrupt to an idle CPU: an IPI,
+// from another CPU, n times: a thread pinned to one CPU waits for a pipe
+// to become readable, a thread pinned to another sleeps wakeGap, reads the
+// clock and writes it down the pipe, and the reader reads the clock as
+// soon as it runs. That is the path of a packet's interrupt to an idle CPU: an IPI,
 // the CPU leaving its idle state (on a VM guest that halted, the
 // hypervisor scheduling the vCPU again), the scheduler. The C-states'
 // claimed exit latencies leave the hypervisor out; this does not.
 //
 // It fills c.WakeUpNs (median) and c.WakeUpMaxNs, or c.WakeUpError when it
-// cannot measure (one CPU, or pinning refused). Both threads exit locked,
+// cannot measure (one CPU, GOMAXPROCS 1, or pinning refused). Both threads exit locked,
 // so the runtime ends them and the caller's affinity is untouched.
 func (c *CPU) measureWakeUp(n int) {
 	cpus, err := twoCPUs()

@@ -136,34 +136,3 @@ func TestReadSleeps(t *testing.T) {
 		t.Errorf("cpu2 has no cpuidle, yet sleeps %v", got)
 	}
 }
-
-func TestDescribeIdle(t *testing.T) {
-	root := t.TempDir()
-	put := func(p, v string) {
-		f := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f, []byte(v+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := describeIdle(root); got != "" {
-		t.Errorf("no cpuidle: %q, want none", got)
-	}
-	put("devices/system/cpu/cpuidle/current_driver", "intel_idle")
-	put("devices/system/cpu/cpuidle/current_governor", "menu")
-	if got, want := describeIdle(root), "cpuidle intel_idle, governor menu"; got != want {
-		t.Errorf("bare metal: %q, want %q", got, want)
-	}
-	put("devices/system/cpu/cpuidle/current_driver", "haltpoll")
-	put("devices/system/cpu/cpuidle/current_governor", "haltpoll")
-	put("module/haltpoll/parameters/guest_halt_poll_ns", "0")
-	if got, want := describeIdle(root), "cpuidle haltpoll, governor haltpoll, guest_halt_poll_ns 0 (the guest halts at once when idle)"; got != want {
-		t.Errorf("guest halting at once: %q, want %q", got, want)
-	}
-	put("module/haltpoll/parameters/guest_halt_poll_ns", "200000")
-	if got, want := describeIdle(root), "cpuidle haltpoll, governor haltpoll, guest_halt_poll_ns 200000"; got != want {
-		t.Errorf("guest polling first: %q, want %q", got, want)
-	}
-}
