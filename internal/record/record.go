@@ -312,6 +312,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer r.poll.Close()
+	// Whatever ends the recording also ends the wait for the rings: the
+	// loop looks for it only between waits, which last up to a flush
+	// interval (an hour, if asked).
+	stopWaking := context.AfterFunc(ctx, r.poll.Wake)
+	defer stopWaking()
 
 	status := newStatusFile(cfg, p, r)
 	defer status.remove()
@@ -327,7 +332,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		go func() { cmdDone <- cmd.Wait() }()
+		go func() {
+			cmdDone <- cmd.Wait()
+			r.poll.Wake()
+		}()
 	}
 	var deadline <-chan time.Time
 	if cfg.Duration > 0 {

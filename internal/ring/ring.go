@@ -290,6 +290,7 @@ type Poller struct {
 	file   *os.File // the epoll set
 	conn   syscall.RawConn
 	events []unix.EpollEvent
+	woken  atomic.Bool // Wake was called: no Wait waits any more
 }
 
 // NewPoller watches the rings' wake-ups. Close releases it; the caller
@@ -331,6 +332,11 @@ func (p *Poller) Wait(timeout time.Duration) error {
 	if err := p.file.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return fmt.Errorf("wait for ring buffers: %w", err)
 	}
+	// After the deadline is set: a Wake that this does not see sets its
+	// past deadline after this one, and the read below returns at once.
+	if p.woken.Load() {
+		return nil
+	}
 	var werr error
 	err := p.conn.Read(func(fd uintptr) bool {
 		n, err := p.poll(fd)
@@ -347,6 +353,17 @@ func (p *Poller) Wait(timeout time.Duration) error {
 		return fmt.Errorf("wait for ring buffers: %w", err)
 	}
 	return nil
+}
+
+// Wake ends the Wait under way, if any, and makes every later Wait
+// return at once: for a reader that has to stop waiting for the rings
+// because something else ended its work (the recorded command exited, the
+// user interrupted it). Without it a recorder noticed only at the end of
+// its wait, up to a flush interval later. Any goroutine may call it.
+func (p *Poller) Wake() {
+	p.woken.Store(true)
+	// A deadline in the past makes the parked read return.
+	_ = p.file.SetReadDeadline(time.Unix(1, 0))
 }
 
 // poll asks the epoll set fd, without waiting, which rings were woken up.

@@ -264,3 +264,51 @@ func TestKernelRing(t *testing.T) {
 		t.Fatalf("%d bytes left after reading %d records", r.Available(), read)
 	}
 }
+
+// TestPollerWake checks that Wake ends a Wait that has hours to go, and
+// that every Wait after it returns at once: a recorder must not sleep on
+// past the end of its recording.
+func TestPollerWake(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("BPF ring buffers need root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := NewReader(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := NewPoller(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	waited := make(chan error, 1)
+	go func() { waited <- p.Wait(time.Hour) }()
+	p.Wake() // before or while the goroutine waits: either must end it
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait(1h) still waiting 20 s after Wake")
+	}
+	go func() { waited <- p.Wait(time.Hour) }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a Wait after Wake did not return at once")
+	}
+}
