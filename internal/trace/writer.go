@@ -335,8 +335,11 @@ func (w *Writer) Flush() error {
 // asks for room, and prefetchStep how often. A lent block lies in the
 // file writer's chunk, bigger than the CPU's own cache and cold since it
 // was last written out: each line's first store would wait for the line.
+// Room looks once per call, so a caller that asks for larger room steps
+// further (the recorder's drain: 8 KiB, its runRoom); the reach covers
+// twice that, so that room is fetched a room's length before it fills.
 var (
-	prefetchAhead = 4 << 10
+	prefetchAhead = 16 << 10
 	prefetchStep  = 1 << 10
 )
 
