@@ -271,8 +271,9 @@ func TestDiskFull(t *testing.T) {
 	rec.err = nil // the expected error; let cleanup pass
 }
 
-// eachRecord calls fn for every record of the trace at path.
-func eachRecord(t *testing.T, path string, fn func(trace.Record)) {
+// eachRecord calls fn for every record of the trace at path, and returns
+// the trace's summary (nil if the trace has none: cut short).
+func eachRecord(t *testing.T, path string, fn func(trace.Record)) *trace.Summary {
 	t.Helper()
 	r, err := trace.Open(path)
 	if err != nil {
@@ -282,7 +283,7 @@ func eachRecord(t *testing.T, path string, fn func(trace.Record)) {
 	for {
 		rc, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return
+			return r.Summary()
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -3,8 +3,6 @@
 package record_test
 
 import (
-	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -45,21 +43,7 @@ func TestRecordingEndsAtOnce(t *testing.T) {
 			if rec.res.ExitCode != tc.exitCode {
 				t.Errorf("exit code %d, want %d", rec.res.ExitCode, tc.exitCode)
 			}
-			r, err := trace.Open(rec.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			for {
-				_, err := r.Next()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			if r.Summary() == nil {
+			if eachRecord(t, rec.path, func(trace.Record) {}) == nil {
 				t.Error("trace has no summary")
 			}
 		})

@@ -166,17 +166,7 @@ func TestCorruptHeader(t *testing.T) {
 // TestKernelRing reads records a BPF program wrote into a real ring buffer,
 // and checks that the producer's wake-up reaches the Poller.
 func TestKernelRing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("BPF ring buffers need root")
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := kernelRingBuffer(t)
 	// bpf_ringbuf_output(&m, &stack[-16], 12, 0): 12 bytes, 0x2a repeated.
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:    ebpf.SocketFilter,
@@ -269,18 +259,7 @@ func TestKernelRing(t *testing.T) {
 // that every Wait after it returns at once: a recorder must not sleep on
 // past the end of its recording.
 func TestPollerWake(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("BPF ring buffers need root")
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	r, err := NewReader(m)
+	r, err := NewReader(kernelRingBuffer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +290,22 @@ func TestPollerWake(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a Wait after Wake did not return at once")
 	}
+}
+
+// kernelRingBuffer makes a BPF ring buffer of one page, closed when the
+// test ends; the test is skipped without root.
+func kernelRingBuffer(t *testing.T) *ebpf.Map {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("BPF ring buffers need root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
