@@ -166,7 +166,7 @@ func TestCorruptHeader(t *testing.T) {
 // TestKernelRing reads records a BPF program wrote into a real ring buffer,
 // and checks that the producer's wake-up reaches the Poller.
 func TestKernelRing(t *testing.T) {
-	m := kernelRingBuffer(t)
+	m, r, p := kernelRing(t)
 	// bpf_ringbuf_output(&m, &stack[-16], 12, 0): 12 bytes, 0x2a repeated.
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:    ebpf.SocketFilter,
@@ -190,16 +190,6 @@ func TestKernelRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prog.Close()
-	r, err := NewReader(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := NewPoller(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
 
 	// Nothing to read: Wait returns at its timeout.
 	start := time.Now()
@@ -259,16 +249,7 @@ func TestKernelRing(t *testing.T) {
 // that every Wait after it returns at once: a recorder must not sleep on
 // past the end of its recording.
 func TestPollerWake(t *testing.T) {
-	r, err := NewReader(kernelRingBuffer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := NewPoller(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	_, _, p := kernelRing(t)
 
 	waited := make(chan error, 1)
 	go func() { waited <- p.Wait(time.Hour) }()
@@ -292,9 +273,10 @@ func TestPollerWake(t *testing.T) {
 	}
 }
 
-// kernelRingBuffer makes a BPF ring buffer of one page, closed when the
-// test ends; the test is skipped without root.
-func kernelRingBuffer(t *testing.T) *ebpf.Map {
+// kernelRing makes a BPF ring buffer of one page, its Reader and a
+// Poller of it, all closed when the test ends; the test is skipped
+// without root.
+func kernelRing(t *testing.T) (*ebpf.Map, *Reader, *Poller) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("BPF ring buffers need root")
@@ -307,5 +289,15 @@ func kernelRingBuffer(t *testing.T) *ebpf.Map {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m
+	r, err := NewReader(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	p, err := NewPoller(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return m, r, p
 }
