@@ -364,7 +364,12 @@ func TestReportFTPPattern(t *testing.T) {
 	// messages: on a host whose idle CPUs wake slowly (as the trace's own
 	// hostcheck measured), the report says the receive timestamps may be
 	// late; on any other it does not.
-	wake := traceHostLimit(t, out, "idle_wakeup_ns")
+	tr, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake := tr.Header().HostLimit("idle_wakeup_ns")
+	tr.Close()
 	warned := false
 	for _, w := range rep.Warnings {
 		if strings.Contains(w, "dev_recv") && strings.Contains(w, "quiet periods") {
@@ -528,18 +533,4 @@ func checkPerfetto(t *testing.T, path string, wantProcs int) {
 	if wantProcs == 2 && acrossProcs < 90 {
 		t.Fatalf("perfetto: %d segments followed from one trace's process to the other's, want >= 90", acrossProcs)
 	}
-}
-
-// traceHostLimit reads one of the recording host's figures from a trace's
-// header (host_limits), or 0.
-func traceHostLimit(t *testing.T, path, key string) float64 {
-	t.Helper()
-	r, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	lim, _ := r.Header().Extra["host_limits"].(map[string]any)
-	v, _ := lim[key].(float64)
-	return v
 }

@@ -320,18 +320,6 @@ func busiest(c *ConnReport) int64 {
 	return b
 }
 
-// hostLimit is one of the figures the recording host measured of itself
-// (magnet hostcheck, host_limits in the trace header: clock_step_ns,
-// idle_wakeup_ns, ...), or 0 when unknown.
-func hostLimit(h *trace.Header, key string) float64 {
-	lim, ok := h.Extra["host_limits"].(map[string]any)
-	if !ok {
-		return 0
-	}
-	v, _ := lim[key].(float64)
-	return v
-}
-
 // slowWakeUpNs is the idle wake-up above which a host's receive timestamps
 // are worth a warning: hostcheck's DeepIdleLatencyUs, under the 12 µs gap
 // of 1500-byte packets at 1 Gb/s.

@@ -228,7 +228,7 @@ func openStream(ins []trace.Source) (*stream, error) {
 		}
 		h := r.Header()
 		src := &source{index: i, path: in.Name, r: r, h: h, dec: newDecoder(h), rs: export.NewResolver(h),
-			conns: map[uint64]*connState{}, step: hostLimit(h, "clock_step_ns"), wake: hostLimit(h, "idle_wakeup_ns")}
+			conns: map[uint64]*connState{}, step: h.HostLimit("clock_step_ns"), wake: h.HostLimit("idle_wakeup_ns")}
 		if lt := h.TypeByName("lost"); lt != nil {
 			src.nSwitch, _ = lt.Field("n_sched_switch")
 			src.nWakeup, _ = lt.Field("n_sched_wakeup")

@@ -159,6 +159,16 @@ func (h *Header) TypeByName(name string) *EventType {
 	return nil
 }
 
+// HostLimit returns one of the figures the recording host measured of
+// itself, as magnet record puts them in extra.host_limits (clock_step_ns,
+// send_cost_ns, memcpy_gbps, idle_wakeup_ns: docs/FORMAT.md), or 0 when the
+// trace does not have it.
+func (h *Header) HostLimit(key string) float64 {
+	lim, _ := h.Extra["host_limits"].(map[string]any)
+	v, _ := lim[key].(float64)
+	return v
+}
+
 // EnumName returns the name of value v of enum field f, looked up in
 // h.Enums. It reports false when f is not an enum field or the value has no
 // name.

@@ -668,3 +668,21 @@ func BenchmarkNext(b *testing.B) {
 		})
 	}
 }
+
+// HostLimit reads extra.host_limits as a header decoded from JSON holds it,
+// and is 0 for a figure or a host_limits the trace lacks.
+func TestHostLimit(t *testing.T) {
+	var h Header
+	if err := json.Unmarshal([]byte(`{"extra":{"host_limits":{"clock_step_ns":30,"idle_wakeup_ns":44800.5}}}`), &h); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.HostLimit("idle_wakeup_ns"); got != 44800.5 {
+		t.Errorf("idle_wakeup_ns = %v, want 44800.5", got)
+	}
+	if got := h.HostLimit("memcpy_gbps"); got != 0 {
+		t.Errorf("missing memcpy_gbps = %v, want 0", got)
+	}
+	if got := (&Header{}).HostLimit("clock_step_ns"); got != 0 {
+		t.Errorf("no host_limits: %v, want 0", got)
+	}
+}
