@@ -25,8 +25,13 @@ mountpoint -q /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/ker
 go test -count=1 -timeout 15m ./... 2>&1 | tee /tmp/magnet-test.log
 
 echo "== fuzz (short)"
-go test -run='^$' -fuzz='^FuzzReader$' -fuzztime=20s ./internal/trace
-go test -run='^$' -fuzz='^FuzzExport$' -fuzztime=15s ./internal/export
+# Every input that finds new coverage is minimized first, for up to
+# -fuzzminimizetime (60 s by default), and a trace of a few KiB takes all of
+# it: FuzzReader and FuzzExport spent their whole time minimizing the first
+# input they found (FuzzExport, 15 s: 2,199 inputs run, none new; capped at
+# 3 s: 23,706, 6 new).
+go test -run='^$' -fuzz='^FuzzReader$' -fuzztime=20s -fuzzminimizetime=3s ./internal/trace
+go test -run='^$' -fuzz='^FuzzExport$' -fuzztime=15s -fuzzminimizetime=3s ./internal/export
 go test -run='^$' -fuzz='^FuzzReport$' -fuzztime=15s -fuzzminimizetime=5s ./internal/analyze
 go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=15s ./internal/filter
 go test -run='^$' -fuzz='^FuzzDecodeMessage$' -fuzztime=10s ./internal/bwprobe
