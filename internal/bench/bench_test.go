@@ -181,7 +181,10 @@ func TestVerdictsUseIntervals(t *testing.T) {
 // unlimited link, and the synthetic events at 1 M/s alone and beside the
 // transfer (after the transfer alone). It keeps the bench code from
 // rotting; its numbers mean little, but its accounting must be exact.
-func TestSmoke(t *testing.T) {
+// smokeMagnet skips a test that cannot build namespaces and load BPF here,
+// and builds the magnet binary whose workloads it runs.
+func smokeMagnet(t *testing.T) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces and BPF")
 	}
@@ -196,6 +199,11 @@ func TestSmoke(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build magnet: %v\n%s", err, out)
 	}
+	return bin
+}
+
+func TestSmoke(t *testing.T) {
+	bin := smokeMagnet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log bytes.Buffer
@@ -262,6 +270,67 @@ func TestSmoke(t *testing.T) {
 	}
 	if err := r.WriteJSON(&bytes.Buffer{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSweepSmoke runs the loss sweep (every ring size and drain policy of
+// the full run, on every workload, one short transfer each), so that the
+// code behind the full run's sweep tables cannot rot unnoticed. Losses at
+// the small sizes depend on the machine; what must hold anywhere is that
+// every event produced is either recorded or counted lost.
+func TestSweepSmoke(t *testing.T) {
+	bin := smokeMagnet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	r, err := Run(ctx, Options{Magnet: bin, Reps: 1, Duration: 500 * time.Millisecond, Sweep: true, Log: &log})
+	t.Log(log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := r.Sweep
+	if sw == nil {
+		t.Fatal("no sweep in the report")
+	}
+	workloads := map[string]int{}
+	for _, row := range sw.Rows {
+		workloads[row.Workload+" "+row.Link]++
+		if row.Produced == 0 || row.Unaccounted != 0 || row.Recorded+row.Lost != row.Produced {
+			t.Errorf("%s %s at %d B: produced %d, recorded %d, lost %d, unaccounted %d", row.Workload, row.Link, row.BufferBytes, row.Produced, row.Recorded, row.Lost, row.Unaccounted)
+		}
+	}
+	if len(workloads) != 4 {
+		t.Errorf("ring-size sweep over %d workloads, want 4: %v", len(workloads), workloads)
+	}
+	for w, n := range workloads {
+		if n != len(SweepBuffers) {
+			t.Errorf("%s: %d ring sizes, want %d", w, n, len(SweepBuffers))
+		}
+	}
+	if len(sw.Policy) != len(policyWorkloads)*len(DrainPolicies) {
+		t.Errorf("%d policy rows, want %d", len(sw.Policy), len(policyWorkloads)*len(DrainPolicies))
+	}
+	policyWorkloadsSeen := map[string]bool{}
+	for _, row := range sw.Policy {
+		policyWorkloadsSeen[row.Workload+" "+row.Link] = true
+		if row.Runs != 1 || row.Produced == 0 || row.Unaccounted != 0 || row.Lost > row.Produced {
+			t.Errorf("policy %q, %s %s: %d runs, produced %d, lost %d, unaccounted %d", row.Policy, row.Workload, row.Link, row.Runs, row.Produced, row.Lost, row.Unaccounted)
+		}
+	}
+	if !policyWorkloadsSeen["udp 64 B unlimited"] || !policyWorkloadsSeen["tcp 64 B unlimited"] {
+		t.Errorf("policy sweep workloads %v lack the 64-byte TCP or UDP sends", policyWorkloadsSeen)
+	}
+	if len(sw.Limit) == 0 {
+		t.Error("no event-rate limit rows")
+	}
+	var md bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, section := range []string{"## Loss against ring-buffer size", "## Loss and CPU against the drain policy", "## What limits the event rate", "| udp 64 B | unlimited | woken at 1/2 full"} {
+		if !strings.Contains(md.String(), section) {
+			t.Errorf("markdown lacks %q", section)
+		}
 	}
 }
 

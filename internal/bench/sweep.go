@@ -72,8 +72,9 @@ type policyWorkload struct {
 }
 
 // policyWorkloads: the bulk transfer on the 1 Gbit/s and unlimited links,
-// and 64-byte TCP sends, which make the most events per second.
-var policyWorkloads = []policyWorkload{{"tcp", BulkSize, 1000}, {"tcp", BulkSize, 0}, {"tcp", SmallSize, 0}}
+// and 64-byte TCP and UDP sends, which make the most events per second
+// (the workloads of the ring-size sweep, as issue 5 asks of both).
+var policyWorkloads = []policyWorkload{{"tcp", BulkSize, 1000}, {"tcp", BulkSize, 0}, {"tcp", SmallSize, 0}, {"udp", SmallSize, 0}}
 
 // PolicyRow is one workload, link and drain policy over the repetitions.
 type PolicyRow struct {
