@@ -9,9 +9,9 @@
 # build since d865c11 takes the `record` flags the bench passes (-q, --netns,
 # -o, --ready-file).
 #
-#   bench/build-at.sh ac99b7e          # the first full bench run's code
-#   sudo bench/run.sh --compare-with bin/magnet-ac99b7e \
-#        --compare-label "first implementation (ac99b7e)" --label "main $(git rev-parse --short HEAD)"
+#   bench/build-at.sh 98f58a4          # issue 5's first implementation
+#   sudo bench/run.sh --compare-with bin/magnet-98f58a4 \
+#        --compare-label "first implementation (98f58a4)" --label "main $(git rev-parse --short HEAD)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: bench/build-at.sh COMMIT" >&2; exit 2; }

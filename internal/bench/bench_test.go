@@ -176,11 +176,6 @@ func TestVerdictsUseIntervals(t *testing.T) {
 	}
 }
 
-// TestSmoke is the CI run of the bench: one repetition of 1-second
-// transfers, baseline, loaded, record-sender and record-sender-sock,
-// unlimited link, and the synthetic events at 1 M/s alone and beside the
-// transfer (after the transfer alone). It keeps the bench code from
-// rotting; its numbers mean little, but its accounting must be exact.
 // smokeMagnet skips a test that cannot build namespaces and load BPF here,
 // and builds the magnet binary whose workloads it runs.
 func smokeMagnet(t *testing.T) string {
@@ -202,6 +197,11 @@ func smokeMagnet(t *testing.T) string {
 	return bin
 }
 
+// TestSmoke is the CI run of the bench: one repetition of 1-second
+// transfers, baseline, loaded, record-sender and record-sender-sock,
+// unlimited link, and the synthetic events at 1 M/s alone and beside the
+// transfer (after the transfer alone). It keeps the bench code from
+// rotting; its numbers mean little, but its accounting must be exact.
 func TestSmoke(t *testing.T) {
 	bin := smokeMagnet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -299,26 +299,26 @@ func TestSweepSmoke(t *testing.T) {
 			t.Errorf("%s %s at %d B: produced %d, recorded %d, lost %d, unaccounted %d", row.Workload, row.Link, row.BufferBytes, row.Produced, row.Recorded, row.Lost, row.Unaccounted)
 		}
 	}
-	if len(workloads) != 4 {
-		t.Errorf("ring-size sweep over %d workloads, want 4: %v", len(workloads), workloads)
+	if len(workloads) != len(sweepWorkloads) {
+		t.Errorf("ring-size sweep over %d workloads, want %d: %v", len(workloads), len(sweepWorkloads), workloads)
 	}
 	for w, n := range workloads {
 		if n != len(SweepBuffers) {
 			t.Errorf("%s: %d ring sizes, want %d", w, n, len(SweepBuffers))
 		}
 	}
-	if len(sw.Policy) != len(policyWorkloads)*len(DrainPolicies) {
-		t.Errorf("%d policy rows, want %d", len(sw.Policy), len(policyWorkloads)*len(DrainPolicies))
+	if len(sw.Policy) != len(sweepWorkloads)*len(DrainPolicies) {
+		t.Errorf("%d policy rows, want %d", len(sw.Policy), len(sweepWorkloads)*len(DrainPolicies))
 	}
-	policyWorkloadsSeen := map[string]bool{}
+	policySeen := map[string]bool{}
 	for _, row := range sw.Policy {
-		policyWorkloadsSeen[row.Workload+" "+row.Link] = true
+		policySeen[row.Workload+" "+row.Link] = true
 		if row.Runs != 1 || row.Produced == 0 || row.Unaccounted != 0 || row.Lost > row.Produced {
 			t.Errorf("policy %q, %s %s: %d runs, produced %d, lost %d, unaccounted %d", row.Policy, row.Workload, row.Link, row.Runs, row.Produced, row.Lost, row.Unaccounted)
 		}
 	}
-	if !policyWorkloadsSeen["udp 64 B unlimited"] || !policyWorkloadsSeen["tcp 64 B unlimited"] {
-		t.Errorf("policy sweep workloads %v lack the 64-byte TCP or UDP sends", policyWorkloadsSeen)
+	if !policySeen["udp 64 B unlimited"] || !policySeen["tcp 64 B unlimited"] {
+		t.Errorf("policy sweep workloads %v lack the 64-byte TCP or UDP sends", policySeen)
 	}
 	if len(sw.Limit) == 0 {
 		t.Error("no event-rate limit rows")
