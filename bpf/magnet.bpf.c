@@ -511,8 +511,12 @@ struct emit {
 	 * never takes an area record for a ring buffer's or the reverse. */
 	__u64 area;
 	__u64 next;   /* an area's producer position once the record is published */
-	__u32 pos_idx; /* its element of area_pos */
-	__u32 level;  /* and its level (cpu_state.depth before the reservation) */
+	/* For an area record, what publishing it touches, kept from the
+	 * reservation: looking them up again cost each event two more map
+	 * lookups (a dozen instructions each, on a path of about 250). */
+	struct area_pos *ap;  /* the area's positions */
+	struct cpu_state *st; /* this CPU's state, whose depth submit() restores */
+	__u32 level;  /* the area level (cpu_state.depth before the reservation) */
 };
 
 /* Wake the reader once the control ring is filled past threshold (rare
@@ -639,7 +643,7 @@ static __always_inline void *area_take(void *map, __u64 size, __u32 slot, __u32 
 	*(__u64 *)(data + off) = sz;
 	e->area = 1;
 	e->next = pos + step;
-	e->pos_idx = pi;
+	e->ap = ap;
 	e->level = level;
 	*fill = pos + step - cons;
 	return data + off + 8;
@@ -652,15 +656,11 @@ static __always_inline void *area_take(void *map, __u64 size, __u32 slot, __u32 
  * barrier (publish_ordered, set by the loader for such CPUs). */
 static __always_inline void area_publish(const struct emit *e)
 {
-	struct area_pos *ap = bpf_map_lookup_elem(&area_pos, &e->pos_idx);
-
 	barrier();
-	if (ap) {
-		if (publish_ordered)
-			__sync_lock_test_and_set(&ap->prod, e->next);
-		else
-			*(volatile __u64 *)&ap->prod = e->next;
-	}
+	if (publish_ordered)
+		__sync_lock_test_and_set(&e->ap->prod, e->next);
+	else
+		*(volatile __u64 *)&e->ap->prod = e->next;
 	barrier();
 }
 
@@ -708,13 +708,13 @@ static __noinline int area_flush_lost(struct cpu_state *st, __u32 slot, __u32 le
  * as produced; on failure counts it as lost (and sends nothing, so the
  * next event carries the task). A program interrupted between this and
  * submit() leaves its level to the interrupting one's: that one takes the
- * nested area (see the areas' comment).
+ * nested area (see the areas' comment). st is this CPU's state (my_state()),
+ * which the programs on every packet's path look up once for all they do.
  */
-static __always_inline void *reserve_event_of(struct task_struct *task, __u8 type, __u64 sz,
-					      __u64 now, struct emit *e)
+static __always_inline void *reserve_event_of(struct cpu_state *st, struct task_struct *task,
+					      __u8 type, __u64 sz, __u64 now, struct emit *e)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
-	struct cpu_state *st = my_state();
 	struct task_id cur;
 	__u32 level, slot;
 	__u64 need, fill;
@@ -733,6 +733,7 @@ static __always_inline void *reserve_event_of(struct task_struct *task, __u8 typ
 		return NULL;
 	}
 	slot--;
+	e->st = st;
 	st->depth = level + 1;
 	barrier();
 	count_produced_at(st, level, type);
@@ -769,23 +770,19 @@ lost:
 /* Publish an event, or submit a control record. */
 static __always_inline void submit(void *r, struct emit *e)
 {
-	struct cpu_state *st;
-
 	if (!e->area) {
 		bpf_ringbuf_submit(r, e->wakeup);
 		return;
 	}
 	area_publish(e);
-	st = my_state();
-	if (st)
-		st->depth = e->level;
+	e->st->depth = e->level;
 	if (e->wakeup == BPF_RB_FORCE_WAKEUP)
 		ring_doorbell();
 }
 
 static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struct emit *e)
 {
-	return reserve_event_of(bpf_get_current_task_btf(), type, sz, now, e);
+	return reserve_event_of(my_state(), bpf_get_current_task_btf(), type, sz, now, e);
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
@@ -821,7 +818,9 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 /* A ring record is the event T, then struct mg_task when the reader does not
  * know the thread yet (always, in the control ring). */
 #define RESERVE_EVENT(T, typ, now, e) ((T *)reserve_event(typ, sizeof(T), now, e))
-#define RESERVE_EVENT_OF(task, T, typ, now, e) ((T *)reserve_event_of(task, typ, sizeof(T), now, e))
+#define RESERVE_EVENT_OF(st, task, T, typ, now, e) ((T *)reserve_event_of(st, task, typ, sizeof(T), now, e))
+#define RESERVE_EVENT_IN(st, T, typ, now, e)                                                       \
+	((T *)reserve_event_of(st, bpf_get_current_task_btf(), typ, sizeof(T), now, e))
 #define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control(typ, sizeof(T), now, e))
 #define SUBMIT(r, e) submit(r, e)
 
@@ -1069,11 +1068,11 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	return sel ? cookie : FILTERED;
 }
 
-static __always_inline __u64 conn_of(struct sock *sk, __u64 cookie, int process)
+static __always_inline __u64 conn_of(struct cpu_state *st, struct sock *sk, __u64 cookie, int process)
 {
 	if (!cookie)
 		return 0;
-	switch (cached_verdict(my_state(), cookie)) {
+	switch (cached_verdict(st, cookie)) {
 	case VERDICT_SELECTED:
 		return cookie;
 	case VERDICT_FILTERED:
@@ -1134,6 +1133,7 @@ static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
 
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {
+	struct cpu_state *st;
 	struct task_struct *task;
 	__u64 now, conn, cookie;
 	struct mg_hdr *r;
@@ -1152,7 +1152,8 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 	/* A socket the filters left out (the other end of the connection,
 	 * under --netns) is done with before the current task is asked for:
 	 * a helper call that only the recorder check and the record need. */
-	verdict = cached_verdict(my_state(), cookie);
+	st = my_state();
+	verdict = cached_verdict(st, cookie);
 	if (verdict == VERDICT_FILTERED)
 		return 0;
 	/* One helper call for the recorder check and the record. */
@@ -1163,7 +1164,7 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT_OF(task, struct mg_hdr, type, now, &e);
+	r = RESERVE_EVENT_OF(st, task, struct mg_hdr, type, now, &e);
 	if (!r)
 		return 0;
 	fill(r, type, now, e.pid_tgid, conn, ret, sk_netns(sk));
@@ -1200,7 +1201,7 @@ int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_
 
 	if (!enabled(MG_G_TCPSEND))
 		return 0;
-	conn = conn_of(sk, cookie_of(sk, sk), 1);
+	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 1);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -1336,6 +1337,7 @@ static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
+	struct cpu_state *st = my_state();
 	struct mg_tcp_rcv *r;
 	struct tcp_skb_cb *cb;
 	__u64 now, conn;
@@ -1343,7 +1345,7 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 
 	if (!enabled(MG_G_TCP | MG_G_TCPSTATE | MG_G_RATE))
 		return 0;
-	conn = conn_of(sk, cookie_of(sk, sk), 0);
+	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -1352,7 +1354,7 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 		emit_tcp_rate(sk, conn, now);
 	if (enabled(MG_G_TCP)) {
 		cb = tcp_cb(skb);
-		r = RESERVE_EVENT(struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
+		r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
 		if (r) {
 			fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
 			r->hdr.flags = cb->tcp_flags;
@@ -1375,7 +1377,7 @@ int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 
 	if (!enabled(MG_G_TCP))
 		return 0;
-	conn = conn_of(sk, cookie_of(sk, sk), 0);
+	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -1437,7 +1439,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	 * is caught at the state change they cause (FIN acknowledged). */
 	if (enabled(MG_G_RATE) && newstate >= TCP_FIN_WAIT1_ && newstate <= TCP_CLOSING_ &&
 	    newstate != TCP_CLOSE_ && newstate != TCP_LISTEN_) {
-		conn = conn_of(sk, cookie_of(sk, sk), 0);
+		conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 		if (conn != FILTERED && conn)
 			emit_tcp_rate(sk, conn, bpf_ktime_get_ns());
 	}
@@ -1446,7 +1448,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	cookie = cookie_of(sk, sk);
 	if (newstate == TCP_ESTABLISHED_) {
 		/* Learn the tuple now that both ends are known. */
-		conn_of(sk, cookie, 0);
+		conn_of(my_state(), sk, cookie, 0);
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
@@ -1506,7 +1508,7 @@ static __always_inline int udp_bound(struct bpf_sock *ctx)
 {
 	if (ctx->protocol != IPPROTO_UDP_)
 		return 1;
-	conn_of((struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1);
+	conn_of(my_state(), (struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1);
 	return 1;
 }
 
@@ -1522,8 +1524,8 @@ int udp_bind6(struct bpf_sock *ctx)
 	return udp_bound(ctx);
 }
 
-static __always_inline void emit_tcp_xmit(struct sock *sk, struct sk_buff *skb, __u64 conn,
-					 __u32 snd_nxt, __u64 now)
+static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk, struct sk_buff *skb,
+					 __u64 conn, __u32 snd_nxt, __u64 now)
 {
 	struct mg_tcp_xmit *r;
 	struct tcp_skb_cb *cb = tcp_cb(skb);
@@ -1532,7 +1534,7 @@ static __always_inline void emit_tcp_xmit(struct sock *sk, struct sk_buff *skb, 
 	__u16 segs = cb->tcp_gso_segs;
 	struct emit e;
 
-	r = RESERVE_EVENT(struct mg_tcp_xmit, MG_TCP_XMIT, now, &e);
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, now, &e);
 	if (!r)
 		return;
 	fill(&r->hdr, MG_TCP_XMIT, now, e.pid_tgid, conn, len, sk_netns(sk));
@@ -1554,6 +1556,7 @@ SEC("sockops")
 int tcp_segments(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock_ops_kern *k;
+	struct cpu_state *st;
 	struct sock *sk;
 	struct sk_buff *skb;
 	__u64 now, conn;
@@ -1566,7 +1569,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 
 		k = bpf_cast_to_kern_ctx(skops);
 		sk = k->sk;
-		conn = sk ? conn_of(sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
+		conn = sk ? conn_of(my_state(), sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
 		/* The flag makes TCP run this program for every segment it
 		 * sends and every time it works out its MSS: a socket the
 		 * filters leave out for good (another netns, port or cgroup;
@@ -1593,7 +1596,8 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	sk = k->sk;
 	if (!sk)
 		return 1;
-	conn = conn_of(sk, cookie_of(sk, skops), 0);
+	st = my_state();
+	conn = conn_of(st, sk, cookie_of(sk, skops), 0);
 	if (conn == FILTERED || !conn)
 		return 1;
 	now = bpf_ktime_get_ns();
@@ -1601,7 +1605,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);
 	if (enabled(MG_G_TCP))
-		emit_tcp_xmit(sk, skb, conn, skops->snd_nxt, now);
+		emit_tcp_xmit(st, sk, skb, conn, skops->snd_nxt, now);
 	return 1;
 }
 
@@ -1614,18 +1618,20 @@ int tcp_segments(struct bpf_sock_ops *skops)
 SEC("fentry/__tcp_transmit_skb")
 int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 {
+	struct cpu_state *st;
 	__u64 now, conn;
 
 	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry)
 		return 0;
-	conn = conn_of(sk, cookie_of(sk, sk), 0);
+	st = my_state();
+	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);
 	if (enabled(MG_G_TCP))
-		emit_tcp_xmit(sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
+		emit_tcp_xmit(st, sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
 	return 0;
 }
 
@@ -1634,6 +1640,7 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 
 static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 {
+	struct cpu_state *st;
 	struct mg_ip *r;
 	struct sk_buff *skb;
 	struct sock *sk;
@@ -1647,13 +1654,14 @@ static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 	sk = skb->sk;
 	if (!sk)
 		return;
-	conn = conn_of(sk, cookie_of(sk, ctx), 0);
+	st = my_state();
+	conn = conn_of(st, sk, cookie_of(sk, ctx), 0);
 	if (conn == FILTERED || !conn)
 		return;
 	now = bpf_ktime_get_ns();
 	/* Here skb->data is the IP header, in the linear part. */
 	ip = KERNEL_CAST(struct iphdr, skb->data);
-	r = RESERVE_EVENT(struct mg_ip, type, now, &e);
+	r = RESERVE_EVENT_IN(st, struct mg_ip, type, now, &e);
 	if (!r)
 		return;
 	fill(&r->hdr, type, now, e.pid_tgid, conn, ctx->len, sk_netns(sk));
@@ -1706,10 +1714,9 @@ static __always_inline __u32 tuple_slot_of(const __u32 *w)
 /* The cookie of the socket a packet belongs to: connected, else bound to
  * the local address only, else bound to the wildcard address; 0 if none.
  * k is changed. */
-static __always_inline __u64 tuple_cookie(struct tuple *k)
+static __always_inline __u64 tuple_cookie(struct cpu_state *st, struct tuple *k)
 {
 	__u32 gen = tuple_gen; /* before the lookup: a change after it invalidates */
-	struct cpu_state *st = my_state();
 	const __u32 *w = (const __u32 *)k;
 	struct tuple_slot *ts = NULL;
 	__u64 *c;
@@ -1748,8 +1755,8 @@ static __always_inline __u64 tuple_cookie(struct tuple *k)
  * ingress says whether the packet arrives (then the socket's local end is
  * the packet's destination).
  */
-static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto, __u32 netns,
-					       int ingress)
+static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned char *l3,
+					       __u16 l3proto, __u32 netns, int ingress)
 {
 	struct tuple k = {};
 	struct udphdr *ports;
@@ -1793,7 +1800,7 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		cookie = tuple_cookie(&k);
+		cookie = tuple_cookie(st, &k);
 		if (cookie && (frag & IP_MF))
 			bpf_map_update_elem(&frags, &fk, &cookie, BPF_ANY);
 		return cookie;
@@ -1816,7 +1823,7 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		return tuple_cookie(&k);
+		return tuple_cookie(st, &k);
 	}
 	return 0;
 }
@@ -1824,11 +1831,11 @@ static __always_inline __u64 conn_from_headers(unsigned char *l3, __u16 l3proto,
 /* The connection of a cookie found from a packet's addresses: itself if
  * selected, FILTERED if not, 0 if the table no longer has it (a stale
  * tuple: not announced, not ours). */
-static __always_inline __u64 conn_known(__u64 cookie)
+static __always_inline __u64 conn_known(struct cpu_state *st, __u64 cookie)
 {
 	struct conn_info *ci;
 
-	switch (cached_verdict(my_state(), cookie)) {
+	switch (cached_verdict(st, cookie)) {
 	case VERDICT_SELECTED:
 		return cookie;
 	case VERDICT_FILTERED:
@@ -1876,11 +1883,10 @@ static __noinline void announce_iface_slow(const struct net_device *dev, __u32 n
 	SUBMIT(r, &e);
 }
 
-static __always_inline void announce_iface(const struct net_device *dev, __u32 netns, __u32 ifindex,
-					   __u64 now)
+static __always_inline void announce_iface(struct cpu_state *st, const struct net_device *dev,
+					   __u32 netns, __u32 ifindex, __u64 now)
 {
 	__u64 key = ((__u64)netns << 32) | ifindex;
-	struct cpu_state *st = my_state();
 
 	/* + 1: a zeroed slot must not match netns 0, ifindex 0. */
 	if (st && st->ifaces[(netns ^ ifindex) & (IFACE_CACHE_SLOTS - 1)] == key + 1)
@@ -1935,6 +1941,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	struct emit e;
 	__u16 l3proto, segs;
 	int ingress = type == MG_DEV_RECV;
+	struct cpu_state *st;
 
 	if (!enabled(MG_G_DEV | MG_G_HEADERS))
 		return;
@@ -1950,24 +1957,25 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	else
 		l3 = head + skb->network_header;
 	sk = skb->sk;
+	st = my_state();
 	if (!ingress && sk && sk_is_full(sk)) {
-		conn = conn_of(sk, sk_cookie(sk), 0);
+		conn = conn_of(st, sk, sk_cookie(sk), 0);
 	} else {
 		/* By its addresses a packet finds only a socket of the device's
 		 * netns: under another netns filter it would be filtered out
 		 * anyway (the other end of a veth pair, for one). */
 		if (filter_netns && netns != filter_netns)
 			return;
-		conn = conn_from_headers(l3, l3proto, netns, ingress);
+		conn = conn_from_headers(st, l3, l3proto, netns, ingress);
 		if (conn)
-			conn = conn_known(conn);
+			conn = conn_known(st, conn);
 	}
 	if (conn == FILTERED)
 		return;
 	if (!conn && !unattributed_ok(netns))
 		return;
 	now = bpf_ktime_get_ns();
-	announce_iface(dev, netns, ifindex, now);
+	announce_iface(st, dev, netns, ifindex, now);
 	if (enabled(MG_G_HEADERS) && type != MG_DEV_QUEUE) {
 		struct headers_at at = {
 			.l2 = ingress ? l2 : skb->data,
@@ -1983,7 +1991,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		return;
 	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
 	segs = si->gso_segs;
-	r = RESERVE_EVENT(struct mg_dev, type, now, &e);
+	r = RESERVE_EVENT_IN(st, struct mg_dev, type, now, &e);
 	if (!r)
 		return;
 	fill(&r->hdr, type, now, e.pid_tgid, conn, skb->len, netns);
@@ -2068,7 +2076,7 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 		ifindex = dev->ifindex;
 	}
 	if (sk && sk_is_full(sk)) {
-		conn = conn_of(sk, sk_cookie(sk), 0);
+		conn = conn_of(my_state(), sk, sk_cookie(sk), 0);
 		if (conn == FILTERED)
 			return 0;
 		netns = sk_netns(sk);
