@@ -512,8 +512,9 @@ struct emit {
 	__u64 area;
 	__u64 next;   /* an area's producer position once the record is published */
 	/* For an area record, what publishing it touches, kept from the
-	 * reservation: looking them up again cost each event two more map
-	 * lookups (a dozen instructions each, on a path of about 250). */
+	 * reservation rather than looked up again (two map lookups fewer;
+	 * measured no faster, docs/BENCH.md session 14, but one way to
+	 * reach them). */
 	struct area_pos *ap;  /* the area's positions */
 	struct cpu_state *st; /* this CPU's state, whose depth submit() restores */
 	__u32 level;  /* the area level (cpu_state.depth before the reservation) */
