@@ -2,8 +2,10 @@
 
 // Package workload generates the traffic magnet is tested and demonstrated
 // with: the FTP-like pattern of the MAGNeT paper (a fixed number of equal
-// messages at a steady interval, over TCP or UDP) and a flood of small
-// messages that overflows the tracer's buffers.
+// messages at a steady interval, over TCP or UDP), a flood of small
+// messages that overflows the tracer's buffers, and connection churn (one
+// short TCP connection after another, where recording costs most per
+// byte).
 //
 // Every message is handed to the kernel with one Write on an unbuffered
 // socket, so each message is one send system call, which is what magnet
@@ -65,6 +67,9 @@ type Result struct {
 	// Messages counts writes when sending and reads (TCP) or datagrams (UDP)
 	// when receiving.
 	Messages int
+	// Connections counts, for a churn, the connections that completed
+	// (Churn) or were served (ServeChurn), each one request.
+	Connections int
 	// Start is when the first message was written or the first byte read;
 	// End is when the exchange finished. Both are zero if nothing moved.
 	Start, End time.Time

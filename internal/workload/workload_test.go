@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -184,5 +185,83 @@ func TestBadSpecs(t *testing.T) {
 	}
 	if _, err := Flood(ctx, "tcp", "127.0.0.1:9", 0, time.Second); err == nil {
 		t.Error("zero-size flood accepted")
+	}
+}
+
+// serveChurn starts ServeChurn on a loopback port and returns its address,
+// a function that stops it and its outcome.
+func serveChurn(t *testing.T) (string, func() outcome) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := ServeChurn(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a.String() })
+		done <- outcome{r, err}
+	}()
+	select {
+	case a := <-addrc:
+		return a, func() outcome { cancel(); return <-done }
+	case o := <-done:
+		cancel()
+		t.Fatalf("serve churn: %v", o.err)
+	}
+	return "", nil
+}
+
+func TestChurn(t *testing.T) {
+	for _, size := range []int{100, 1} {
+		addr, stop := serveChurn(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sent, err := Churn(ctx, addr, size, 200*time.Millisecond)
+		cancel()
+		o := stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.err != nil {
+			t.Fatalf("server: %v", o.err)
+		}
+		// A floor, not a rate: the machine may be busy with other work.
+		if sent.Connections < 10 || sent.Messages != sent.Connections || sent.Bytes != int64(sent.Connections*size) {
+			t.Errorf("%d-byte churn: %d bytes in %d connections (%d messages)", size, sent.Bytes, sent.Connections, sent.Messages)
+		}
+		// The server closes first, after counting: every connection the
+		// client finished is in the server's count, and no other.
+		if o.r.Connections != sent.Connections || o.r.Bytes != sent.Bytes {
+			t.Errorf("%d-byte churn: server got %d bytes in %d connections, client sent %d in %d", size, o.r.Bytes, o.r.Connections, sent.Bytes, sent.Connections)
+		}
+		t.Logf("%d-byte churn: %d connections in %v", size, sent.Connections, sent.End.Sub(sent.Start).Round(time.Millisecond))
+	}
+}
+
+func TestChurnCancel(t *testing.T) {
+	addr, stop := serveChurn(t)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	r, err := Churn(ctx, addr, 100, time.Minute)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled churn returned %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second || r.Connections == 0 {
+		t.Errorf("cancelled churn: %d connections, ended after %v", r.Connections, d)
+	}
+}
+
+func TestChurnBadSpecs(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Churn(ctx, "127.0.0.1:9", 0, time.Second); err == nil {
+		t.Error("zero-size churn request accepted")
+	}
+	if _, err := Churn(ctx, "127.0.0.1:9", 100, 0); err == nil {
+		t.Error("churn of no duration accepted")
+	}
+	// Nobody listens: the first connection fails and says so.
+	addr, stop := serveChurn(t)
+	stop()
+	if _, err := Churn(ctx, addr, 100, time.Second); err == nil || !strings.Contains(err.Error(), "connection 1: ") {
+		t.Errorf("churn to a closed port: %v", err)
 	}
 }

@@ -37,6 +37,7 @@ func newServe() *cobra.Command {
 	var (
 		proto, listen string
 		count, size   int
+		churn         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --listen ADDR",
@@ -46,7 +47,11 @@ func newServe() *cobra.Command {
 Prints "listening ADDR" once the socket is ready and "received BYTES bytes in
 N reads" when done. Over TCP it takes one connection and ends when the sender
 closes it. Over UDP it ends once --count times --size bytes have arrived, or
-2 seconds after the last datagram.`,
+2 seconds after the last datagram.
+
+With --churn (TCP), it serves connections until SIGINT or SIGTERM, each
+concurrently: it reads one request up to its '\n' and closes the connection
+first. It then prints "received BYTES bytes in N connections".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := workload.CheckProto(proto); err != nil {
@@ -58,12 +63,27 @@ closes it. Over UDP it ends once --count times --size bytes have arrived, or
 			if count < 0 || size < 0 {
 				return errors.New("workload: --count and --size must not be negative")
 			}
+			f := cmd.Flags()
+			if churn && proto != "tcp" {
+				return fmt.Errorf("workload: --churn makes TCP connections: it cannot run over %s", proto)
+			}
+			if churn && (f.Changed("count") || f.Changed("size")) {
+				return errors.New("workload: --churn cannot be combined with --count or --size (each request ends at its '\\n')")
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 
 			out := cmd.OutOrStdout()
 			// os.Stdout is unbuffered: the line is out before Serve blocks.
 			ready := func(a net.Addr) { fmt.Fprintf(out, "listening %s\n", a) }
+			if churn {
+				r, err := workload.ServeChurn(ctx, listen, ready)
+				if err != nil {
+					return fmt.Errorf("workload: %w", err)
+				}
+				fmt.Fprintf(out, "received %d bytes in %d connections\n", r.Bytes, r.Connections)
+				return nil
+			}
 			r, err := workload.ServeBytes(ctx, proto, listen, int64(count)*int64(size), ready)
 			if err != nil && !interrupted(ctx, err) {
 				return fmt.Errorf("workload: %w", err)
@@ -77,6 +97,7 @@ closes it. Over UDP it ends once --count times --size bytes have arrived, or
 	f.StringVar(&listen, "listen", "", "address to listen on, host:port")
 	f.IntVar(&count, "count", 0, "messages expected (udp: stop after count*size bytes)")
 	f.IntVar(&size, "size", 0, "bytes per message expected")
+	f.BoolVar(&churn, "churn", false, "tcp: serve one request per connection, many connections, until SIGINT or SIGTERM")
 	return cmd
 }
 
@@ -85,7 +106,7 @@ func newSend() *cobra.Command {
 		proto, to          string
 		count, size, burst int
 		interval           time.Duration
-		flood              time.Duration
+		flood, churn       time.Duration
 		tcpInfo            bool
 	)
 	cmd := &cobra.Command{
@@ -98,7 +119,12 @@ Without --flood, writes --count messages of --size bytes, one every
 with --burst N, N messages back to back every --interval.
 With --flood, writes --size-byte messages back to back for that long.
 Prints "sent BYTES bytes in N messages", and with --tcp-info a second line
-"tcpi_delivered SEGMENTS".`,
+"tcpi_delivered SEGMENTS".
+
+With --churn (TCP), makes one short connection after another for that long,
+one at a time: connect, one --size-byte request in one send call ('q's ended
+by '\n'), read until the server closes, close. Prints "sent BYTES bytes in N
+connections".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := workload.CheckProto(proto); err != nil {
@@ -108,6 +134,9 @@ Prints "sent BYTES bytes in N messages", and with --tcp-info a second line
 				return errors.New("workload: --to ADDR is required")
 			}
 			f := cmd.Flags()
+			if f.Changed("churn") {
+				return sendChurn(cmd, proto, to, churn, size)
+			}
 			if f.Changed("flood") {
 				if f.Changed("count") || f.Changed("interval") || f.Changed("burst") {
 					return errors.New("workload: --flood cannot be combined with --count, --interval or --burst")
@@ -154,12 +183,44 @@ Prints "sent BYTES bytes in N messages", and with --tcp-info a second line
 	f.StringVar(&proto, "proto", "tcp", "protocol: tcp or udp")
 	f.StringVar(&to, "to", "", "address to send to, host:port")
 	f.IntVar(&count, "count", workload.DefaultCount, "messages to send")
-	f.IntVar(&size, "size", workload.DefaultSize, "bytes per message (64 with --flood)")
+	f.IntVar(&size, "size", workload.DefaultSize, "bytes per message (64 with --flood, 100 with --churn)")
 	f.DurationVar(&interval, "interval", workload.DefaultInterval, "time between messages, 0 for back to back")
 	f.DurationVar(&flood, "flood", 0, "send small messages as fast as possible for this long")
 	f.IntVar(&burst, "burst", 1, "messages written back to back at each interval (bursty traffic)")
 	f.BoolVar(&tcpInfo, "tcp-info", false, "tcp: also print the kernel's tcpi_delivered once the receiver has closed")
+	f.DurationVar(&churn, "churn", 0, "tcp: make short connections (one --size-byte request each) one after another for this long")
 	return cmd
+}
+
+// sendChurn is "send --churn D": the flags that shape the other workloads
+// are refused rather than ignored.
+func sendChurn(cmd *cobra.Command, proto, to string, d time.Duration, size int) error {
+	f := cmd.Flags()
+	for _, other := range []string{"flood", "count", "interval", "burst", "tcp-info"} {
+		if f.Changed(other) {
+			return errors.New("workload: --churn cannot be combined with --flood, --count, --interval, --burst or --tcp-info")
+		}
+	}
+	if proto != "tcp" {
+		return fmt.Errorf("workload: --churn makes TCP connections: it cannot run over %s", proto)
+	}
+	if d <= 0 {
+		return fmt.Errorf("workload: --churn %v must be positive", d)
+	}
+	if !f.Changed("size") {
+		size = workload.DefaultChurnSize
+	}
+	if size < 1 {
+		return fmt.Errorf("workload: --size %d: a churn request needs at least 1 byte (its '\\n')", size)
+	}
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	r, err := workload.Churn(ctx, to, size, d)
+	if err != nil && !interrupted(ctx, err) {
+		return fmt.Errorf("workload: %w", err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "sent %d bytes in %d connections\n", r.Bytes, r.Connections)
+	return nil
 }
 
 // signalContext returns a context that ends on SIGINT or SIGTERM, so an

@@ -5,6 +5,7 @@ package workloadcmd
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -15,12 +16,17 @@ import (
 
 // run executes "magnet workload args..." in process with out as stdout.
 func run(out io.Writer, args ...string) error {
+	return runContext(context.Background(), out, args...)
+}
+
+// runContext is run until ctx ends, as a signal would end it.
+func runContext(ctx context.Context, out io.Writer, args ...string) error {
 	root := &cobra.Command{Use: "magnet", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(New())
 	root.SetArgs(append([]string{"workload"}, args...))
 	root.SetOut(out)
 	root.SetErr(io.Discard)
-	return root.Execute()
+	return root.ExecuteContext(ctx)
 }
 
 func TestBadFlags(t *testing.T) {
@@ -36,6 +42,14 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"send", "--to", "127.0.0.1:9", "--count", "0"}, "workload: --count, --size and --burst must be positive"},
 		{[]string{"send", "--to", "127.0.0.1:9", "--burst", "0"}, "workload: --count, --size and --burst must be positive"},
 		{[]string{"send", "--proto", "udp", "--to", "127.0.0.1:9", "--size", "70000"}, "workload: --size 70000 exceeds the udp limit of 65507 bytes"},
+		{[]string{"send", "--proto", "udp", "--to", "127.0.0.1:9", "--churn", "1s"}, "workload: --churn makes TCP connections: it cannot run over udp"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--churn", "1s", "--size", "0"}, `workload: --size 0: a churn request needs at least 1 byte (its '\n')`},
+		{[]string{"send", "--to", "127.0.0.1:9", "--churn", "0s"}, "workload: --churn 0s must be positive"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--churn", "1s", "--flood", "1s"}, "workload: --churn cannot be combined with --flood, --count, --interval, --burst or --tcp-info"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--churn", "1s", "--count", "5"}, "workload: --churn cannot be combined with --flood, --count, --interval, --burst or --tcp-info"},
+		{[]string{"send", "--to", "127.0.0.1:9", "--churn", "1s", "--tcp-info"}, "workload: --churn cannot be combined with --flood, --count, --interval, --burst or --tcp-info"},
+		{[]string{"serve", "--proto", "udp", "--listen", "127.0.0.1:0", "--churn"}, "workload: --churn makes TCP connections: it cannot run over udp"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--churn", "--size", "100"}, `workload: --churn cannot be combined with --count or --size (each request ends at its '\n')`},
 	} {
 		err := run(io.Discard, tc.args...)
 		if err == nil || err.Error() != tc.want {
@@ -105,6 +119,47 @@ func TestFloodSizeDefault(t *testing.T) {
 		t.Errorf("flood printed %q (%v), want 64-byte messages", sent.String(), err)
 	}
 	lines.Scan()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChurnServeSend: the churn's two lines, as the bench reads them, agree
+// on every connection and byte; the server prints its line once stopped
+// (here by its context, in the bench by SIGTERM).
+func TestChurnServeSend(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := runContext(ctx, pw, "serve", "--listen", "127.0.0.1:0", "--churn")
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("serve printed nothing: %v", <-done)
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), "listening ")
+	if !ok {
+		t.Fatalf("first line %q, want listening ADDR", lines.Text())
+	}
+	var sent bytes.Buffer
+	if err := run(&sent, "send", "--to", addr, "--churn", "200ms"); err != nil {
+		t.Fatal(err)
+	}
+	var n, conns int64
+	if _, err := fmt.Sscanf(sent.String(), "sent %d bytes in %d connections\n", &n, &conns); err != nil || conns == 0 || n != 100*conns {
+		t.Fatalf("send printed %q (%v), want 100-byte requests", sent.String(), err)
+	}
+	cancel()
+	if !lines.Scan() {
+		t.Fatalf("serve printed no result: %v", <-done)
+	}
+	if got, want := lines.Text(), fmt.Sprintf("received %d bytes in %d connections", n, conns); got != want {
+		t.Errorf("serve printed %q, want %q", got, want)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
