@@ -216,12 +216,16 @@ type Trial struct {
 
 // Xfer is what the workload processes did.
 type Xfer struct {
-	Proto         string  `json:"proto"`
-	Size          int     `json:"size"`
-	SentBytes     int64   `json:"sent_bytes"`
-	Messages      int64   `json:"messages"`
-	RecvBytes     int64   `json:"recv_bytes"`
-	Reads         int64   `json:"reads"` // the receiver's read calls that returned data
+	Proto     string `json:"proto"`
+	Size      int    `json:"size"`
+	SentBytes int64  `json:"sent_bytes"`
+	Messages  int64  `json:"messages"`
+	RecvBytes int64  `json:"recv_bytes"`
+	Reads     int64  `json:"reads"` // the receiver's read calls that returned data
+	// Churning: the connections the sender completed (one request each,
+	// so Messages too) and those the receiver served.
+	Connections   int64   `json:"connections,omitempty"`
+	Accepted      int64   `json:"accepted,omitempty"`
 	WallS         float64 `json:"wall_s"`
 	SenderCPUS    float64 `json:"sender_cpu_s"`
 	ReceiverCPUS  float64 `json:"receiver_cpu_s"`
@@ -432,47 +436,17 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 	defer lab.Close()
 
 	lr := &LinkResult{RateMbit: rate}
-	skipped := map[string]string{}
-	for _, c := range b.opts.Configs {
-		if why := unavailable(c); why != "" {
-			skipped[c] = why
-		}
-		if unlimitedOnly[c] && rate != 0 {
-			skipped[c] = "run on the unlimited link only"
-		}
-	}
-	runs := map[string][]Trial{}
 	reps := b.opts.Reps
 	if rate == 0 && b.opts.UnlimitedReps > 0 {
 		reps = b.opts.UnlimitedReps
 	}
-	for rep := 1; rep <= reps; rep++ {
-		for _, c := range b.opts.Configs {
-			if skipped[c] != "" {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			r, err := b.run(ctx, lab, c, "tcp", BulkSize, b.opts.Duration, record.DefaultBufferBytes)
-			if err != nil {
-				// A tracer that cannot run here is reported, not fatal.
-				if c == Bpftrace || c == TcpdumpSender || c == TcpdumpReceiver {
-					skipped[c] = "not available: " + err.Error()
-					delete(runs, c)
-					continue
-				}
-				return nil, fmt.Errorf("%s, %s: %w", linkName(rate), c, err)
-			}
-			r.Rep = rep
-			runs[c] = append(runs[c], *r)
-			b.logf("%s rep %d %-16s %9.1f Mbit/s  events %d lost %d", linkName(rate), rep, c, r.ThroughputMbit, r.Tracer.Events, r.Tracer.Lost)
-		}
+	runs, skipped, err := b.rounds(ctx, lab, linkName(rate), flood("tcp", BulkSize), b.opts.Configs, reps, func(r *Trial) string {
+		return fmt.Sprintf("%9.1f Mbit/s  events %d lost %d", r.ThroughputMbit, r.Tracer.Events, r.Tracer.Lost)
+	})
+	if err != nil {
+		return nil, err
 	}
-	base := map[int]Trial{}
-	for _, r := range runs[Baseline] {
-		base[r.Rep] = r
-	}
+	base := baselines(runs)
 	for _, c := range b.opts.Configs {
 		cr := ConfigResult{Name: c, Skipped: skipped[c], Runs: runs[c]}
 		if cr.Skipped == "" {
@@ -484,6 +458,58 @@ func (b *bencher) link(ctx context.Context, rate int) (*LinkResult, error) {
 		return nil, err
 	}
 	return lr, nil
+}
+
+// rounds runs workload f under each of configs reps times on lab, in rounds
+// (A B C ... A B C ...) so that drift hits every configuration alike, and
+// returns each configuration's trials and why any did not run. what names
+// the measurement in the log and in errors; figures says a trial's in the
+// log line.
+func (b *bencher) rounds(ctx context.Context, lab *netlab.Lab, what string, f flow, configs []string, reps int, figures func(*Trial) string) (map[string][]Trial, map[string]string, error) {
+	skipped := map[string]string{}
+	for _, c := range configs {
+		if why := unavailable(c); why != "" {
+			skipped[c] = why
+		}
+		if unlimitedOnly[c] && lab.RateMbit != 0 {
+			skipped[c] = "run on the unlimited link only"
+		}
+	}
+	runs := map[string][]Trial{}
+	for rep := 1; rep <= reps; rep++ {
+		for _, c := range configs {
+			if skipped[c] != "" {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, nil, err
+			}
+			r, err := b.run(ctx, lab, c, f, b.opts.Duration, record.DefaultBufferBytes)
+			if err != nil {
+				// A tracer that cannot run here is reported, not fatal.
+				if c == Bpftrace || c == TcpdumpSender || c == TcpdumpReceiver {
+					skipped[c] = "not available: " + err.Error()
+					delete(runs, c)
+					continue
+				}
+				return nil, nil, fmt.Errorf("%s, %s: %w", what, c, err)
+			}
+			r.Rep = rep
+			runs[c] = append(runs[c], *r)
+			b.logf("%s rep %d %-16s %s", what, rep, c, figures(r))
+		}
+	}
+	return runs, skipped, nil
+}
+
+// baselines are the baseline's trials by round, for the figures taken
+// against the baseline of the same round.
+func baselines(runs map[string][]Trial) map[int]Trial {
+	base := map[int]Trial{}
+	for _, r := range runs[Baseline] {
+		base[r.Rep] = r
+	}
+	return base
 }
 
 func (cr *ConfigResult) summarize(base map[int]Trial) {
@@ -553,15 +579,16 @@ func linkName(rate int) string {
 	return fmt.Sprintf("%d Mbit/s", rate)
 }
 
-// run starts the configuration's tracer, runs one transfer and stops it.
-func (b *bencher) run(ctx context.Context, lab *netlab.Lab, config, proto string, size int, d time.Duration, buffer int) (*Trial, error) {
+// run starts the configuration's tracer, runs workload f for d on a port of
+// its own and stops the tracer.
+func (b *bencher) run(ctx context.Context, lab *netlab.Lab, config string, f flow, d time.Duration, buffer int) (*Trial, error) {
 	b.seq++
 	port := b.nextPort()
 	t, err := b.start(ctx, lab, config, port, buffer)
 	if err != nil {
 		return nil, err
 	}
-	x, err := b.transfer(ctx, lab, proto, size, d, port)
+	x, err := b.transferWith(ctx, lab, f, d, port, nil)
 	tr, serr := t.stop()
 	if err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 		started := make(chan struct{})
 		done = make(chan xferDone, 1)
 		go func() {
-			x, err := b.transferWith(ctx, lab, "tcp", BulkSize, d, port, func() { close(started) })
+			x, err := b.transferWith(ctx, lab, flood("tcp", BulkSize), d, port, func() { close(started) })
 			done <- xferDone{x, err}
 		}()
 		select {

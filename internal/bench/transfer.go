@@ -17,18 +17,78 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
+// flow is what the workload processes do for the length of a run.
+type flow struct {
+	proto string
+	size  int // bytes per message; churning, per request
+	// churn makes one short TCP connection after another, each carrying
+	// one size-byte request that the server answers by closing, instead
+	// of a flood of messages over one connection.
+	churn bool
+}
+
+// flood is a flood of size-byte messages over one connection.
+func flood(proto string, size int) flow {
+	return flow{proto: proto, size: size}
+}
+
+// churnFlow is connection churn with size-byte requests.
+func churnFlow(size int) flow {
+	return flow{proto: "tcp", size: size, churn: true}
+}
+
+// serveArgs are the receiver's `magnet workload serve` arguments.
+func (f flow) serveArgs(addr string) []string {
+	args := []string{"workload", "serve", "--proto", f.proto, "--listen", addr}
+	if f.churn {
+		args = append(args, "--churn")
+	}
+	return args
+}
+
+// sendArgs are the sender's `magnet workload send` arguments for a run of d.
+func (f flow) sendArgs(addr string, d time.Duration) []string {
+	mode := "--flood"
+	if f.churn {
+		mode = "--churn"
+	}
+	return []string{"workload", "send", "--proto", f.proto, "--to", addr, mode, d.String(), "--size", fmt.Sprint(f.size)}
+}
+
+// readLines fills x from the sender's and the receiver's last lines.
+func (f flow) readLines(sent, received string, x *Xfer) error {
+	if f.churn {
+		if _, err := fmt.Sscanf(sent, "sent %d bytes in %d connections", &x.SentBytes, &x.Connections); err != nil {
+			return fmt.Errorf("sender said %q", oneLine(sent))
+		}
+		x.Messages = x.Connections // one request each
+		if _, err := fmt.Sscanf(received, "received %d bytes in %d connections", &x.RecvBytes, &x.Accepted); err != nil {
+			return fmt.Errorf("receiver said %q", received)
+		}
+		return nil
+	}
+	if _, err := fmt.Sscanf(sent, "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
+		return fmt.Errorf("sender said %q", oneLine(sent))
+	}
+	if _, err := fmt.Sscanf(received, "received %d bytes in %d reads", &x.RecvBytes, &x.Reads); err != nil {
+		return fmt.Errorf("receiver said %q", received)
+	}
+	return nil
+}
+
 // transfer runs one `magnet workload` flood from the client to the server
 // namespace and measures it: bytes received over the sender's wall time
 // (connect to the receiver's close, so every byte counted has arrived), the
 // CPU time of both processes, and the packets on the veth link.
 func (b *bencher) transfer(ctx context.Context, lab *netlab.Lab, proto string, size int, d time.Duration, port int) (*Xfer, error) {
-	return b.transferWith(ctx, lab, proto, size, d, port, nil)
+	return b.transferWith(ctx, lab, flood(proto, size), d, port, nil)
 }
 
-// transferWith is transfer; started, if set, runs once the sender has been
-// started (the receiver listening), so that other load can start with the
-// transfer rather than with its set-up.
-func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto string, size int, d time.Duration, port int, started func()) (*Xfer, error) {
+// transferWith runs f as transfer runs a flood; started, if set, runs once
+// the sender has been started (the receiver listening), so that other load
+// can start with the transfer rather than with its set-up.
+func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, f flow, d time.Duration, port int, started func()) (*Xfer, error) {
+	proto, size := f.proto, f.size
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
@@ -46,7 +106,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	if err != nil {
 		return nil, err
 	}
-	srv := b.labCommand(lab, lab.Server, b.opts.Magnet, "workload", "serve", "--proto", proto, "--listen", addr)
+	srv := b.labCommand(lab, lab.Server, b.opts.Magnet, f.serveArgs(addr)...)
 	srvOut, err := srv.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -68,8 +128,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 		return nil, fmt.Errorf("receiver did not start: %s", oneLine(srvErr.String()))
 	}
 
-	cli := b.labCommand(lab, lab.Client, b.opts.Magnet, "workload", "send", "--proto", proto, "--to", addr,
-		"--flood", d.String(), "--size", fmt.Sprint(size))
+	cli := b.labCommand(lab, lab.Client, b.opts.Magnet, f.sendArgs(addr, d)...)
 	var cliOut, cliErr strings.Builder
 	cli.Stdout, cli.Stderr = &cliOut, &cliErr
 	start := time.Now()
@@ -86,7 +145,13 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	if err != nil {
 		return nil, fmt.Errorf("sender: %s", oneLine(cliErr.String()+" "+err.Error()))
 	}
-	if proto == "udp" {
+	switch {
+	case f.churn:
+		// The churn server serves until told to stop. Nothing is in
+		// flight: it counted each connection before closing it, and
+		// the sender finished each by reading that close.
+		_ = srv.Process.Signal(syscall.SIGTERM)
+	case proto == "udp":
 		// The UDP receiver would wait 2 s for more; what is still in
 		// flight arrives well within 200 ms on a veth.
 		time.Sleep(200 * time.Millisecond)
@@ -107,11 +172,8 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, proto strin
 	}
 
 	x := &Xfer{Proto: proto, Size: size, WallS: wall.Seconds()}
-	if _, err := fmt.Sscanf(cliOut.String(), "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
-		return nil, fmt.Errorf("sender said %q", oneLine(cliOut.String()))
-	}
-	if _, err := fmt.Sscanf(recvLine, "received %d bytes in %d reads", &x.RecvBytes, &x.Reads); err != nil {
-		return nil, fmt.Errorf("receiver said %q", recvLine)
+	if err := f.readLines(cliOut.String(), recvLine, x); err != nil {
+		return nil, err
 	}
 	x.SenderCPUS = cpuSeconds(cli.ProcessState)
 	x.ReceiverCPUS = cpuSeconds(srv.ProcessState)
