@@ -45,6 +45,17 @@ const (
 	TcpdumpSender    = "tcpdump-sender"
 	TcpdumpReceiver  = "tcpdump-receiver"
 	Bpftrace         = "bpftrace"
+	// RecordOtherPort is `magnet record --port OtherPort`, the recorder on
+	// the sender's side (its CPU, when pinned): a port no run uses, so
+	// every connection of both namespaces is looked at and turned down.
+	// It is what every other connection on a host pays while magnet
+	// records one service. Made for the churn measurement, where each
+	// connection's first sight (the filters' verdict, kept in the
+	// programs' maps) is much of the cost; on a bulk link it runs when
+	// asked (--configs) and then says what another service's long flow
+	// pays per packet, but the full run's link tables leave it out
+	// (AllConfigs): no goal judges it there.
+	RecordOtherPort = "record-other-port"
 )
 
 // AllConfigs lists every configuration.
@@ -90,6 +101,11 @@ type Options struct {
 	// SynthProducers is how many threads make the synthetic events, each
 	// at an equal share of the rate (0 or 1: one).
 	SynthProducers int
+	// Churn is the connection churn measurement (ChurnResult): short
+	// connections one after another, under ChurnConfigs (the package's
+	// ChurnConfigs if nil), interleaved, Reps times of Duration.
+	Churn        bool
+	ChurnConfigs []string
 	// SweepDuration is each sweep transfer; Duration if 0.
 	SweepDuration time.Duration
 	// TcpdumpSnaplen is passed as -s when positive; tcpdump's default
@@ -115,6 +131,7 @@ type Report struct {
 	Machine  Machine      `json:"machine"`
 	Settings Settings     `json:"settings"`
 	Links    []LinkResult `json:"links"`
+	Churn    *ChurnResult `json:"churn,omitempty"`
 	Cost     *CostResult  `json:"cost,omitempty"`
 	Sweep    *SweepResult `json:"sweep,omitempty"`
 	Synth    *SynthResult `json:"synth,omitempty"`
@@ -261,6 +278,12 @@ type Traced struct {
 	// stopping. 0 for a build that does not say it.
 	RecordCPUS float64 `json:"record_cpu_s,omitempty"`
 	RecordSysS float64 `json:"record_sys_s,omitempty"`
+	// ConnOpens and ConnCloses are magnet's conn_open and conn_close
+	// records written: a pair per connection the filters select
+	// (docs/EVENTS.md), and a conn_open for each socket that never closes,
+	// such as the kernel's TCP control sockets (see ChurnResult).
+	ConnOpens  uint64 `json:"conn_opens,omitempty"`
+	ConnCloses uint64 `json:"conn_closes,omitempty"`
 }
 
 // ErrNotRoot is returned when the bench cannot build its namespaces or load
@@ -313,6 +336,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 		rep.Links = append(rep.Links, *lr)
+	}
+	if opts.Churn {
+		b.logf("churn: short connections, one %d-byte request each, unlimited link", ChurnSize)
+		if rep.Churn, err = b.churn(ctx); err != nil {
+			return nil, fmt.Errorf("churn: %w", err)
+		}
 	}
 	if opts.Synth {
 		b.logf("synth: synthetic events at paced rates, recorded")
@@ -391,7 +420,7 @@ func (o *Options) check() error {
 			return fmt.Errorf("link rate %d: want 0 (unlimited) or a positive Mbit/s", r)
 		}
 	}
-	for _, c := range o.Configs {
+	for _, c := range slices.Concat(o.Configs, o.ChurnConfigs) {
 		if !slices.Contains(KnownConfigs, c) {
 			return fmt.Errorf("unknown configuration %q (want %s)", c, strings.Join(KnownConfigs, ","))
 		}

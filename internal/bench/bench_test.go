@@ -334,6 +334,65 @@ func TestSweepSmoke(t *testing.T) {
 	}
 }
 
+// TestChurnSmoke is the CI run of the churn measurement: one round of 1 s
+// under baseline, record-sender and record-other-port. Its rates mean
+// little; its accounting must be exact: both workload processes count the
+// same connections and bytes, record-sender announces and closes each
+// connection the sender made once (exactConns) and loses nothing, and
+// record-other-port, whose port no socket has, writes no event at all.
+func TestChurnSmoke(t *testing.T) {
+	bin := smokeMagnet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	r, err := Run(ctx, Options{
+		Magnet: bin, Reps: 1, Duration: time.Second, Churn: true,
+		ChurnConfigs: []string{Baseline, RecordSender, RecordOtherPort}, Log: &log,
+	})
+	t.Log(log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Churn == nil || len(r.Churn.Configs) != 3 || len(r.Links) != 0 {
+		t.Fatalf("churn %+v, %d links", r.Churn, len(r.Links))
+	}
+	for _, c := range r.Churn.Configs {
+		if c.Skipped != "" || len(c.Runs) != 1 {
+			t.Fatalf("%s: %d runs, skipped %q", c.Name, len(c.Runs), c.Skipped)
+		}
+		run := c.Runs[0]
+		x, tr := run.Transfer, run.Tracer
+		if x.Connections <= 0 || x.Accepted != x.Connections || x.SentBytes != ChurnSize*x.Connections || x.RecvBytes != x.SentBytes {
+			t.Errorf("%s: sender %d bytes in %d connections, receiver %d in %d", c.Name, x.SentBytes, x.Connections, x.RecvBytes, x.Accepted)
+		}
+		if x.CPUBusyS <= 0 || c.CPUUsPerConn.N != 1 {
+			t.Errorf("%s: %.3f s of CPU busy, %v µs per connection", c.Name, x.CPUBusyS, c.CPUUsPerConn)
+		}
+		switch c.Name {
+		case RecordSender:
+			if tr.Events == 0 || tr.Lost != 0 || !exactConns(run, r.Churn.CPUs) || c.ConnsExact != 1 {
+				t.Errorf("record-sender: %d events, %d lost, %d conn_open and %d conn_close for %d connections", tr.Events, tr.Lost, tr.ConnOpens, tr.ConnCloses, x.Connections)
+			}
+		case RecordOtherPort:
+			if tr.Events != 0 || tr.Produced != 0 || tr.Lost != 0 || tr.ConnOpens != 0 || tr.ConnCloses != 0 {
+				t.Errorf("record-other-port: %d events (%d produced, %d lost, %d conn_open, %d conn_close), want none", tr.Events, tr.Produced, tr.Lost, tr.ConnOpens, tr.ConnCloses)
+			}
+		}
+	}
+	var md bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Connection churn", "| record-other-port | ", "Recording the sender's namespace (record-sender) costs"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if err := r.WriteJSON(&bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // checkSynthLoad checks the smoke run's synthetic events beside the
 // transfer: the transfer alone, then 1 M/s, each recorded exactly (every
 // event produced was recorded or counted lost), the synthetic runs counted
@@ -533,5 +592,65 @@ func TestPairedCPUFrom(t *testing.T) {
 	p := &PairedResult{Runs: []PairedRun{{CPUFrom: "summary"}, {CPUFrom: "transfer"}}}
 	if got := p.cpuFrom(); !strings.HasPrefix(got, "1 runs each recorder's CPU time from the transfer's start") || !strings.Contains(got, "1 measured over the transfer") {
 		t.Errorf("cpuFrom = %q", got)
+	}
+}
+
+// TestChurnSummary: connections/s, reduction and CPU per connection against
+// the baseline of the same round, events per connection, the conn_open
+// check for sender-side recordings only, and the section's text.
+func TestChurnSummary(t *testing.T) {
+	trial := func(rep int, conns int64, wall, busy float64, events, connOpens, connCloses uint64) Trial {
+		return Trial{Rep: rep, Transfer: Xfer{Connections: conns, Accepted: conns, WallS: wall, CPUBusyS: busy},
+			Tracer: Traced{Events: events, ConnOpens: connOpens, ConnCloses: connCloses}}
+	}
+	base := []Trial{trial(1, 30000, 1, 1.5, 0, 0, 0), trial(2, 20000, 1, 1.0, 0, 0, 0)}
+	c := &ChurnResult{Reps: 2, DurationS: 1, Size: ChurnSize, OtherPort: OtherPort, CPUs: 2, Workload: "churn", Configs: []ChurnConfigResult{
+		{Name: Baseline, Runs: base, ConnsExact: -1},
+		// 20 % fewer connections, 25 % more CPU each, 10 events each;
+		// round 1 announced both CPUs' control sockets besides (exact),
+		// round 2 a connection twice, or three sockets that never close.
+		{Name: RecordSender, Runs: []Trial{trial(1, 24000, 1, 1.5, 240000, 24002, 24000), trial(2, 16000, 1, 1.0, 160000, 16003, 16000)}, ConnsExact: -1},
+		{Name: RecordOtherPort, Runs: []Trial{trial(1, 27000, 1, 1.5, 0, 0, 0), trial(2, 18000, 1, 1.0, 0, 0, 0)}, ConnsExact: -1},
+		{Name: TcpdumpSender, Skipped: "not available: tcpdump not installed", ConnsExact: -1},
+	}}
+	byRep := baselines(map[string][]Trial{Baseline: base})
+	for i := range c.Configs {
+		if c.Configs[i].Skipped == "" {
+			c.Configs[i].summarize(byRep, c.CPUs)
+		}
+	}
+	rs := c.config(RecordSender)
+	if rs.ConnsPerS.Mean != 20000 || math.Abs(rs.ReductionPct.Mean-20) > 1e-9 || rs.ReductionPct.CI95 > 1e-9 ||
+		rs.CPUUsPerConn.Mean != 62.5 || math.Abs(rs.CPUCostPct.Mean-25) > 1e-9 || rs.EventsPerConn.Mean != 10 || rs.ConnsExact != 1 {
+		t.Errorf("record-sender: %+v", rs)
+	}
+	for _, tc := range []struct {
+		opens, closes uint64
+		want          bool
+	}{{100, 100, true}, {102, 100, true}, {103, 100, false}, {99, 100, false}, {100, 99, false}} {
+		if got := exactConns(trial(1, 100, 1, 1, 0, tc.opens, tc.closes), 2); got != tc.want {
+			t.Errorf("100 connections, %d conn_open, %d conn_close, 2 CPUs: exact %v, want %v", tc.opens, tc.closes, got, tc.want)
+		}
+	}
+	if o := c.config(RecordOtherPort); o.ConnsExact != -1 || math.Abs(o.ReductionPct.Mean-10) > 1e-9 || o.EventsPerConn.Mean != 0 {
+		t.Errorf("record-other-port: %+v", o)
+	}
+	if c.config(TcpdumpSender) != nil {
+		t.Error("a skipped configuration has a result")
+	}
+	var buf bytes.Buffer
+	if err := (&Report{Churn: c}).WriteMarkdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## Connection churn",
+		"| record-sender | 20000 ± 50824 | 20.00 ± 0.00 | 62.50 ± 0.00 | 25.00 ± 0.00 | 10.00 ± 0.00 | 0 ± 0 | 1 of 2 runs |",
+		"| record-other-port | 22500 ± 57177 | 10.00 ± 0.00 | 55.56 ± 0.00 | 11.11 ± 0.00 | 0.00 ± 0.00 | 0 ± 0 | - |",
+		"| tcpdump-sender | not available: tcpdump not installed | | | | | | |",
+		"Recording the sender's namespace (record-sender) costs **20.00 ± 0.00 %** of the connection rate and +25.00 ± 0.00 % CPU per connection; recording another port (record-other-port) costs every other connection **10.00 ± 0.00 %** of the connection rate and +11.11 ± 0.00 % CPU per connection",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, buf.String())
+		}
 	}
 }

@@ -389,6 +389,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		writeCPUTable(p, lr)
 	}
+	if c := r.Churn; c != nil {
+		writeChurn(p, c)
+	}
 
 	if c := r.Cost; c != nil {
 		sums := c.Summaries()
@@ -640,4 +643,54 @@ func writeCPUTable(p func(string, ...any), lr LinkResult) {
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, s, r, ss, rs, fmtStat(c.CPUPerGB, 3), fmtStat(c.CPUCostPct, 2))
 	}
+}
+
+// writeChurn writes the connection churn section: what ran, the table, and
+// what recording one side, and recording another port, cost a connection.
+func writeChurn(p func(string, ...any), c *ChurnResult) {
+	p("\n## Connection churn\n\n")
+	p("Short TCP connections, one after another, where recording costs most: each makes and frees two sockets, which the programs see for the first time (the filters' verdict, kept in their maps) and announce (conn_open, conn_close), and a handful of packets. %s: the sender connects, sends one %d-byte request in one send call, reads until the server closes and closes; the server closes first, so TIME_WAIT stays on its side and the sender never runs out of ephemeral ports. On an unlimited veth link of its own; the configurations interleaved, %s of %gs each; mean ± 95 %% CI. record-other-port is `magnet record --port %d` (a port no run uses) with the recorder on the sender's side: what every other connection on a host pays while magnet records one service. Connections/s: the sender's connections / its wall time; **reduction** against the baseline of the same round. CPU per connection: the busy time of all CPUs (/proc/stat: tracers, softirq and kernel threads included) over the run / connections. Events: recorded per connection; lost: ring full (tcpdump: dropped by kernel). Connections exact: for the configurations that record the sender's namespace alone, the runs whose trace announced and closed each connection the sender made once: a conn_close per connection, and a conn_open per connection plus at most one per CPU (%d here) for the kernel's TCP control sockets, which send the resets no full socket sends (to a segment that comes after its connection is gone, reordered on the veth between two CPUs), are announced like any socket (state CLOSE, local port 6) and never close.\n\n",
+		c.Workload, c.Size, roundsName(c.Reps), c.DurationS, c.OtherPort, c.CPUs)
+	p("| configuration | connections/s | reduction %% | CPU µs per connection, all CPUs | more CPU per connection than baseline %% | events per connection | lost (tcpdump: dropped) | connections exact |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, cc := range c.Configs {
+		if cc.Skipped != "" {
+			p("| %s | %s | | | | | | |\n", cc.Name, cc.Skipped)
+			continue
+		}
+		exact := "-"
+		if cc.ConnsExact >= 0 {
+			exact = fmt.Sprintf("%d of %d runs", cc.ConnsExact, len(cc.Runs))
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", cc.Name, fmtStat(cc.ConnsPerS, 0), fmtStat(cc.ReductionPct, 2),
+			fmtStat(cc.CPUUsPerConn, 2), fmtStat(cc.CPUCostPct, 2), fmtStat(cc.EventsPerConn, 2), fmtStat(cc.Lost, 0), exact)
+	}
+	if text := c.summary(); text != "" {
+		p("\n%s\n", text)
+	}
+}
+
+// summary says, from the numbers, what recording the sender's side and
+// recording another port cost a connection; "" when neither ran beside
+// the baseline.
+func (c *ChurnResult) summary() string {
+	var parts []string
+	for _, s := range []struct{ name, what string }{
+		{RecordSender, "Recording the sender's namespace (record-sender) costs"},
+		{RecordOtherPort, "recording another port (record-other-port) costs every other connection"},
+	} {
+		cc := c.config(s.name)
+		if cc == nil || cc.ReductionPct.N == 0 {
+			continue
+		}
+		part := fmt.Sprintf("%s **%s** of the connection rate", s.what, pct(cc.ReductionPct))
+		if cc.CPUCostPct.N > 0 {
+			part += fmt.Sprintf(" and %s CPU per connection", signedPct(cc.CPUCostPct))
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return capital(strings.Join(parts, "; ")) + " (against the baseline of the same round)."
 }

@@ -26,10 +26,10 @@ const (
 	RecordSenderOther = "record-sender-other"
 )
 
-// KnownConfigs are every configuration --configs takes: AllConfigs and
-// the two that record as a process (the full run adds them when it has a
-// build to compare with).
-var KnownConfigs = append(append([]string{}, AllConfigs...), RecordSenderProc, RecordSenderOther)
+// KnownConfigs are every configuration --configs takes: AllConfigs, the
+// two that record as a process (the full run adds them when it has a build
+// to compare with) and record-other-port (the churn measurement's).
+var KnownConfigs = append(append([]string{}, AllConfigs...), RecordSenderProc, RecordSenderOther, RecordOtherPort)
 
 // unlimitedOnly are the configurations run on the unlimited link only: the
 // link where recording costs throughput (the rate-limited links have room
@@ -152,6 +152,7 @@ func (t *recordProc) end() (Traced, error) {
 		return Traced{}, errors.New("record: trace without a summary")
 	}
 	tr.Lost = sum.Lost
+	tr.ConnOpens, tr.ConnCloses = sum.Events["conn_open"], sum.Events["conn_close"]
 	for name, n := range sum.Events {
 		if name != "task" && name != "iface" && name != "lost" {
 			tr.Events += n

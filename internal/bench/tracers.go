@@ -65,6 +65,10 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 				c.Groups = event.GroupSock | event.GroupConn
 			})
 		})
+	case RecordOtherPort:
+		return b.startPinned(lab, lab.Client, func() (tracer, error) {
+			return b.startRecord(ctx, record.Filters{Port: OtherPort}, buffer, nil)
+		})
 	case TcpdumpSender:
 		return b.startTcpdump(lab, lab.Client)
 	case TcpdumpReceiver:
@@ -225,7 +229,7 @@ func (t *recordTracer) stop() (Traced, error) {
 	if d.err != nil {
 		return Traced{}, fmt.Errorf("record: %w", d.err)
 	}
-	tr := Traced{Lost: d.res.Lost, Bytes: d.res.Bytes}
+	tr := Traced{Lost: d.res.Lost, Bytes: d.res.Bytes, ConnOpens: d.res.Events["conn_open"], ConnCloses: d.res.Events["conn_close"]}
 	for name, n := range d.res.Events {
 		// Task and interface records describe events; lost records
 		// count them; neither is an event itself.
