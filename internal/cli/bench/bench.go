@@ -29,7 +29,7 @@ func New() *cobra.Command {
 		duration                 time.Duration
 		links, configs, out      string
 		sweep, full, asJSON, pin bool
-		cost, synth              bool
+		cost, synth, churn       bool
 		producers                int
 		before, label            string
 		compareWith, cmpLbl      string
@@ -58,27 +58,38 @@ packet. Configurations:
   record-sender-proc   this build's magnet record binary as a process (unlimited link only)
   record-sender-other  the --compare-with build's, the same way: the two
                        differ by the change between the builds
+  record-other-port    magnet record --port of a port no run uses, on the
+                       sender's side: what every other connection pays
+                       while magnet records one service (--churn's)
 
+--churn adds connection churn on an unlimited link of its own: short
+connections one after another (magnet workload send --churn D --size 100:
+connect, one 100-byte request, the server's close, close), under baseline,
+hooks, loaded, record-sender, record-receiver, record-sender-sock,
+record-other-port and tcpdump-sender (or --configs when given),
+interleaved, --reps times of --duration: connections/s, CPU and events
+per connection.
 --sweep adds per-event cost (bpf_stats), events lost against the
 ring-buffer size, what limits the event rate and the synthetic events;
 --cost adds only the per-event cost and --synth only the synthetic events:
 alone (the recorder's ceiling) and, when the unlimited link is in --links,
 beside the saturating transfer, recorded as record-sender records it (the
 event rate while the workload runs). With --links none, nothing else runs. --full is the documented full run (every link,
-configuration, the sweep, pinned; with --compare-with, the two process
-configurations too). Needs root.`,
+configuration, the churn, the sweep, pinned; with --compare-with, the two
+process configurations too). Needs root.`,
 		Example: `  sudo magnet bench --reps 1 --duration 2s --links unlimited --configs baseline,record-sender
+  sudo magnet bench --churn --links none --reps 3 --duration 3s
   sudo magnet bench --full -o bench/RESULTS.md`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
 			opts := bench.Options{
-				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep || cost, Synth: sweep || synth,
+				Reps: reps, Duration: duration, Sweep: sweep, Cost: sweep || cost, Synth: sweep || synth, Churn: churn,
 				TcpdumpSnaplen: snaplen, Log: cmd.ErrOrStderr(),
 				Command: "magnet " + strings.Join(os.Args[1:], " "),
 			}
 			if full {
-				opts.Sweep, opts.Cost, opts.Synth = true, true, true
+				opts.Sweep, opts.Cost, opts.Synth, opts.Churn = true, true, true, true
 				if !f.Changed("links") {
 					links = "unlimited,1000,100"
 				}
@@ -92,6 +103,10 @@ configurations too). Needs root.`,
 			}
 			if opts.Configs, err = ParseConfigs(configs); err != nil {
 				return fmt.Errorf("bench: --configs: %w", err)
+			}
+			if f.Changed("configs") {
+				// Else the churn runs its own list (bench.ChurnConfigs).
+				opts.ChurnConfigs = opts.Configs
 			}
 			if reps < 1 {
 				return fmt.Errorf("bench: --reps %d: want at least 1", reps)
@@ -155,11 +170,12 @@ configurations too). Needs root.`,
 	f.IntVar(&unlimitedReps, "unlimited-reps", 0, "repetitions on the unlimited link, whose losses the goals judge (0: --reps; --full: twice --reps)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "length of each transfer")
 	f.StringVar(&links, "links", "unlimited", "link rates: unlimited or Mbit/s, comma-separated (e.g. unlimited,1000,100); none for no overhead table")
-	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated")
+	f.StringVar(&configs, "configs", strings.Join(bench.AllConfigs, ","), "configurations to run, comma-separated (--churn: its own list unless given)")
 	f.BoolVar(&sweep, "sweep", false, "also measure per-event cost and loss against ring-buffer size")
 	f.BoolVar(&synth, "synth", false, "also measure the recording path with synthetic events at paced rates, alone and beside the transfer on the unlimited link; --sweep and --full include it")
 	f.IntVar(&producers, "synth-producers", 1, "threads that make the synthetic events, each at an equal share of the rate (e.g. 2: one per vCPU here)")
 	f.BoolVar(&cost, "cost", false, "also measure per-event cost (bpf_stats), --reps times; with --links none, only that")
+	f.BoolVar(&churn, "churn", false, "also measure connection churn: short connections (one 100-byte request each) one after another, unlimited link, --reps times of --duration per configuration; with --links none, only that (and what else is asked)")
 	f.StringVar(&before, "before", "", "set the per-event cost of this earlier JSON report (magnet bench --json) beside this run's")
 	f.StringVar(&compareWith, "compare-with", "", "also record each cost workload with this other magnet binary at the same time, --reps times in each order, and compare")
 	f.StringVar(&cmpLbl, "compare-label", "", "what the --compare-with binary is (e.g. a commit)")
