@@ -32,8 +32,8 @@ const requestEnd = '\n'
 // which holds a connection's address pair for a minute, stays on the
 // server's side, and the client's ephemeral ports are free again as soon
 // as its close is acknowledged. Were the client to close first, a few
-// seconds at tens of thousands of connections a second would use up its
-// ~28,000 ephemeral ports, and connect would fail.
+// seconds at thousands of connections a second would use up its
+// ephemeral ports (28,232 by default), and connect would fail.
 func Churn(ctx context.Context, addr string, size int, d time.Duration) (Result, error) {
 	if size < 1 {
 		return Result{}, fmt.Errorf("churn request size %d: want at least 1 byte (its '\\n')", size)
