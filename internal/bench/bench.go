@@ -233,16 +233,12 @@ type Trial struct {
 
 // Xfer is what the workload processes did.
 type Xfer struct {
-	Proto     string `json:"proto"`
-	Size      int    `json:"size"`
-	SentBytes int64  `json:"sent_bytes"`
-	Messages  int64  `json:"messages"`
-	RecvBytes int64  `json:"recv_bytes"`
-	Reads     int64  `json:"reads"` // the receiver's read calls that returned data
-	// Churning: the connections the sender completed (one request each,
-	// so Messages too) and those the receiver served.
-	Connections   int64   `json:"connections,omitempty"`
-	Accepted      int64   `json:"accepted,omitempty"`
+	Proto         string  `json:"proto"`
+	Size          int     `json:"size"`
+	SentBytes     int64   `json:"sent_bytes"`
+	Messages      int64   `json:"messages"`
+	RecvBytes     int64   `json:"recv_bytes"`
+	Reads         int64   `json:"reads"` // the receiver's read calls that returned data
 	WallS         float64 `json:"wall_s"`
 	SenderCPUS    float64 `json:"sender_cpu_s"`
 	ReceiverCPUS  float64 `json:"receiver_cpu_s"`
@@ -261,6 +257,13 @@ type Xfer struct {
 	// (machine.CPUTimes.Sleeps), when pinned and the kernel has cpuidle.
 	SenderVCPUSleeps   *uint64 `json:"sender_vcpu_sleeps,omitempty"`
 	ReceiverVCPUSleeps *uint64 `json:"receiver_vcpu_sleeps,omitempty"`
+	// Churning: the connections the sender completed (one request each,
+	// so Messages too) and those the receiver served; Unclosed, the
+	// sender's connections that had not closed when the tracer stopped
+	// (LAST_ACK: see waitClosed).
+	Connections int64 `json:"connections,omitempty"`
+	Accepted    int64 `json:"accepted,omitempty"`
+	Unclosed    int64 `json:"unclosed,omitempty"`
 }
 
 // Traced is what the tracer of a run did.
@@ -618,6 +621,9 @@ func (b *bencher) run(ctx context.Context, lab *netlab.Lab, config string, f flo
 		return nil, err
 	}
 	x, err := b.transferWith(ctx, lab, f, d, port, nil)
+	if err == nil && f.churn {
+		x.Unclosed, err = b.waitClosed(ctx, lab)
+	}
 	tr, serr := t.stop()
 	if err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
@@ -102,8 +104,8 @@ func (b *bencher) churn(ctx context.Context) (*ChurnResult, error) {
 	}
 	runs, skipped, err := b.rounds(ctx, lab, "churn", f, configs, b.opts.Reps, func(r *Trial) string {
 		x := r.Transfer
-		return fmt.Sprintf("%9.0f connections/s (%d)  events %d lost %d conn_open %d conn_close %d",
-			float64(x.Connections)/x.WallS, x.Connections, r.Tracer.Events, r.Tracer.Lost, r.Tracer.ConnOpens, r.Tracer.ConnCloses)
+		return fmt.Sprintf("%9.0f connections/s (%d, %d unclosed)  events %d lost %d conn_open %d conn_close %d",
+			float64(x.Connections)/x.WallS, x.Connections, x.Unclosed, r.Tracer.Events, r.Tracer.Lost, r.Tracer.ConnOpens, r.Tracer.ConnCloses)
 	})
 	if err != nil {
 		return nil, err
@@ -172,9 +174,50 @@ func (cr *ChurnResult) config(name string) *ChurnConfigResult {
 }
 
 // exactConns reports whether a sender-side recording announced and closed
-// each of the run's connections once (ChurnConfigResult.ConnsExact).
+// each of the run's connections once (ChurnConfigResult.ConnsExact): a
+// conn_close for each connection that closed before the tracer stopped.
 func exactConns(r Trial, cpus int) bool {
 	conns := uint64(r.Transfer.Connections)
 	tr := r.Tracer
-	return tr.ConnCloses == conns && tr.ConnOpens >= conns && tr.ConnOpens-conns <= uint64(cpus)
+	return tr.ConnCloses == conns-uint64(r.Transfer.Unclosed) && tr.ConnOpens >= conns && tr.ConnOpens-conns <= uint64(cpus)
+}
+
+// closeWait bounds how long a churn run waits for its last connections to
+// close: FIN retransmissions 200, 400 and 800 ms apart, and some.
+const closeWait = 2 * time.Second
+
+// waitClosed waits, after a churn, until none of the sender's sockets is
+// still in LAST_ACK (closed by the sender, its FIN not yet acknowledged),
+// for at most closeWait, and returns how many still are. A connection
+// closes within microseconds of its sender's close, except now and then
+// one whose FIN is not acknowledged: pinned, one in about a third of the
+// runs here, with nothing loaded too (its trace shows the FIN sent and
+// nothing after; the server's side is not recorded), unpinned none seen. That one closes only when the FIN is
+// sent again, 200 ms later or more, and its conn_close would be missing
+// from a trace stopped before. No event says when: ss is asked every
+// 10 ms.
+func (b *bencher) waitClosed(ctx context.Context, lab *netlab.Lab) (int64, error) {
+	start := time.Now()
+	var first int64 = -1
+	for {
+		out, err := lab.Command(lab.Client, "ss", "-Htn", "state", "last-ack").Output()
+		if err != nil {
+			return 0, fmt.Errorf("sender's sockets (ss): %w", err)
+		}
+		n := int64(strings.Count(string(out), "\n"))
+		if first < 0 {
+			first = n
+		}
+		if n == 0 || time.Since(start) > closeWait {
+			if first > 0 {
+				b.logf("churn: %d of the sender's connections still closing; after %v, %d", first, time.Since(start).Round(time.Millisecond), n)
+			}
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
