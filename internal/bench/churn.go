@@ -72,8 +72,9 @@ type ChurnConfigResult struct {
 	// ConnsExact counts, for a configuration that records the sender's
 	// namespace alone, the runs whose trace announced and closed each
 	// connection the sender made once: as many conn_close records as
-	// connections, and as many conn_open records plus at most one per CPU
-	// (ChurnResult.CPUs). -1 for the other configurations.
+	// connections closed when the tracer stopped (all but Xfer.Unclosed),
+	// and as many conn_open records as connections plus at most one per
+	// CPU (ChurnResult.CPUs). -1 for the other configurations.
 	ConnsExact int `json:"conns_exact"`
 }
 
