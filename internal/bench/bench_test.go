@@ -632,6 +632,13 @@ func TestChurnSummary(t *testing.T) {
 			t.Errorf("100 connections, %d conn_open, %d conn_close, 2 CPUs: exact %v, want %v", tc.opens, tc.closes, got, tc.want)
 		}
 	}
+	// A connection still closing when the tracer stopped has no
+	// conn_close, and is not counted against the trace.
+	unclosed := trial(1, 100, 1, 1, 0, 100, 99)
+	unclosed.Transfer.Unclosed = 1
+	if !exactConns(unclosed, 2) {
+		t.Error("one connection left unclosed: not exact")
+	}
 	if o := c.config(RecordOtherPort); o.ConnsExact != -1 || math.Abs(o.ReductionPct.Mean-10) > 1e-9 || o.EventsPerConn.Mean != 0 {
 		t.Errorf("record-other-port: %+v", o)
 	}
