@@ -69,6 +69,7 @@ hooks, loaded, record-sender, record-receiver, record-sender-sock,
 record-other-port and tcpdump-sender (or --configs when given),
 interleaved, --reps times of --duration: connections/s, CPU and events
 per connection.
+
 --sweep adds per-event cost (bpf_stats), events lost against the
 ring-buffer size, what limits the event rate and the synthetic events;
 --cost adds only the per-event cost and --synth only the synthetic events:
