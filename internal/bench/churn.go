@@ -191,9 +191,9 @@ const closeWait = 2 * time.Second
 // still in LAST_ACK (closed by the sender, its FIN not yet acknowledged),
 // for at most closeWait, and returns how many still are. A connection
 // closes within microseconds of its sender's close, except now and then
-// one whose FIN is not acknowledged: pinned, one in about a third of the
-// runs here, with nothing loaded too (its trace shows the FIN sent and
-// nothing after; the server's side is not recorded), unpinned none seen. That one closes only when the FIN is
+// one whose FIN is not acknowledged: here, pinned, in about one run in
+// three, unpinned in 2 of 24, with nothing loaded too (its trace shows the
+// FIN sent and nothing after; the server's side is not recorded). That one closes only when the FIN is
 // sent again, 200 ms later or more, and its conn_close would be missing
 // from a trace stopped before. No event says when: ss is asked every
 // 10 ms.
