@@ -295,7 +295,8 @@ struct task_id {
 #define IFACE_CACHE_SLOTS 16
 #define TUPLE_CACHE_SLOTS 16
 
-/* A cached exact match of the tuples map, valid while tuple_gen is gen. */
+/* A cached exact match of the tuples map, valid while its slot's count in
+ * tuple_gens is gen. */
 struct tuple_slot {
 	__u32 key[11]; /* struct tuple */
 	__u32 gen;
@@ -343,10 +344,11 @@ struct cpu_state {
 	__u64 produced[2][MG_NTYPES];
 };
 
-/* Bumped whenever the tuples map changes, so that no CPU uses a cached
- * answer the map no longer gives. Connections open and close far less
- * often than their packets arrive. */
-volatile __u32 tuple_gen = 0;
+/* Bumped whenever the tuples map changes a key of the cache slot, so that
+ * no CPU uses a cached answer the map no longer gives. One per slot: with
+ * many short connections, the tuples change about as often as packets
+ * arrive, and a single count made every CPU's whole cache useless. */
+volatile __u32 tuple_gens[TUPLE_CACHE_SLOTS];
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -354,6 +356,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cpu_state);
 } cpu_states SEC(".maps");
+
+_Static_assert(sizeof(struct tuple) == sizeof(((struct tuple_slot *)0)->key), "tuple_slot.key");
+
+static __always_inline __u32 tuple_slot_of(const __u32 *w)
+{
+	/* netns, ports, and the last word of each address. */
+	return (w[0] ^ w[1] ^ w[5] ^ w[9]) % TUPLE_CACHE_SLOTS;
+}
 
 static __always_inline struct cpu_state *my_state(void)
 {
@@ -896,22 +906,28 @@ struct sock_addrs {
 	__u32 netns;
 };
 
-static __always_inline void read_addrs(const struct sock *sk, struct sock_addrs *a)
+/* Plain loads through a kernel-typed pointer rather than a probe-read helper
+ * call for each field: a socket is read this way once at its first event
+ * and once at its close, which under connection churn is most of what a
+ * connection costs the programs. */
+static __always_inline void read_addrs(const struct sock *s, struct sock_addrs *a)
 {
+	const struct sock *sk = KERNEL_CAST(struct sock, s);
+	__u16 family = sk->__sk_common.skc_family;
+
 	__builtin_memset(a, 0, sizeof(*a));
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	a->family = family == AF_INET6 ? 6 : 4;
-	a->proto = BPF_CORE_READ(sk, sk_protocol);
-	a->state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	a->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	a->rport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	a->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	a->proto = sk->sk_protocol;
+	a->state = sk->__sk_common.skc_state;
+	a->lport = sk->__sk_common.skc_num;
+	a->rport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	a->netns = sk->__sk_common.skc_net.net->ns.inum;
 	if (family == AF_INET6) {
-		BPF_CORE_READ_INTO(&a->laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&a->raddr, sk, __sk_common.skc_v6_daddr);
+		__builtin_memcpy(a->laddr, sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32, 16);
+		__builtin_memcpy(a->raddr, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32, 16);
 	} else {
-		BPF_CORE_READ_INTO((__u32 *)a->laddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO((__u32 *)a->raddr, sk, __sk_common.skc_daddr);
+		*(__u32 *)a->laddr = sk->__sk_common.skc_rcv_saddr;
+		*(__u32 *)a->raddr = sk->__sk_common.skc_daddr;
 	}
 }
 
@@ -928,7 +944,9 @@ static __always_inline void remember_tuple(const struct sock_addrs *a, __u64 coo
 	__builtin_memcpy(k.raddr, a->raddr, 16);
 	k.proto = a->proto;
 	bpf_map_update_elem(&tuples, &k, &cookie, BPF_ANY);
-	__sync_fetch_and_add(&tuple_gen, 1);
+	/* Also for a key the map did not have: the LRU map may have evicted
+	 * it behind a cache's back. */
+	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
 }
 
 static __always_inline void forget_tuple(const struct sock_addrs *a)
@@ -942,16 +960,14 @@ static __always_inline void forget_tuple(const struct sock_addrs *a)
 	__builtin_memcpy(k.raddr, a->raddr, 16);
 	k.proto = a->proto;
 	bpf_map_delete_elem(&tuples, &k);
-	__sync_fetch_and_add(&tuple_gen, 1);
+	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
 }
 
 /* Forget a closing socket's tuple, under the local port it had when first
  * seen (TCP has already released it when the socket reaches TCP_CLOSE). */
-static __always_inline void forget_conn_tuple(struct sock_addrs *a, __u64 cookie)
+static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct conn_info *ci)
 {
-	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
-
-	if (ci && ci->lport)
+	if (ci->lport)
 		a->lport = ci->lport;
 	forget_tuple(a);
 }
@@ -1010,6 +1026,37 @@ static __always_inline void cache_verdict(__u64 cookie, int selected)
 		st->verdicts[cookie & (CONN_CACHE_SLOTS - 1)] = cookie << 1 | !!selected;
 }
 
+/*
+ * Whether a filter leaves sk out with an answer that cannot change while
+ * the socket lives: its netns or its cgroup, or, for a TCP socket whose two
+ * ports are known (they stay until it closes, when the local one is
+ * zeroed, which cannot make a socket match), its ports. Such a socket is
+ * kept in neither the table nor the tuples: each CPU's verdict cache
+ * answers for it, a CPU that has not seen it asks this again, and a packet
+ * looked up by its addresses finds nothing, which these same filters drop
+ * as unattributed (unattributed_ok; the netns filter drops it at the
+ * device, by the device's netns, before any lookup). A host with many
+ * short connections besides the recorded ones would otherwise pay, for
+ * each of its sockets, a miss, two insertions and two deletions in the LRU
+ * maps. A UDP socket's remote port, and an unconnected socket's, can still
+ * change: the table keeps its first verdict, as for any other socket.
+ */
+static __always_inline int stays_filtered(const struct sock *s)
+{
+	const struct sock *sk = KERNEL_CAST(struct sock, s);
+	__u16 lport, rport;
+
+	if (filter_netns && sk->__sk_common.skc_net.net->ns.inum != filter_netns)
+		return 1;
+	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(s, sk_cgrp_data.cgroup)))
+		return 1;
+	if (!filter_port || sk->sk_protocol != IPPROTO_TCP_)
+		return 0;
+	lport = sk->__sk_common.skc_num;
+	rport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	return lport && rport && lport != filter_port && rport != filter_port;
+}
+
 /* conn_of past the per-CPU cache: the connection table, and the filters
  * for a socket seen for the first time. */
 static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
@@ -1018,6 +1065,10 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	struct sock_addrs a;
 	int sel = 1;
 
+	if (stays_filtered(sk)) {
+		cache_verdict(cookie, 0);
+		return FILTERED;
+	}
 	ci = bpf_map_lookup_elem(&conns, &cookie);
 	if (ci) {
 		if (ci->selected) {
@@ -1044,11 +1095,9 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	 * as unattributed. */
 	if (a.proto != IPPROTO_TCP_ && a.proto != IPPROTO_UDP_)
 		return 0;
-	if (filter_netns && a.netns != filter_netns)
-		sel = 0;
+	/* What stays_filtered left to the table: the netns and cgroup
+	 * filters passed. */
 	if (filter_port && a.lport != filter_port && a.rport != filter_port)
-		sel = 0;
-	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(sk, sk_cgrp_data.cgroup)))
 		sel = 0;
 	/* The collect service ships traces from a cgroup of its own: its
 	 * sockets, and so every event of them at any layer, are left out. */
@@ -1099,13 +1148,13 @@ static __always_inline int sk_is_full(const struct sock *sk)
 }
 
 /* Whether the filters leave the socket of this cookie out whatever it
- * does: it failed the netns, port or cgroup filter (conn_slow), which
- * cannot change, unlike the pid filter's verdict. */
-static __always_inline int left_out(__u64 cookie)
+ * does, right after conn_of judged it FILTERED: a verdict that cannot
+ * change (the netns, port or cgroup filter, or the excluded cgroup; not
+ * the pid filter's) is the only kind the CPU's verdict cache keeps, and
+ * conn_of has just put it there. */
+static __always_inline int left_out(struct cpu_state *st, __u64 cookie)
 {
-	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
-
-	return ci && !ci->eligible;
+	return cached_verdict(st, cookie) == VERDICT_FILTERED;
 }
 
 /* An event without a connection passes only when no filter needs one. */
@@ -1396,7 +1445,7 @@ int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 	return 0;
 }
 
-static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64 now)
+static __always_inline void emit_conn_close(struct sock *sk, struct conn_info *ci, __u64 cookie, __u64 now)
 {
 	struct mg_conn_close *r;
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
@@ -1404,7 +1453,7 @@ static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64
 	struct emit e;
 
 	read_addrs(sk, &a);
-	forget_conn_tuple(&a, cookie);
+	forget_conn_tuple(&a, ci);
 	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
 	if (r) {
 		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
@@ -1423,9 +1472,7 @@ static __always_inline void emit_conn_close(struct sock *sk, __u64 cookie, __u64
 	}
 	/* Kept (the LRU map ages it out) so that the last ACKs and a reused
 	 * cookie lookup do not announce the connection again. */
-	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
-	if (ci)
-		ci->closed = 1;
+	ci->closed = 1;
 }
 
 SEC("tp_btf/inet_sock_set_state")
@@ -1462,12 +1509,12 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
 	if (conn) {
-		emit_conn_close(sk, cookie, now);
+		emit_conn_close(sk, ci, cookie, now);
 	} else {
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, cookie);
+		forget_conn_tuple(&a, ci);
 		bpf_map_delete_elem(&conns, &cookie);
 	}
 	return 0;
@@ -1493,11 +1540,11 @@ int udp_release(struct bpf_sock *ctx)
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, cookie);
+		forget_conn_tuple(&a, ci);
 		bpf_map_delete_elem(&conns, &cookie);
 		return 1;
 	}
-	emit_conn_close(sk, cookie, now);
+	emit_conn_close(sk, ci, cookie, now);
 	return 1;
 }
 
@@ -1570,12 +1617,13 @@ int tcp_segments(struct bpf_sock_ops *skops)
 
 		k = bpf_cast_to_kern_ctx(skops);
 		sk = k->sk;
-		conn = sk ? conn_of(my_state(), sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
+		st = my_state();
+		conn = sk ? conn_of(st, sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
 		/* The flag makes TCP run this program for every segment it
 		 * sends and every time it works out its MSS: a socket the
 		 * filters leave out for good (another netns, port or cgroup;
 		 * not one the pid filter may still select) goes without. */
-		if (!xmit_by_fentry && !(conn == FILTERED && left_out(cookie)))
+		if (!xmit_by_fentry && !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		return 1;
@@ -1702,28 +1750,19 @@ int ip_ingress(struct __sk_buff *ctx)
 /* ---------------------------------------------------------------- */
 /* device */
 
-/* The socket a packet belongs to: connected, else bound to the local
- * address only, else bound to the wildcard address. */
-_Static_assert(sizeof(struct tuple) == sizeof(((struct tuple_slot *)0)->key), "tuple_slot.key");
-
-static __always_inline __u32 tuple_slot_of(const __u32 *w)
-{
-	/* netns, ports, and the last word of each address. */
-	return (w[0] ^ w[1] ^ w[5] ^ w[9]) % TUPLE_CACHE_SLOTS;
-}
-
 /* The cookie of the socket a packet belongs to: connected, else bound to
  * the local address only, else bound to the wildcard address; 0 if none.
  * k is changed. */
 static __always_inline __u64 tuple_cookie(struct cpu_state *st, struct tuple *k)
 {
-	__u32 gen = tuple_gen; /* before the lookup: a change after it invalidates */
 	const __u32 *w = (const __u32 *)k;
+	__u32 slot = tuple_slot_of(w);
+	__u32 gen = tuple_gens[slot]; /* before the lookup: a change after it invalidates */
 	struct tuple_slot *ts = NULL;
 	__u64 *c;
 
 	if (st) {
-		ts = &st->tuples[tuple_slot_of(w)];
+		ts = &st->tuples[slot];
 		if (ts->gen == gen && ts->cookie && ts->key[0] == w[0] && ts->key[1] == w[1] &&
 		    ts->key[2] == w[2] && ts->key[3] == w[3] && ts->key[4] == w[4] &&
 		    ts->key[5] == w[5] && ts->key[6] == w[6] && ts->key[7] == w[7] &&
@@ -1754,7 +1793,8 @@ static __always_inline __u64 tuple_cookie(struct cpu_state *st, struct tuple *k)
 /*
  * Find the connection of a packet from its headers at l3 (IPv4/IPv6).
  * ingress says whether the packet arrives (then the socket's local end is
- * the packet's destination).
+ * the packet's destination). FILTERED, without a lookup, for a packet
+ * whose ports the port filter does not name: no recorded socket has them.
  */
 static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned char *l3,
 					       __u16 l3proto, __u32 netns, int ingress)
@@ -1801,6 +1841,8 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
+		if (filter_port && k.lport != filter_port && k.rport != filter_port)
+			return FILTERED;
 		cookie = tuple_cookie(st, &k);
 		if (cookie && (frag & IP_MF))
 			bpf_map_update_elem(&frags, &fk, &cookie, BPF_ANY);
@@ -1824,6 +1866,8 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
+		if (filter_port && k.lport != filter_port && k.rport != filter_port)
+			return FILTERED;
 		return tuple_cookie(st, &k);
 	}
 	return 0;
@@ -1968,7 +2012,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		if (filter_netns && netns != filter_netns)
 			return;
 		conn = conn_from_headers(st, l3, l3proto, netns, ingress);
-		if (conn)
+		if (conn && conn != FILTERED)
 			conn = conn_known(st, conn);
 	}
 	if (conn == FILTERED)

@@ -617,7 +617,7 @@ const (
 	magnetVarNestedWakeup      = "nested_wakeup"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
-	magnetVarTupleGen          = "tuple_gen"
+	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
@@ -751,7 +751,7 @@ type magnetVariableSpecs struct {
 	NestedWakeup   *ebpf.VariableSpec `ebpf:"nested_wakeup"`
 	PublishOrdered *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
-	TupleGen       *ebpf.VariableSpec `ebpf:"tuple_gen"`
+	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitByFentry   *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -851,7 +851,7 @@ type magnetVariables struct {
 	NestedWakeup   *ebpf.Variable `ebpf:"nested_wakeup"`
 	PublishOrdered *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
-	TupleGen       *ebpf.Variable `ebpf:"tuple_gen"`
+	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitByFentry   *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

@@ -155,6 +155,54 @@ func TestDropsAndNetnsFilter(t *testing.T) {
 	}
 }
 
+// TestPortFilterLeavesOthersOut: under --port, connections on other ports
+// (TCP, which the programs no longer keep in their tables, and UDP, which
+// they still do) leave no event at any layer, while the recorded
+// connection's packets are still found by address at the device.
+func TestPortFilterLeavesOthersOut(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgportf"})
+	port, other, otherUDP := uniquePort(), uniquePort(), uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}})
+	ftp(t, lab, "tcp", other, 5)
+	ftp(t, lab, "udp", otherUDP, 5)
+	ftp(t, lab, "tcp", port, 20)
+	ftp(t, lab, "tcp", other, 5)
+	rec.stop(t)
+
+	_, evs, sum := readTrace(t, rec.path)
+	cs := conns(t, rec.path)
+	client, server := ends(t, cs, lab, port)
+	ours := map[uint64]bool{client.ID: true, server.ID: true}
+	for _, c := range cs {
+		// The listener receives the SYN and the handshake's ACK.
+		listener := c.NetNS == lab.Server.NetNSInode && int(c.Local.Port()) == port && c.Remote.Port() == 0
+		if !ours[c.ID] && !listener {
+			t.Fatalf("connection %+v recorded under --port %d", c, port)
+		}
+		ours[c.ID] = true
+	}
+	for _, e := range evs {
+		if e.conn != 0 && !ours[e.conn] {
+			t.Fatalf("%s on conn %d, which is not port %d's", e.name, e.conn, port)
+		}
+		if e.conn == 0 && (strings.HasPrefix(e.name, "dev_") || strings.HasPrefix(e.name, "ip_") ||
+			strings.HasPrefix(e.name, "tcp_") || strings.HasPrefix(e.name, "sock_")) {
+			t.Fatalf("unattributed %s under a port filter", e.name)
+		}
+	}
+	if s := count(evs, "sock_send", client.ID); s.n != 20 || s.sum != 20*10240 {
+		t.Errorf("client sock_send %d events %d bytes, want 20, %d", s.n, s.sum, 20*10240)
+	}
+	devRecv, ipRecv := count(evs, "dev_recv", server.ID), count(evs, "ip_recv", server.ID)
+	if ipRecv.n == 0 || devRecv.n < ipRecv.n {
+		t.Errorf("server dev_recv %d, ip_recv %d: packets found by address not attributed", devRecv.n, ipRecv.n)
+	}
+	if sum.Lost != 0 {
+		t.Errorf("lost %d events", sum.Lost)
+	}
+}
+
 // TestPIDFilter records one process: its connection and nothing else.
 func TestPIDFilter(t *testing.T) {
 	needRoot(t)
