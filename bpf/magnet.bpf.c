@@ -1027,6 +1027,23 @@ static __always_inline void cache_verdict(__u64 cookie, int selected)
 }
 
 /*
+ * Whether sk can be a connection: a TCP stream or UDP datagram socket.
+ * Others are not: ping and raw sockets, and the kernel's per-CPU TCP
+ * control sockets (raw sockets of protocol TCP) that send the resets and
+ * the ACKs no full socket sends, which would otherwise be announced as a
+ * connection of local port 6 that never closes. Their packets pass as
+ * unattributed.
+ */
+static __always_inline int is_connection(const struct sock *s)
+{
+	const struct sock *sk = KERNEL_CAST(struct sock, s);
+
+	if (sk->sk_protocol == IPPROTO_TCP_)
+		return sk->sk_type == SOCK_STREAM;
+	return sk->sk_protocol == IPPROTO_UDP_ && sk->sk_type == SOCK_DGRAM;
+}
+
+/*
  * Whether a filter leaves sk out with an answer that cannot change while
  * the socket lives: its netns or its cgroup, or, for a TCP socket whose two
  * ports are known (they stay until it closes, when the local one is
@@ -1065,6 +1082,8 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	struct sock_addrs a;
 	int sel = 1;
 
+	if (!is_connection(sk))
+		return 0;
 	if (stays_filtered(sk)) {
 		cache_verdict(cookie, 0);
 		return FILTERED;
@@ -1091,10 +1110,6 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 		return cookie;
 	}
 	read_addrs(sk, &a);
-	/* Other sockets (ping, raw) are not connections: their packets pass
-	 * as unattributed. */
-	if (a.proto != IPPROTO_TCP_ && a.proto != IPPROTO_UDP_)
-		return 0;
 	/* What stays_filtered left to the table: the netns and cgroup
 	 * filters passed. */
 	if (filter_port && a.lport != filter_port && a.rport != filter_port)

@@ -370,7 +370,7 @@ func TestChurnSmoke(t *testing.T) {
 		}
 		switch c.Name {
 		case RecordSender:
-			if tr.Events == 0 || tr.Lost != 0 || !exactConns(run, r.Churn.CPUs) || c.ConnsExact != 1 {
+			if tr.Events == 0 || tr.Lost != 0 || !exactConns(run) || c.ConnsExact != 1 {
 				t.Errorf("record-sender: %d events, %d lost, %d conn_open and %d conn_close for %d connections", tr.Events, tr.Lost, tr.ConnOpens, tr.ConnCloses, x.Connections)
 			}
 		case RecordOtherPort:
@@ -604,19 +604,18 @@ func TestChurnSummary(t *testing.T) {
 			Tracer: Traced{Events: events, ConnOpens: connOpens, ConnCloses: connCloses}}
 	}
 	base := []Trial{trial(1, 30000, 1, 1.5, 0, 0, 0), trial(2, 20000, 1, 1.0, 0, 0, 0)}
-	c := &ChurnResult{Reps: 2, DurationS: 1, Size: ChurnSize, OtherPort: OtherPort, CPUs: 2, Workload: "churn", Configs: []ChurnConfigResult{
+	c := &ChurnResult{Reps: 2, DurationS: 1, Size: ChurnSize, OtherPort: OtherPort, Workload: "churn", Configs: []ChurnConfigResult{
 		{Name: Baseline, Runs: base, ConnsExact: -1},
 		// 20 % fewer connections, 25 % more CPU each, 10 events each;
-		// round 1 announced both CPUs' control sockets besides (exact),
-		// round 2 a connection twice, or three sockets that never close.
-		{Name: RecordSender, Runs: []Trial{trial(1, 24000, 1, 1.5, 240000, 24002, 24000), trial(2, 16000, 1, 1.0, 160000, 16003, 16000)}, ConnsExact: -1},
+		// round 1 exact, round 2 announced a connection twice.
+		{Name: RecordSender, Runs: []Trial{trial(1, 24000, 1, 1.5, 240000, 24000, 24000), trial(2, 16000, 1, 1.0, 160000, 16001, 16000)}, ConnsExact: -1},
 		{Name: RecordOtherPort, Runs: []Trial{trial(1, 27000, 1, 1.5, 0, 0, 0), trial(2, 18000, 1, 1.0, 0, 0, 0)}, ConnsExact: -1},
 		{Name: TcpdumpSender, Skipped: "not available: tcpdump not installed", ConnsExact: -1},
 	}}
 	byRep := baselines(map[string][]Trial{Baseline: base})
 	for i := range c.Configs {
 		if c.Configs[i].Skipped == "" {
-			c.Configs[i].summarize(byRep, c.CPUs)
+			c.Configs[i].summarize(byRep)
 		}
 	}
 	rs := c.config(RecordSender)
@@ -627,16 +626,16 @@ func TestChurnSummary(t *testing.T) {
 	for _, tc := range []struct {
 		opens, closes uint64
 		want          bool
-	}{{100, 100, true}, {102, 100, true}, {103, 100, false}, {99, 100, false}, {100, 99, false}} {
-		if got := exactConns(trial(1, 100, 1, 1, 0, tc.opens, tc.closes), 2); got != tc.want {
-			t.Errorf("100 connections, %d conn_open, %d conn_close, 2 CPUs: exact %v, want %v", tc.opens, tc.closes, got, tc.want)
+	}{{100, 100, true}, {101, 100, false}, {99, 100, false}, {100, 99, false}} {
+		if got := exactConns(trial(1, 100, 1, 1, 0, tc.opens, tc.closes)); got != tc.want {
+			t.Errorf("100 connections, %d conn_open, %d conn_close: exact %v, want %v", tc.opens, tc.closes, got, tc.want)
 		}
 	}
 	// A connection still closing when the tracer stopped has no
 	// conn_close, and is not counted against the trace.
 	unclosed := trial(1, 100, 1, 1, 0, 100, 99)
 	unclosed.Transfer.Unclosed = 1
-	if !exactConns(unclosed, 2) {
+	if !exactConns(unclosed) {
 		t.Error("one connection left unclosed: not exact")
 	}
 	if o := c.config(RecordOtherPort); o.ConnsExact != -1 || math.Abs(o.ReductionPct.Mean-10) > 1e-9 || o.EventsPerConn.Mean != 0 {

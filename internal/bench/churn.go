@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -38,21 +37,12 @@ var senderSide = map[string]bool{RecordSender: true, RecordSenderSock: true, Rec
 // ChurnResult is the connection churn measurement: short connections, one
 // after another, under each configuration.
 type ChurnResult struct {
-	Reps      int     `json:"reps"`
-	DurationS float64 `json:"duration_s"`
-	Size      int     `json:"size"` // bytes per request, one request per connection
-	Workload  string  `json:"workload"`
-	OtherPort int     `json:"other_port"` // record-other-port's --port
-	// CPUs bounds the conn_open records of sockets that never close in a
-	// run (ChurnConfigResult.ConnsExact): the kernel's TCP control
-	// sockets, one per CPU, which send the resets and the ACKs no full
-	// socket sends (a segment that comes after its connection is gone,
-	// reordered on the veth between two CPUs, is answered with a reset).
-	// The programs announce one like any socket (state CLOSE, local port
-	// 6: its protocol number) when it first sends in the namespace the
-	// filter selects, and it never closes.
-	CPUs    int                 `json:"cpus"`
-	Configs []ChurnConfigResult `json:"configs"`
+	Reps      int                 `json:"reps"`
+	DurationS float64             `json:"duration_s"`
+	Size      int                 `json:"size"` // bytes per request, one request per connection
+	Workload  string              `json:"workload"`
+	OtherPort int                 `json:"other_port"` // record-other-port's --port
+	Configs   []ChurnConfigResult `json:"configs"`
 }
 
 // ChurnConfigResult summarizes the runs of one configuration.
@@ -73,8 +63,9 @@ type ChurnConfigResult struct {
 	// namespace alone, the runs whose trace announced and closed each
 	// connection the sender made once: as many conn_close records as
 	// connections closed when the tracer stopped (all but Xfer.Unclosed),
-	// and as many conn_open records as connections plus at most one per
-	// CPU (ChurnResult.CPUs). -1 for the other configurations.
+	// and as many conn_open records as connections (the kernel's TCP
+	// control sockets, which send the resets no full socket sends, are
+	// not connections). -1 for the other configurations.
 	ConnsExact int `json:"conns_exact"`
 }
 
@@ -100,7 +91,7 @@ func (b *bencher) churn(ctx context.Context) (*ChurnResult, error) {
 	}
 	f := churnFlow(ChurnSize)
 	cr := &ChurnResult{
-		Reps: b.opts.Reps, DurationS: b.opts.Duration.Seconds(), Size: ChurnSize, OtherPort: OtherPort, CPUs: runtime.NumCPU(),
+		Reps: b.opts.Reps, DurationS: b.opts.Duration.Seconds(), Size: ChurnSize, OtherPort: OtherPort,
 		Workload: fmt.Sprintf("magnet workload send --churn %v --size %d (TCP), against magnet workload serve --churn", b.opts.Duration, ChurnSize),
 	}
 	runs, skipped, err := b.rounds(ctx, lab, "churn", f, configs, b.opts.Reps, func(r *Trial) string {
@@ -115,7 +106,7 @@ func (b *bencher) churn(ctx context.Context) (*ChurnResult, error) {
 	for _, c := range configs {
 		r := ChurnConfigResult{Name: c, Skipped: skipped[c], Runs: runs[c], ConnsExact: -1}
 		if r.Skipped == "" {
-			r.summarize(base, cr.CPUs)
+			r.summarize(base)
 		}
 		cr.Configs = append(cr.Configs, r)
 	}
@@ -126,8 +117,8 @@ func (b *bencher) churn(ctx context.Context) (*ChurnResult, error) {
 }
 
 // summarize takes the figures of the runs, against the baseline's of the
-// same round (base), on a machine of cpus CPUs.
-func (cr *ChurnConfigResult) summarize(base map[int]Trial, cpus int) {
+// same round (base).
+func (cr *ChurnConfigResult) summarize(base map[int]Trial) {
 	var rate, red, cpu, cost, ev, lost []float64
 	if senderSide[cr.Name] {
 		cr.ConnsExact = 0
@@ -153,7 +144,7 @@ func (cr *ChurnConfigResult) summarize(base map[int]Trial, cpus int) {
 		}
 		ev = append(ev, float64(r.Tracer.Events)/conns)
 		lost = append(lost, float64(r.Tracer.Lost+r.Tracer.Drops))
-		if senderSide[cr.Name] && exactConns(r, cpus) {
+		if senderSide[cr.Name] && exactConns(r) {
 			cr.ConnsExact++
 		}
 	}
@@ -177,10 +168,10 @@ func (cr *ChurnResult) config(name string) *ChurnConfigResult {
 // exactConns reports whether a sender-side recording announced and closed
 // each of the run's connections once (ChurnConfigResult.ConnsExact): a
 // conn_close for each connection that closed before the tracer stopped.
-func exactConns(r Trial, cpus int) bool {
+func exactConns(r Trial) bool {
 	conns := uint64(r.Transfer.Connections)
 	tr := r.Tracer
-	return tr.ConnCloses == conns-uint64(r.Transfer.Unclosed) && tr.ConnOpens >= conns && tr.ConnOpens-conns <= uint64(cpus)
+	return tr.ConnCloses == conns-uint64(r.Transfer.Unclosed) && tr.ConnOpens == conns
 }
 
 // closeWait bounds how long a churn run waits for its last connections to
