@@ -29,6 +29,29 @@ func runContext(ctx context.Context, out io.Writer, args ...string) error {
 	return root.ExecuteContext(ctx)
 }
 
+// startServe runs `workload serve args...` until ctx ends and returns the
+// address its first line says it listens on, the scanner of its later
+// lines, and where its error arrives once it returns.
+func startServe(t *testing.T, ctx context.Context, args ...string) (string, *bufio.Scanner, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := runContext(ctx, pw, append([]string{"serve"}, args...)...)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("serve printed nothing: %v", <-done)
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), "listening ")
+	if !ok {
+		t.Fatalf("first line %q, want listening ADDR", lines.Text())
+	}
+	return addr, lines, done
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -61,21 +84,7 @@ func TestBadFlags(t *testing.T) {
 func TestServeSend(t *testing.T) {
 	for _, proto := range []string{"tcp", "udp"} {
 		t.Run(proto, func(t *testing.T) {
-			pr, pw := io.Pipe()
-			done := make(chan error, 1)
-			go func() {
-				err := run(pw, "serve", "--proto", proto, "--listen", "127.0.0.1:0", "--count", "10", "--size", "1000")
-				pw.CloseWithError(err)
-				done <- err
-			}()
-			lines := bufio.NewScanner(pr)
-			if !lines.Scan() {
-				t.Fatalf("serve printed nothing: %v", <-done)
-			}
-			addr, ok := strings.CutPrefix(lines.Text(), "listening ")
-			if !ok {
-				t.Fatalf("first line %q, want listening ADDR", lines.Text())
-			}
+			addr, lines, done := startServe(t, context.Background(), "--proto", proto, "--listen", "127.0.0.1:0", "--count", "10", "--size", "1000")
 
 			var sent bytes.Buffer
 			if err := run(&sent, "send", "--proto", proto, "--to", addr, "--count", "10", "--size", "1000", "--interval", "1ms"); err != nil {
@@ -98,18 +107,7 @@ func TestServeSend(t *testing.T) {
 }
 
 func TestFloodSizeDefault(t *testing.T) {
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := run(pw, "serve", "--listen", "127.0.0.1:0")
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("serve printed nothing: %v", <-done)
-	}
-	addr := strings.TrimPrefix(lines.Text(), "listening ")
+	addr, lines, done := startServe(t, context.Background(), "--listen", "127.0.0.1:0")
 	var sent bytes.Buffer
 	if err := run(&sent, "send", "--to", addr, "--flood", "50ms"); err != nil {
 		t.Fatal(err)
@@ -130,21 +128,7 @@ func TestFloodSizeDefault(t *testing.T) {
 func TestChurnServeSend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := runContext(ctx, pw, "serve", "--listen", "127.0.0.1:0", "--churn")
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("serve printed nothing: %v", <-done)
-	}
-	addr, ok := strings.CutPrefix(lines.Text(), "listening ")
-	if !ok {
-		t.Fatalf("first line %q, want listening ADDR", lines.Text())
-	}
+	addr, lines, done := startServe(t, ctx, "--listen", "127.0.0.1:0", "--churn")
 	var sent bytes.Buffer
 	if err := run(&sent, "send", "--to", addr, "--churn", "200ms"); err != nil {
 		t.Fatal(err)
