@@ -870,6 +870,13 @@ static __always_inline __u64 cookie_of(const struct sock *sk, void *ctx)
 	return c ? c : bpf_get_socket_cookie(ctx);
 }
 
+/* Whether the port filter turns down a socket or packet of these ports
+ * (host order): neither is the filter's. */
+static __always_inline int port_filtered(__u16 lport, __u16 rport)
+{
+	return filter_port && lport != filter_port && rport != filter_port;
+}
+
 /* Whether cg is the cgroup with this id or below it (16 levels at most). */
 static __always_inline int cgroup_matches(struct cgroup *cg)
 {
@@ -1071,7 +1078,7 @@ static __always_inline int stays_filtered(const struct sock *s)
 		return 0;
 	lport = sk->__sk_common.skc_num;
 	rport = __builtin_bswap16(sk->__sk_common.skc_dport);
-	return lport && rport && lport != filter_port && rport != filter_port;
+	return lport && rport && port_filtered(lport, rport);
 }
 
 /* conn_of past the per-CPU cache: the connection table, and the filters
@@ -1112,7 +1119,7 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	read_addrs(sk, &a);
 	/* What stays_filtered left to the table: the netns and cgroup
 	 * filters passed. */
-	if (filter_port && a.lport != filter_port && a.rport != filter_port)
+	if (port_filtered(a.lport, a.rport))
 		sel = 0;
 	/* The collect service ships traces from a cgroup of its own: its
 	 * sockets, and so every event of them at any layer, are left out. */
@@ -1856,7 +1863,7 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		if (filter_port && k.lport != filter_port && k.rport != filter_port)
+		if (port_filtered(k.lport, k.rport))
 			return FILTERED;
 		cookie = tuple_cookie(st, &k);
 		if (cookie && (frag & IP_MF))
@@ -1881,7 +1888,7 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		if (filter_port && k.lport != filter_port && k.rport != filter_port)
+		if (port_filtered(k.lport, k.rport))
 			return FILTERED;
 		return tuple_cookie(st, &k);
 	}

@@ -283,8 +283,7 @@ type Traced struct {
 	RecordSysS float64 `json:"record_sys_s,omitempty"`
 	// ConnOpens and ConnCloses are magnet's conn_open and conn_close
 	// records written: a pair per connection the filters select
-	// (docs/EVENTS.md), and a conn_open for each socket that never closes,
-	// such as the kernel's TCP control sockets (see ChurnResult).
+	// (docs/EVENTS.md; ChurnConfigResult.ConnsExact checks them).
 	ConnOpens  uint64 `json:"conn_opens,omitempty"`
 	ConnCloses uint64 `json:"conn_closes,omitempty"`
 }
