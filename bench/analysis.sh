@@ -74,7 +74,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 	echo "- **Traces:** synthetic (\`internal/synth\`): 4 bulk TCP connections, both ends in one trace, every layer"
 	echo "  (sock, tcp, ip, dev, tcp_state), 4-segment GSO packets, an ACK every second packet; about 39 bytes"
 	echo "  per record."
-	echo "- **Goal (issue 3):** \`parse\` and \`report\` at >= 5 million events/s on one core, in bounded memory."
+	echo "- **Goal:** \`parse\` and \`report\` at >= 5 million events/s on one core, in bounded memory."
 	echo
 	echo "## Go benchmarks"
 	echo

@@ -9,7 +9,7 @@
 # build since d865c11 takes the `record` flags the bench passes (-q, --netns,
 # -o, --ready-file).
 #
-#   bench/build-at.sh 98f58a4          # issue 5's first implementation
+#   bench/build-at.sh 98f58a4          # the recorder's first implementation
 #   sudo bench/run.sh --compare-with bin/magnet-98f58a4 \
 #        --compare-label "first implementation (98f58a4)" --label "main $(git rev-parse --short HEAD)"
 set -euo pipefail

@@ -324,7 +324,7 @@ cpu_model=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)
 		awk -F'\t' -v c="$c" '$1 == c { n++; t += $3 } END { if (n) printf "- **%s**: %.2f Gbit/s (mean of %d)\n", c, t / n, n }' "$results"
 	done
 	echo
-	echo "Target (issue 4): the daemon under 5 % of one core beyond record."
+	echo "Target: the daemon under 5 % of one core beyond record."
 	echo
 	echo "The host is shared: other work competes for the CPUs, which the spread of the throughput shows."
 	echo

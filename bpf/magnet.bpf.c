@@ -98,8 +98,8 @@ struct mg_tcp_rate _t23 = {};
  * never wait for another CPU's on a ring's lock, never pull its positions'
  * cache line from another CPU, and pay for a record a few stores instead of
  * bpf_ringbuf_reserve() and bpf_ringbuf_submit() (a spin lock taken with
- * interrupts off, and an atomic exchange: 25-31 ns against 6, measured in
- * session 7). The recorder maps each area twice in a row, as the kernel
+ * interrupts off, and an atomic exchange: 25-31 ns against 6 by magnet
+ * bench primitives). The recorder maps each area twice in a row, as the kernel
  * maps a BPF ring buffer, and reads it with the same code: records carry
  * the ring buffer's 8-byte header, and the space left at the end of an area
  * when a record does not fit there is a discarded record.
@@ -523,8 +523,8 @@ struct emit {
 	__u64 next;   /* an area's producer position once the record is published */
 	/* For an area record, what publishing it touches, kept from the
 	 * reservation rather than looked up again (two map lookups fewer;
-	 * measured no faster, docs/BENCH.md session 14, but one way to
-	 * reach them). */
+	 * measured no faster, docs/BENCH.md "One state lookup per run", but
+	 * one way to reach them). */
 	struct area_pos *ap;  /* the area's positions */
 	struct cpu_state *st; /* this CPU's state, whose depth submit() restores */
 	__u32 level;  /* the area level (cpu_state.depth before the reservation) */

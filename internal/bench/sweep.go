@@ -72,7 +72,7 @@ type sweepWorkload struct {
 	rateMbit int
 }
 
-// sweepWorkloads, for both sweeps (issue 5 asks each for all of them): the
+// sweepWorkloads, for both sweeps (the overhead goals ask each for all of them): the
 // bulk transfer on the 1 Gbit/s and unlimited links, and 64-byte TCP and
 // UDP sends, which make the most events per second (on the unlimited link:
 // they make far less than 1 Gbit/s).

@@ -24,8 +24,8 @@ import (
 //     does nothing else, which no real workload on this machine reaches;
 //   - while the saturating 64 KiB transfer runs on the unlimited link and
 //     is recorded too (SynthLoadResult): the highest total rate without
-//     loss while the host is busy with real traffic, which is what issue 5's
-//     "while the workload also runs" asks.
+//     loss while the host is busy with real traffic, which is what the event-rate
+//     goal's "while the workload also runs" asks.
 
 // SynthRates are the paced rates tried alone, events/s.
 var SynthRates = []float64{1e6, 2e6, 3e6, 4e6, 5e6, 6e6, 8e6, 10e6, 12e6, 16e6, 20e6, 24e6}
@@ -167,7 +167,7 @@ type SynthLoadResult struct {
 	RunsAtGoal int `json:"runs_at_goal"`
 }
 
-// GoalEventRate is issue 5's event rate to sustain without loss while the
+// GoalEventRate is the overhead goals' event rate to sustain without loss while the
 // workload runs, events/s.
 const GoalEventRate = 5e6
 
@@ -208,8 +208,9 @@ func (b *bencher) synthLoad(ctx context.Context, lab *netlab.Lab) (*SynthLoadRes
 	// The goal is the VM's event rate: the scheduler places the producer,
 	// the recorder and the workload on both CPUs even under --pin, which
 	// would put the producer and the recorder on the sender's CPU beside
-	// the sending workload (session 5's full run: the producer then made
-	// at most 4.3 M/s there, lost nothing, and was the bound).
+	// the sending workload (a full run pinned that way measured it: the
+	// producer then made at most 4.3 M/s there, lost nothing, and was the
+	// bound).
 	if b.pin != nil {
 		res.PinIgnored = true
 		defer func(p *pinning) { b.pin = p }(b.pin)

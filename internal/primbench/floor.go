@@ -2,7 +2,8 @@
 
 package primbench
 
-// GoalPct is issue 5's goal: recording costs at most 1 % of the throughput.
+// GoalPct is the recorder's overhead goal (docs/BENCH.md): recording costs
+// at most 1 % of the throughput.
 const GoalPct = 1.0
 
 // Floor is the least share of the bottleneck CPU that stamping and
@@ -36,7 +37,7 @@ type FloorRow struct {
 var floorWays = []struct{ what, program string }{
 	{"the clock alone (bpf_ktime_get_ns)", "ktime_get_ns"},
 	{"clock + BPF ring buffer record (reserve, 40 bytes, submit)", "ktime_ringbuf"},
-	{"clock + array ring record (48 bytes at a per-CPU head: magnet's events since session 7)", "ktime_array_ring"},
+	{"clock + array ring record (48 bytes at a per-CPU head, as magnet records its events)", "ktime_array_ring"},
 }
 
 // SharePct is the share of one CPU, in per cent, that ns per event take at

@@ -38,12 +38,12 @@ const (
 	MaxReps = 10_000
 )
 
-// Session 6's full run (bench/RESULTS.md, pinned, unlimited veth): magnet
-// record on the sender's side wrote 2,449,782 events per 5-second
+// The full bench run of 2026-11-23 (bench/RESULTS.md as committed that day,
+// pinned, unlimited veth): magnet record on the sender's side wrote 2,449,782 events per 5-second
 // transfer, the sender's side pinned to one CPU.
 const (
 	DefaultEventsPerS = 490_000
-	DefaultEventsFrom = "bench/RESULTS.md of session 6 (2026-11-23): record-sender wrote 2,449,782 events per 5 s transfer on the unlimited veth, the sender pinned to one CPU: 490 k events/s"
+	DefaultEventsFrom = "the full bench run of 2026-11-23 (bench/RESULTS.md of that day): record-sender wrote 2,449,782 events per 5 s transfer on the unlimited veth, the sender pinned to one CPU: 490 k events/s"
 )
 
 // Options says what to run.

@@ -89,7 +89,7 @@ var programs = []program{
 		body: ringbufRecord(false), usesRing: true},
 	{Name: "ringbuf_output", Does: "40 bytes stored on the stack, bpf_ringbuf_output(BPF_RB_NO_WAKEUP) copies them",
 		body: ringbufOutput, usesRing: true},
-	{Name: "array_ring", Does: "a 48-byte record stored into this CPU's ring in a BPF_F_MMAPABLE array at its head, head advanced, no lock (MAGNeT's design; magnet's events since session 7)",
+	{Name: "array_ring", Does: "a 48-byte record stored into this CPU's ring in a BPF_F_MMAPABLE array at its head, head advanced, no lock (MAGNeT's design, and how magnet records its events)",
 		body: arrayRing(false)},
 	{Name: "ktime_ringbuf", Does: "an event's least: bpf_ktime_get_ns, then the ring buffer record above holding the time",
 		body: ringbufRecord(true), usesRing: true},

@@ -62,7 +62,7 @@ docs/BENCH.md and bench/PRIMITIVES.md.`,
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 20, "repetitions: every program once per repetition, interleaved")
 	f.IntVar(&runs, "runs", 40000, fmt.Sprintf("program runs per repetition, timed together by the kernel (at most %d)", primbench.MaxRuns))
-	f.Float64Var(&eventsPerS, "events-per-s", primbench.DefaultEventsPerS, "event rate on the bottleneck CPU that the floor is taken at; the default is record-sender's in session 6's full run")
+	f.Float64Var(&eventsPerS, "events-per-s", primbench.DefaultEventsPerS, "event rate on the bottleneck CPU that the floor is taken at; the default is what record-sender wrote in the full bench run of 2026-11-23")
 	f.StringVar(&note, "note", "", "a note for the report's header (what else ran on the machine, ...)")
 	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")
