@@ -81,7 +81,7 @@ func (j *journal) save() error {
 	if err != nil {
 		return fmt.Errorf("write shipping journal: %w", err)
 	}
-	if _, err := f.Write(data); err == nil {
+	if _, err = f.Write(data); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -489,7 +489,7 @@ func writeFileSync(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err == nil {
+	if _, err = f.Write(data); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
