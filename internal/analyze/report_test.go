@@ -157,3 +157,32 @@ func TestSendBufferAndRetransmits(t *testing.T) {
 		t.Errorf("tcp_xmit layer %+v (the SYN carries no data and is left out)", xmit)
 	}
 }
+
+// TestSendBufferBeyond4GiB: a connection that writes 6 GiB, 1.5 GiB at a
+// time, each acknowledged before the next is written. Its sequence numbers
+// wrap after the first 256 MiB and again after 4 GiB more; the occupancy
+// must still be 1.5 GiB at most and 0 at the end.
+func TestSendBufferBeyond4GiB(t *testing.T) {
+	const isn = 0xf0000000
+	const chunk = 3 << 29 // 1.5 GiB
+	ms := uint64(1e6)
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": isn}},
+	}
+	for i := uint64(0); i < 4; i++ {
+		at := (10 + 10*i) * ms
+		recs = append(recs,
+			rec{typ: "sock_send", t: at, conn: 1, size: chunk},
+			rec{typ: "tcp_xmit", t: at + ms, conn: 1, size: 1000, flags: 0x10, u32: map[string]uint32{"seq": uint32(isn + 1 + (i+1)*chunk - 1000)}},
+			rec{typ: "tcp_rcv", t: at + 2*ms, conn: 1, flags: 0x10, u32: map[string]uint32{"ack": uint32(isn + 1 + (i+1)*chunk)}})
+	}
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := rep.Conns[0].SendBuffer
+	if sb == nil || sb.Max != chunk || sb.Final != 0 || sb.Min != 0 {
+		t.Fatalf("send buffer %+v: want max %d B, 0 B at the end", sb, chunk)
+	}
+}
