@@ -65,13 +65,15 @@ type connDetail struct {
 	drops        map[string]uint64
 	appIsRecv    bool
 	haveAppBytes bool
+	// haveSndUna: the trace's tcp_state has snd_una
+	haveSndUna bool
 	// For plots: occupancy samples (s since start, bytes), when set.
 	start             uint64
 	sbTrace, sbTraceY *[]float64
 }
 
-func newConnDetail() *connDetail {
-	return &connDetail{drops: map[string]uint64{}}
+func newConnDetail(dec *decoder) *connDetail {
+	return &connDetail{drops: map[string]uint64{}, haveSndUna: dec.d[kTCPState].size > 0}
 }
 
 // observe takes one event of the connection, in time order. Drops are
@@ -104,12 +106,24 @@ func (d *connDetail) observe(e *ev) {
 			d.sample(t)
 		}
 	case kTCPState:
+		// snd_una: the ACKs a closing connection receives go through a
+		// kernel path where tcp_rcv does not fire, but a snapshot there
+		// (at close) still says how far they acknowledged.
+		if d.haveSndUna && d.sbuf.Acked(e.d) {
+			d.sample(t)
+		}
 		d.tcp.Snapshots++
 		d.tcp.cwnd.Add(float64(e.a))
 		d.tcp.srtt.Add(float64(e.b))
 		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = uint64(e.c), true
 	case kTCPRetrans:
 		d.tcp.RetransEvents++
+	case kConnClose:
+		// The kernel's count of bytes acknowledged over the connection's
+		// life, ACKs after the application's close() included.
+		if d.sbuf.AckedBytes(int64(e.b)<<32 | int64(e.c)) {
+			d.sample(t)
+		}
 	case kDevXmit, kDevRecv:
 		d.wire(t, size)
 	}

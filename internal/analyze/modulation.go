@@ -127,7 +127,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		scheds[i], readers[i] = newSchedTracker(), map[uint32][]*hopTracker{}
 	}
 	s.newConn = func(cs *connState) {
-		cs.detail = newConnDetail()
+		cs.detail = newConnDetail(cs.src.dec)
 		cs.hops = newHopTracker(cs)
 	}
 	s.onEvent = func(e *ev) {

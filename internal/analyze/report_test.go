@@ -186,3 +186,39 @@ func TestSendBufferBeyond4GiB(t *testing.T) {
 		t.Fatalf("send buffer %+v: want max %d B, 0 B at the end", sb, chunk)
 	}
 }
+
+// TestSendBufferAcksAfterClose: the application writes 3000 B and closes
+// with 2000 B unacknowledged; the ACKs that follow reach the closing socket
+// where tcp_rcv does not fire. The tcp_state snapshot at close (snd_una
+// past the FIN) or conn_close's bytes_acked must count them.
+func TestSendBufferAcksAfterClose(t *testing.T) {
+	const isn = 5000
+	ms := uint64(1e6)
+	for _, tc := range []struct {
+		name string
+		end  []rec
+	}{
+		{"tcp_state", []rec{{typ: "tcp_state", t: 9 * ms, conn: 1, u32: map[string]uint32{"snd_una": isn + 1 + 3000 + 1, "cwnd": 10}}}},
+		{"conn_close", []rec{{typ: "conn_close", t: 9 * ms, conn: 1, u64: map[string]uint64{"bytes_acked": 3000}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := []rec{
+				{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+				{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": isn}},
+				{typ: "sock_send", t: 2 * ms, conn: 1, size: 3000},
+				{typ: "tcp_xmit", t: 3 * ms, conn: 1, size: 3000, flags: 0x18, u32: map[string]uint32{"seq": isn + 1}},
+				{typ: "tcp_rcv", t: 4 * ms, conn: 1, flags: 0x10, u32: map[string]uint32{"ack": isn + 1001}},
+				// close(): the FIN, then ACKs no tcp_rcv shows.
+				{typ: "tcp_xmit", t: 5 * ms, conn: 1, flags: 0x11, u32: map[string]uint32{"seq": isn + 3001}},
+			}
+			rep, err := analyze.Modulation([]string{writeTrace(t, append(recs, tc.end...))}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb := rep.Conns[0].SendBuffer
+			if sb == nil || sb.Final != 0 || sb.Max != 3000 {
+				t.Fatalf("send buffer %+v: want max 3000 B, everything acknowledged at the end", sb)
+			}
+		})
+	}
+}

@@ -92,7 +92,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 	}
 	var ends []*connState
 	st.newConn = func(cs *connState) {
-		cs.plot = &connSeries{detail: newConnDetail(), hops: newHopTracker(cs)}
+		cs.plot = &connSeries{detail: newConnDetail(cs.src.dec), hops: newHopTracker(cs)}
 		cs.plot.detail.sbTrace = &cs.plot.sbT
 		cs.plot.detail.sbTraceY = &cs.plot.sbY
 		ends = append(ends, cs)

@@ -79,3 +79,16 @@ func (t *Tracker) Acked(ack uint32) bool {
 	}
 	return false
 }
+
+// AckedBytes takes a count of data bytes the peer acknowledged over the
+// connection's life (tcpi_bytes_acked, which conn_close carries) and
+// reports whether more was acknowledged. ACKs that reach a connection
+// after the application closed it go through a kernel path where tcp_rcv
+// does not fire, so this is how they count.
+func (t *Tracker) AckedBytes(n int64) bool {
+	if !t.haveISN || n <= t.acked {
+		return false
+	}
+	t.acked = n
+	return true
+}

@@ -83,3 +83,21 @@ func TestTrackerBeyond4GiB(t *testing.T) {
 		t.Fatal("an old ACK moved what is acknowledged")
 	}
 }
+
+// TestTrackerAckedBytes: the connection's own count of acknowledged bytes
+// (conn_close) covers ACKs the trace has no tcp_rcv for.
+func TestTrackerAckedBytes(t *testing.T) {
+	var tr Tracker
+	if tr.AckedBytes(10) {
+		t.Fatal("before the SYN nothing is known")
+	}
+	tr.Sent(7, 0, true)
+	tr.AppWrote(3000)
+	tr.Acked(8 + 1000)
+	if !tr.AckedBytes(3000) || tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after all 3000 B acknowledged", tr.Occupancy())
+	}
+	if tr.AckedBytes(2000) {
+		t.Fatal("a smaller count acknowledges nothing new")
+	}
+}
