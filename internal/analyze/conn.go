@@ -31,18 +31,25 @@ type Throughput struct {
 
 // TCPStats summarises tcp_state snapshots and retransmissions.
 type TCPStats struct {
-	Snapshots      uint64  `json:"snapshots"`
-	CwndMean       float64 `json:"cwnd_mean"`
-	CwndMax        float64 `json:"cwnd_max"`
-	SrttMeanUs     float64 `json:"srtt_mean_us"`
-	SrttMaxUs      float64 `json:"srtt_max_us"`
-	SsthreshLast   uint64  `json:"ssthresh_last"`
-	RetransSegs    uint64  `json:"retransmitted_segments"`
-	RetransBytes   int64   `json:"retransmitted_bytes"`
-	RetransEvents  uint64  `json:"tcp_retrans_events"`
-	cwnd, srtt     Dist
-	haveSsthresh   bool
-	ssthreshLatest uint64
+	Snapshots    uint64  `json:"snapshots"`
+	CwndMean     float64 `json:"cwnd_mean"`
+	CwndMax      float64 `json:"cwnd_max"`
+	SrttMeanUs   float64 `json:"srtt_mean_us"`
+	SrttMaxUs    float64 `json:"srtt_max_us"`
+	SsthreshLast uint64  `json:"ssthresh_last"`
+	// RetransSegs counts segments, as the kernel does (tcpi_total_retrans,
+	// TcpRetransSegs): a retransmitted skb of n GSO segments is n.
+	RetransSegs   uint64 `json:"retransmitted_segments"`
+	RetransBytes  int64  `json:"retransmitted_bytes"`
+	RetransEvents uint64 `json:"tcp_retrans_events"`
+	// KernelRetransSegs is the kernel's own count for the connection
+	// (tcpi_total_retrans) at its last tcp_state snapshot or its close;
+	// haveKernelRetrans says whether one was seen.
+	KernelRetransSegs uint64 `json:"kernel_total_retrans,omitempty"`
+	cwnd, srtt        Dist
+	haveSsthresh      bool
+	ssthreshLatest    uint64
+	haveKernelRetrans bool
 }
 
 // connDetail follows one connection through the trace.
@@ -95,7 +102,7 @@ func (d *connDetail) observe(e *ev) {
 		}
 	case kTCPXmit:
 		if e.c == 1 {
-			d.tcp.RetransSegs++
+			d.tcp.RetransSegs += uint64(max(e.b, 1))
 			d.tcp.RetransBytes += size
 		}
 		if d.sbuf.Sent(e.a, size, e.flags&0x02 != 0) {
@@ -116,6 +123,7 @@ func (d *connDetail) observe(e *ev) {
 		d.tcp.cwnd.Add(float64(e.a))
 		d.tcp.srtt.Add(float64(e.b))
 		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = uint64(e.c), true
+		d.kernelRetrans(e.e)
 	case kTCPRetrans:
 		d.tcp.RetransEvents++
 	case kConnClose:
@@ -124,9 +132,17 @@ func (d *connDetail) observe(e *ev) {
 		if d.sbuf.AckedBytes(int64(e.b)<<32 | int64(e.c)) {
 			d.sample(t)
 		}
+		d.kernelRetrans(e.a)
 	case kDevXmit, kDevRecv:
 		d.wire(t, size)
 	}
+}
+
+// kernelRetrans takes the kernel's count of the connection's retransmitted
+// segments, which only grows.
+func (d *connDetail) kernelRetrans(n uint32) {
+	d.tcp.KernelRetransSegs = max(d.tcp.KernelRetransSegs, uint64(n))
+	d.tcp.haveKernelRetrans = true
 }
 
 func (d *connDetail) sample(t uint64) {

@@ -222,3 +222,26 @@ func TestSendBufferAcksAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestRetransmittedSegments: a retransmitted skb counts as its GSO
+// segments, as the kernel's tcpi_total_retrans and TcpRetransSegs do.
+func TestRetransmittedSegments(t *testing.T) {
+	const isn = 100
+	ms := uint64(1e6)
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": isn}},
+		{typ: "tcp_xmit", t: 2 * ms, conn: 1, size: 4000, flags: 0x10, u32: map[string]uint32{"seq": isn + 1, "gso_segs": 4}},
+		{typ: "tcp_xmit", t: 3 * ms, conn: 1, size: 3000, flags: 0x10, u32: map[string]uint32{"seq": isn + 1, "gso_segs": 3}, u8: map[string]uint8{"retrans": 1}},
+		{typ: "tcp_xmit", t: 4 * ms, conn: 1, size: 1000, flags: 0x10, u32: map[string]uint32{"seq": isn + 3001, "gso_segs": 1}, u8: map[string]uint8{"retrans": 1}},
+		{typ: "conn_close", t: 5 * ms, conn: 1, u32: map[string]uint32{"total_retrans": 4}},
+	}
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := rep.Conns[0].TCP
+	if tcp == nil || tcp.RetransSegs != 4 || tcp.RetransBytes != 4000 || tcp.KernelRetransSegs != 4 {
+		t.Fatalf("tcp %+v: want 4 retransmitted segments of 4000 B, the kernel's count 4", tcp)
+	}
+}

@@ -155,8 +155,12 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 		fmt.Fprintln(w)
 	}
 	if t := c.TCP; t != nil {
-		fmt.Fprintf(w, "  tcp: cwnd mean %.1f max %.0f segments, srtt mean %.0f max %.0f µs, ssthresh %d; retransmitted %d segments (%d B), %d tcp_retrans events\n",
+		fmt.Fprintf(w, "  tcp: cwnd mean %.1f max %.0f segments, srtt mean %.0f max %.0f µs, ssthresh %d; retransmitted %d segments (%d B), %d tcp_retrans events",
 			t.CwndMean, t.CwndMax, t.SrttMeanUs, t.SrttMaxUs, t.SsthreshLast, t.RetransSegs, t.RetransBytes, t.RetransEvents)
+		if t.KernelRetransSegs > 0 {
+			fmt.Fprintf(w, "; the kernel's count (tcpi_total_retrans) %d", t.KernelRetransSegs)
+		}
+		fmt.Fprintln(w)
 	}
 	if len(c.Drops) > 0 {
 		fmt.Fprintf(w, "  drops: %s\n", counts(c.Drops))
