@@ -245,3 +245,22 @@ func TestRetransmittedSegments(t *testing.T) {
 		t.Fatalf("tcp %+v: want 4 retransmitted segments of 4000 B, the kernel's count 4", tcp)
 	}
 }
+
+// TestSendBufferPlotSteps: the occupancy changes only at sends and ACKs,
+// so its plot is a step function.
+func TestSendBufferPlotSteps(t *testing.T) {
+	ms := uint64(1e6)
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": 9}},
+		{typ: "sock_send", t: 2 * ms, conn: 1, size: 3000},
+		{typ: "tcp_rcv", t: 5 * ms, conn: 1, flags: 0x10, u32: map[string]uint32{"ack": 10 + 3000}},
+	}
+	fig, err := analyze.Plot([]string{writeTrace(t, recs)}, "sendbuf", analyze.PlotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fig.Series) != 1 || !fig.Series[0].Steps || len(fig.Series[0].X) != 2 {
+		t.Fatalf("send-buffer series %+v: want 2 samples drawn as steps", fig.Series)
+	}
+}

@@ -20,6 +20,8 @@ type Named struct {
 	Name    string
 	X, Y    []float64
 	Scatter bool
+	// Steps: the quantity holds its value until the next point.
+	Steps bool
 }
 
 // Figure is what a plot shows: series and their axis labels.
@@ -198,7 +200,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		for i, t := range s.sbT {
 			xs[i] = t
 		}
-		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY}}
+		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY, Steps: true}}
 	case "bandwidth":
 		if opts.WindowEvents > 0 {
 			fig.Title = fmt.Sprintf("%s: throughput over a sliding window of %d events", label, opts.WindowEvents)
