@@ -38,7 +38,9 @@ func writeTrace(t testing.TB, recs []rec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &trace.Header{Host: "test", Types: types}
+	// Drop reasons as a kernel names them (enum skb_drop_reason).
+	h := &trace.Header{Host: "test", Types: types, Enums: map[string]map[string]string{
+		"drop_reason": {"2": "NOT_SPECIFIED", "4": "QUEUE_PURGE", "5": "TCP_OLD_DATA", "6": "QDISC_DROP", "7": "SOCKET_RCVBUFF"}}}
 	path := filepath.Join(t.TempDir(), "t.mgt")
 	f, err := os.Create(path)
 	if err != nil {
@@ -262,5 +264,30 @@ func TestSendBufferPlotSteps(t *testing.T) {
 	}
 	if len(fig.Series) != 1 || !fig.Series[0].Steps || len(fig.Series[0].X) != 2 {
 		t.Fatalf("send-buffer series %+v: want 2 samples drawn as steps", fig.Series)
+	}
+}
+
+// TestDropClasses: drops that lose data are told apart from the kernel
+// freeing packets at teardown or duplicates, per connection and for the
+// host.
+func TestDropClasses(t *testing.T) {
+	ms := uint64(1e6)
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "sock_send", t: 1 * ms, conn: 1, size: 100},
+	}
+	for i, r := range []uint32{6, 6, 7, 2, 4, 4, 5} {
+		recs = append(recs, rec{typ: "drop", t: uint64(2+i) * ms, conn: 1, u32: map[string]uint32{"reason": r}})
+	}
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := analyze.DropClasses{LoseData: 3, Teardown: 4}
+	if c := rep.Conns[0].DropClasses; c == nil || *c != want {
+		t.Errorf("connection's drop classes %+v, want %+v (drops %v)", c, want, rep.Conns[0].Drops)
+	}
+	if c := rep.DropClasses; c == nil || *c != want {
+		t.Errorf("host's drop classes %+v, want %+v", c, want)
 	}
 }

@@ -112,7 +112,7 @@ recording selected is one trace of the report.`,
 				fmt.Fprintln(out, "\nhost (all connections)")
 				writeLayers(out, rep.Host)
 				if len(rep.Drops) > 0 {
-					fmt.Fprintf(out, "  drops: %s\n", counts(rep.Drops))
+					fmt.Fprintf(out, "  %s\n", drops(rep.Drops))
 				}
 			}
 			for _, st := range rep.Sched {
@@ -163,7 +163,7 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 		fmt.Fprintln(w)
 	}
 	if len(c.Drops) > 0 {
-		fmt.Fprintf(w, "  drops: %s\n", counts(c.Drops))
+		fmt.Fprintf(w, "  %s\n", drops(c.Drops))
 	}
 	if len(c.Hops) > 0 {
 		fmt.Fprintln(w, "  where time goes (per segment, µs):")
@@ -251,6 +251,30 @@ func mbps(bps float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
+}
+
+// drops says which drops lost data and which were the kernel freeing
+// packets never going to be delivered (teardown, duplicates).
+func drops(m map[string]uint64) string {
+	lost, freed := map[string]uint64{}, map[string]uint64{}
+	var nl, nf uint64
+	for r, n := range m {
+		if analyze.DropLosesData(r) {
+			lost[r], nl = n, nl+n
+		} else {
+			freed[r], nf = n, nf+n
+		}
+	}
+	var parts []string
+	if nl > 0 {
+		parts = append(parts, fmt.Sprintf("drops that lose data: %d (%s)", nl, counts(lost)))
+	} else {
+		parts = append(parts, "drops that lose data: none")
+	}
+	if nf > 0 {
+		parts = append(parts, fmt.Sprintf("freed at teardown or as duplicates, not lost: %d (%s)", nf, counts(freed)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func counts(m map[string]uint64) string {
