@@ -200,7 +200,7 @@ func readerLine(rd *analyze.ReaderWait) string {
 func writeSched(w io.Writer, st *analyze.SchedStats) {
 	fmt.Fprintf(w, "\nsched (%s): context switches per CPU over %.2f s\n", st.Trace, st.SpanS)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cpu\tswitches\tper s\tbetween µs mean\tmedian\tp99\tmax\tcv\twakeups\twake→run µs mean\tmedian\tp99\tmax\tlost\t")
+	fmt.Fprintln(tw, "cpu\tswitches\tper s\tbetween switches µs mean\tmedian\tp99\tmax\tcv\twakeups\twake→run µs mean\tmedian\tp99\tmax\tlost\t")
 	for _, c := range append(st.CPUs, st.All) {
 		cpu := "all"
 		if c.CPU >= 0 {
