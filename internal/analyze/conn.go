@@ -46,10 +46,22 @@ type TCPStats struct {
 	// (tcpi_total_retrans) at its last tcp_state snapshot or its close;
 	// haveKernelRetrans says whether one was seen.
 	KernelRetransSegs uint64 `json:"kernel_total_retrans,omitempty"`
+	// What TCP transmitted, split: DataBytes of payload in all; of which
+	// LocalResendBytes re-sent after a drop on this host (the qdisc refused
+	// the first try, so TCP sent the same bytes again without counting a
+	// retransmission); WireBytes = DataBytes - LocalResendBytes, what left
+	// the host (a locally dropped try never did). RetransBytes above are
+	// network retransmissions only.
+	DataBytes         int64  `json:"data_bytes"`
+	WireBytes         int64  `json:"wire_bytes"`
+	LocalResendBytes  int64  `json:"local_resend_bytes"`
+	LocalResendEvents uint64 `json:"local_resend_events"`
 	cwnd, srtt        Dist
 	haveSsthresh      bool
 	ssthreshLatest    uint64
 	haveKernelRetrans bool
+	hiSeq             uint32 // past the highest byte sent (haveHi: any)
+	haveHi            bool
 }
 
 // connDetail follows one connection through the trace.
@@ -101,10 +113,7 @@ func (d *connDetail) observe(e *ev) {
 			d.app(t, size, true)
 		}
 	case kTCPXmit:
-		if e.c == 1 {
-			d.tcp.RetransSegs += uint64(max(e.b, 1))
-			d.tcp.RetransBytes += size
-		}
+		d.xmit(e, size)
 		if d.sbuf.Sent(e.a, size, e.flags&0x02 != 0) {
 			d.sample(t)
 		}
@@ -135,6 +144,38 @@ func (d *connDetail) observe(e *ev) {
 		d.kernelRetrans(e.a)
 	case kDevXmit, kDevRecv:
 		d.wire(t, size)
+	}
+}
+
+// xmit splits a tcp_xmit's payload into network retransmissions and
+// re-sends after a local drop. The kernel marks a segment that starts
+// below snd_nxt as a retransmission (retrans 1). A first transmission the
+// qdisc dropped does not advance snd_nxt, so TCP sends the same bytes again
+// unmarked: bytes below the highest already sent, on a segment not marked,
+// are such a re-send. A recorder that marks them itself writes retrans 2.
+func (d *connDetail) xmit(e *ev, size int64) {
+	if size <= 0 {
+		return
+	}
+	d.tcp.DataBytes += size
+	end := e.a + uint32(size)
+	var resent int64
+	switch {
+	case e.c == 1:
+		d.tcp.RetransSegs += uint64(max(e.b, 1))
+		d.tcp.RetransBytes += size
+	case e.c >= 2:
+		resent = size
+	case d.tcp.haveHi && int32(d.tcp.hiSeq-e.a) > 0:
+		resent = min(size, int64(int32(d.tcp.hiSeq-e.a)))
+	}
+	if resent > 0 {
+		d.tcp.LocalResendBytes += resent
+		d.tcp.LocalResendEvents++
+	}
+	d.tcp.WireBytes = d.tcp.DataBytes - d.tcp.LocalResendBytes
+	if !d.tcp.haveHi || int32(end-d.tcp.hiSeq) > 0 {
+		d.tcp.hiSeq, d.tcp.haveHi = end, true
 	}
 }
 

@@ -235,7 +235,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 			if d.tp.AppBytes > 0 || d.tp.WireBytes > 0 {
 				cr.Throughput = &d.tp
 			}
-			if d.tcp.Snapshots > 0 || d.tcp.RetransSegs > 0 || d.tcp.RetransEvents > 0 || d.tcp.haveKernelRetrans {
+			if d.tcp.Snapshots > 0 || d.tcp.RetransSegs > 0 || d.tcp.RetransEvents > 0 || d.tcp.haveKernelRetrans || d.tcp.DataBytes > 0 {
 				cr.TCP = &d.tcp
 			}
 			if len(d.drops) > 0 {

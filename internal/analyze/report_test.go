@@ -291,3 +291,32 @@ func TestDropClasses(t *testing.T) {
 		t.Errorf("host's drop classes %+v, want %+v", c, want)
 	}
 }
+
+// TestLocalResends: the qdisc drops the second segment's first try; TCP
+// sends the same bytes again unmarked (snd_nxt never moved past them),
+// then retransmits the first segment after a loss in the network. What
+// left the host, the network retransmission and the local re-send are
+// told apart.
+func TestLocalResends(t *testing.T) {
+	isn := uint32(0xfffffc00) // the data wraps the sequence space
+	ms := uint64(1e6)
+	x := func(at uint64, seq uint32, size int32, retrans uint8) rec {
+		return rec{typ: "tcp_xmit", t: at * ms, conn: 1, size: size, flags: 0x10, u32: map[string]uint32{"seq": seq, "gso_segs": 1}, u8: map[string]uint8{"retrans": retrans}}
+	}
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": isn}},
+		x(2, isn+1, 1000, 0), x(3, isn+1001, 1000, 0), // dropped by the qdisc
+		x(4, isn+1001, 1500, 0), // the same bytes and 500 new
+		x(5, isn+1, 1000, 1),    // a network retransmission
+		x(6, isn+2501, 700, 2),  // marked by the recorder as a re-send after a local drop
+	}
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := rep.Conns[0].TCP
+	if tcp == nil || tcp.DataBytes != 5200 || tcp.LocalResendBytes != 1700 || tcp.LocalResendEvents != 2 || tcp.WireBytes != 3500 || tcp.RetransBytes != 1000 {
+		t.Fatalf("tcp %+v: want 5200 B sent, 1700 B re-sent after local drops (2), 3500 B left the host, 1000 B retransmitted", tcp)
+	}
+}

@@ -161,6 +161,10 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 			fmt.Fprintf(w, "; the kernel's count (tcpi_total_retrans) %d", t.KernelRetransSegs)
 		}
 		fmt.Fprintln(w)
+		if t.DataBytes > 0 {
+			fmt.Fprintf(w, "  sent: %d B of payload left the host, %d B of them network retransmissions; %d B more were re-sent after a local drop (%d times)\n",
+				t.WireBytes, t.RetransBytes, t.LocalResendBytes, t.LocalResendEvents)
+		}
 	}
 	if len(c.Drops) > 0 {
 		fmt.Fprintf(w, "  %s\n", drops(c.Drops))
