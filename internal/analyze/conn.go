@@ -31,18 +31,37 @@ type Throughput struct {
 
 // TCPStats summarises tcp_state snapshots and retransmissions.
 type TCPStats struct {
-	Snapshots      uint64  `json:"snapshots"`
-	CwndMean       float64 `json:"cwnd_mean"`
-	CwndMax        float64 `json:"cwnd_max"`
-	SrttMeanUs     float64 `json:"srtt_mean_us"`
-	SrttMaxUs      float64 `json:"srtt_max_us"`
-	SsthreshLast   uint64  `json:"ssthresh_last"`
-	RetransSegs    uint64  `json:"retransmitted_segments"`
-	RetransBytes   int64   `json:"retransmitted_bytes"`
-	RetransEvents  uint64  `json:"tcp_retrans_events"`
-	cwnd, srtt     Dist
-	haveSsthresh   bool
-	ssthreshLatest uint64
+	Snapshots    uint64  `json:"snapshots"`
+	CwndMean     float64 `json:"cwnd_mean"`
+	CwndMax      float64 `json:"cwnd_max"`
+	SrttMeanUs   float64 `json:"srtt_mean_us"`
+	SrttMaxUs    float64 `json:"srtt_max_us"`
+	SsthreshLast uint64  `json:"ssthresh_last"`
+	// RetransSegs counts segments, as the kernel does (tcpi_total_retrans,
+	// TcpRetransSegs): a retransmitted skb of n GSO segments is n.
+	RetransSegs   uint64 `json:"retransmitted_segments"`
+	RetransBytes  int64  `json:"retransmitted_bytes"`
+	RetransEvents uint64 `json:"tcp_retrans_events"`
+	// KernelRetransSegs is the kernel's own count for the connection
+	// (tcpi_total_retrans) at its last tcp_state snapshot or its close;
+	// haveKernelRetrans says whether one was seen.
+	KernelRetransSegs uint64 `json:"kernel_total_retrans,omitempty"`
+	// What TCP transmitted, split: DataBytes of payload in all; of which
+	// LocalResendBytes re-sent after a drop on this host (the qdisc refused
+	// the first try, so TCP sent the same bytes again without counting a
+	// retransmission); WireBytes = DataBytes - LocalResendBytes, what left
+	// the host (a locally dropped try never did). RetransBytes above are
+	// network retransmissions only.
+	DataBytes         int64  `json:"data_bytes"`
+	WireBytes         int64  `json:"wire_bytes"`
+	LocalResendBytes  int64  `json:"local_resend_bytes"`
+	LocalResendEvents uint64 `json:"local_resend_events"`
+	cwnd, srtt        Dist
+	haveSsthresh      bool
+	ssthreshLatest    uint64
+	haveKernelRetrans bool
+	hiSeq             uint32 // past the highest byte sent (haveHi: any)
+	haveHi            bool
 }
 
 // connDetail follows one connection through the trace.
@@ -65,13 +84,15 @@ type connDetail struct {
 	drops        map[string]uint64
 	appIsRecv    bool
 	haveAppBytes bool
+	// haveSndUna: the trace's tcp_state has snd_una
+	haveSndUna bool
 	// For plots: occupancy samples (s since start, bytes), when set.
 	start             uint64
 	sbTrace, sbTraceY *[]float64
 }
 
-func newConnDetail() *connDetail {
-	return &connDetail{drops: map[string]uint64{}}
+func newConnDetail(dec *decoder) *connDetail {
+	return &connDetail{drops: map[string]uint64{}, haveSndUna: dec.d[kTCPState].size > 0}
 }
 
 // observe takes one event of the connection, in time order. Drops are
@@ -92,10 +113,7 @@ func (d *connDetail) observe(e *ev) {
 			d.app(t, size, true)
 		}
 	case kTCPXmit:
-		if e.c == 1 {
-			d.tcp.RetransSegs++
-			d.tcp.RetransBytes += size
-		}
+		d.xmit(e, size)
 		if d.sbuf.Sent(e.a, size, e.flags&0x02 != 0) {
 			d.sample(t)
 		}
@@ -104,15 +122,68 @@ func (d *connDetail) observe(e *ev) {
 			d.sample(t)
 		}
 	case kTCPState:
+		// snd_una: the ACKs a closing connection receives go through a
+		// kernel path where tcp_rcv does not fire, but a snapshot there
+		// (at close) still says how far they acknowledged.
+		if d.haveSndUna && d.sbuf.Acked(e.d) {
+			d.sample(t)
+		}
 		d.tcp.Snapshots++
 		d.tcp.cwnd.Add(float64(e.a))
 		d.tcp.srtt.Add(float64(e.b))
 		d.tcp.ssthreshLatest, d.tcp.haveSsthresh = uint64(e.c), true
+		d.kernelRetrans(e.e)
 	case kTCPRetrans:
 		d.tcp.RetransEvents++
+	case kConnClose:
+		// The kernel's count of bytes acknowledged over the connection's
+		// life, ACKs after the application's close() included.
+		if d.sbuf.AckedBytes(int64(e.b)<<32 | int64(e.c)) {
+			d.sample(t)
+		}
+		d.kernelRetrans(e.a)
 	case kDevXmit, kDevRecv:
 		d.wire(t, size)
 	}
+}
+
+// xmit splits a tcp_xmit's payload into network retransmissions and
+// re-sends after a local drop. The kernel marks a segment that starts
+// below snd_nxt as a retransmission (retrans 1). A first transmission the
+// qdisc dropped does not advance snd_nxt, so TCP sends the same bytes again
+// unmarked: bytes below the highest already sent, on a segment not marked,
+// are such a re-send. A recorder that marks them itself writes retrans 2.
+func (d *connDetail) xmit(e *ev, size int64) {
+	if size <= 0 {
+		return
+	}
+	d.tcp.DataBytes += size
+	end := e.a + uint32(size)
+	var resent int64
+	switch {
+	case e.c == 1:
+		d.tcp.RetransSegs += uint64(max(e.b, 1))
+		d.tcp.RetransBytes += size
+	case e.c >= 2:
+		resent = size
+	case d.tcp.haveHi && int32(d.tcp.hiSeq-e.a) > 0:
+		resent = min(size, int64(int32(d.tcp.hiSeq-e.a)))
+	}
+	if resent > 0 {
+		d.tcp.LocalResendBytes += resent
+		d.tcp.LocalResendEvents++
+	}
+	d.tcp.WireBytes = d.tcp.DataBytes - d.tcp.LocalResendBytes
+	if !d.tcp.haveHi || int32(end-d.tcp.hiSeq) > 0 {
+		d.tcp.hiSeq, d.tcp.haveHi = end, true
+	}
+}
+
+// kernelRetrans takes the kernel's count of the connection's retransmitted
+// segments, which only grows.
+func (d *connDetail) kernelRetrans(n uint32) {
+	d.tcp.KernelRetransSegs = max(d.tcp.KernelRetransSegs, uint64(n))
+	d.tcp.haveKernelRetrans = true
 }
 
 func (d *connDetail) sample(t uint64) {

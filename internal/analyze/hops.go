@@ -134,6 +134,9 @@ type pending struct {
 	viaQueue bool
 	seq      uint32
 	size     int32
+	ipSize   int32 // the IP packet's length, once past ip_send / dev_recv
+	cpu      uint16
+	tid      uint32 // where its last event ran (cpu, tid)
 	ipid     uint16
 	gso      uint16
 	hasID    bool // ipid is an IPv4 id (IPv6 has none)
@@ -184,9 +187,17 @@ func (f *fifo[T]) drop(n int) {
 }
 
 // hopTracker matches one TCP connection end's segments across layers. Each
-// segment passes every layer of its side once and in order, so the layers
-// pair first in, first out: the n-th ip_send is the n-th tcp_xmit. Events
-// come in time order (the stream sorts them).
+// segment passes every layer of its side once and in order, but an event
+// can be missing (lost, not attributed to the connection, a packet dropped
+// in the qdisc), so the layers do not simply pair first in, first out,
+// where one missing event would shift every later pair. An event is paired
+// with the segment that is the same packet by what both layers see of it,
+// and the segments it skips are given up on. Most hops are one kernel
+// call (tcp_xmit to ip_send to dev_queue, or to dev_xmit without a qdisc;
+// dev_recv to ip_recv): there, the packet is the latest of the same CPU
+// and thread whose length fits. Otherwise it is the oldest that fits: by
+// the IPv4 id the socket's counter gives it, its length, its GSO
+// segments. Events come in time order (the stream sorts them).
 type hopTracker struct {
 	cs *connState
 	// sender: segments past tcp_xmit, ip_send, dev_queue
@@ -211,6 +222,18 @@ type hopTracker struct {
 	synSent, established bool
 	segs                 uint64
 	dropped              uint64 // segments given up on (queue full)
+	// skipped: segments given up on because a later one was matched (their
+	// event at the next layer is missing)
+	skipped uint64
+	// nextID: the IPv4 id the socket's next packet gets (haveID: known).
+	// The kernel numbers a TCP socket's packets from a per-socket counter
+	// that each packet advances by its GSO segments.
+	nextID uint16
+	haveID bool
+	// l2: bytes a device event's length has beyond the IP packet's (the
+	// link-layer header on egress), learned from the first device event
+	// matched by its GSO segments and a plausible length; -1: unknown.
+	l2 [2]int32
 	// onHop, if set, is told of every matched hop: the connection end whose
 	// layer the segment left, the hop, its times and the segment.
 	onHop func(at *connState, hop int, from, to uint64, ref segRef)
@@ -221,7 +244,7 @@ type hopTracker struct {
 }
 
 func newHopTracker(cs *connState) *hopTracker {
-	h := &hopTracker{cs: cs}
+	h := &hopTracker{cs: cs, l2: [2]int32{-1, -1}}
 	for i := range h.stats {
 		h.stats[i].Hop = hopNames[i]
 	}
@@ -266,40 +289,41 @@ func (h *hopTracker) step(e *ev) {
 			h.established = true
 		}
 		h.segs++
-		h.queue(&h.qXmit, pending{t: e.t, seg: h.segs, times: [3]uint64{e.t}, seq: e.a, size: e.size, gso: uint16(e.b)})
+		h.queue(&h.qXmit, pending{t: e.t, seg: h.segs, times: [3]uint64{e.t}, seq: e.a, size: e.size, gso: uint16(e.b), cpu: e.cpu, tid: e.tid})
 	case kIPSend:
-		if h.qXmit.len() == 0 {
+		i, ok := h.matchIP(e)
+		if !ok {
 			return // its earlier layer was not seen (lost, or before recording)
 		}
-		p := *h.qXmit.at(0)
-		h.qXmit.drop(1)
+		p := h.take(&h.qXmit, i)
 		p.t = h.hop(hopXmitIP, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[1] = p.t
-		p.ipid, p.hasID = uint16(e.a), e.b == 4
+		p.ipid, p.hasID, p.ipSize, p.cpu, p.tid = uint16(e.a), e.b == 4, e.size, e.cpu, e.tid
+		if p.hasID {
+			h.nextID, h.haveID = p.ipid+max(p.gso, 1), true
+		}
 		h.queue(&h.qIP, p)
 	case kDevQueue:
 		h.queued = true
-		if h.qIP.len() == 0 {
+		i, ok := h.matchDev(&h.qIP, e, 0, true)
+		if !ok {
 			return
 		}
-		p := *h.qIP.at(0)
-		h.qIP.drop(1)
+		p := h.take(&h.qIP, i)
+		p.cpu, p.tid = e.cpu, e.tid
 		p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[2], p.viaQueue = p.t, true
 		h.queue(&h.qQueue, p)
 	case kDevXmit:
 		var p pending
-		switch {
-		case h.qQueue.len() > 0:
-			p = *h.qQueue.at(0)
-			h.qQueue.drop(1)
+		if i, ok := h.matchDev(&h.qQueue, e, 1, false); ok {
+			p = h.take(&h.qQueue, i)
 			p.t = h.hop(hopQueueXmit, p.t, e.t, segRef{h.cs, p.seg})
-		case !h.queued && h.qIP.len() > 0:
+		} else if i, ok := h.matchDev(&h.qIP, e, 1, true); ok && !h.queued {
 			// No qdisc: the device's transmit follows IP directly.
-			p = *h.qIP.at(0)
-			h.qIP.drop(1)
+			p = h.take(&h.qIP, i)
 			p.t = h.hop(hopIPXmit, p.t, e.t, segRef{h.cs, p.seg})
-		default:
+		} else {
 			return
 		}
 		if h.cs.path != nil {
@@ -307,13 +331,15 @@ func (h *hopTracker) step(e *ev) {
 		}
 	case kDevRecv:
 		h.segs++
-		h.queue(&h.qDev, pending{t: e.t, devT: e.t, seg: h.segs})
+		h.queue(&h.qDev, pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid})
 	case kIPRecv:
-		if h.qDev.len() == 0 {
+		// dev_recv's length is the IP packet's: the link-layer header is
+		// pulled before it.
+		i, ok := h.match(&h.qDev, e, func(p *pending) bool { return p.ipSize == e.size })
+		if !ok {
 			return
 		}
-		p := *h.qDev.at(0)
-		h.qDev.drop(1)
+		p := h.take(&h.qDev, i)
 		if h.synSent && !h.established {
 			return // the SYN-ACK
 		}
@@ -329,6 +355,104 @@ func (h *hopTracker) step(e *ev) {
 		h.read(e)
 	}
 }
+
+// matchWindow is how far into a queue an event looks for its segment: a
+// gap of more missing events than this is not bridged.
+const matchWindow = 64
+
+// find returns the index of the oldest segment of q, within matchWindow,
+// that same says is the event's.
+func (h *hopTracker) find(q *fifo[pending], same func(p *pending) bool) (int, bool) {
+	for i := 0; i < q.len() && i < matchWindow; i++ {
+		if same(q.at(i)) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// match returns the index of the segment of q that the event e, which ends
+// a hop made in one kernel call, belongs to: the latest that the same CPU
+// and thread passed, and that same says is the event's; else the oldest
+// that same says is.
+func (h *hopTracker) match(q *fifo[pending], e *ev, same func(p *pending) bool) (int, bool) {
+	for i := q.len() - 1; i >= 0 && i >= q.len()-matchWindow; i-- {
+		if p := q.at(i); p.cpu == e.cpu && p.tid == e.tid && p.t <= e.t && same(p) {
+			return i, true
+		}
+	}
+	return h.find(q, same)
+}
+
+// take removes and returns the i-th segment of q, giving up on the i
+// before it: their event at this layer is missing.
+func (h *hopTracker) take(q *fifo[pending], i int) pending {
+	p := *q.at(i)
+	h.skipped += uint64(i)
+	q.drop(i + 1)
+	return p
+}
+
+// ipHeaders bounds the IP and TCP headers between a segment's payload
+// (tcp_xmit) and its IP packet (ip_send): 20 to 60 bytes each over IPv4,
+// 40 plus 20 to 60 over IPv6.
+const minHeaders, maxHeaders = 40, 120
+
+// matchIP finds the tcp_xmit of an ip_send: by the IPv4 id the socket's
+// counter gives it, once one packet fixed the counter, and a length that
+// fits; otherwise (IPv6, the first packet) by the length alone.
+func (h *hopTracker) matchIP(e *ev) (int, bool) {
+	fits := func(p *pending) bool {
+		hdr := e.size - max(p.size, 0)
+		return hdr >= minHeaders && hdr <= maxHeaders
+	}
+	for i := h.qXmit.len() - 1; i >= 0 && i >= h.qXmit.len()-matchWindow; i-- {
+		if p := h.qXmit.at(i); p.cpu == e.cpu && p.tid == e.tid && p.t <= e.t && fits(p) {
+			return i, true
+		}
+	}
+	if e.b == 4 && h.haveID {
+		id := h.nextID
+		for i := 0; i < h.qXmit.len() && i < matchWindow; i++ {
+			p := h.qXmit.at(i)
+			if id == uint16(e.a) && fits(p) {
+				return i, true
+			}
+			id += max(p.gso, 1)
+		}
+	}
+	return h.find(&h.qXmit, fits)
+}
+
+// matchDev finds the segment of a device event (side 0: dev_queue, 1:
+// dev_xmit) in q: the same GSO segments and, once learned, the same
+// link-layer overhead over its IP length; oneCall: the hop is made in one
+// kernel call (from ip_send).
+func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (int, bool) {
+	segs := uint16(max(e.a, 1))
+	l2 := h.l2[side]
+	find := h.find
+	if oneCall {
+		find = func(q *fifo[pending], same func(p *pending) bool) (int, bool) { return h.match(q, e, same) }
+	}
+	i, ok := find(q, func(p *pending) bool {
+		if max(p.gso, 1) != segs {
+			return false
+		}
+		d := e.size - p.ipSize
+		if l2 >= 0 {
+			return d == l2
+		}
+		return d >= 0 && d <= maxL2
+	})
+	if ok {
+		h.l2[side] = e.size - q.at(i).ipSize
+	}
+	return i, ok
+}
+
+// maxL2 bounds a link-layer header (Ethernet with two VLAN tags: 22).
+const maxL2 = 32
 
 // matchWire finds the departure, on the other end, of a packet that reached
 // this end's IP layer at ipT, and starts following it to the application.

@@ -10,10 +10,10 @@ func TestHopTracker(t *testing.T) {
 	evs := []ev{
 		// Active open: the SYN-ACK reaches IP but never tcp_rcv.
 		{t: 0, kind: kTCPXmit, flags: 0x02},
-		{t: 1 * us, kind: kIPSend}, {t: 2 * us, kind: kDevQueue}, {t: 3 * us, kind: kDevXmit},
+		{t: 1 * us, kind: kIPSend, size: 60}, {t: 2 * us, kind: kDevQueue, size: 74}, {t: 3 * us, kind: kDevXmit, size: 74},
 		{t: 10 * us, kind: kDevRecv}, {t: 11 * us, kind: kIPRecv},
 		{t: 12 * us, kind: kTCPXmit, flags: 0x10},
-		{t: 13 * us, kind: kIPSend}, {t: 15 * us, kind: kDevQueue}, {t: 18 * us, kind: kDevXmit},
+		{t: 13 * us, kind: kIPSend, size: 52}, {t: 15 * us, kind: kDevQueue, size: 66}, {t: 18 * us, kind: kDevXmit, size: 66},
 		// Two data segments arrive while the socket is owned; one coalesced
 		// tcp_rcv carries both (1000 + 1000 bytes).
 		{t: 20 * us, kind: kDevRecv}, {t: 21 * us, kind: kIPRecv},
@@ -57,9 +57,9 @@ func TestHopTrackerNoQueue(t *testing.T) {
 	us := uint64(1000)
 	evs := []ev{
 		{t: 0, kind: kTCPXmit, flags: 0x10},
-		{t: 1 * us, kind: kIPSend}, {t: 4 * us, kind: kDevXmit},
+		{t: 1 * us, kind: kIPSend, size: 52}, {t: 4 * us, kind: kDevXmit, size: 66},
 		{t: 10 * us, kind: kTCPXmit, flags: 0x18, size: 100},
-		{t: 12 * us, kind: kIPSend}, {t: 13 * us, kind: kDevXmit},
+		{t: 12 * us, kind: kIPSend, size: 152}, {t: 13 * us, kind: kDevXmit, size: 166},
 	}
 	for i := range evs {
 		h.step(&evs[i])
@@ -131,5 +131,58 @@ func TestWireMatch(t *testing.T) {
 	other.depart(&pending{t: 10 * ms, seg: 7, ipid: 9, hasID: true, gso: 1, size: 1})
 	if d, ok := other.takeID(9, 9*ms); !ok || d.seg != 7 {
 		t.Errorf("on two clocks an arrival may read earlier than its departure: %+v %v", d, ok)
+	}
+}
+
+// TestHopTrackerMissingEvents: a bulk stream of identical 64 KiB GSO
+// packets, one every 500 µs, where the device event of one packet and the
+// ip_send of another are missing (lost, or not attributed). Each hop is
+// one kernel call: tcp_xmit→ip_send takes 1 µs, ip_send→dev_xmit 2 µs
+// (no qdisc); through a qdisc, ip_send→dev_queue 1 µs and
+// dev_queue→dev_xmit 3 µs, the packets' sizes varying. The medians must
+// be the true ones: a missing event must not shift the later pairs.
+func TestHopTrackerMissingEvents(t *testing.T) {
+	us := uint64(1000)
+	for _, qdisc := range []bool{false, true} {
+		h := newHopTracker(&connState{})
+		var evs []ev
+		for i := uint64(0); i < 40; i++ {
+			at := 1000*us + i*500*us
+			payload, segs := int32(65160), uint32(45)
+			if qdisc && i%3 == 1 {
+				payload, segs = 1448*int32(i%7+1), uint32(i%7+1)
+			}
+			cpu := uint16(i % 2)
+			evs = append(evs, ev{t: at, kind: kTCPXmit, flags: 0x10, size: payload, b: segs, a: uint32(i) * 65160, cpu: cpu, tid: 7})
+			if i != 35 {
+				evs = append(evs, ev{t: at + us, kind: kIPSend, size: payload + 52, a: 1000 + uint32(i)*45, b: 4, cpu: cpu, tid: 7})
+			}
+			switch {
+			case i == 5:
+			case qdisc:
+				evs = append(evs, ev{t: at + 2*us, kind: kDevQueue, size: payload + 66, a: segs, cpu: cpu, tid: 7},
+					ev{t: at + 5*us, kind: kDevXmit, size: payload + 66, a: segs, cpu: 3, tid: 0})
+			default:
+				evs = append(evs, ev{t: at + 3*us, kind: kDevXmit, size: payload + 66, a: segs, cpu: cpu, tid: 7})
+			}
+		}
+		for i := range evs {
+			h.step(&evs[i])
+		}
+		hops, _ := h.finish(false)
+		want := map[string]float64{"tcp_xmit→ip_send": 1, "ip_send→dev_xmit": 2}
+		if qdisc {
+			want = map[string]float64{"tcp_xmit→ip_send": 1, "ip_send→dev_queue": 1, "dev_queue→dev_xmit": 3}
+		}
+		for _, s := range hops {
+			// Quantiles come from 1/128-octave buckets: within 0.8 %.
+			if w, ok := want[s.Hop]; !ok || s.Delay.Median < w*0.992 || s.Delay.Median > w*1.008 || s.Delay.P99 > w*1.008 {
+				t.Errorf("qdisc %v: %s median %.2f µs, p99 %.2f over %d segments; want %v µs", qdisc, s.Hop, s.Delay.Median, s.Delay.P99, s.Count, w)
+			}
+			delete(want, s.Hop)
+		}
+		if len(want) > 0 {
+			t.Errorf("qdisc %v: hops %v missing", qdisc, want)
+		}
 	}
 }

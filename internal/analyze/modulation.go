@@ -44,8 +44,11 @@ type ConnReport struct {
 	Throughput *Throughput       `json:"throughput,omitempty"`
 	TCP        *TCPStats         `json:"tcp,omitempty"`
 	Drops      map[string]uint64 `json:"drops,omitempty"`
-	Hops       []*HopStats       `json:"hops,omitempty"`
-	Receive    *TimeShare        `json:"receive_time,omitempty"`
+	// DropClasses splits Drops into those that lose data and those at
+	// teardown or of duplicates (DropLosesData).
+	DropClasses *DropClasses `json:"drop_classes,omitempty"`
+	Hops        []*HopStats  `json:"hops,omitempty"`
+	Receive     *TimeShare   `json:"receive_time,omitempty"`
 	// Path follows the segments this end sent to the peer's application,
 	// when both ends are in the traces.
 	Path *Path `json:"path,omitempty"`
@@ -53,13 +56,15 @@ type ConnReport struct {
 
 // Report is the modulation of every connection and of the host.
 type Report struct {
-	Traces   []string          `json:"traces"`
-	Conns    []*ConnReport     `json:"connections"`
-	Host     []*LayerStats     `json:"host"`
-	Lost     uint64            `json:"lost"`
-	Drops    map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
-	Sched    []*SchedStats     `json:"sched,omitempty"` // per trace that recorded sched events
-	Warnings []string          `json:"warnings,omitempty"`
+	Traces []string          `json:"traces"`
+	Conns  []*ConnReport     `json:"connections"`
+	Host   []*LayerStats     `json:"host"`
+	Lost   uint64            `json:"lost"`
+	Drops  map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
+	// DropClasses splits Drops as ConnReport's does.
+	DropClasses *DropClasses  `json:"drop_classes,omitempty"`
+	Sched       []*SchedStats `json:"sched,omitempty"` // per trace that recorded sched events
+	Warnings    []string      `json:"warnings,omitempty"`
 }
 
 // series accumulates one (connection, layer) or host layer, from events in
@@ -127,7 +132,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		scheds[i], readers[i] = newSchedTracker(), map[uint32][]*hopTracker{}
 	}
 	s.newConn = func(cs *connState) {
-		cs.detail = newConnDetail()
+		cs.detail = newConnDetail(cs.src.dec)
 		cs.hops = newHopTracker(cs)
 	}
 	s.onEvent = func(e *ev) {
@@ -178,6 +183,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	}
 	err = s.run()
 	rep.Drops = s.drops
+	rep.DropClasses = classifyDrops(s.drops)
 	rep.Lost = s.lost
 	withSched := make([]bool, len(s.srcs))
 	for i, src := range s.srcs {
@@ -229,11 +235,12 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 			if d.tp.AppBytes > 0 || d.tp.WireBytes > 0 {
 				cr.Throughput = &d.tp
 			}
-			if d.tcp.Snapshots > 0 || d.tcp.RetransSegs > 0 || d.tcp.RetransEvents > 0 {
+			if d.tcp.Snapshots > 0 || d.tcp.RetransSegs > 0 || d.tcp.RetransEvents > 0 || d.tcp.haveKernelRetrans || d.tcp.DataBytes > 0 {
 				cr.TCP = &d.tcp
 			}
 			if len(d.drops) > 0 {
 				cr.Drops = d.drops
+				cr.DropClasses = classifyDrops(d.drops)
 			}
 			if !cs.notTCP {
 				cr.Hops, cr.Receive = cs.hops.finish(withSched[src.index])

@@ -11,8 +11,9 @@ import (
 
 // SchedStats is what the scheduler did on one host while its trace was
 // recorded (the opt-in sched events): how often each CPU switched tasks
-// and how regularly (MAGNET 2.0 Fig. 2/3), and how long a woken task
-// waited before it ran.
+// and how regularly (the time between switches, not MAGNET 2.0's
+// context-switch time: docs/REPORT.md), and how long a woken task waited
+// before it ran.
 type SchedStats struct {
 	Trace string      `json:"trace"`
 	SpanS float64     `json:"span_s"` // first to last event of the trace

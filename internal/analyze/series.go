@@ -20,6 +20,8 @@ type Named struct {
 	Name    string
 	X, Y    []float64
 	Scatter bool
+	// Steps: the quantity holds its value until the next point.
+	Steps bool
 }
 
 // Figure is what a plot shows: series and their axis labels.
@@ -92,7 +94,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 	}
 	var ends []*connState
 	st.newConn = func(cs *connState) {
-		cs.plot = &connSeries{detail: newConnDetail(), hops: newHopTracker(cs)}
+		cs.plot = &connSeries{detail: newConnDetail(cs.src.dec), hops: newHopTracker(cs)}
 		cs.plot.detail.sbTrace = &cs.plot.sbT
 		cs.plot.detail.sbTraceY = &cs.plot.sbY
 		ends = append(ends, cs)
@@ -198,7 +200,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		for i, t := range s.sbT {
 			xs[i] = t
 		}
-		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY}}
+		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY, Steps: true}}
 	case "bandwidth":
 		if opts.WindowEvents > 0 {
 			fig.Title = fmt.Sprintf("%s: throughput over a sliding window of %d events", label, opts.WindowEvents)

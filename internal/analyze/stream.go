@@ -101,21 +101,25 @@ type ev struct {
 	size int32
 	tid  uint32
 	// Per kind: tcp_xmit seq, gso_segs, retrans; tcp_rcv seq, ack; ip_*
-	// ip_id, family; dev_* gso_segs; tcp_state cwnd, srtt_us, ssthresh;
-	// sched_switch next_tid, prev_state; sched_wakeup target_tid; a loss of
-	// sched events: how many, and when the last was (b<<32 | c).
-	a, b, c uint32
-	cpu     uint16
-	kind    kind
-	flags   uint8
-	src     uint16 // index of the trace
+	// ip_id, family; dev_* gso_segs; tcp_state cwnd, srtt_us, ssthresh,
+	// snd_una, total_retrans; conn_close total_retrans, bytes_acked
+	// (b<<32 | c); sched_switch next_tid, prev_state; sched_wakeup
+	// target_tid; a loss of sched events: how many, and when the last was
+	// (b<<32 | c).
+	a, b, c, d, e uint32
+	cpu           uint16
+	kind          kind
+	flags         uint8
+	src           uint16 // index of the trace
 }
 
 // decoder turns one trace's records into evs.
 type decoder struct {
 	kinds [256]kind
 	// fields read, by kind
-	a, b, c [numKinds]fld
+	a, b, c, d, e [numKinds]fld
+	// conn_close's bytes_acked, a u64 split into b and c
+	bytesAcked fld
 }
 
 func newDecoder(h *trace.Header) *decoder {
@@ -126,17 +130,23 @@ func newDecoder(h *trace.Header) *decoder {
 			byName[n] = kind(k)
 		}
 	}
-	want := map[kind][3]string{
+	want := map[kind][5]string{
 		kTCPXmit: {"seq", "gso_segs", "retrans"}, kTCPRcv: {"seq", "ack"},
 		kIPSend: {"ip_id", "family"}, kIPRecv: {"ip_id", "family"},
 		kDevQueue: {"gso_segs"}, kDevXmit: {"gso_segs"}, kDevRecv: {"gso_segs"},
-		kTCPState: {"cwnd", "srtt_us", "ssthresh"}, kTCPRetrans: {"seq"},
+		kTCPState: {"cwnd", "srtt_us", "ssthresh", "snd_una", "total_retrans"}, kTCPRetrans: {"seq"},
+		kConnClose:   {"total_retrans"},
 		kSchedSwitch: {"next_tid", "prev_state"}, kSchedWakeup: {"target_tid"},
 	}
 	for i := range h.Types {
 		t := &h.Types[i]
 		k := byName[t.Name]
 		d.kinds[t.ID] = k
+		if k == kConnClose {
+			if f, ok := t.Field("bytes_acked"); ok && f.Kind == trace.KindUint {
+				d.bytesAcked = fld{f.Offset, f.Size}
+			}
+		}
 		for j, name := range want[k] {
 			if name == "" {
 				continue
@@ -145,7 +155,7 @@ func newDecoder(h *trace.Header) *decoder {
 			if !ok || f.Kind != trace.KindUint {
 				continue
 			}
-			[]*[numKinds]fld{&d.a, &d.b, &d.c}[j][k] = fld{f.Offset, f.Size}
+			[]*[numKinds]fld{&d.a, &d.b, &d.c, &d.d, &d.e}[j][k] = fld{f.Offset, f.Size}
 		}
 	}
 	return d
@@ -348,8 +358,14 @@ func (s *stream) advance(src *source) error {
 			}
 		}
 		switch k {
-		case kConnOpen, kConnClose:
+		case kConnOpen:
 			continue
+		case kConnClose:
+			if cs == nil || cs.notTCP {
+				continue
+			}
+			// On in time order: what the kernel counted for the whole
+			// connection, ACKs after the application's close included.
 		case kDrop:
 			s.takeDrop(src, cs, rec)
 			continue
@@ -363,7 +379,12 @@ func (s *stream) advance(src *source) error {
 			ct = 0
 		}
 		src.head = ev{t: uint64(ct), cs: cs, size: rec.Size(), tid: rec.TID(), kind: k, flags: b[31], cpu: ne.Uint16(b[28:]),
-			a: uint32(d.a[k].get(b)), b: uint32(d.b[k].get(b)), c: uint32(d.c[k].get(b)), src: uint16(src.index)}
+			a: uint32(d.a[k].get(b)), b: uint32(d.b[k].get(b)), c: uint32(d.c[k].get(b)),
+			d: uint32(d.d[k].get(b)), e: uint32(d.e[k].get(b)), src: uint16(src.index)}
+		if k == kConnClose {
+			n := d.bytesAcked.get(b)
+			src.head.b, src.head.c = uint32(n>>32), uint32(n)
+		}
 		src.ok = true
 		return nil
 	}

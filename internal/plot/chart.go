@@ -20,6 +20,11 @@ type Series struct {
 	Name   string
 	X, Y   []float64
 	Points bool // draw markers instead of a line
+	// Steps draws a step function: each value holds until the next point,
+	// for a quantity that changes only at its points (a count, an
+	// occupancy), where a line between points would show ramps that never
+	// happened.
+	Steps bool
 }
 
 // Chart is a 2-D chart.
@@ -156,7 +161,11 @@ func (c *Chart) layout() *scene {
 		var pts []point
 		for j := range min(len(s.X), len(s.Y)) {
 			if finite(fx(s.X[j])) && finite(fy(s.Y[j])) {
-				pts = append(pts, point{sx(s.X[j]), sy(s.Y[j])})
+				p := point{sx(s.X[j]), sy(s.Y[j])}
+				if s.Steps && len(pts) > 0 && !s.Points {
+					pts = append(pts, point{p.x, pts[len(pts)-1].y})
+				}
+				pts = append(pts, p)
 			}
 		}
 		if len(pts) == 0 {

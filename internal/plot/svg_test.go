@@ -96,3 +96,26 @@ func TestLogAxis(t *testing.T) {
 		t.Errorf("SVG has non-finite coordinates")
 	}
 }
+
+// TestSteps: a step series holds each value until the next point, so its
+// line has a corner below (or above) every point but the first, and no
+// ramp between values.
+func TestSteps(t *testing.T) {
+	c := &Chart{Series: []Series{{Name: "occupancy", X: []float64{0, 1, 2}, Y: []float64{1, 4, 2}, Steps: true}}}
+	sc := c.layout()
+	var line *polylineShape
+	for _, s := range sc.shapes {
+		if p, ok := s.(polylineShape); ok && p.series == "occupancy" {
+			line = &p
+		}
+	}
+	if line == nil || len(line.pts) != 5 {
+		t.Fatalf("step line %+v: want 5 points", line)
+	}
+	for i := 1; i < len(line.pts); i++ {
+		a, b := line.pts[i-1], line.pts[i]
+		if a.x != b.x && a.y != b.y {
+			t.Errorf("segment %d goes from %v to %v: a ramp", i, a, b)
+		}
+	}
+}

@@ -51,11 +51,20 @@ func (t *Tracker) Sent(seq uint32, size int64, syn bool) bool {
 	if !t.haveISN || size <= 0 {
 		return false
 	}
-	if hi := int64(seq - t.isn + uint32(size)); hi > t.written && hi < 1<<31 {
+	if hi := t.unwrap(seq, t.written) + size; hi > t.written {
 		t.written = hi
 		return true
 	}
 	return false
+}
+
+// unwrap places a 32-bit sequence number in the connection's 64-bit byte
+// stream (offset from the first data byte), as the position nearest ref:
+// TCP never has more than 2^31 bytes between what it sends or
+// acknowledges and what it sent or acknowledged before, so a transfer of
+// more than 4 GiB keeps counting instead of wrapping.
+func (t *Tracker) unwrap(seq uint32, ref int64) int64 {
+	return ref + int64(int32(seq-t.isn-uint32(ref)))
 }
 
 // Acked takes the acknowledgment number of a segment from the peer with
@@ -64,9 +73,22 @@ func (t *Tracker) Acked(ack uint32) bool {
 	if !t.haveISN {
 		return false
 	}
-	if a := int64(ack - t.isn); a > t.acked && a < 1<<31 {
+	if a := t.unwrap(ack, t.acked); a > t.acked {
 		t.acked = a
 		return true
 	}
 	return false
+}
+
+// AckedBytes takes a count of data bytes the peer acknowledged over the
+// connection's life (tcpi_bytes_acked, which conn_close carries) and
+// reports whether more was acknowledged. ACKs that reach a connection
+// after the application closed it go through a kernel path where tcp_rcv
+// does not fire, so this is how they count.
+func (t *Tracker) AckedBytes(n int64) bool {
+	if !t.haveISN || n <= t.acked {
+		return false
+	}
+	t.acked = n
+	return true
 }

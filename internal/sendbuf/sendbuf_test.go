@@ -54,3 +54,50 @@ func TestTracker(t *testing.T) {
 		t.Fatal("failed or empty sends write nothing")
 	}
 }
+
+// TestTrackerBeyond4GiB sends 5 GiB with the peer's ACKs 1 MiB behind:
+// the occupancy stays 1 MiB all the way, across two wraps of the 32-bit
+// sequence space (the first 256 bytes after the SYN).
+func TestTrackerBeyond4GiB(t *testing.T) {
+	var tr Tracker
+	isn := uint32(0xffffff00)
+	tr.Sent(isn, 0, true)
+	const seg, lag = 64 << 10, 1 << 20
+	var total, off int64 = 5 << 30, 0
+	for off = 0; off < total; off += seg {
+		tr.AppWrote(seg)
+		tr.Sent(isn+1+uint32(off), seg, false)
+		if off+seg >= lag {
+			tr.Acked(isn + 1 + uint32(off+seg-lag))
+		}
+		if got := tr.Occupancy(); got != min(off+seg, lag) {
+			t.Fatalf("at %d B written: occupancy %d, want %d", off+seg, got, min(off+seg, lag))
+		}
+	}
+	tr.Acked(isn + 1 + uint32(total))
+	if got := tr.Occupancy(); got != 0 {
+		t.Fatalf("everything acknowledged: occupancy %d", got)
+	}
+	// A late, older ACK from before the last wrap changes nothing.
+	if tr.Acked(isn + 1 + uint32(total-seg)) {
+		t.Fatal("an old ACK moved what is acknowledged")
+	}
+}
+
+// TestTrackerAckedBytes: the connection's own count of acknowledged bytes
+// (conn_close) covers ACKs the trace has no tcp_rcv for.
+func TestTrackerAckedBytes(t *testing.T) {
+	var tr Tracker
+	if tr.AckedBytes(10) {
+		t.Fatal("before the SYN nothing is known")
+	}
+	tr.Sent(7, 0, true)
+	tr.AppWrote(3000)
+	tr.Acked(8 + 1000)
+	if !tr.AckedBytes(3000) || tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after all 3000 B acknowledged", tr.Occupancy())
+	}
+	if tr.AckedBytes(2000) {
+		t.Fatal("a smaller count acknowledges nothing new")
+	}
+}

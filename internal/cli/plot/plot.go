@@ -97,7 +97,7 @@ var writers = map[string]func(*plot.Chart, io.Writer) error{
 func Chart(fig *analyze.Figure) *plot.Chart {
 	c := &plot.Chart{Title: fig.Title, XLabel: fig.XLabel, YLabel: fig.YLabel, NoData: fig.NoData, LogX: fig.LogX, LogY: fig.LogY}
 	for _, s := range fig.Series {
-		c.Series = append(c.Series, plot.Series{Name: s.Name, X: s.X, Y: s.Y, Points: s.Scatter})
+		c.Series = append(c.Series, plot.Series{Name: s.Name, X: s.X, Y: s.Y, Points: s.Scatter, Steps: s.Steps})
 	}
 	return c
 }

@@ -112,7 +112,7 @@ recording selected is one trace of the report.`,
 				fmt.Fprintln(out, "\nhost (all connections)")
 				writeLayers(out, rep.Host)
 				if len(rep.Drops) > 0 {
-					fmt.Fprintf(out, "  drops: %s\n", counts(rep.Drops))
+					fmt.Fprintf(out, "  %s\n", drops(rep.Drops))
 				}
 			}
 			for _, st := range rep.Sched {
@@ -155,11 +155,19 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 		fmt.Fprintln(w)
 	}
 	if t := c.TCP; t != nil {
-		fmt.Fprintf(w, "  tcp: cwnd mean %.1f max %.0f segments, srtt mean %.0f max %.0f µs, ssthresh %d; retransmitted %d segments (%d B), %d tcp_retrans events\n",
+		fmt.Fprintf(w, "  tcp: cwnd mean %.1f max %.0f segments, srtt mean %.0f max %.0f µs, ssthresh %d; retransmitted %d segments (%d B), %d tcp_retrans events",
 			t.CwndMean, t.CwndMax, t.SrttMeanUs, t.SrttMaxUs, t.SsthreshLast, t.RetransSegs, t.RetransBytes, t.RetransEvents)
+		if t.KernelRetransSegs > 0 {
+			fmt.Fprintf(w, "; the kernel's count (tcpi_total_retrans) %d", t.KernelRetransSegs)
+		}
+		fmt.Fprintln(w)
+		if t.DataBytes > 0 {
+			fmt.Fprintf(w, "  sent: %d B of payload left the host, %d B of them network retransmissions; %d B more were re-sent after a local drop (%d times)\n",
+				t.WireBytes, t.RetransBytes, t.LocalResendBytes, t.LocalResendEvents)
+		}
 	}
 	if len(c.Drops) > 0 {
-		fmt.Fprintf(w, "  drops: %s\n", counts(c.Drops))
+		fmt.Fprintf(w, "  %s\n", drops(c.Drops))
 	}
 	if len(c.Hops) > 0 {
 		fmt.Fprintln(w, "  where time goes (per segment, µs):")
@@ -196,7 +204,7 @@ func readerLine(rd *analyze.ReaderWait) string {
 func writeSched(w io.Writer, st *analyze.SchedStats) {
 	fmt.Fprintf(w, "\nsched (%s): context switches per CPU over %.2f s\n", st.Trace, st.SpanS)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cpu\tswitches\tper s\tbetween µs mean\tmedian\tp99\tmax\tcv\twakeups\twake→run µs mean\tmedian\tp99\tmax\tlost\t")
+	fmt.Fprintln(tw, "cpu\tswitches\tper s\tbetween switches µs mean\tmedian\tp99\tmax\tcv\twakeups\twake→run µs mean\tmedian\tp99\tmax\tlost\t")
 	for _, c := range append(st.CPUs, st.All) {
 		cpu := "all"
 		if c.CPU >= 0 {
@@ -247,6 +255,30 @@ func mbps(bps float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f Mbit/s", bps/1e6)
+}
+
+// drops says which drops lost data and which were the kernel freeing
+// packets never going to be delivered (teardown, duplicates).
+func drops(m map[string]uint64) string {
+	lost, freed := map[string]uint64{}, map[string]uint64{}
+	var nl, nf uint64
+	for r, n := range m {
+		if analyze.DropLosesData(r) {
+			lost[r], nl = n, nl+n
+		} else {
+			freed[r], nf = n, nf+n
+		}
+	}
+	var parts []string
+	if nl > 0 {
+		parts = append(parts, fmt.Sprintf("drops that lose data: %d (%s)", nl, counts(lost)))
+	} else {
+		parts = append(parts, "drops that lose data: none")
+	}
+	if nf > 0 {
+		parts = append(parts, fmt.Sprintf("freed at teardown or as duplicates, not lost: %d (%s)", nf, counts(freed)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func counts(m map[string]uint64) string {

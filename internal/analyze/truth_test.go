@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// These tests record real transfers between network namespaces and compare
+// the report with what the kernel and the applications say on their own.
+// The workloads run as separate processes (the magnet binary's workload
+// command), because the recorder never traces its own process.
+var magnetBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Geteuid() == 0 {
+			dir, err := os.MkdirTemp("", "magnet-analyze-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			magnetBin = filepath.Join(dir, "magnet")
+			out, err := exec.Command("go", "build", "-o", magnetBin, "../../cmd/magnet").CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "build magnet: %v\n%s", err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("recording needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN)")
+	}
+}
+
+// recordDuring records the port's traffic while fn runs and returns the
+// trace's path.
+func recordDuring(t *testing.T, port int, groups event.Group, fn func()) string {
+	t.Helper()
+	cfg := record.Config{Output: filepath.Join(t.TempDir(), "trace.mgt"), StatusDir: t.TempDir(),
+		Filters: record.Filters{Port: port}, Groups: groups}
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := record.Run(ctx, cfg)
+		done <- err
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("recorder ended before it was ready: %v", err)
+	}
+	fn()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	return cfg.Output
+}
+
+// transfer sends count messages of size bytes from the path's sender to its
+// receiver, back to back, and returns the bytes the receiver read.
+func transfer(t *testing.T, p *netlab.Path, port, count, size int) int64 {
+	t.Helper()
+	addr := fmt.Sprintf("%s:%d", p.Receiver.Addr, port)
+	srv := p.Command(p.Receiver, magnetBin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if srv.ProcessState == nil {
+			srv.Process.Kill()
+			srv.Wait()
+		}
+	}()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening ") {
+		t.Fatalf("server did not start: %q", sc.Text())
+	}
+	out, err := p.Command(p.Sender, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr,
+		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", "0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	var got int64
+	if !sc.Scan() {
+		t.Fatal("server said nothing after the transfer")
+	}
+	if _, err := fmt.Sscanf(sc.Text(), "received %d bytes", &got); err != nil {
+		t.Fatalf("server: %q", sc.Text())
+	}
+	srv.Wait()
+	return got
+}
+
+// nstat returns a counter of the SNMP MIBs of the namespace ns, as nstat(8)
+// reads it: the namespace is fresh, so the absolute value is its traffic's.
+func nstat(t *testing.T, ns, name string) uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "nstat", "-saz", name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nstat: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == name {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatalf("nstat: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("nstat has no %s:\n%s", name, out)
+	return 0
+}
+
+// TestTransferTruth sends 16 MiB through a 20 Mbit/s bottleneck with a
+// shallow queue (15,000 bytes at the router), which drops segments in the
+// network, so that TCP retransmits; the sender closes with megabytes still
+// in flight, whose ACKs reach a closing socket. The sender's report must
+// count the retransmitted segments as the kernel does (nstat
+// TcpRetransSegs of the sender's namespace, where this is the only
+// connection) and end with nothing unacknowledged (the receiver read every
+// byte).
+func TestTransferTruth(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("nstat"); err != nil {
+		t.Skip("nstat (iproute2) not installed")
+	}
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: "mgtruth", BottleneckMbit: 20, QueueBytes: 15000})
+	port := 20000 + os.Getpid()%20000
+	const count, size = 256, 64 << 10
+	var got int64
+	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, p, port, count, size) })
+	if got != count*size {
+		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
+	}
+	truth := nstat(t, p.Sender.NS, "TcpRetransSegs")
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snd *analyze.ConnReport
+	for _, c := range rep.Conns {
+		if c.Conn.NetNS == p.Sender.NetNSInode && int(c.Conn.Remote.Port()) == port {
+			snd = c
+		}
+	}
+	if snd == nil || snd.TCP == nil || snd.SendBuffer == nil {
+		t.Fatalf("no sender connection with TCP figures in the report: %+v", snd)
+	}
+	t.Logf("nstat TcpRetransSegs %d; report: %d segments retransmitted (%d B), kernel's count %d; send buffer %+v",
+		truth, snd.TCP.RetransSegs, snd.TCP.RetransBytes, snd.TCP.KernelRetransSegs, *snd.SendBuffer)
+	if truth == 0 {
+		t.Fatal("the bottleneck caused no retransmission: the test proves nothing")
+	}
+	if snd.TCP.RetransSegs != truth || snd.TCP.KernelRetransSegs != truth {
+		t.Errorf("retransmitted segments %d, kernel's count %d; nstat TcpRetransSegs %d", snd.TCP.RetransSegs, snd.TCP.KernelRetransSegs, truth)
+	}
+	if snd.SendBuffer.Final != 0 {
+		t.Errorf("%d B left unacknowledged at the end; the receiver read all %d", snd.SendBuffer.Final, got)
+	}
+}
