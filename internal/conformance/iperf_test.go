@@ -23,15 +23,13 @@ type iperfResult struct {
 		SumSent struct {
 			Bytes       int64 `json:"bytes"`
 			Retransmits int64 `json:"retransmits"`
+			Packets     int64 `json:"packets"` // UDP
 		} `json:"sum_sent"`
 		SumReceived struct {
-			Bytes int64 `json:"bytes"`
-		} `json:"sum_received"`
-		Sum struct { // UDP
 			Bytes       int64 `json:"bytes"`
-			Packets     int64 `json:"packets"`
-			LostPackets int64 `json:"lost_packets"`
-		} `json:"sum"`
+			Packets     int64 `json:"packets"`      // UDP: the highest sequence number seen
+			LostPackets int64 `json:"lost_packets"` // UDP: sequence numbers not seen
+		} `json:"sum_received"`
 	} `json:"end"`
 	Error string `json:"error"`
 }
