@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package conformance_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+)
+
+// iperfResult is the part of iperf3 -J's output (the client's) compared:
+// its own byte counts, and the server's, which it reports back.
+type iperfResult struct {
+	End struct {
+		SumSent struct {
+			Bytes       int64 `json:"bytes"`
+			Retransmits int64 `json:"retransmits"`
+			Packets     int64 `json:"packets"` // UDP
+		} `json:"sum_sent"`
+		SumReceived struct {
+			Bytes       int64 `json:"bytes"`
+			Packets     int64 `json:"packets"`      // UDP: the highest sequence number seen
+			LostPackets int64 `json:"lost_packets"` // UDP: sequence numbers not seen
+		} `json:"sum_received"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+// startIperf3Server starts a one-off iperf3 server in h and returns once
+// it says it listens.
+func startIperf3Server(t *testing.T, h netlab.Host, p int, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NS, "iperf3", "-s", "-1", "--forceflush", "-p", strconv.Itoa(p)}, args...)...)
+	so, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopProc(cmd) })
+	newLineWaiter(so).waitFor(t, "Server listening on "+strconv.Itoa(p))
+	return cmd
+}
+
+// runIperf3Client runs the client in h to completion and returns its
+// report.
+func runIperf3Client(t *testing.T, h netlab.Host, args ...string) iperfResult {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", h.NS, "iperf3", "-J"}, args...)...).Output()
+	var res iperfResult
+	if jerr := json.Unmarshal(out, &res); jerr != nil || err != nil || res.Error != "" {
+		t.Fatalf("iperf3 %s: %v %v %s\n%s", strings.Join(args, " "), err, jerr, res.Error, out)
+	}
+	return res
+}
+
+// settled waits until no socket of port p in the lab is in a state other
+// than TIME-WAIT (or LISTEN), and the qdiscs are empty: every packet of
+// the scenario is on both sides of the wire. ss and tc are polled: no event
+// says "the last FIN's ACK has been delivered".
+func settled(t *testing.T, lab *netlab.Lab, p int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, h := range []netlab.Host{lab.Client, lab.Server} {
+		for {
+			out, _ := exec.Command("ip", "netns", "exec", h.NS, "ss", "-tanH", "state", "all", "( sport = :"+strconv.Itoa(p)+" or dport = :"+strconv.Itoa(p)+" )").Output()
+			busy := false
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				f := strings.Fields(l)
+				if len(f) > 0 && f[0] != "TIME-WAIT" && f[0] != "LISTEN" {
+					busy = true
+				}
+			}
+			q := run(t, "tc", "-n", h.NS, "-s", "qdisc", "show", "dev", h.Iface, "root")
+			if !busy && strings.Contains(q, "backlog 0b 0p") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("port %d in %s not settled after 20 s:\n%s\n%s", p, h.NS, out, q)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestIperf3TCP sends 20 MiB with iperf3 over a 100 Mbit/s link, IPv4,
+// IPv6 and an IPv4 client to iperf3's default dual-stack server (an
+// AF_INET6 socket on [::] whose accepted sockets have v4-mapped
+// addresses), and compares magnet's figures with iperf3's, tshark's on the
+// server's veth, and nstat's of each namespace.
+func TestIperf3TCP(t *testing.T) {
+	need(t, "iperf3", "ss")
+	const total = 20 << 20
+	for i, sc := range []struct {
+		name string
+		bind func(*netlab.Lab) []string // the server's -B, if any
+		to   func(*netlab.Lab) netip.Addr
+		mss  int64 // MTU 1500 less IP and TCP headers and the timestamp option
+		// queue, when set, shortens the client's tbf queue to this many
+		// bytes, so that its qdisc drops and TCP retransmits.
+		queue int
+	}{
+		{"ipv4_shallow_queue", func(l *netlab.Lab) []string { return []string{"-B", l.Server.Addr.String()} }, func(l *netlab.Lab) netip.Addr { return l.Server.Addr }, 1448, 100000},
+		{"ipv6", func(l *netlab.Lab) []string { return []string{"-B", server6.String()} }, func(*netlab.Lab) netip.Addr { return server6 }, 1428, 0},
+		{"ipv4_to_dual_stack", func(*netlab.Lab) []string { return nil }, func(l *netlab.Lab) netip.Addr { return l.Server.Addr }, 1448, 0},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			lab := newLab(t, "mgconf", 100)
+			p := port(i)
+			if sc.queue > 0 {
+				run(t, "tc", "-n", lab.Client.NS, "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
+					"rate", "100mbit", "burst", "65536", "limit", strconv.Itoa(sc.queue))
+			}
+			srv := startIperf3Server(t, lab.Server, p, sc.bind(lab)...)
+			nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
+			_, _, drops0 := qdiscStats(t, lab.Client)
+			capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
+			rec := record(t, "--port", strconv.Itoa(p))
+			res := runIperf3Client(t, lab.Client, "-c", sc.to(lab).String(), "-p", strconv.Itoa(p), "-n", strconv.Itoa(total))
+			srv.Wait()
+			settled(t, lab, p)
+			frames := capS.stop(t)
+			tr := rec.stop(t)
+			dC, dS := delta(nsC0, nstat(t, lab.Client)), delta(nsS0, nstat(t, lab.Server))
+			_, _, drops1 := qdiscStats(t, lab.Client)
+			checkTCPTransfer(t, tcpCheck{
+				lab: lab, port: p, tr: tr, frames: frames, nsClient: dC, nsServer: dS, mss: sc.mss,
+				sent: res.End.SumSent.Bytes, received: res.End.SumReceived.Bytes, total: total,
+				appRetrans: res.End.SumSent.Retransmits, serverPID: srv.Process.Pid, serverComm: "iperf3",
+				preamble:   37, // iperf3's cookie, written on each stream before the data it counts
+				qdiscDrops: int64(drops1 - drops0),
+			})
+		})
+	}
+}
+
+// tcpCheck is one TCP transfer from the lab's client to its server and its
+// ground truth.
+type tcpCheck struct {
+	lab                *netlab.Lab
+	port               int
+	tr                 *trace
+	frames             []frame // captured on the server's veth
+	nsClient, nsServer map[string]uint64
+	mss                int64
+	// sent and received: the applications' own counts of the bulk
+	// connection's payload; total: what was asked for.
+	sent, received, total int64
+	// appRetrans: the sender's own count of retransmitted segments
+	// (iperf3 reads tcpi_total_retrans), -1 if none.
+	appRetrans int64
+	serverPID  int
+	serverComm string
+	// preamble: bytes the application writes on the bulk connection
+	// besides those it counts.
+	preamble int64
+	// qdiscDrops: tc -s's drop count of the sender's root qdisc over the
+	// transfer.
+	qdiscDrops int64
+	// download: the bulk data flows server to client (HTTP), not client
+	// to server (iperf3).
+	download bool
+	// serverClosesFirst: the server's application closes its socket
+	// before the client's FIN arrives (Go's server after a response with
+	// Connection: close).
+	serverClosesFirst bool
+}
+
+// bulk returns the two ends of the scenario's bulk connection: the client's
+// and the server's socket that carried most data.
+func (c tcpCheck) bulk(t *testing.T) (cli, srv conn) {
+	t.Helper()
+	var best int64 = -1
+	for _, x := range c.tr.conns {
+		if x.Proto == "tcp" && x.NetNS == c.lab.Client.NetNSInode && x.Remote.Port() == uint16(c.port) && x.Sent+x.Recv > best {
+			cli, best = x, x.Sent+x.Recv
+		}
+	}
+	if best < 0 {
+		t.Fatalf("no client connection to port %d in the trace: %+v", c.port, c.tr.conns)
+	}
+	srv = c.tr.only(t, "the server end of the bulk connection", func(x conn) bool {
+		return x.Proto == "tcp" && x.NetNS == c.lab.Server.NetNSInode && x.Local.Port() == uint16(c.port) &&
+			x.Remote.Port() == cli.Local.Port()
+	})
+	return cli, srv
+}
+
+func checkTCPTransfer(t *testing.T, c tcpCheck) {
+	cli, srv := c.bulk(t)
+	sender, receiver := cli, srv
+	senderNS, senderHost := c.nsClient, c.lab.Client
+	if c.download {
+		sender, receiver = srv, cli
+		senderNS, senderHost = c.nsServer, c.lab.Server
+	}
+	// own returns the frames of end's tuple that end's socket sent (out)
+	// or received, leaving out on the server's side those its listener
+	// handles: the SYN and the ACK that completes the handshake arrive
+	// before the accepted socket exists, and the SYN-ACK is sent by a
+	// request socket.
+	own := func(end conn, out bool) []frame {
+		fs := framesOf(c.frames, end, out)
+		if end.NetNS != c.lab.Server.NetNSInode {
+			return fs
+		}
+		if !out {
+			return withoutHandshake(fs)
+		}
+		var kept []frame
+		for _, f := range fs {
+			if f.flags&0x02 == 0 {
+				kept = append(kept, f)
+			}
+		}
+		return kept
+	}
+
+	// Socket layer: what the applications say they sent and received.
+	// (iperf3's server counts what it read until the client's TEST_END,
+	// then closes with data still unread: the connection ends in a reset,
+	// and the receiver's count is below what was sent.)
+	t.Run("socket_bytes_equal_app_counts", func(t *testing.T) {
+		if c.sent != c.total {
+			t.Fatalf("the application sent %d bytes, asked for %d: no ground truth", c.sent, c.total)
+		}
+		if sender.Sent != c.sent+c.preamble {
+			t.Errorf("sender's sock_send bytes %d, the application sent %d + %d", sender.Sent, c.sent, c.preamble)
+		}
+		if receiver.Recv != c.received+c.preamble {
+			t.Errorf("receiver's sock_recv bytes %d, the application received %d + %d", receiver.Recv, c.received, c.preamble)
+		}
+	})
+
+	// TCP at close: conn_close reads tcp_sock's counters as the socket
+	// reaches TCP_CLOSE. bytes_received is rcv_nxt's advance past the
+	// peer's SYN (the data, and a FIN): the highest acknowledgment number
+	// the end sent, relative to the peer's initial sequence number, less
+	// the SYN's 1. bytes_acked is snd_una's advance: the highest
+	// acknowledgment number the end took in (a reset's is not processed),
+	// relative to its own initial sequence number, less 1 on the passive
+	// end (tcp_create_openreq_child starts snd_una past the SYN) and not
+	// on the active end (tcp_connect starts it at the SYN, and the
+	// SYN-ACK's acknowledgment moves it by 1). An end whose application
+	// closed first is handed to a TIME_WAIT mini socket as soon as its
+	// FIN is acknowledged (tcp_rcv_state_process, FIN_WAIT1 of an
+	// orphan), so the peer's FIN, and that socket's ACK of it, come after
+	// TCP_CLOSE: rcv_nxt never counted it.
+	t.Run("conn_close_bytes_equal_tshark_acks", func(t *testing.T) {
+		for _, end := range []conn{sender, receiver} {
+			e, ok := c.tr.closeOf(end.ID)
+			if !ok {
+				t.Errorf("no conn_close for %d (%s)", end.ID, end.Local)
+				continue
+			}
+			var acked, received int64
+			syn := int64(1)
+			if end.NetNS == c.lab.Client.NetNSInode {
+				syn = 0
+			}
+			for _, f := range framesOf(c.frames, end, false) {
+				if f.flags&0x04 == 0 && f.flags&0x10 != 0 {
+					acked = max(acked, f.ack-syn)
+				}
+			}
+			for _, f := range framesOf(c.frames, end, true) {
+				if f.flags&0x10 != 0 {
+					received = max(received, f.ack-1)
+				}
+			}
+			if c.serverClosesFirst && end.NetNS == c.lab.Server.NetNSInode {
+				received-- // the client's FIN
+			}
+			if e.BytesAcked != uint64(acked) || e.BytesReceived != uint64(received) {
+				t.Errorf("%s: conn_close bytes_acked %d, bytes_received %d; tshark's acknowledgment numbers say %d, %d",
+					end.Local, e.BytesAcked, e.BytesReceived, acked, received)
+			}
+		}
+	})
+
+	// Retransmissions: the kernel's own count of the sender's namespace
+	// (TcpRetransSegs counts segments: a GSO packet of n segments sent
+	// again counts n), the sender's tcpi_total_retrans, and magnet's.
+	t.Run("retransmitted_segments_equal_nstat", func(t *testing.T) {
+		var closeSum, reportSum uint64
+		for _, x := range c.tr.conns {
+			if x.NetNS != sender.NetNS || x.Proto != "tcp" {
+				continue
+			}
+			if e, ok := c.tr.closeOf(x.ID); ok {
+				closeSum += e.TotalRetrans
+			}
+			if r := c.tr.report.Connections[c.tr.reportOf(t, x.ID)]; r.TCP != nil {
+				reportSum += r.TCP.RetransSegs
+			}
+		}
+		want := senderNS["TcpRetransSegs"]
+		if closeSum != want {
+			t.Errorf("conn_close total_retrans over the sender's connections %d, nstat TcpRetransSegs %d", closeSum, want)
+		}
+		if reportSum != want {
+			t.Errorf("report retransmitted_segments over the sender's connections %d, nstat TcpRetransSegs %d", reportSum, want)
+		}
+		if c.appRetrans >= 0 {
+			if e, _ := c.tr.closeOf(sender.ID); e.TotalRetrans != uint64(c.appRetrans) {
+				t.Errorf("sender's conn_close total_retrans %d, the application read tcpi_total_retrans %d", e.TotalRetrans, c.appRetrans)
+			}
+		}
+		t.Logf("retransmitted segments: nstat %d, conn_close %d, report %d, app %d", want, closeSum, reportSum, c.appRetrans)
+	})
+
+	// Drops: every packet the sender's qdisc dropped (tc -s) is a drop
+	// event on the sender's veth, with the qdisc's reason.
+	t.Run("qdisc_drops_equal_tc", func(t *testing.T) {
+		var n int64
+		reasons := map[string]int{}
+		for _, e := range c.tr.events {
+			if e.Event == "drop" && e.NetNS == senderHost.NetNSInode && e.IfIndex == uint32(senderHost.IfIndex) {
+				n++
+				reasons[e.Reason]++
+			}
+		}
+		if n != c.qdiscDrops || reasons["QDISC_DROP"] != int(n) {
+			t.Errorf("drop events on the sender's veth %d %v; tc -s qdisc: %d dropped", n, reasons, c.qdiscDrops)
+		}
+		t.Logf("qdisc drops: tc %d, magnet %d", c.qdiscDrops, n)
+	})
+
+	// The device layer against tcpdump on the server's veth: the tap sees
+	// the very skbs the device hooks see (GSO super-packets whole, as veth
+	// passes them), after the qdisc on the way out. dev_xmit's size
+	// includes the Ethernet header, dev_recv's does not (eth_type_trans
+	// pulled it): frame.len = size + 14 there.
+	t.Run("server_veth_frames_equal_tshark", func(t *testing.T) {
+		var in, out []frame
+		for _, f := range c.frames {
+			if c.lab.Server.Addr == f.dst || server6 == f.dst {
+				in = append(in, f)
+			} else {
+				out = append(out, f)
+			}
+		}
+		n, b, _ := sumLen(in)
+		mn, mb, _ := c.tr.devEvents("dev_recv", c.lab.Server, nil)
+		if mn != n || mb+14*mn != b {
+			t.Errorf("dev_recv on the server's veth: %d skbs, %d bytes + 14 each = %d; tshark: %d frames, %d bytes", mn, mb, mb+14*mn, n, b)
+		}
+		n, b, _ = sumLen(out)
+		mn, mb, _ = c.tr.devEvents("dev_xmit", c.lab.Server, nil)
+		if mn != n || mb != b {
+			t.Errorf("dev_xmit on the server's veth: %d skbs, %d bytes; tshark: %d frames, %d bytes", mn, mb, n, b)
+		}
+	})
+
+	// Per connection, the report's device layers: the sender's dev_xmit
+	// are the frames of its tuple toward the receiver (the same skbs cross
+	// the veth pair), SYN and FIN included.
+	t.Run("report_sender_dev_xmit_equals_tshark", func(t *testing.T) {
+		fs := own(sender, true)
+		n, b, _ := sumLen(fs)
+		mn, mb := c.tr.layer(t, sender.ID, "dev_xmit")
+		if int64(mn) != n || mb != b {
+			t.Errorf("report: sender's dev_xmit %d packets, %d bytes; tshark: %d frames, %d bytes of its tuple", mn, mb, n, b)
+		}
+	})
+
+	// The receiver's dev_recv: the frames of its tuple toward it.
+	t.Run("report_receiver_dev_recv_equals_tshark", func(t *testing.T) {
+		fs := own(receiver, false)
+		n, b, _ := sumLen(fs)
+		mn, mb := c.tr.layer(t, receiver.ID, "dev_recv")
+		if int64(mn) != n || mb+14*int64(mn) != b {
+			t.Errorf("report: receiver's dev_recv %d packets, %d bytes + 14 each = %d; tshark: %d frames, %d bytes of its tuple", mn, mb, mb+14*int64(mn), n, b)
+		}
+	})
+
+	// Frame by frame: the n-th dev_xmit of the sender is the n-th frame
+	// of its tuple tshark saw (the tap runs in the same xmit_one() call,
+	// after the qdisc, so the order is the same): the same length, and
+	// gso_segs segments on a wire, which tcp_set_skb_tso_segs() makes
+	// ceil(payload / mss), at least 1. Compared over the frames both saw.
+	t.Run("dev_xmit_frame_by_frame_equals_tshark", func(t *testing.T) {
+		fs := own(sender, true)
+		var es []ev
+		for _, e := range c.tr.events {
+			if e.Event == "dev_xmit" && e.Conn == sender.ID {
+				es = append(es, e)
+			}
+		}
+		sort.SliceStable(es, func(i, j int) bool { return es[i].Time < es[j].Time })
+		if len(es) == 0 || len(fs) == 0 {
+			t.Fatalf("no dev_xmit of the sender (%d) or no frame of its tuple (%d)", len(es), len(fs))
+		}
+		// Walk both in order; a frame magnet has no event for is skipped
+		// (and reported), so one gap does not shift every later frame.
+		var missing []frame
+		bad, n := 0, 0
+		var segs, wire int64
+		i := 0
+		for _, e := range es {
+			j := i
+			for j < len(fs) && j < i+16 && int64(fs[j].len) != e.Size {
+				j++
+			}
+			if j == len(fs) || j == i+16 {
+				bad++
+				if bad <= 5 {
+					t.Errorf("dev_xmit size %d gso_segs %d at %d: no such frame next in tshark's", e.Size, e.GSOSegs, i)
+				}
+				continue
+			}
+			missing = append(missing, fs[i:j]...)
+			i = j + 1
+			n++
+			want := max(1, (int64(fs[j].tcpLen)+c.mss-1)/c.mss)
+			segs += e.GSOSegs
+			wire += want
+			if e.GSOSegs != want {
+				bad++
+				if bad <= 5 {
+					t.Errorf("dev_xmit size %d: gso_segs %d; tshark's frame has tcp.len %d = %d segments at MSS %d", e.Size, e.GSOSegs, fs[j].tcpLen, want, c.mss)
+				}
+			}
+		}
+		missing = append(missing, fs[i:]...)
+		if bad > 0 {
+			t.Errorf("%d of %d dev_xmit events differ from tshark's frames", bad, len(es))
+		}
+		if len(missing) > 0 {
+			var desc []string
+			for _, f := range missing[:min(8, len(missing))] {
+				desc = append(desc, fmt.Sprintf("len %d tcp.len %d flags %#x seq %d", f.len, f.tcpLen, f.flags, f.seq))
+			}
+			t.Errorf("%d of tshark's %d frames of the sender's tuple have no dev_xmit: %s", len(missing), len(fs), strings.Join(desc, "; "))
+		}
+		t.Logf("%d frames, %d wire segments (sum of gso_segs %d)", n, wire, segs)
+	})
+
+	// Every data packet the sender sent is followed over the wire to the
+	// receiving application (one recorder saw both ends: one clock).
+	t.Run("report_follows_every_data_packet", func(t *testing.T) {
+		r := c.tr.report.Connections[c.tr.reportOf(t, sender.ID)]
+		if r.Path == nil {
+			t.Fatalf("the report follows no packet of the sender %d", sender.ID)
+		}
+		if r.Path.Peer != receiver.ID || r.Path.DataDeparted == 0 || r.Path.Segments != r.Path.DataDeparted {
+			t.Errorf("peer %d (want %d): %d of %d data packets followed to the reader (%d of %d packets matched at the peer)",
+				r.Path.Peer, receiver.ID, r.Path.Segments, r.Path.DataDeparted, r.Path.Matched, r.Path.Departed)
+		}
+		if r.SendBuffer == nil || r.SendBuffer.Final != 0 || r.SendBuffer.Min < 0 || r.SendBuffer.Max > c.sent {
+			t.Errorf("send buffer %+v: want final 0 (all acknowledged), min >= 0, max <= %d", r.SendBuffer, c.sent)
+		}
+	})
+
+	// The listening socket belongs to the server process.
+	t.Run("listener_owner", func(t *testing.T) {
+		l := c.tr.only(t, "the server's listener", func(x conn) bool {
+			return x.Proto == "tcp" && x.NetNS == c.lab.Server.NetNSInode && x.Local.Port() == uint16(c.port) && x.Remote.Port() == 0
+		})
+		if int(l.PID) != c.serverPID || l.Comm != c.serverComm {
+			t.Errorf("listener %d owned by pid %d %q, the server is pid %d %q", l.ID, l.PID, l.Comm, c.serverPID, c.serverComm)
+		}
+	})
+}
+
+// withoutHandshake drops a connection's SYN and the first pure ACK after
+// it from the frames a client sent.
+func withoutHandshake(fs []frame) []frame {
+	var out []frame
+	dropped := 0
+	for _, f := range fs {
+		if dropped < 2 && (f.flags&0x02 != 0 || (dropped == 1 && f.tcpLen == 0 && f.flags&0x10 != 0)) {
+			dropped++
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package conformance_test
+
+import (
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+)
+
+// TestIperf3UDP sends 10 MiB of 1,400-byte datagrams with iperf3 -u at
+// 200 Mbit/s into a 100 Mbit/s link with a short queue, to a server with a
+// small receive buffer: the client's qdisc drops and the server's socket
+// overflows. magnet's datagram, frame and drop counts are compared with
+// iperf3's, tshark's on the server's veth, tc -s's and nstat's.
+func TestIperf3UDP(t *testing.T) {
+	need(t, "iperf3", "ss", "nsenter")
+	const total, size = 10 << 20, 1400
+	lab := newLab(t, "mgconfu", 100)
+	p := port(4)
+	// A queue of a few datagrams: the client's socket buffer (-w 32K)
+	// would otherwise hold the sender back before netlab's 50 ms queue
+	// fills, and the qdisc would drop nothing.
+	run(t, "tc", "-n", lab.Client.NS, "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
+		"rate", "100mbit", "burst", "65536", "limit", "8000")
+	srv := startIperf3Server(t, lab.Server, p)
+	nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
+	_, _, drops0 := qdiscStats(t, lab.Client)
+	capS := startCapture(t, lab.Server, "udp port "+strconv.Itoa(p))
+	rec := record(t, "--port", strconv.Itoa(p))
+	res := runIperf3Client(t, lab.Client, "-c", lab.Server.Addr.String(), "-p", strconv.Itoa(p), "-u", "-b", "200M",
+		"-l", strconv.Itoa(size), "-n", strconv.Itoa(total), "-w", "32K")
+	srv.Wait()
+	settled(t, lab, p)
+	frames := capS.stop(t)
+	tr := rec.stop(t)
+	dC, dS := delta(nsC0, nstat(t, lab.Client)), delta(nsS0, nstat(t, lab.Server))
+	_, _, drops1 := qdiscStats(t, lab.Client)
+	qdrops := int64(drops1 - drops0)
+	t.Logf("iperf3: sent %d datagrams, %d bytes; the server counted %d lost of %d; tc drops %d; client %v; server UdpInDatagrams %d UdpRcvbufErrors %d UdpNoPorts %d",
+		res.End.SumSent.Packets, res.End.SumSent.Bytes, res.End.SumReceived.LostPackets, res.End.SumReceived.Packets, qdrops,
+		map[string]uint64{"UdpOutDatagrams": dC["UdpOutDatagrams"], "UdpSndbufErrors": dC["UdpSndbufErrors"]},
+		dS["UdpInDatagrams"], dS["UdpRcvbufErrors"], dS["UdpNoPorts"])
+
+	udp := func(h netlab.Host) []conn {
+		return tr.find(func(c conn) bool { return c.Proto == "udp" && c.NetNS == h.NetNSInode })
+	}
+	clients, servers := udp(lab.Client), udp(lab.Server)
+
+	// iperf3's client counts the datagrams it sent (each send call
+	// succeeds, also when the qdisc drops the datagram: without
+	// IP_RECVERR the kernel counts UdpSndbufErrors and returns the
+	// length), and sends one 4-byte datagram before them to open the
+	// stream.
+	t.Run("client_sends_equal_iperf3", func(t *testing.T) {
+		// iperf3 sends whole datagrams until it has sent at least -n.
+		if res.End.SumSent.Bytes != res.End.SumSent.Packets*size || res.End.SumSent.Bytes < total {
+			t.Fatalf("iperf3 sent %d datagrams, %d bytes, asked for %d: no ground truth", res.End.SumSent.Packets, res.End.SumSent.Bytes, total)
+		}
+		var n, b int64
+		for _, c := range clients {
+			for _, e := range tr.events {
+				if e.Conn == c.ID && e.Event == "sock_send" && e.Size > 0 {
+					n++
+					b += e.Size
+				}
+			}
+		}
+		if n != res.End.SumSent.Packets+1 || b != res.End.SumSent.Bytes+4 {
+			t.Errorf("client's sock_send: %d calls, %d bytes; iperf3 sent %d datagrams, %d bytes, + its 4-byte hello", n, b, res.End.SumSent.Packets, res.End.SumSent.Bytes)
+		}
+		// UdpOutDatagrams counts the datagrams the device layer took,
+		// UdpSndbufErrors those the qdisc refused.
+		if uint64(n) != dC["UdpOutDatagrams"]+dC["UdpSndbufErrors"] {
+			t.Errorf("client's sock_send calls %d; nstat UdpOutDatagrams %d + UdpSndbufErrors %d", n, dC["UdpOutDatagrams"], dC["UdpSndbufErrors"])
+		}
+	})
+
+	// The server: every datagram the kernel delivered to a socket
+	// (UdpInDatagrams) is one sock_recv, and iperf3 read them all.
+	t.Run("server_receives_equal_nstat", func(t *testing.T) {
+		var n, b int64
+		for _, c := range servers {
+			for _, e := range tr.events {
+				if e.Conn == c.ID && e.Event == "sock_recv" && e.Size > 0 {
+					n++
+					b += e.Size
+				}
+			}
+		}
+		got := res.End.SumReceived.Packets - res.End.SumReceived.LostPackets
+		if uint64(n) != dS["UdpInDatagrams"] {
+			t.Errorf("server's sock_recv calls %d, nstat UdpInDatagrams %d", n, dS["UdpInDatagrams"])
+		}
+		if n != got+1 || b != got*size+4 {
+			t.Errorf("server's sock_recv: %d calls, %d bytes; iperf3 received %d datagrams of %d bytes, + the 4-byte hello", n, b, got, size)
+		}
+	})
+
+	// Drops: the client's qdisc (tc -s, and UdpSndbufErrors, which the
+	// kernel counts for each datagram the qdisc refused) and the server's
+	// full receive buffer (UdpRcvbufErrors).
+	t.Run("drops_equal_tc_and_nstat", func(t *testing.T) {
+		var qdisc, rcvbuf int64
+		for _, e := range tr.events {
+			if e.Event != "drop" {
+				continue
+			}
+			if e.NetNS == lab.Client.NetNSInode && e.IfIndex == uint32(lab.Client.IfIndex) && e.Reason == "QDISC_DROP" {
+				qdisc++
+			}
+			if e.NetNS == lab.Server.NetNSInode && e.Reason == "SOCKET_RCVBUFF" {
+				rcvbuf++
+			}
+		}
+		if qdrops == 0 {
+			t.Errorf("the client's qdisc dropped nothing: the check compares nothing")
+		}
+		if qdisc != qdrops || uint64(qdrops) != dC["UdpSndbufErrors"] {
+			t.Errorf("QDISC_DROP drop events on the client's veth %d; tc -s qdisc %d; nstat UdpSndbufErrors %d", qdisc, qdrops, dC["UdpSndbufErrors"])
+		}
+		if uint64(rcvbuf) != dS["UdpRcvbufErrors"] {
+			t.Errorf("SOCKET_RCVBUFF drop events in the server %d; nstat UdpRcvbufErrors %d", rcvbuf, dS["UdpRcvbufErrors"])
+		}
+		t.Logf("drops: qdisc %d (tc %d), receive buffer %d (nstat %d)", qdisc, qdrops, rcvbuf, dS["UdpRcvbufErrors"])
+	})
+
+	// Every datagram on the server's veth is a dev_recv, of the server's
+	// socket that took the client's stream: iperf3 connects its listening
+	// socket to the client after the hello and opens a new one on the
+	// same port, so from then on the connected socket's tuple is the one
+	// that matches.
+	t.Run("server_dev_recv_equals_tshark", func(t *testing.T) {
+		var in []frame
+		for _, f := range frames {
+			if f.dst == lab.Server.Addr {
+				in = append(in, f)
+			}
+		}
+		n, b, _ := sumLen(in)
+		mn, mb, _ := tr.devEvents("dev_recv", lab.Server, nil)
+		if mn != n || mb+14*mn != b {
+			t.Errorf("dev_recv on the server's veth: %d, %d bytes + 14 each = %d; tshark: %d frames, %d bytes", mn, mb, mb+14*mn, n, b)
+		}
+		var stream conn
+		for _, c := range servers {
+			if c.Recv > stream.Recv {
+				stream = c
+			}
+		}
+		cli := in[len(in)-1]
+		want := netip.AddrPortFrom(cli.src, uint16(cli.sport))
+		if stream.Local.Port() != uint16(p) || netip.AddrPortFrom(stream.Remote.Addr().Unmap(), stream.Remote.Port()) != want {
+			t.Errorf("the server's stream socket %d is %s → %s; tshark says %s:%d ← %s", stream.ID, stream.Local, stream.Remote, lab.Server.Addr, p, want)
+		}
+		sn, sb := tr.layer(t, stream.ID, "dev_recv")
+		if int64(sn) != n || sb+14*int64(sn) != b {
+			t.Errorf("report: the server's stream socket's dev_recv %d, %d bytes + 14 each; tshark: %d frames, %d bytes", sn, sb, n, b)
+		}
+	})
+
+	// Every UDP socket of the scenario was closed before the recording
+	// ended (iperf3 exited), and each has its conn_close.
+	t.Run("udp_sockets_closed", func(t *testing.T) {
+		for _, c := range append(clients, servers...) {
+			if _, ok := tr.closeOf(c.ID); !ok {
+				t.Errorf("UDP socket %d (%s → %s, pid %d %s) has no conn_close", c.ID, c.Local, c.Remote, c.PID, c.Comm)
+			}
+		}
+		if len(servers) != 2 {
+			t.Errorf("%d UDP sockets in the server, want iperf3's 2 (the one it connected to the client and its new listener): %+v", len(servers), servers)
+		}
+	})
+}
