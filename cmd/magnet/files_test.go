@@ -4,8 +4,11 @@ package main_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -62,5 +65,35 @@ func TestOutputIsInput(t *testing.T) {
 		r := magnet(t, args...)
 		oneLineError(t, r, "refusing to overwrite what it reads")
 		sameContent(t, in, orig)
+	}
+}
+
+// A second recorder on the file a recorder is writing is refused with one
+// line naming the first, and the first's trace stays whole.
+func TestRecordSameOutputTwice(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	out, ready := filepath.Join(dir, "same.mgt"), filepath.Join(dir, "ready")
+	rec := exec.Command(bin, "record", "-q", "-o", out, "--ready-file", ready)
+	var e bytes.Buffer
+	rec.Stderr = &e
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		rec.Process.Kill()
+		rec.Wait()
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	r := magnet(t, "record", "-q", "-o", out, "--duration", "1s")
+	oneLineError(t, r, fmt.Sprintf("%s (pid %d, magnet): output is being written by another process", out, rec.Process.Pid))
+	// Nor may an export or a chart replace it.
+	oneLineError(t, magnet(t, "export", exportFixture, "-f", "csv", "--no-conns", "-o", out), "being written by another process")
+	rec.Process.Signal(syscall.SIGTERM)
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("first recorder: %v\n%s", err, e.String())
+	}
+	if p := magnet(t, "parse", out); p.code != 0 || p.stderr != "" {
+		t.Fatalf("parse of the first recorder's trace: code %d, %s", p.code, p.stderr)
 	}
 }

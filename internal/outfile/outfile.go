@@ -2,26 +2,35 @@
 
 // Package outfile opens the files magnet writes (traces, exports, charts,
 // ready files) so that writing one never destroys something else: a file the
-// same command reads.
+// same command reads, or a trace another recorder is writing.
 //
 // What happens to an existing file at the path (docs/FORMAT.md, "What each
 // command does with existing files"):
 //   - it is the same file as one of the inputs (same device and inode, by
 //     any name or link): refused, nothing is written;
+//   - another process holds the lock Create takes: refused;
 //   - otherwise it is replaced: truncated once all of the above passed.
 package outfile
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors, for errors.Is.
 var (
 	// ErrIsInput means the output is a file the command reads.
 	ErrIsInput = errors.New("output is an input")
+	// ErrLocked means another process is writing the output.
+	ErrLocked = errors.New("output is being written by another process")
 )
 
 // Options says what Create must protect.
@@ -29,6 +38,10 @@ type Options struct {
 	// Inputs are the files the command reads: the output may be none of
 	// them. Paths that do not exist are ignored.
 	Inputs []string
+	// Lock takes an exclusive flock on the output for as long as the file
+	// stays open, and refuses the output when another process holds one:
+	// two recorders on one file would interleave their blocks.
+	Lock bool
 	// Perm is the mode of a file Create makes; 0 means 0o644.
 	Perm fs.FileMode
 }
@@ -75,7 +88,8 @@ func open(path string, perm fs.FileMode) (*os.File, error) {
 	return f, nil
 }
 
-// check refuses an output that is an input, then empties it.
+// check refuses an output that is an input or locked by another process,
+// then empties it.
 func check(f *os.File, path string, opts Options) error {
 	fi, err := f.Stat()
 	if err != nil {
@@ -93,8 +107,54 @@ func check(f *os.File, path string, opts Options) error {
 		// A device or pipe (-o /dev/null): nothing to lock or truncate.
 		return nil
 	}
+	if opts.Lock {
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				by := ""
+				if pid := lockHolder(fi); pid > 0 {
+					by = fmt.Sprintf(" (pid %d%s)", pid, command(pid))
+				}
+				return fmt.Errorf("%s%s: %w: refusing to write it too", path, by, ErrLocked)
+			}
+			return fmt.Errorf("lock output: %w", err)
+		}
+	}
 	if err := f.Truncate(0); err != nil {
 		return fmt.Errorf("truncate output: %w", err)
 	}
 	return nil
+}
+
+// lockHolder finds the process holding a flock on the file, from
+// /proc/locks; 0 when it cannot tell.
+func lockHolder(fi fs.FileInfo) int {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0
+	}
+	lf, err := os.Open("/proc/locks")
+	if err != nil {
+		return 0
+	}
+	defer lf.Close()
+	// "1: FLOCK  ADVISORY  WRITE 25615 fe:00:10003006 0 EOF"
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
+	sc := bufio.NewScanner(lf)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == want {
+			pid, _ := strconv.Atoi(f[4])
+			return pid
+		}
+	}
+	return 0
+}
+
+// command names process pid for a message: ", magnet".
+func command(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return ", " + strings.TrimSpace(string(b))
 }

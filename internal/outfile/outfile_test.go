@@ -4,8 +4,10 @@ package outfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -60,4 +62,33 @@ func TestCreateRefusesInput(t *testing.T) {
 	if fi, _ := os.Stat(other); fi.Size() != 0 {
 		t.Fatalf("%s not emptied: %d bytes", other, fi.Size())
 	}
+}
+
+func TestCreateLocked(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "same.mgt")
+	first, err := Create(p, Options{Lock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.WriteString("recorded data\n"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := Create(p, Options{Lock: true})
+	if !errors.Is(err, ErrLocked) {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("second writer: err %v, want ErrLocked", err)
+	}
+	// The holder is named: this very process, through another open file.
+	if want := fmt.Sprintf("(pid %d, ", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name the holder %q", err, want)
+	}
+	unchanged(t, p)
+	first.Close()
+	second, err = Create(p, Options{Lock: true})
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	second.Close()
 }

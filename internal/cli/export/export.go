@@ -218,7 +218,7 @@ func writeFile(path string, read []string, stdout io.Writer, fn func(io.Writer) 
 	if path == "-" {
 		return fn(stdout)
 	}
-	f, err := outfile.Create(path, outfile.Options{Inputs: read})
+	f, err := outfile.Create(path, outfile.Options{Inputs: read, Lock: true})
 	if err != nil {
 		return err
 	}

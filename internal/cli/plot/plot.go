@@ -68,7 +68,7 @@ narrowed to one recording with --host, --since and --until.`,
 			}
 			read := append([]string(nil), args...)
 			read = append(read, srcs[0].Paths...)
-			f, err := outfile.Create(output, outfile.Options{Inputs: read})
+			f, err := outfile.Create(output, outfile.Options{Inputs: read, Lock: true})
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
