@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -96,4 +97,42 @@ func TestRecordSameOutputTwice(t *testing.T) {
 	if p := magnet(t, "parse", out); p.code != 0 || p.stderr != "" {
 		t.Fatalf("parse of the first recorder's trace: code %d, %s", p.code, p.stderr)
 	}
+}
+
+// Run as root, no command follows a symbolic link another user planted in
+// a sticky world-writable directory (fs.protected_symlinks may be off).
+func TestPlantedSymlink(t *testing.T) {
+	needRoot(t)
+	shared := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	target, orig := copyFixture(t, t.TempDir(), "precious.mgt")
+	plant := func(name string) string {
+		p := filepath.Join(shared, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	in, _ := copyFixture(t, t.TempDir(), "in.mgt")
+	for _, args := range [][]string{
+		{"record", "-q", "-o", plant("rec.mgt"), "--duration", "1s"},
+		{"export", in, "-f", "csv", "--no-conns", "-o", plant("out.csv")},
+		{"plot", in, "-o", plant("chart.svg")},
+	} {
+		oneLineError(t, magnet(t, args...), "is a symbolic link in "+shared+", a sticky world-writable directory")
+		sameContent(t, target, orig)
+	}
+	r := magnet(t, "record", "-q", "-o", filepath.Join(shared, "ok.mgt"), "--duration", "1s", "--ready-file", plant("ready"))
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: --ready-file: ") || !strings.Contains(r.stderr, "is a symbolic link") {
+		t.Fatalf("record with a planted ready file: code %d, stderr %q", r.code, r.stderr)
+	}
+	sameContent(t, target, orig)
 }

@@ -2,13 +2,19 @@
 
 // Package outfile opens the files magnet writes (traces, exports, charts,
 // ready files) so that writing one never destroys something else: a file the
-// same command reads, or a trace another recorder is writing.
+// same command reads, a trace another recorder is writing, or, for a
+// privileged magnet, whatever a symbolic link another user planted in /tmp
+// points at.
 //
 // What happens to an existing file at the path (docs/FORMAT.md, "What each
 // command does with existing files"):
 //   - it is the same file as one of the inputs (same device and inode, by
 //     any name or link): refused, nothing is written;
 //   - another process holds the lock Create takes: refused;
+//   - in a sticky world-writable directory (/tmp, /var/tmp): a symbolic link
+//     is never followed, and a file owned by another user or with more than
+//     one hard link is refused, as the kernel's fs.protected_symlinks and
+//     fs.protected_regular would (they are off on some systems);
 //   - otherwise it is replaced: truncated once all of the above passed.
 package outfile
 
@@ -18,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +38,9 @@ var (
 	ErrIsInput = errors.New("output is an input")
 	// ErrLocked means another process is writing the output.
 	ErrLocked = errors.New("output is being written by another process")
+	// ErrUnsafe means the output lies in a sticky world-writable directory
+	// and is a symbolic link or a file that is not the caller's own.
+	ErrUnsafe = errors.New("unsafe output in a shared directory")
 )
 
 // Options says what Create must protect.
@@ -78,12 +88,57 @@ func WriteFile(path string, data []byte) error {
 	return f.Close()
 }
 
-// open opens path for writing without truncating it: the checks come
-// first.
+// Shared reports whether dir is a sticky world-writable directory, where
+// other users may create names the caller did not choose.
+func Shared(dir string) bool {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	m := fi.Mode()
+	return m.IsDir() && m&fs.ModeSticky != 0 && m.Perm()&0o002 != 0
+}
+
+// open opens path for writing without truncating it (the checks come
+// first), following a symbolic link only outside a shared directory.
 func open(path string, perm fs.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, perm)
+	dir := filepath.Dir(path)
+	if !Shared(dir) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, perm)
+		if err != nil {
+			return nil, fmt.Errorf("create output: %w", err)
+		}
+		return f, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("create output: %w", err)
+	}
+	f, err = os.OpenFile(path, os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link in %s, a sticky world-writable directory: %w: not following it (remove it or write elsewhere)", path, dir, ErrUnsafe)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create output: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat output: %w", err)
+	}
+	switch euid := os.Geteuid(); {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		f.Close()
+		return nil, fmt.Errorf("%s in %s, a sticky world-writable directory, is not a regular file: %w: not writing to it", path, dir, ErrUnsafe)
+	case int(st.Uid) != euid:
+		f.Close()
+		return nil, fmt.Errorf("%s in %s, a sticky world-writable directory, belongs to uid %d, not to this user (uid %d): %w: not replacing it (remove it or write elsewhere)", path, dir, st.Uid, euid, ErrUnsafe)
+	case st.Nlink != 1:
+		f.Close()
+		return nil, fmt.Errorf("%s in %s, a sticky world-writable directory, has %d hard links: %w: not replacing it (remove it or write elsewhere)", path, dir, st.Nlink, ErrUnsafe)
 	}
 	return f, nil
 }

@@ -92,3 +92,100 @@ func TestCreateLocked(t *testing.T) {
 	}
 	second.Close()
 }
+
+// sharedDir makes a directory like /tmp: sticky and world-writable.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if !Shared(dir) {
+		t.Fatalf("%s is not shared after chmod 1777", dir)
+	}
+	return dir
+}
+
+func TestCreateSharedDir(t *testing.T) {
+	dir := sharedDir(t)
+	target := filepath.Join(t.TempDir(), "precious")
+	writeOld(t, target)
+
+	// A symbolic link is not followed, dangling or not.
+	for _, name := range []string{"trace.mgt", "dangling.mgt"} {
+		to := target
+		if name == "dangling.mgt" {
+			to = filepath.Join(filepath.Dir(target), "made-by-magnet")
+		}
+		link := filepath.Join(dir, name)
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+		f, err := Create(link, Options{})
+		if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "is a symbolic link") {
+			if f != nil {
+				f.Close()
+			}
+			t.Fatalf("Create(%s): err %v, want ErrUnsafe", link, err)
+		}
+		if err := WriteFile(link, []byte("ready\n")); !errors.Is(err, ErrUnsafe) {
+			t.Fatalf("WriteFile(%s): err %v, want ErrUnsafe", link, err)
+		}
+	}
+	unchanged(t, target)
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(target), "made-by-magnet")); err == nil {
+		t.Fatalf("a dangling link's target was created")
+	}
+
+	// A hard link to another file is not replaced.
+	hard := filepath.Join(dir, "hard.mgt")
+	if err := os.Link(target, hard); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Create(hard, Options{}); !errors.Is(err, ErrUnsafe) {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("Create(%s): err %v, want ErrUnsafe", hard, err)
+	}
+	unchanged(t, target)
+
+	// The caller's own file is replaced; a new one is created.
+	own := filepath.Join(dir, "own.mgt")
+	writeOld(t, own)
+	for _, p := range []string{own, filepath.Join(dir, "new.mgt")} {
+		f, err := Create(p, Options{})
+		if err != nil {
+			t.Fatalf("Create(%s): %v", p, err)
+		}
+		f.Close()
+		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			t.Fatalf("%s: %v, %v", p, fi, err)
+		}
+	}
+}
+
+// A file another user made in a shared directory is not replaced, as the
+// kernel's fs.protected_regular would refuse.
+func TestCreateSharedDirOthersFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a file owned by another user")
+	}
+	dir := sharedDir(t)
+	p := filepath.Join(dir, "theirs.mgt")
+	writeOld(t, p)
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(p, Options{})
+	if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("err %v, want ErrUnsafe naming uid 65534", err)
+	}
+	unchanged(t, p)
+}
