@@ -25,6 +25,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/ring"
 	"github.com/magnet-tracer/magnet/internal/streamfile"
@@ -226,9 +227,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// at once.
 	var out *os.File
 	if cfg.NewSink == nil {
-		out, err = os.OpenFile(cfg.Output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		// Locked while recording: a second recorder on the same file
+		// would interleave its blocks with ours.
+		out, err = outfile.Create(cfg.Output, outfile.Options{Lock: true})
 		if err != nil {
-			return nil, fmt.Errorf("create output: %w", err)
+			return nil, err
 		}
 		defer out.Close()
 	}

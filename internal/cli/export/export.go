@@ -16,6 +16,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -69,6 +70,7 @@ directory or archive, narrowed with --host, --since and --until.`,
 				return fmt.Errorf("export: %w", err)
 			}
 			defer cleanup()
+			read := readPaths(args, inputs)
 			srcs, err := export.OpenTables(inputs)
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
@@ -79,13 +81,16 @@ directory or archive, narrowed with --host, --since and --until.`,
 				headers = append(headers, s.Reader.Header())
 			}
 			if format == "perfetto" {
-				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+				if err := writeFile(output, read, cmd.OutOrStdout(), func(w io.Writer) error {
 					_, err := analyze.WritePerfettoOf(w, inputs)
 					return err
-				})
+				}); err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+				return nil
 			}
 			if format == "pcapng" {
-				return writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+				err := writeFile(output, read, cmd.OutOrStdout(), func(w io.Writer) error {
 					n, late, err := export.WritePcapng(w, srcs)
 					if err == nil && n == 0 {
 						fmt.Fprintln(os.Stderr, "magnet: warning: no packets: record with --events default,headers to capture them")
@@ -95,10 +100,14 @@ directory or archive, narrowed with --host, --since and --until.`,
 					}
 					return err
 				})
+				if err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+				return nil
 			}
 			t := export.NewTable(headers)
 			var late uint64
-			if err := writeFile(output, cmd.OutOrStdout(), func(w io.Writer) error {
+			if err := writeFile(output, read, cmd.OutOrStdout(), func(w io.Writer) error {
 				rw, err := export.NewRowWriter(format, t, w)
 				if err != nil {
 					return err
@@ -128,7 +137,13 @@ directory or archive, narrowed with --host, --since and --until.`,
 			if connsOut == "" {
 				connsOut = connsPath(output)
 			}
-			return writeConns(connsOut, format, inputs, cmd.OutOrStdout())
+			if output != "-" {
+				read = append(read, output) // the table just written
+			}
+			if err := writeConns(connsOut, format, inputs, read, cmd.OutOrStdout()); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -146,7 +161,17 @@ func connsPath(out string) string {
 	return strings.TrimSuffix(out, ext) + ".conns" + ext
 }
 
-func writeConns(path, format string, traces []trace.Source, stdout io.Writer) error {
+// readPaths lists every file the command reads (the arguments and the
+// traces they resolve to), none of which an output may be.
+func readPaths(args []string, srcs []trace.Source) []string {
+	read := append([]string(nil), args...)
+	for _, s := range srcs {
+		read = append(read, s.Paths...)
+	}
+	return read
+}
+
+func writeConns(path, format string, traces []trace.Source, read []string, stdout io.Writer) error {
 	// Every table first: the ends of a connection recorded in two traces
 	// are paired across them.
 	var tables [][]*export.Conn
@@ -169,7 +194,7 @@ func writeConns(path, format string, traces []trace.Source, stdout io.Writer) er
 	tl := export.NewTimeline(headers)
 	export.PairTraces(tables, names, tl.Offsets)
 	t := export.ConnTable()
-	return writeFile(path, stdout, func(w io.Writer) error {
+	return writeFile(path, read, stdout, func(w io.Writer) error {
 		rw, err := export.NewRowWriter(format, t, w)
 		if err != nil {
 			return err
@@ -188,14 +213,14 @@ func writeConns(path, format string, traces []trace.Source, stdout io.Writer) er
 }
 
 // writeFile creates path (or uses stdout for "-") and runs fn on it; the
-// error names the file.
-func writeFile(path string, stdout io.Writer, fn func(io.Writer) error) error {
+// error names the file. path may be none of the files in read.
+func writeFile(path string, read []string, stdout io.Writer, fn func(io.Writer) error) error {
 	if path == "-" {
 		return fn(stdout)
 	}
-	f, err := os.Create(path)
+	f, err := outfile.Create(path, outfile.Options{Inputs: read, Lock: true})
 	if err != nil {
-		return fmt.Errorf("create output: %w", err)
+		return err
 	}
 	if err := fn(f); err != nil {
 		f.Close()

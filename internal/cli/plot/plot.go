@@ -6,7 +6,6 @@ package plotcmd
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/plot"
 )
 
@@ -66,9 +66,11 @@ narrowed to one recording with --host, --since and --until.`,
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
-			f, err := os.Create(output)
+			read := append([]string(nil), args...)
+			read = append(read, srcs[0].Paths...)
+			f, err := outfile.Create(output, outfile.Options{Inputs: read, Lock: true})
 			if err != nil {
-				return fmt.Errorf("plot: create output: %w", err)
+				return fmt.Errorf("plot: %w", err)
 			}
 			if err := write(Chart(fig), f); err != nil {
 				f.Close()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/rotate"
@@ -114,7 +115,11 @@ Event groups (--events, comma-separated; "-group" removes one):
 				cfg.Live = os.Stderr
 			}
 			if readyFile != "" {
-				cfg.Ready = func() { _ = os.WriteFile(readyFile, []byte("ready\n"), 0o644) }
+				cfg.Ready = func() {
+					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
+						fmt.Fprintf(os.Stderr, "magnet: warning: --ready-file: %v\n", err)
+					}
+				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
 // New returns the report command.
@@ -73,9 +73,13 @@ recording selected is one trace of the report.`,
 			}
 			out := cmd.OutOrStdout()
 			if htmlOut != "" {
-				f, err := os.Create(htmlOut)
+				read := append([]string(nil), args...)
+				for _, s := range srcs {
+					read = append(read, s.Paths...)
+				}
+				f, err := outfile.Create(htmlOut, outfile.Options{Inputs: read})
 				if err != nil {
-					return fmt.Errorf("report: create output: %w", err)
+					return fmt.Errorf("report: %w", err)
 				}
 				if err := writeHTML(f, rep, srcs, conn); err != nil {
 					f.Close()

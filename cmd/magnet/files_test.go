@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// copyFixture copies the test trace into dir and returns its path and
+// content.
+func copyFixture(t *testing.T, dir, name string) (string, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(exportFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+func sameContent(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s was overwritten (%d bytes, was %d)", path, len(got), len(want))
+	}
+}
+
+// An output that is an input, by its name, a symbolic link or a hard link,
+// is refused before anything is written.
+func TestOutputIsInput(t *testing.T) {
+	dir := t.TempDir()
+	in, orig := copyFixture(t, dir, "in.mgt")
+	link := filepath.Join(dir, "chart.svg")
+	if err := os.Symlink(in, link); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.csv")
+	if err := os.Link(in, hard); err != nil {
+		t.Fatal(err)
+	}
+	cases := [][]string{
+		{"export", in, "-f", "csv", "-o", in},
+		{"export", in, "-f", "csv", "-o", hard},
+		{"export", in, "-f", "pcapng", "-o", in},
+		{"export", in, "-f", "perfetto", "-o", in},
+		{"export", in, "-f", "csv", "-o", filepath.Join(dir, "out.csv"), "--conns-output", in},
+		{"export", in, "-f", "csv", "-o", filepath.Join(dir, "same.csv"), "--conns-output", filepath.Join(dir, "same.csv")},
+		{"plot", in, "-o", link},
+		{"report", in, "--html", link},
+	}
+	for _, args := range cases {
+		r := magnet(t, args...)
+		oneLineError(t, r, "refusing to overwrite what it reads")
+		sameContent(t, in, orig)
+	}
+}
+
+// A second recorder on the file a recorder is writing is refused with one
+// line naming the first, and the first's trace stays whole.
+func TestRecordSameOutputTwice(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	out, ready := filepath.Join(dir, "same.mgt"), filepath.Join(dir, "ready")
+	rec := exec.Command(bin, "record", "-q", "-o", out, "--ready-file", ready)
+	var e bytes.Buffer
+	rec.Stderr = &e
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		rec.Process.Kill()
+		rec.Wait()
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	r := magnet(t, "record", "-q", "-o", out, "--duration", "1s")
+	oneLineError(t, r, fmt.Sprintf("%s (pid %d, magnet): output is being written by another process", out, rec.Process.Pid))
+	// Nor may an export or a chart replace it.
+	oneLineError(t, magnet(t, "export", exportFixture, "-f", "csv", "--no-conns", "-o", out), "being written by another process")
+	rec.Process.Signal(syscall.SIGTERM)
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("first recorder: %v\n%s", err, e.String())
+	}
+	if p := magnet(t, "parse", out); p.code != 0 || p.stderr != "" {
+		t.Fatalf("parse of the first recorder's trace: code %d, %s", p.code, p.stderr)
+	}
+}
+
+// Run as root, no command follows a symbolic link another user planted in
+// a sticky world-writable directory (fs.protected_symlinks may be off).
+func TestPlantedSymlink(t *testing.T) {
+	needRoot(t)
+	shared := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	target, orig := copyFixture(t, t.TempDir(), "precious.mgt")
+	plant := func(name string) string {
+		p := filepath.Join(shared, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	in, _ := copyFixture(t, t.TempDir(), "in.mgt")
+	for _, args := range [][]string{
+		{"record", "-q", "-o", plant("rec.mgt"), "--duration", "1s"},
+		{"export", in, "-f", "csv", "--no-conns", "-o", plant("out.csv")},
+		{"plot", in, "-o", plant("chart.svg")},
+	} {
+		oneLineError(t, magnet(t, args...), "is a symbolic link in "+shared+", a sticky world-writable directory")
+		sameContent(t, target, orig)
+	}
+	r := magnet(t, "record", "-q", "-o", filepath.Join(shared, "ok.mgt"), "--duration", "1s", "--ready-file", plant("ready"))
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: --ready-file: ") || !strings.Contains(r.stderr, "is a symbolic link") {
+		t.Fatalf("record with a planted ready file: code %d, stderr %q", r.code, r.stderr)
+	}
+	sameContent(t, target, orig)
+}
