@@ -42,9 +42,14 @@ type Config struct {
 	} `yaml:"events"`
 	Access struct {
 		SeeAllGroups []string `yaml:"see_all_groups"`
+		// UserGroups are the groups beyond the baseline that any user may
+		// switch on by subscribing; the others cost every connection on the
+		// host and need a see-all client.
+		UserGroups Groups `yaml:"user_groups"`
 	} `yaml:"access"`
 	Subscribers struct {
 		Max      int `yaml:"max"`
+		PerUser  int `yaml:"per_user"`
 		Queue    int `yaml:"queue"`
 		MaxQueue int `yaml:"max_queue"`
 	} `yaml:"subscribers"`
@@ -87,6 +92,13 @@ const DefaultSocket = "/run/magnet.sock"
 // per-connection figures are computed from.
 const BaselineGroups = event.GroupSock | event.GroupTCP | event.GroupTCPState | event.GroupDev | event.GroupDrop | event.GroupConn
 
+// DefaultUserGroups are the groups beyond the baseline any user may
+// enable: the per-ACK delivery-rate samples, which magnet top and the page
+// ask for. sched, headers, ip and tcpsend cost every packet or every
+// context switch on the host; they need a see-all client unless the
+// configuration lists them.
+const DefaultUserGroups = event.GroupRate
+
 // DefaultConfig returns the configuration without a file.
 func DefaultConfig() Config {
 	var c Config
@@ -96,7 +108,9 @@ func DefaultConfig() Config {
 	c.Events.Available = "all"
 	c.Events.Baseline = Groups(BaselineGroups.String())
 	c.Access.SeeAllGroups = []string{}
+	c.Access.UserGroups = Groups(DefaultUserGroups.String())
 	c.Subscribers.Max = 256
+	c.Subscribers.PerUser = 16
 	c.Subscribers.Queue = 4096
 	c.Subscribers.MaxQueue = 65536
 	lc := live.DefaultConfig
@@ -135,6 +149,7 @@ type settings struct {
 	available  event.Group
 	baseline   event.Group
 	seeAllGIDs []uint32
+	userGroups event.Group // what a client that does not see all may enable
 	live       live.Config
 }
 
@@ -180,6 +195,12 @@ func (c Config) resolve() (*settings, error) {
 	if extra := s.baseline &^ s.available; extra != 0 {
 		return nil, fmt.Errorf("config: events.baseline has %s, which events.available does not load", extra)
 	}
+	if strings.TrimSpace(string(c.Access.UserGroups)) != "" { // ParseGroups takes "" as the default set
+		if s.userGroups, err = event.ParseGroups(string(c.Access.UserGroups)); err != nil {
+			return nil, fmt.Errorf("config: access.user_groups: %w", err)
+		}
+	}
+	s.userGroups |= s.baseline | event.GroupConn
 	for _, name := range c.Access.SeeAllGroups {
 		g, err := user.LookupGroup(name)
 		if err != nil {
@@ -197,6 +218,9 @@ func (c Config) resolve() (*settings, error) {
 	sub := c.Subscribers
 	if sub.Max < 1 || sub.Queue < 1 || sub.MaxQueue < sub.Queue || sub.MaxQueue > 1<<22 {
 		return nil, fmt.Errorf("config: subscribers: want max ≥ 1, 1 ≤ queue ≤ max_queue ≤ %d", 1<<22)
+	}
+	if sub.PerUser < 1 {
+		return nil, fmt.Errorf("config: subscribers.per_user %d: want at least 1", sub.PerUser)
 	}
 	cc := c.Connections
 	s.live = live.Config{MaxConns: cc.Max, Grace: cc.Grace, WindowEvents: cc.WindowEvents, Window: cc.Window, Bucket: cc.Bucket, History: cc.History}

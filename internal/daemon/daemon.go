@@ -321,9 +321,12 @@ const deliveryHold = 30 * time.Second
 // pullDelivery reads a pull request's delivery parameter; when true, the
 // rate group is enabled (or kept) for deliveryHold. The first answer may
 // lack the figures: tcp_rate events come from then on.
-func (d *Daemon) pullDelivery(q url.Values) error {
+func (d *Daemon) pullDelivery(q url.Values, who *identity) error {
 	on, err := boolParam(q, "delivery")
 	if err != nil || !on {
+		return err
+	}
+	if err := d.mayEnable(who, event.GroupRate); err != nil {
 		return err
 	}
 	d.subsMu.Lock()
@@ -338,6 +341,26 @@ func (d *Daemon) pullDelivery(q url.Values) error {
 		d.deliveryTimer.Reset(deliveryHold)
 	}
 	d.applyGroups()
+	return nil
+}
+
+// errCostly is a client that does not see all asking for groups that cost
+// every connection on the host.
+type errCostly struct{ groups event.Group }
+
+func (e errCostly) Error() string {
+	return fmt.Sprintf("%s: enabling them costs every connection on the host; needs root, a member of access.see_all_groups, or the group in access.user_groups", e.groups)
+}
+
+// mayEnable says whether who may switch on the groups g: see-all clients
+// any group, other users the baseline and access.user_groups.
+func (d *Daemon) mayEnable(who *identity, g event.Group) error {
+	if who.seesAll {
+		return nil
+	}
+	if extra := g &^ d.settings().userGroups; extra != 0 {
+		return errCostly{extra}
+	}
 	return nil
 }
 
@@ -399,6 +422,17 @@ func (d *Daemon) applyGroups() {
 
 var errTooMany = errors.New("too many subscriptions")
 
+// errUserLimit is a user at its own limit: one user must not take every
+// subscription the daemon has.
+type errUserLimit struct {
+	uid uint32
+	max int
+}
+
+func (e errUserLimit) Error() string {
+	return fmt.Sprintf("uid %d already holds %d subscriptions (subscribers.per_user); end one first", e.uid, e.max)
+}
+
 // register adds a subscription and enables what it asks for; once it
 // returns, the hub hands the subscription every matching event.
 func (d *Daemon) register(s *sub) error {
@@ -407,8 +441,20 @@ func (d *Daemon) register(s *sub) error {
 	if d.stopping.Load() {
 		return errStopping
 	}
-	if len(d.subs) >= d.settings().Subscribers.Max {
+	set := d.settings()
+	if len(d.subs) >= set.Subscribers.Max {
 		return errTooMany
+	}
+	if !s.who.seesAll {
+		n := 0
+		for _, o := range d.subs {
+			if !o.who.seesAll && o.who.uid == s.who.uid {
+				n++
+			}
+		}
+		if n >= set.Subscribers.PerUser {
+			return errUserLimit{uid: s.who.uid, max: set.Subscribers.PerUser}
+		}
 	}
 	d.nextID++
 	s.id = d.nextID

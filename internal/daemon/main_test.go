@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(userClient())
 	}
+	if os.Getenv(requestsEnv) != "" {
+		os.Exit(requestClient())
+	}
 	code := func() int {
 		if os.Geteuid() == 0 {
 			netlab.CleanupStale("magnetd")

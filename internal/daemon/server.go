@@ -71,8 +71,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 // badRequest answers 400 with err's message, without the filter package's
-// marker.
+// marker; 403 when the client asked for groups it may not enable.
 func badRequest(w http.ResponseWriter, err error) {
+	if errors.As(err, new(errCostly)) {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), filter.ErrBad.Error()+": "))
 }
 
@@ -207,7 +211,7 @@ func (d *Daemon) handleConnections(w http.ResponseWriter, r *http.Request, who *
 	q := r.URL.Query()
 	f, err := connFilter(q, "state", "window_events", "window", "delivery")
 	if err == nil {
-		err = d.pullDelivery(q)
+		err = d.pullDelivery(q, who)
 	}
 	if err != nil {
 		badRequest(w, err)
@@ -261,7 +265,7 @@ func (d *Daemon) handleConnection(w http.ResponseWriter, r *http.Request, who *i
 	}
 	win, err := windowOf(q)
 	if err == nil {
-		err = d.pullDelivery(q)
+		err = d.pullDelivery(q, who)
 	}
 	if err != nil {
 		badRequest(w, err)
@@ -317,7 +321,7 @@ func (d *Daemon) handleBandwidth(w http.ResponseWriter, r *http.Request, who *id
 		err = errors.New("give window_events or window, not both")
 	}
 	if err == nil {
-		err = d.pullDelivery(q)
+		err = d.pullDelivery(q, who)
 	}
 	if err != nil {
 		badRequest(w, err)
@@ -454,6 +458,10 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, who *ident
 		badRequest(w, fmt.Errorf("%s: not loaded by this daemon (events.available is %s)", extra, s.available))
 		return
 	}
+	if err := d.mayEnable(who, f.Groups()); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	queue := req.Queue
 	if queue == 0 {
 		queue = s.Subscribers.Queue
@@ -517,6 +525,10 @@ func (d *Daemon) handleFigures(w http.ResponseWriter, r *http.Request, who *iden
 	if fo.delivery {
 		want |= event.GroupRate
 	}
+	if err := d.mayEnable(who, want); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	if missing := want &^ d.settings().available; missing != 0 {
 		d.logf("figure stream: %s not loaded; those figures stay at zero", missing)
 	}
@@ -532,7 +544,11 @@ func (d *Daemon) serveStream(w http.ResponseWriter, r *http.Request, sb *sub, ss
 	out := newStreamWriter(w, sse)
 	sb.out = out
 	if err := d.register(sb); err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		status := http.StatusServiceUnavailable
+		if errors.As(err, new(errUserLimit)) {
+			status = http.StatusTooManyRequests
+		}
+		writeError(w, status, err.Error())
 		return
 	}
 	defer d.unregister(sb)

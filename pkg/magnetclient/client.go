@@ -34,6 +34,7 @@ var (
 	ErrForbidden    = errors.New("forbidden")
 	ErrNotFound     = errors.New("not found")
 	ErrUnavailable  = errors.New("unavailable")
+	ErrUserLimit    = errors.New("too many requests") // the user holds subscribers.per_user streams
 )
 
 // Error is an error answer of the daemon.
@@ -59,6 +60,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == http.StatusNotFound
 	case ErrUnavailable:
 		return e.Status == http.StatusServiceUnavailable
+	case ErrUserLimit:
+		return e.Status == http.StatusTooManyRequests
 	}
 	return false
 }
