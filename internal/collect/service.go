@@ -106,6 +106,7 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 	dropLog := filepath.Join(cfg.Spool, droppedLog)
 	staging := filepath.Join(cfg.Spool, stagingDir)
 	names := loadNames(filepath.Join(cfg.Spool, namesLog))
+	names.log = log
 	return rotate.Options{
 		Pattern:    pat,
 		Interval:   cfg.Rotate.Interval,
@@ -120,7 +121,9 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 			// A dropped file is not being shipped (the shipper holds a
 			// file's lock while it ships it): its staging copies are idle.
 			removeStaged(staging, filepath.Base(path))
-			appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
+			if err := appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why)); err != nil {
+				log("record dropped file in %s: %v", dropLog, err)
+			}
 		},
 		Log: log,
 	}
@@ -134,6 +137,7 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 type names struct {
 	path string
 	seen map[string]bool
+	log  func(string, ...any)
 }
 
 // keepNames is how many names the file keeps (the newest): far more than
@@ -151,7 +155,8 @@ func loadNames(path string) *names {
 	}
 	if len(lines) > keepNames {
 		lines = lines[len(lines)-keepNames:]
-		_ = os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+		// Best effort: a failed trim leaves the longer list, still right.
+		_ = writeFileSync(path, []byte(strings.Join(lines, "\n")+"\n"))
 	}
 	for _, l := range lines {
 		n.seen[l] = true
@@ -163,7 +168,9 @@ func (n *names) has(path string) bool { return n.seen[filepath.Base(path)] }
 
 func (n *names) add(path string) {
 	n.seen[filepath.Base(path)] = true
-	appendLine(n.path, filepath.Base(path)+"\n")
+	if err := appendLine(n.path, filepath.Base(path)+"\n"); err != nil && n.log != nil {
+		n.log("remember file name in %s: %v", n.path, err)
+	}
 }
 
 // dirBytes is the size of the regular files in dir.
@@ -194,13 +201,20 @@ func stagedBase(staged string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(staged, ".part"), ".json"), ".zst")
 }
 
-func appendLine(path, line string) {
+// appendLine appends line to path and syncs it.
+func appendLine(path, line string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return
+		return err
 	}
-	f.WriteString(line)
-	f.Close()
+	_, err = f.WriteString(line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Dropped reads the spool's log of dropped files: how many, how many bytes.

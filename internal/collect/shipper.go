@@ -76,24 +76,10 @@ func (j *journal) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := writeFileSync(j.path, data); err != nil {
 		return fmt.Errorf("write shipping journal: %w", err)
 	}
-	if _, err := f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, j.path)
-	}
-	if err != nil {
-		return fmt.Errorf("write shipping journal: %w", err)
-	}
-	return syncDir(filepath.Dir(j.path))
+	return nil
 }
 
 // backoff spaces the retries of one archive: RetryInitial, doubling up to
@@ -483,20 +469,30 @@ func blobOf(path string) (Blob, error) {
 	return Blob{Path: path, Size: n, SHA256: hex.EncodeToString(sh.Sum(nil)), MD5: hex.EncodeToString(mh.Sum(nil))}, nil
 }
 
+// writeFileSync replaces path with data atomically and durably: through a
+// .part file that is renamed over path only once every byte of it is
+// written and synced, then the directory synced. A failed write (a full
+// disk) leaves path as it was.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err == nil {
+	_, err = f.Write(data)
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+	if err != nil {
+		os.Remove(tmp)
+		return err
 	}
-	return err
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
