@@ -44,6 +44,11 @@ func TestDeb(t *testing.T) {
 	if _, ok := fields["Depends"]; ok {
 		t.Errorf("Depends: %s; a static binary needs none", fields["Depends"])
 	}
+	// bash reads the packaged completion only through bash-completion;
+	// only the ssh client is used of what a site may lack.
+	if fields["Recommends"] != "bash-completion" || fields["Suggests"] != "openssh-client" {
+		t.Errorf("Recommends: %q, Suggests: %q; want bash-completion and openssh-client", fields["Recommends"], fields["Suggests"])
+	}
 
 	// -I lists the control archive: conffiles and the maintainer scripts.
 	control := dpkgDeb(t, "-I", want)

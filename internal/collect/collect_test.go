@@ -254,7 +254,7 @@ func TestShipOutageAndResume(t *testing.T) {
 	if waiting, _ := s.Queue(); waiting != 3 || !strings.Contains(strings.Join(*logs, "\n"), "failed") {
 		t.Fatalf("outage: %d waiting, logs %v", waiting, *logs)
 	}
-	if s.backoffs["dir"].fails == 0 {
+	if s.targets[0].b.fails == 0 {
 		t.Fatal("no backoff after failures")
 	}
 	os.Remove(root) // the archive returns
@@ -285,13 +285,13 @@ func TestShipOutageAndResume(t *testing.T) {
 	}
 	s1.j.Files[filepath.Base(files[0].Path)] = st
 	s1.j.save()
-	if _, err := s1.shipTo(context.Background(), s1.archives[0], archiveKey(st.Meta), st); err != nil {
+	if _, err := s1.shipTo(context.Background(), s1.targets[0], archiveKey(st.Meta), st); err != nil {
 		t.Fatal(err)
 	}
 	// ... killed here. Restart:
 	s2, _ := newShipper(t, cfg2)
-	c := &counting{Archive: s2.archives[0]}
-	s2.archives[0] = c
+	c := &counting{Archive: s2.targets[0].a}
+	s2.targets[0].a = c
 	s2.Pass(context.Background())
 	if c.puts.Load() != 0 {
 		t.Fatalf("%d puts after restart: shipped twice", c.puts.Load())
@@ -311,16 +311,16 @@ func TestShipOutageAndResume(t *testing.T) {
 	if st, err = s3.stage(files[0].Path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s3.shipTo(context.Background(), s3.archives[0], archiveKey(st.Meta), st); err != nil {
+	if _, err := s3.shipTo(context.Background(), s3.targets[0], archiveKey(st.Meta), st); err != nil {
 		t.Fatal(err)
 	}
-	st.Done[s3.archives[0].Name()] = true
+	st.Done[s3.targets[0].a.Name()] = true
 	s3.j.Files[name] = st
 	s3.j.save()
 	// ... killed here. Restart:
 	s4, logs4 := newShipper(t, cfg3)
-	c = &counting{Archive: s4.archives[0]}
-	s4.archives[0] = c
+	c = &counting{Archive: s4.targets[0].a}
+	s4.targets[0].a = c
 	s4.Pass(context.Background())
 	if c.puts.Load() != 0 {
 		t.Fatalf("%d puts after a restart with the journal done: shipped twice", c.puts.Load())

@@ -25,17 +25,18 @@ import (
 // Config is the collect service's configuration (collect.yaml). Every key
 // is documented in docs/COLLECT.md.
 type Config struct {
-	Host       string       `yaml:"host"`
-	Spool      string       `yaml:"spool"`
-	Pattern    string       `yaml:"pattern"`
-	Rotate     RotateConfig `yaml:"rotate"`
-	Events     string       `yaml:"events"`
-	Filters    Filters      `yaml:"filters"`
-	Buffer     string       `yaml:"buffer"`
-	DiskBudget string       `yaml:"disk_budget"`
-	Compress   *bool        `yaml:"compress"`
-	Ship       ShipConfig   `yaml:"ship"`
-	Targets    []Target     `yaml:"targets"`
+	Host       string        `yaml:"host"`
+	Spool      string        `yaml:"spool"`
+	Pattern    string        `yaml:"pattern"`
+	Rotate     RotateConfig  `yaml:"rotate"`
+	Events     string        `yaml:"events"`
+	Filters    Filters       `yaml:"filters"`
+	Buffer     string        `yaml:"buffer"`
+	DiskBudget string        `yaml:"disk_budget"`
+	Compress   *bool         `yaml:"compress"`
+	Ship       ShipConfig    `yaml:"ship"`
+	Targets    []Target      `yaml:"targets"`
+	Metrics    MetricsConfig `yaml:"metrics"`
 
 	// Parsed from the text fields by Load.
 	budget    int64
@@ -64,12 +65,26 @@ type ShipConfig struct {
 	RetryInitial time.Duration `yaml:"retry_initial"`
 	RetryMax     time.Duration `yaml:"retry_max"`
 	Timeout      time.Duration `yaml:"timeout"`
+	// Stall is how long one shipment may run before it is logged as
+	// stalled (and the target's stalled metric set).
+	Stall time.Duration `yaml:"stall"`
+}
+
+// MetricsConfig says where the shipper's Prometheus metrics go.
+type MetricsConfig struct {
+	// Listen is an address to serve /metrics on ("" = none).
+	Listen string `yaml:"listen"`
+	// Textfile is a file rewritten every second for node_exporter's
+	// textfile collector ("" = none).
+	Textfile string `yaml:"textfile"`
 }
 
 // Target is one archive: type dir, ssh or s3, with the keys of its type.
 type Target struct {
 	Name string `yaml:"name"`
 	Type string `yaml:"type"`
+	// Timeout bounds one shipment to this target (default ship.timeout).
+	Timeout time.Duration `yaml:"timeout"`
 	// dir and ssh: the archive's root directory.
 	Path string `yaml:"path"`
 	// ssh
@@ -179,9 +194,12 @@ func (c *Config) fill() error {
 		c.Ship.RetryMax = 5 * time.Minute
 	}
 	if c.Ship.Timeout == 0 {
-		c.Ship.Timeout = 30 * time.Minute
+		c.Ship.Timeout = 10 * time.Minute
 	}
-	if c.Ship.Interval < 0 || c.Ship.RetryInitial < 0 || c.Ship.RetryMax < c.Ship.RetryInitial || c.Ship.Timeout < 0 {
+	if c.Ship.Stall == 0 {
+		c.Ship.Stall = 30 * time.Second
+	}
+	if c.Ship.Interval < 0 || c.Ship.RetryInitial < 0 || c.Ship.RetryMax < c.Ship.RetryInitial || c.Ship.Timeout < 0 || c.Ship.Stall < 0 {
 		return errors.New("ship: intervals must be positive and retry_max at least retry_initial")
 	}
 	names := map[string]bool{}
@@ -192,6 +210,9 @@ func (c *Config) fill() error {
 		}
 		if t.Name == "" {
 			t.Name = fmt.Sprintf("%s-%d", t.Type, i)
+		}
+		if t.Timeout < 0 {
+			return fmt.Errorf("targets[%d]: timeout %s: want positive", i, t.Timeout)
 		}
 		if names[t.Name] {
 			return fmt.Errorf("targets[%d]: name %q used twice", i, t.Name)

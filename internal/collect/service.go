@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,6 +68,7 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		return nil, err
 	}
 	defer cg.remove()
+	opts.Log("the shipper runs in %s, %s, which the recorder excludes", cg.path, cg.how)
 
 	sup := &supervisor{opts: opts, cg: cg}
 	if len(cfg.Targets) > 0 {
@@ -106,6 +110,7 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 	dropLog := filepath.Join(cfg.Spool, droppedLog)
 	staging := filepath.Join(cfg.Spool, stagingDir)
 	names := loadNames(filepath.Join(cfg.Spool, namesLog))
+	names.log = log
 	return rotate.Options{
 		Pattern:    pat,
 		Interval:   cfg.Rotate.Interval,
@@ -120,7 +125,9 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 			// A dropped file is not being shipped (the shipper holds a
 			// file's lock while it ships it): its staging copies are idle.
 			removeStaged(staging, filepath.Base(path))
-			appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why))
+			if err := appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why)); err != nil {
+				log("record dropped file in %s: %v", dropLog, err)
+			}
 		},
 		Log: log,
 	}
@@ -134,6 +141,7 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 type names struct {
 	path string
 	seen map[string]bool
+	log  func(string, ...any)
 }
 
 // keepNames is how many names the file keeps (the newest): far more than
@@ -151,7 +159,8 @@ func loadNames(path string) *names {
 	}
 	if len(lines) > keepNames {
 		lines = lines[len(lines)-keepNames:]
-		_ = os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+		// Best effort: a failed trim leaves the longer list, still right.
+		_ = writeFileSync(path, []byte(strings.Join(lines, "\n")+"\n"))
 	}
 	for _, l := range lines {
 		n.seen[l] = true
@@ -163,7 +172,9 @@ func (n *names) has(path string) bool { return n.seen[filepath.Base(path)] }
 
 func (n *names) add(path string) {
 	n.seen[filepath.Base(path)] = true
-	appendLine(n.path, filepath.Base(path)+"\n")
+	if err := appendLine(n.path, filepath.Base(path)+"\n"); err != nil && n.log != nil {
+		n.log("remember file name in %s: %v", n.path, err)
+	}
 }
 
 // dirBytes is the size of the regular files in dir.
@@ -194,13 +205,20 @@ func stagedBase(staged string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(staged, ".part"), ".json"), ".zst")
 }
 
-func appendLine(path, line string) {
+// appendLine appends line to path and syncs it.
+func appendLine(path, line string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return
+		return err
 	}
-	f.WriteString(line)
-	f.Close()
+	_, err = f.WriteString(line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Dropped reads the spool's log of dropped files: how many, how many bytes.
@@ -239,7 +257,10 @@ func (s *supervisor) start() error {
 	}
 	// A process group of its own: a terminal's ^C or `timeout` stops the
 	// service, which then stops the shipper after a last pass.
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(s.cg.fd.Fd()), Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if s.cg.fd != nil {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(s.cg.fd.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start shipper: %w", err)
 	}
@@ -323,6 +344,18 @@ func Ship(ctx context.Context, cfg *Config, stdin io.Reader, log func(string, ..
 	}
 	s.Log = log
 	defer s.Close()
+	if cfg.Metrics.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", s.MetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		log("metrics on http://%s/metrics", ln.Addr())
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wake := make(chan struct{}, 1)
@@ -351,35 +384,179 @@ func Ship(ctx context.Context, cfg *Config, stdin io.Reader, log func(string, ..
 	return nil
 }
 
-// shipperCgroup is the cgroup2 the shipper runs in, excluded from tracing.
+// shipperCgroup is the cgroup2 the shipper runs in, whose id the recorder
+// excludes from tracing.
 type shipperCgroup struct {
-	path string
-	fd   *os.File
+	path string   // the cgroup
+	fd   *os.File // open on it, to start the shipper in it; nil: the shipper inherits it
 	id   uint64
+	made bool // made here, removed at the end
+	how  string
 }
 
+// newShipperCgroup finds a cgroup for the shipper that holds nothing that
+// should be traced:
+//
+//  1. the service's own cgroup, when only the service runs in it (a systemd
+//     service, a container): nothing to create, and so nothing to write in
+//     a cgroup2 file system that the unit's ProtectControlGroups= or the
+//     container's read-only mount keeps read-only;
+//  2. else a cgroup of its own, magnet-collect-PID under the cgroup2 root
+//     (a service run from a shell, whose cgroup is the shell's session);
+//  3. else, a delegated subtree: magnet-shipper under its own cgroup.
+//
+// Excluding the service's cgroup leaves out the recorder too, which the
+// recorder's self filter does anyway.
 func newShipperCgroup() (*shipperCgroup, error) {
 	root, err := probe.Cgroup2Root()
 	if err != nil {
-		return nil, fmt.Errorf("collect: %w", err)
+		return nil, err
+	}
+	own, ownErr := ownCgroup(root)
+	if ownErr == nil && own != root && onlyUs(own) {
+		id, err := cgroupID(own)
+		if err != nil {
+			return nil, err
+		}
+		return &shipperCgroup{path: own, id: id, how: "the service's own cgroup (nothing else runs in it)"}, nil
 	}
 	removeStaleCgroups(root)
-	path := filepath.Join(root, fmt.Sprintf("magnet-collect-%d", os.Getpid()))
+	cg, err := makeCgroup(filepath.Join(root, fmt.Sprintf("magnet-collect-%d", os.Getpid())))
+	if err == nil {
+		cg.how = "a cgroup of its own"
+		return cg, nil
+	}
+	why := err.Error()
+	if ownErr == nil && own != root {
+		cg, err2 := makeCgroup(filepath.Join(own, "magnet-shipper"))
+		if err2 == nil {
+			cg.how = "a cgroup of its own, in the service's"
+			return cg, nil
+		}
+		why += "; " + err2.Error()
+	} else if ownErr != nil {
+		why += "; " + ownErr.Error()
+	} else {
+		why += "; the service runs in the root cgroup"
+	}
+	return nil, fmt.Errorf("no cgroup to keep the shipper's traffic out of the trace: %s (run it as a systemd service or in a container of its own, or with a writable cgroup2 mount)", why)
+}
+
+// makeCgroup creates the cgroup path and opens it.
+func makeCgroup(path string) (*shipperCgroup, error) {
 	if err := os.Mkdir(path, 0o755); err != nil && !os.IsExist(err) {
-		return nil, fmt.Errorf("collect: create shipper cgroup: %w", err)
+		return nil, fmt.Errorf("create shipper cgroup: %w", err)
 	}
 	fd, err := os.Open(path)
 	if err != nil {
 		os.Remove(path)
-		return nil, fmt.Errorf("collect: open shipper cgroup: %w", err)
+		return nil, fmt.Errorf("open shipper cgroup: %w", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(fd.Fd()), &st); err != nil {
 		fd.Close()
 		os.Remove(path)
-		return nil, fmt.Errorf("collect: %w", err)
+		return nil, fmt.Errorf("shipper cgroup: %w", err)
 	}
-	return &shipperCgroup{path: path, fd: fd, id: st.Ino}, nil
+	return &shipperCgroup{path: path, fd: fd, id: st.Ino, made: true}, nil
+}
+
+// cgroupID is a cgroup's id: its inode in the cgroup2 file system.
+func cgroupID(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return st.Ino, nil
+}
+
+// ownCgroup is the directory of this process's cgroup under root. In a
+// cgroup namespace (a container) /proc/self/cgroup names it from the
+// namespace's root, which is not root when root is the host's hierarchy
+// mounted in: then it is found by its cgroup.procs.
+func ownCgroup(root string) (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("own cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			if p := filepath.Join(root, rel); holds(p, os.Getpid()) {
+				return p, nil
+			}
+		}
+	}
+	found := ""
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if holds(p, os.Getpid()) {
+			found = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if found == "" {
+		return "", errors.New("own cgroup not found under " + root)
+	}
+	return found, nil
+}
+
+// pids reads a cgroup's cgroup.procs.
+func pids(cg string) ([]int, error) {
+	data, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		var n int
+		fmt.Sscan(f, &n)
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func holds(cg string, pid int) bool {
+	ps, err := pids(cg)
+	return err == nil && slices.Contains(ps, pid)
+}
+
+// onlyUs says whether every process in the cgroup cg is this one or one of
+// its descendants.
+func onlyUs(cg string) bool {
+	ps, err := pids(cg)
+	if err != nil || len(ps) == 0 {
+		return false
+	}
+	self := os.Getpid()
+	for _, p := range ps {
+		for p != self {
+			if p <= 1 {
+				return false
+			}
+			p = parentPID(p)
+		}
+	}
+	return true
+}
+
+// parentPID is pid's parent, from /proc (0 if gone).
+func parentPID(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so cut after ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	var pp int
+	fmt.Sscan(f[1], &pp)
+	return pp
 }
 
 // removeStaleCgroups removes the shipper cgroups of services that died
@@ -399,7 +576,12 @@ func removeStaleCgroups(root string) {
 }
 
 func (c *shipperCgroup) remove() {
-	c.fd.Close()
+	if c.fd != nil {
+		c.fd.Close()
+	}
+	if !c.made {
+		return
+	}
 	for i := 0; i < 50; i++ {
 		if err := os.Remove(c.path); err == nil || os.IsNotExist(err) {
 			return

@@ -14,7 +14,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -43,6 +45,28 @@ type journal struct {
 	Files        map[string]*fileState `json:"files"`
 	Shipped      uint64                `json:"shipped"`       // files every archive confirmed, removed locally
 	ShippedBytes uint64                `json:"shipped_bytes"` // their archived bytes
+	// Per target: what the metrics report across restarts.
+	Targets map[string]*targetTotals `json:"targets,omitempty"`
+}
+
+type targetTotals struct {
+	Shipped      uint64    `json:"shipped"`
+	ShippedBytes uint64    `json:"shipped_bytes"`
+	Failures     uint64    `json:"failures"`
+	LastSuccess  time.Time `json:"last_success,omitzero"`
+	LastFailure  time.Time `json:"last_failure,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+}
+
+// target returns the totals of the target named name.
+func (j *journal) target(name string) *targetTotals {
+	if j.Targets == nil {
+		j.Targets = map[string]*targetTotals{}
+	}
+	if j.Targets[name] == nil {
+		j.Targets[name] = &targetTotals{}
+	}
+	return j.Targets[name]
 }
 
 type fileState struct {
@@ -76,24 +100,10 @@ func (j *journal) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := writeFileSync(j.path, data); err != nil {
 		return fmt.Errorf("write shipping journal: %w", err)
 	}
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, j.path)
-	}
-	if err != nil {
-		return fmt.Errorf("write shipping journal: %w", err)
-	}
-	return syncDir(filepath.Dir(j.path))
+	return nil
 }
 
 // backoff spaces the retries of one archive: RetryInitial, doubling up to
@@ -116,15 +126,46 @@ func (b *backoff) fail(now time.Time, initial, maxDelay time.Duration) time.Dura
 	return d
 }
 
-// Shipper ships the finished files of the spool.
+// Shipper ships the finished files of the spool. Each target is shipped to
+// by a pass of its own, with its own timeout and backoff: a target that
+// hangs (a frozen store) or fails delays no other. A file's local copy goes
+// once every target has it.
 type Shipper struct {
-	cfg      *Config
-	pattern  *rotate.Pattern
-	archives []Archive
-	j        *journal
-	backoffs map[string]*backoff
-	// Log receives one line per shipment, failure and retry.
+	cfg     *Config
+	pattern *rotate.Pattern
+	targets []*target
+	// Log receives one line per shipment, failure, retry and stall.
 	Log func(format string, args ...any)
+	// Now is the clock (tests move it).
+	now func() time.Time
+
+	mu      sync.Mutex // guards j, held and the targets' state
+	j       *journal
+	held    map[string]*heldFile
+	wg      sync.WaitGroup // the targets' passes running
+	started time.Time
+}
+
+// target is one archive and what the shipper knows of it.
+type target struct {
+	a       Archive
+	kind    string
+	timeout time.Duration
+	b       backoff
+	busy    bool // a pass is running
+	// The file in flight and since when; stallLogged once it has been
+	// said that it stalls.
+	current     string
+	since       time.Time
+	stallLogged bool
+	st          TargetStatus
+}
+
+// heldFile is a spool file some target is shipping: its open descriptor
+// holds the lock that keeps the disk budget from dropping it.
+type heldFile struct {
+	f    *os.File
+	refs int
 }
 
 // NewShipper prepares to ship cfg's spool to its targets.
@@ -136,14 +177,17 @@ func NewShipper(cfg *Config) (*Shipper, error) {
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("no targets to ship to")
 	}
-	s := &Shipper{cfg: cfg, pattern: p, backoffs: map[string]*backoff{}, Log: func(string, ...any) {}}
+	s := &Shipper{cfg: cfg, pattern: p, held: map[string]*heldFile{}, Log: func(string, ...any) {}, now: time.Now, started: time.Now()}
 	for _, t := range cfg.Targets {
 		a, err := NewArchive(t)
 		if err != nil {
 			return nil, err
 		}
-		s.archives = append(s.archives, a)
-		s.backoffs[a.Name()] = &backoff{}
+		to := cfg.Ship.Timeout
+		if t.Timeout > 0 {
+			to = t.Timeout
+		}
+		s.targets = append(s.targets, &target{a: a, kind: t.Type, timeout: to, st: TargetStatus{Name: a.Name(), Type: t.Type}})
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.Spool, stagingDir), 0o755); err != nil {
 		return nil, fmt.Errorf("create spool: %w", err)
@@ -155,8 +199,12 @@ func NewShipper(cfg *Config) (*Shipper, error) {
 }
 
 // Run ships until ctx ends: a pass over the spool every ship.interval, or
-// when wake says a file finished. Only one shipper runs per spool: Run
-// waits for the lock a previous one (still ending) may hold.
+// when wake says a file finished. Each target's pass runs on its own; a
+// target still busy (or backing off) is left to itself while the others
+// go on. Every second the shipper looks for stalls, retries the targets
+// whose backoff ended and publishes its status (SPOOL/.ship-status.json,
+// and the metrics). Only one shipper runs per spool: Run waits for the
+// lock a previous one (still ending) may hold.
 func (s *Shipper) Run(ctx context.Context, wake <-chan struct{}) error {
 	lock, err := os.OpenFile(filepath.Join(s.cfg.Spool, shipLock), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
@@ -170,36 +218,100 @@ func (s *Shipper) Run(ctx context.Context, wake <-chan struct{}) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// The passes still running end with ctx; wait for them so that the
+	// journal is not written after Run returns.
+	defer s.wg.Wait()
 	t := time.NewTicker(s.cfg.Ship.Interval)
 	defer t.Stop()
+	watch := time.NewTicker(min(time.Second, s.cfg.Ship.Interval))
+	defer watch.Stop()
+	files := s.prepare(ctx)
+	s.start(ctx, files, false)
 	for {
-		s.Pass(ctx)
 		select {
 		case <-ctx.Done():
+			s.publish()
 			return nil
 		case <-wake:
+			files = s.prepare(ctx)
+			s.start(ctx, files, false)
 		case <-t.C:
+			files = s.prepare(ctx)
+			s.start(ctx, files, false)
+		case <-watch.C:
+			s.watch()
+			// Retry the targets whose backoff ended, without waiting for
+			// the next interval.
+			s.start(ctx, files, true)
+			s.publish()
 		}
 	}
 }
 
-// Pass ships what it can of the spool's finished files, oldest first.
+// Pass ships what it can of the spool's finished files, oldest first, to
+// every target not already busy, and returns when those passes end.
 func (s *Shipper) Pass(ctx context.Context) {
-	files, err := rotate.Finished(s.pattern, "")
+	files := s.prepare(ctx)
+	for _, done := range s.start(ctx, files, false) {
+		<-done
+	}
+	s.publish()
+}
+
+// start begins a pass for each target that is idle and not backing off
+// (with retryOnly, only for those that failed last and whose backoff has
+// ended), and returns a channel per pass started, closed at its end.
+func (s *Shipper) start(ctx context.Context, files []string, retryOnly bool) []chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var started []chan struct{}
+	for _, t := range s.targets {
+		if t.busy || now.Before(t.b.until) || retryOnly && t.b.fails == 0 || ctx.Err() != nil {
+			continue
+		}
+		t.busy = true
+		done := make(chan struct{})
+		started = append(started, done)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer close(done)
+			s.passTarget(ctx, t, files)
+			s.mu.Lock()
+			t.busy = false
+			s.mu.Unlock()
+		}()
+	}
+	return started
+}
+
+// prepare lists the spool's finished files, stages those not staged yet,
+// forgets those gone (dropped by the budget) and clears what killed runs
+// left. It returns the names of the staged files, oldest first.
+func (s *Shipper) prepare(ctx context.Context) []string {
+	files, err := s.list()
 	if err != nil {
 		s.Log("list spool: %v", err)
-		return
+		return nil
 	}
 	live := map[string]bool{}
+	var names []string
 	for _, f := range files {
-		live[filepath.Base(f.Path)] = true
+		name := filepath.Base(f.Path)
+		live[name] = true
 		if ctx.Err() != nil {
-			return
+			return names
 		}
-		if err := s.shipFile(ctx, f.Path); err != nil {
-			s.Log("%s: %v", filepath.Base(f.Path), err)
+		ok, err := s.stageFile(f.Path)
+		if err != nil {
+			s.Log("%s: %v", name, err)
+		}
+		if ok {
+			names = append(names, name)
 		}
 	}
+	s.mu.Lock()
 	// Forget files gone from the spool (dropped by the budget), and their
 	// staged copies.
 	changed := false
@@ -214,6 +326,7 @@ func (s *Shipper) Pass(ctx context.Context) {
 			s.Log("%v", err)
 		}
 	}
+	s.mu.Unlock()
 	// A recorder killed while it started a file leaves it under its
 	// temporary dot-name (rotate renames it once its start is written).
 	if ents, err := os.ReadDir(s.cfg.Spool); err == nil {
@@ -235,12 +348,100 @@ func (s *Shipper) Pass(ctx context.Context) {
 			os.Remove(filepath.Join(s.cfg.Spool, stagingDir, e.Name()))
 		}
 	}
+	return names
+}
+
+// list is the spool's finished files, oldest first: those no recorder
+// writes, and those this shipper holds (its lock hides them from
+// rotate.Finished).
+func (s *Shipper) list() ([]rotate.File, error) {
+	files, err := rotate.Finished(s.pattern, "")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for name := range s.held {
+		p := filepath.Join(s.cfg.Spool, name)
+		if fi, err := os.Stat(p); err == nil {
+			files = append(files, rotate.File{Path: p, Size: fi.Size(), ModTime: fi.ModTime()})
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(files, func(i, j int) bool {
+		if !files[i].ModTime.Equal(files[j].ModTime) {
+			return files[i].ModTime.Before(files[j].ModTime)
+		}
+		return files[i].Path < files[j].Path
+	})
+	return files, nil
+}
+
+// hold opens and locks a spool file for shipping (the budget does not drop
+// a locked file), or counts one more holder. It says false when the file
+// is gone or someone else holds it. Called with s.mu held.
+func (s *Shipper) hold(name string) bool {
+	if h := s.held[name]; h != nil {
+		h.refs++
+		return true
+	}
+	f, err := os.Open(filepath.Join(s.cfg.Spool, name))
+	if err != nil {
+		return false
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return false
+	}
+	s.held[name] = &heldFile{f: f, refs: 1}
+	return true
+}
+
+// release undoes a hold. Called with s.mu held.
+func (s *Shipper) release(name string) {
+	h := s.held[name]
+	if h == nil {
+		return
+	}
+	if h.refs--; h.refs == 0 {
+		h.f.Close()
+		delete(s.held, name)
+	}
+}
+
+// stageFile stages a spool file unless it is staged already, and says
+// whether it is.
+func (s *Shipper) stageFile(path string) (bool, error) {
+	name := filepath.Base(path)
+	s.mu.Lock()
+	st := s.j.Files[name]
+	if st != nil && s.staged(st) {
+		s.mu.Unlock()
+		return true, nil
+	}
+	if !s.hold(name) {
+		s.mu.Unlock()
+		return false, nil // dropped meanwhile, or held by another
+	}
+	s.mu.Unlock()
+	st, err := s.stage(path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.release(name)
+	if err != nil {
+		return false, err
+	}
+	s.j.Files[name] = st
+	fault.At("ship:after-stage")
+	if err := s.j.save(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // doneEverywhere says whether the journal has st confirmed by every archive.
 func (s *Shipper) doneEverywhere(st *fileState) bool {
-	for _, a := range s.archives {
-		if !st.Done[a.Name()] {
+	for _, t := range s.targets {
+		if !st.Done[t.a.Name()] {
 			return false
 		}
 	}
@@ -249,74 +450,107 @@ func (s *Shipper) doneEverywhere(st *fileState) bool {
 
 // Queue returns the files waiting in the spool and the shipping totals.
 func (s *Shipper) Queue() (waiting int, shipped uint64) {
-	files, _ := rotate.Finished(s.pattern, "")
+	files, _ := s.list()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return len(files), s.j.Shipped
 }
 
-func (s *Shipper) shipFile(ctx context.Context, path string) error {
-	name := filepath.Base(path)
-	f, err := os.Open(path)
-	if err != nil {
-		return nil // dropped meanwhile
-	}
-	defer f.Close()
-	// Held while shipping: the budget does not drop a file being shipped.
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return nil
-	}
-	st := s.j.Files[name]
-	if st == nil || !s.staged(st) {
-		if st, err = s.stage(path); err != nil {
-			return err
+// passTarget ships to t every file of files it does not have yet, oldest
+// first, until one fails (then t backs off) or ctx ends.
+func (s *Shipper) passTarget(ctx context.Context, t *target, files []string) {
+	name := t.a.Name()
+	for _, file := range files {
+		if ctx.Err() != nil {
+			return
 		}
-		s.j.Files[name] = st
-		fault.At("ship:after-stage")
-		if err := s.j.save(); err != nil {
-			return err
-		}
-	}
-	key := archiveKey(st.Meta)
-	// Every archive confirmed already, by the journal: a run killed after
-	// it saved the journal and before the local copy went (or before its
-	// log line reached the service). Said, so that every archived file is
-	// accounted for in the log as shipped or found shipped.
-	if s.doneEverywhere(st) {
-		s.Log("%s already in every archive as %s (the journal of a run before a restart); removing the local copy", name, key)
-	}
-	now := time.Now()
-	for _, a := range s.archives {
-		if st.Done[a.Name()] {
-			continue
-		}
-		b := s.backoffs[a.Name()]
-		if now.Before(b.until) {
-			continue
-		}
-		uploaded, err := s.shipTo(ctx, a, key, st)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		s.mu.Lock()
+		st := s.j.Files[file]
+		if st == nil || st.Done[name] {
+			// Every archive confirmed already, by the journal: a run
+			// killed after it saved the journal and before the local copy
+			// went (or before its log line reached the service). Said, so
+			// that every archived file is accounted for in the log as
+			// shipped or found shipped.
+			if st != nil && s.doneEverywhere(st) && s.hold(file) {
+				s.Log("%s already in every archive as %s (the journal of a run before a restart); removing the local copy", file, archiveKey(st.Meta))
+				err := s.removeLocal(file, st)
+				s.release(file)
+				if err != nil {
+					s.Log("%s: %v", file, err)
+				}
 			}
-			d := b.fail(time.Now(), s.cfg.Ship.RetryInitial, s.cfg.Ship.RetryMax)
-			s.Log("ship %s to %s failed (attempt %d, next in %s): %v", name, a.Name(), b.fails, d.Round(time.Millisecond), err)
+			s.mu.Unlock()
 			continue
 		}
-		*b = backoff{}
+		if !s.hold(file) {
+			s.mu.Unlock()
+			continue
+		}
+		t.current, t.since, t.stallLogged = file, s.now(), false
+		s.mu.Unlock()
+
+		key := archiveKey(st.Meta)
+		uploaded, err := s.shipTo(ctx, t, key, st)
+
+		s.mu.Lock()
+		if t.stallLogged {
+			s.Log("ship %s to %s: stall over after %s (%s)", file, name, s.now().Sub(t.since).Round(time.Second), errOr(err, "shipped"))
+		}
+		t.current, t.stallLogged = "", false
+		if err != nil {
+			s.release(file)
+			if ctx.Err() != nil {
+				s.mu.Unlock()
+				return
+			}
+			d := t.b.fail(s.now(), s.cfg.Ship.RetryInitial, s.cfg.Ship.RetryMax)
+			tot := s.j.target(name)
+			tot.Failures++
+			tot.LastFailure = s.now().UTC()
+			tot.LastError = err.Error()
+			s.Log("ship %s to %s failed (attempt %d, next in %s): %v", file, name, t.b.fails, d.Round(time.Millisecond), err)
+			s.mu.Unlock()
+			return
+		}
+		t.b = backoff{}
+		tot := s.j.target(name)
+		tot.LastSuccess = s.now().UTC()
+		tot.Shipped++
+		tot.ShippedBytes += uint64(st.Trace.Size)
 		fault.At("ship:after-manifest")
-		st.Done[a.Name()] = true
-		if err := s.j.save(); err != nil {
-			return err
+		st.Done[name] = true
+		err = s.j.save()
+		if err == nil {
+			if uploaded {
+				s.Log("shipped %s to %s as %s (%d bytes, sha256 %s)", file, name, key, st.Trace.Size, st.Trace.SHA256[:16])
+			} else {
+				s.Log("%s already in %s as %s (shipped before a restart); manifest written", file, name, key)
+			}
+			if s.doneEverywhere(st) {
+				err = s.removeLocal(file, st)
+			}
 		}
-		if uploaded {
-			s.Log("shipped %s to %s as %s (%d bytes, sha256 %s)", name, a.Name(), key, st.Trace.Size, st.Trace.SHA256[:16])
-		} else {
-			s.Log("%s already in %s as %s (shipped before a restart); manifest written", name, a.Name(), key)
+		s.release(file)
+		s.mu.Unlock()
+		if err != nil {
+			s.Log("%s: %v", file, err)
+			return
 		}
 	}
-	if !s.doneEverywhere(st) {
-		return nil
+}
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
 	}
-	// Every archive has it: the local copy can go.
+	return ok
+}
+
+// removeLocal deletes a file every archive has, and its staged copies.
+// Called with s.mu held.
+func (s *Shipper) removeLocal(file string, st *fileState) error {
+	path := filepath.Join(s.cfg.Spool, file)
 	fault.At("ship:after-journal")
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -326,18 +560,19 @@ func (s *Shipper) shipFile(ctx context.Context, path string) error {
 	}
 	os.Remove(st.Manifest.Path)
 	fault.At("ship:after-delete")
-	delete(s.j.Files, name)
+	delete(s.j.Files, file)
 	s.j.Shipped++
 	s.j.ShippedBytes += uint64(st.Trace.Size)
 	return s.j.save()
 }
 
 // shipTo puts the trace unless the archive holds it already (a shipment
-// that completed before a crash), then its manifest. uploaded says whether
-// the trace was sent.
-func (s *Shipper) shipTo(ctx context.Context, a Archive, key string, st *fileState) (uploaded bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Ship.Timeout)
+// that completed before a crash), then its manifest, within the target's
+// timeout. uploaded says whether the trace was sent.
+func (s *Shipper) shipTo(ctx context.Context, t *target, key string, st *fileState) (uploaded bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
+	a := t.a
 	has, err := a.Has(ctx, key, st.Trace)
 	if err != nil {
 		return false, err
@@ -355,8 +590,8 @@ func (s *Shipper) shipTo(ctx context.Context, a Archive, key string, st *fileSta
 
 // Close releases the archives' connections.
 func (s *Shipper) Close() {
-	for _, a := range s.archives {
-		if c, ok := a.(io.Closer); ok {
+	for _, t := range s.targets {
+		if c, ok := t.a.(io.Closer); ok {
 			c.Close()
 		}
 	}
@@ -483,20 +718,30 @@ func blobOf(path string) (Blob, error) {
 	return Blob{Path: path, Size: n, SHA256: hex.EncodeToString(sh.Sum(nil)), MD5: hex.EncodeToString(mh.Sum(nil))}, nil
 }
 
+// writeFileSync replaces path with data atomically and durably: through a
+// .part file that is renamed over path only once every byte of it is
+// written and synced, then the directory synced. A failed write (a full
+// disk) leaves path as it was.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err = f.Write(data); err == nil {
+	_, err = f.Write(data)
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+	if err != nil {
+		os.Remove(tmp)
+		return err
 	}
-	return err
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }

@@ -7,11 +7,14 @@ package status
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/collect"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -21,12 +24,14 @@ type report struct {
 	Hooks     []probe.HookStatus `json:"hooks"`
 	ServedBy  map[string]string  `json:"served_by"`
 	Recorders []record.Status    `json:"recorders"`
+	// Collect is the collect service's shipper, when one runs on spool.
+	Collect *collect.Status `json:"collect,omitempty"`
 }
 
 // New returns the status command.
 func New() *cobra.Command {
 	var asJSON bool
-	var dir string
+	var dir, spool string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show which hooks this kernel offers and what running recorders are doing",
@@ -39,6 +44,9 @@ func New() *cobra.Command {
 				return fmt.Errorf("status: %w", err)
 			}
 			rep.Recorders = recs
+			if st, err := collect.ReadStatus(spool); err == nil {
+				rep.Collect = &st
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -67,6 +75,9 @@ func New() *cobra.Command {
 			}
 			tw.Flush()
 			fmt.Fprintln(out)
+			if rep.Collect != nil {
+				printCollect(out, rep.Collect)
+			}
 			if len(recs) == 0 {
 				fmt.Fprintln(out, "no recorder running")
 				return nil
@@ -96,5 +107,39 @@ func New() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&dir, "status-dir", record.DefaultStatusDir, "where recorders publish their status")
+	cmd.Flags().StringVar(&spool, "spool", collect.DefaultSpool, "the collect service's spool, whose shipper status is shown")
 	return cmd
+}
+
+// printCollect shows the collect service's shipping: the spool, and per
+// target its backlog, last success, failures and any stall.
+func printCollect(out io.Writer, st *collect.Status) {
+	age := time.Since(st.Updated).Round(time.Second)
+	fmt.Fprintf(out, "collect shipper pid %d, spool %s (status %s old)\n", st.PID, st.Spool, age)
+	budget := "no budget"
+	if st.Budget > 0 {
+		budget = fmt.Sprintf("budget %d", st.Budget)
+	}
+	fmt.Fprintf(out, "  spool:   %d bytes + %d staged (%s); %d files waiting (%d bytes)\n", st.SpoolBytes, st.StagingBytes, budget, st.Waiting, st.WaitingBytes)
+	fmt.Fprintf(out, "  shipped: %d files everywhere; dropped by the budget: %d files (%d bytes)\n", st.Shipped, st.Dropped, st.DroppedBytes)
+	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TARGET\tTYPE\tBACKLOG\tSHIPPED\tFAILURES\tLAST SUCCESS\tSTATE")
+	for _, t := range st.Targets {
+		last := "never"
+		if !t.LastSuccess.IsZero() {
+			last = t.LastSuccess.Local().Format("2006-01-02 15:04:05")
+		}
+		state := "ok"
+		switch {
+		case t.Stalled:
+			state = fmt.Sprintf("stalled %.0fs on %s", t.InFlightSeconds, t.InFlight)
+		case t.ConsecutiveFailures > 0:
+			state = fmt.Sprintf("failing (%d in a row): %s", t.ConsecutiveFailures, t.LastError)
+		case t.InFlight != "":
+			state = "shipping " + t.InFlight
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d (%d bytes)\t%d\t%d\t%s\t%s\n", t.Name, t.Type, t.Backlog, t.BacklogBytes, t.Shipped, t.Failures, last, state)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
 }

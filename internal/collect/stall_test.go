@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package collect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/archivetest"
+)
+
+// logTap collects a shipper's log lines and lets a test wait for one.
+type logTap struct {
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{}
+}
+
+func newLogTap() *logTap { return &logTap{more: make(chan struct{}, 1)} }
+
+func (l *logTap) log(f string, a ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(f, a...))
+	l.mu.Unlock()
+	select {
+	case l.more <- struct{}{}:
+	default:
+	}
+}
+
+// count is how many lines hold every one of subs.
+func (l *logTap) count(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+next:
+	for _, line := range l.lines {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		n++
+	}
+	return n
+}
+
+// wait waits until n lines hold subs, failing after d.
+func (l *logTap) wait(t *testing.T, d time.Duration, n int, subs ...string) {
+	t.Helper()
+	deadline := time.After(d)
+	for l.count(subs...) < n {
+		select {
+		case <-l.more:
+		case <-deadline:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("after %s, %d lines with %q, want %d; log:\n%s", d, l.count(subs...), subs, n, strings.Join(l.lines, "\n"))
+		}
+	}
+}
+
+// TestShipStalledTargetDelaysNoOther: an S3 store frozen by SIGSTOP (it
+// accepts connections and never answers) holds its own shipments only: the
+// directory target receives every file meanwhile, the stall is logged
+// within ship.stall, and the status and metrics show the frozen target's
+// backlog and stall. Thawed, it receives them all and the spool empties.
+func TestShipStalledTargetDelaysNoOther(t *testing.T) {
+	m := archivetest.StartMoto(t)
+	root := t.TempDir()
+	// The store first: a shipper that ships to targets in turn would wait
+	// on it before it ever reached the directory.
+	cfg := testConfig(t,
+		Target{Type: "s3", Endpoint: m.Endpoint, Bucket: "traces", Region: "us-east-1", AccessKey: archivetest.AccessKey, SecretKey: archivetest.SecretKey},
+		Target{Type: "dir", Path: root})
+	cfg.Ship.Interval = 200 * time.Millisecond
+	cfg.Ship.Stall = time.Second
+	cfg.Ship.Timeout = time.Minute // longer than the test: only the stall may say something
+	m.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			m.Resume()
+		}
+	}()
+	spool(t, cfg, 2, false) // 3 finished files
+	s, err := NewShipper(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tap := newLogTap()
+	s.Log = tap.log
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- s.Run(ctx, nil) }()
+	defer func() { cancel(); <-ran }()
+
+	start := time.Now()
+	tap.wait(t, 20*time.Second, 3, "shipped ", " to dir ")
+	t.Logf("3 files in the directory %s after start, the store frozen", time.Since(start).Round(time.Millisecond))
+	tap.wait(t, 10*time.Second, 1, " to s3: stalled, no answer for ")
+	if n := len(archived(t, root)); n != 3 {
+		t.Fatalf("%d files in the directory archive, want 3", n)
+	}
+
+	st := s.Status()
+	byName := map[string]TargetStatus{}
+	for _, ts := range st.Targets {
+		byName[ts.Name] = ts
+	}
+	if s3, dir := byName["s3"], byName["dir"]; s3.Backlog != 3 || !s3.Stalled || s3.Shipped != 0 || s3.InFlight == "" ||
+		dir.Backlog != 0 || dir.Shipped != 3 || dir.LastSuccess.IsZero() || st.Waiting != 3 {
+		t.Fatalf("status while the store is frozen: %+v", st)
+	}
+	// What `magnet status` reads: the file the running shipper rewrites
+	// every second.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pub, err := ReadStatus(cfg.Spool)
+		if err == nil && len(pub.Targets) == 2 && pub.Targets[0].Stalled && pub.Targets[0].Backlog == 3 && pub.Targets[1].Shipped == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("published status: %+v %v", pub, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The metrics an alert reads, as Prometheus scrapes them.
+	srv := httptest.NewServer(s.MetricsHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`magnet_collect_target_stalled{host="web1",target="s3",type="s3"} 1`,
+		`magnet_collect_target_stalled{host="web1",target="dir",type="dir"} 0`,
+		`magnet_collect_target_backlog_files{host="web1",target="s3",type="s3"} 3`,
+		`magnet_collect_target_backlog_files{host="web1",target="dir",type="dir"} 0`,
+		`magnet_collect_target_shipped_files_total{host="web1",target="dir",type="dir"} 3`,
+		`magnet_collect_target_last_success_timestamp_seconds{host="web1",target="s3",type="s3"} 0`,
+		`magnet_collect_waiting_files{host="web1"} 3`,
+		`magnet_collect_dropped_files_total{host="web1"} 0`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+
+	m.Resume()
+	paused = false
+	tap.wait(t, 30*time.Second, 3, "shipped ", " to s3 ")
+	tap.wait(t, 10*time.Second, 1, " to s3: stall over after ")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if waiting, shipped := s.Queue(); waiting == 0 && shipped == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spool not emptied after the store thawed: %+v", s.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := s.Status(); st.Targets[0].Stalled || st.Targets[0].Backlog != 0 || st.Targets[0].Shipped != 3 || st.Targets[0].LastSuccess.IsZero() {
+		t.Fatalf("status after the thaw: %+v", st)
+	}
+}
