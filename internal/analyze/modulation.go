@@ -53,13 +53,15 @@ type ConnReport struct {
 
 // Report is the modulation of every connection and of the host.
 type Report struct {
-	Traces   []string          `json:"traces"`
-	Conns    []*ConnReport     `json:"connections"`
-	Host     []*LayerStats     `json:"host"`
-	Lost     uint64            `json:"lost"`
-	Drops    map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
-	Sched    []*SchedStats     `json:"sched,omitempty"` // per trace that recorded sched events
-	Warnings []string          `json:"warnings,omitempty"`
+	Traces []string          `json:"traces"`
+	Conns  []*ConnReport     `json:"connections"`
+	Host   []*LayerStats     `json:"host"`
+	Lost   uint64            `json:"lost"`
+	Drops  map[string]uint64 `json:"drops,omitempty"` // host-wide, by kernel reason
+	Sched  []*SchedStats     `json:"sched,omitempty"` // per trace that recorded sched events
+	// ReceivePath: per trace recorded with the irq or napi groups.
+	ReceivePath []*RxPath `json:"receive_path,omitempty"`
+	Warnings    []string  `json:"warnings,omitempty"`
 }
 
 // series accumulates one (connection, layer) or host layer, from events in
@@ -130,7 +132,19 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		cs.detail = newConnDetail()
 		cs.hops = newHopTracker(cs)
 	}
+	rx := make([]*rxTracker, len(s.srcs))
+	for i, src := range s.srcs {
+		rx[i] = newRxTracker(src.h, src.offset)
+	}
+	s.onOther = func(i int, rec trace.Record) {
+		if rx[i] != nil {
+			rx[i].other(rec)
+		}
+	}
 	s.onEvent = func(e *ev) {
+		if e.kind == kDevRecv && rx[e.src] != nil && e.cs != nil {
+			rx[e.src].dev(e.t, e.cs.id, e.cpu)
+		}
 		if se, ok := schedOf(e); ok {
 			scheds[e.src].step(se)
 			routeSched(se, readers[e.src], following[e.src])
@@ -180,6 +194,11 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	rep.Drops = s.drops
 	rep.Lost = s.lost
 	withSched := make([]bool, len(s.srcs))
+	for i, src := range s.srcs {
+		if rp := rx[i].finish(src.path, src.last-src.first); rp != nil {
+			rep.ReceivePath = append(rep.ReceivePath, rp)
+		}
+	}
 	for i, src := range s.srcs {
 		if st := scheds[i].finish(src.path, src.last-src.first); st != nil {
 			rep.Sched = append(rep.Sched, st)

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/netlab"
@@ -281,6 +282,38 @@ func TestReceivePathGroups(t *testing.T) {
 	}
 	if softirq["softirq_entry3"] == 0 || softirq["softirq_exit3"] == 0 {
 		t.Errorf("no NET_RX softirq: %v", softirq)
+	}
+	// The report's receive path: the same polls and packets, every NET_RX
+	// softirq paired, and the connection's received packets (dev_recv on
+	// the veth, inside NAPI polls) all placed in polls.
+	rep, err := analyze.Modulation([]string{rec.path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ReceivePath) != 1 {
+		t.Fatalf("report: %d receive paths", len(rep.ReceivePath))
+	}
+	rp := rep.ReceivePath[0]
+	if rp.All.Polls != polls || rp.All.Packets != work || rp.All.NetRx != softirq["softirq_exit3"] || rp.All.NetRxShare <= 0 || rp.All.NapiNs > rp.All.NetRxNs {
+		t.Errorf("receive path: %+v, want %d polls, %d packets, %d NET_RX softirqs, NAPI time within NET_RX time", rp.All, polls, work, softirq["softirq_exit3"])
+	}
+	devRecv := map[uint64]uint64{}
+	eachRecord(t, rec.path, func(rc trace.Record) {
+		if rc.Type.Name == "dev_recv" && rc.Conn() != 0 && rc.NetNS() == lab.Server.NetNSInode {
+			devRecv[rc.Conn()]++
+		}
+	})
+	matched := 0
+	for _, c := range rp.Conns {
+		if n, ok := devRecv[c.Conn]; ok {
+			matched++
+			if c.Packets != n || c.Polls == 0 || c.Polls > c.Packets {
+				t.Errorf("connection %d: %d packets in %d polls, dev_recv %d", c.Conn, c.Packets, c.Polls, n)
+			}
+		}
+	}
+	if matched == 0 {
+		t.Errorf("no receiving connection in the receive path (%d connections, dev_recv %v)", len(rp.Conns), devRecv)
 	}
 	for _, name := range []string{"napi_poll", "softirq_entry", "softirq_exit", "irq_handler_entry", "irq_handler_exit"} {
 		if res.Produced[name] != res.Events[name]+res.LostBy[name] {
