@@ -41,3 +41,4 @@ fuzz FuzzParse 50000x ./internal/filter
 fuzz FuzzDecodeMessage 200000x ./internal/bwprobe
 fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
+fuzz FuzzFormat 100000x ./internal/tpformat

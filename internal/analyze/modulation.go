@@ -64,7 +64,9 @@ type Report struct {
 	// DropClasses splits Drops as ConnReport's does.
 	DropClasses *DropClasses  `json:"drop_classes,omitempty"`
 	Sched       []*SchedStats `json:"sched,omitempty"` // per trace that recorded sched events
-	Warnings    []string      `json:"warnings,omitempty"`
+	// ReceivePath: per trace recorded with the irq or napi groups.
+	ReceivePath []*RxPath `json:"receive_path,omitempty"`
+	Warnings    []string  `json:"warnings,omitempty"`
 }
 
 // series accumulates one (connection, layer) or host layer, from events in
@@ -135,7 +137,19 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		cs.detail = newConnDetail(cs.src.dec)
 		cs.hops = newHopTracker(cs)
 	}
+	rx := make([]*rxTracker, len(s.srcs))
+	for i, src := range s.srcs {
+		rx[i] = newRxTracker(src.h, src.offset)
+	}
+	s.onOther = func(i int, rec trace.Record) {
+		if rx[i] != nil {
+			rx[i].other(rec)
+		}
+	}
 	s.onEvent = func(e *ev) {
+		if e.kind == kDevRecv && rx[e.src] != nil && e.cs != nil {
+			rx[e.src].dev(e.t, e.cs.id, e.cpu)
+		}
 		if se, ok := schedOf(e); ok {
 			scheds[e.src].step(se)
 			routeSched(se, readers[e.src], following[e.src])
@@ -186,6 +200,11 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	rep.DropClasses = classifyDrops(s.drops)
 	rep.Lost = s.lost
 	withSched := make([]bool, len(s.srcs))
+	for i, src := range s.srcs {
+		if rp := rx[i].finish(src.path, src.last-src.first); rp != nil {
+			rep.ReceivePath = append(rep.ReceivePath, rp)
+		}
+	}
 	for i, src := range s.srcs {
 		if st := scheds[i].finish(src.path, src.last-src.first); st != nil {
 			rep.Sched = append(rep.Sched, st)

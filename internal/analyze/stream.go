@@ -218,6 +218,9 @@ type stream struct {
 	newConn func(cs *connState)
 	// onEvent is called for every record, in time order.
 	onEvent func(e *ev)
+	// onOther, if set, is called with every record of no kind the stream
+	// knows (kernel events chosen at run time), in file order.
+	onOther func(src int, rec trace.Record)
 
 	lost   uint64
 	lostBy map[string]uint64
@@ -370,6 +373,9 @@ func (s *stream) advance(src *source) error {
 			s.takeDrop(src, cs, rec)
 			continue
 		case kOther:
+			if s.onOther != nil {
+				s.onOther(src.index, rec)
+			}
 			continue
 		}
 		d := src.dec

@@ -25,6 +25,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/ring"
@@ -96,6 +97,9 @@ type Config struct {
 	// PollInterval is how long the recorder sleeps at most while the
 	// rings look empty; 0 means FlushEvery (see pollEvery).
 	PollInterval time.Duration
+	// KernelEvents are kernel events chosen at run time (tracepoints,
+	// uprobes, the irq and napi groups), recorded beside Groups.
+	KernelEvents []kevent.Spec
 }
 
 // Sink takes the records of a recording, in drain order. trace.Writer is
@@ -215,6 +219,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	kev, err := planKernelEvents(cfg.KernelEvents)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}
@@ -265,11 +273,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer p.Close()
+	if kev != nil {
+		if err := kev.load(cfg, kf); err != nil {
+			return nil, err
+		}
+		defer kev.close()
+	}
 
 	hdr, err := buildHeader(cfg, p.Status, hc)
 	if err != nil {
 		return nil, err
 	}
+	kev.header(hdr)
 	var w Sink
 	if cfg.NewSink != nil {
 		w, err = cfg.NewSink(hdr)
@@ -300,9 +315,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() {
 		for _, rd := range r.events {
-			rd.Close()
+			if kev == nil || rd != kev.ring {
+				rd.Close()
+			}
 		}
 	}()
+	var polled []*ring.Reader
+	if kev != nil {
+		// Merged by time with the events areas, as one more ring.
+		r.kev = kev
+		r.events = append(r.events, kev.ring)
+		polled = append(polled, kev.ring)
+	}
 	if r.control, err = ring.NewReader(p.Control); err != nil {
 		return nil, fmt.Errorf("open control ring: %w", err)
 	}
@@ -311,7 +335,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("open doorbell ring: %w", err)
 	}
 	defer r.doorbell.Close()
-	if r.poll, err = ring.NewPoller(r.control, r.doorbell); err != nil {
+	if r.poll, err = ring.NewPoller(append([]*ring.Reader{r.control, r.doorbell}, polled...)...); err != nil {
 		return nil, err
 	}
 	defer r.poll.Close()
@@ -412,6 +436,7 @@ type recorder struct {
 	scratch   []byte
 	writeErr  error
 	stopAt    time.Time // the end of Config.Duration; zero if none
+	kev       *kernelEvents
 }
 
 // newRecorder makes a recorder that writes to w, whose header is hdr; Run
@@ -425,7 +450,7 @@ func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r.taskSuffix = probe.TaskSuffixSize
 	for _, t := range hdr.Types {
 		r.sizes[t.ID] = t.Size
-		if t.ID != uint8(event.Lost) {
+		if !isLossRecord(t.ID) {
 			r.copySizes[t.ID] = t.Size
 		}
 	}
@@ -799,7 +824,7 @@ func (r *recorder) handle(raw []byte) error {
 		return r.stopOnWrite(err)
 	}
 	r.counts[typ]++
-	if typ == uint8(event.Lost) {
+	if isLossRecord(typ) {
 		r.lost += uint64(binary.NativeEndian.Uint32(raw[32+16:]))
 	} else {
 		r.total++
@@ -892,6 +917,9 @@ func (r *recorder) finish(res *Result) error {
 	// link teardown), not the events': Result.CPU leaves it out.
 	du0, ds0 := processCPU()
 	r.probe.Detach()
+	if r.kev != nil {
+		r.kev.set.Detach()
+	}
 	du1, ds1 := processCPU()
 	var err error
 	if r.writeErr == nil {
@@ -922,6 +950,9 @@ func (r *recorder) finish(res *Result) error {
 			res.LostBy[in.Name] = lostBy[in.Type]
 			res.Lost += lostBy[in.Type]
 		}
+	}
+	if kerr := r.kev.finish(r, res); kerr != nil && err == nil {
+		err = kerr
 	}
 	if r.writeErr == nil {
 		sum := &trace.Summary{

@@ -121,6 +121,10 @@ type Field struct {
 	Offset int    `json:"offset"` // from the start of the record
 	Size   int    `json:"size"`   // in bytes
 	Kind   string `json:"kind"`   // one of the Kind constants, or "enum:NAME"
+	// CType is the kernel's C type of a field of a kernel event recorded
+	// from its tracefs format ("unsigned int", "__data_loc char[]"):
+	// informative only, Kind says how to decode it.
+	CType string `json:"ctype,omitempty"`
 }
 
 // Enum returns the name of f's enum table when f is an enum field, and ""

@@ -35,6 +35,7 @@ func New() *cobra.Command {
 		rotateEvery                                      time.Duration
 		rotateSize, onFull                               string
 		keep                                             int
+		kernel                                           kernelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -53,7 +54,7 @@ at a seam; each file reads on its own, and parse, report and export read the
 files of a chain as one timeline. --keep N deletes the oldest finished files.
 
 Event groups (--events, comma-separated; "-group" removes one):
-` + event.GroupHelp(),
+` + event.GroupHelp() + kernelGroupHelp(),
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
   sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
@@ -65,6 +66,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			if output == "" {
 				return fmt.Errorf("record: an output file is required (-o FILE)")
+			}
+			events, kspecs, err := kernel.specs(events)
+			if err != nil {
+				return fmt.Errorf("record: %w", err)
 			}
 			groups, err := event.ParseGroups(events)
 			if err != nil {
@@ -101,6 +106,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 				WakeupFill:   fill,
 				PollInterval: pollInterval,
 				FlushEvery:   flushEvery,
+				KernelEvents: kspecs,
 			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
@@ -162,6 +168,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
+	kernel.add(f)
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (names as in `magnet status --json`), as if the kernel lacked them")
 	return cmd
 }

@@ -122,6 +122,9 @@ recording selected is one trace of the report.`,
 			for _, st := range rep.Sched {
 				writeSched(out, st)
 			}
+			for _, rp := range rep.ReceivePath {
+				writeRxPath(out, rp)
+			}
 			return nil
 		},
 	}

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze
+
+import (
+	"sort"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// RxPath is the receive path of one trace recorded with the irq and napi
+// groups (magnet record --events default,irq,napi): per CPU, the time in
+// network devices' hard interrupts, in NET_RX and NET_TX softirqs and in
+// NAPI polls; how many packets each poll took (interrupt coalescing at
+// work); and which connections' packets arrived in which polls.
+type RxPath struct {
+	Trace string   `json:"trace"`
+	SpanS float64  `json:"span_s"`
+	CPUs  []*RxCPU `json:"cpus"`
+	All   *RxCPU   `json:"all"`
+	// PacketsPerPoll is the distribution of napi_poll's work: polls by
+	// packets taken, 0 to the budget.
+	PacketsPerPoll map[int]uint64 `json:"packets_per_poll"`
+	Conns          []*RxConn      `json:"connections,omitempty"`
+	Lost           uint64         `json:"lost,omitempty"` // irq/napi events lost: figures are short
+}
+
+// RxCPU is one CPU's (or, with CPU -1, all CPUs') receive-path time.
+type RxCPU struct {
+	CPU int `json:"cpu"`
+	// Time in ns and share of the trace's span: hard interrupts of the
+	// network devices' lines, NET_RX and NET_TX softirqs, and NAPI polls
+	// (from the softirq's start or the previous poll's end to the poll's
+	// end: napi_poll fires when a poll returns).
+	HardIRQNs    uint64  `json:"hardirq_ns"`
+	HardIRQShare float64 `json:"hardirq_share"`
+	NetRxNs      uint64  `json:"net_rx_ns"`
+	NetRxShare   float64 `json:"net_rx_share"`
+	NetTxNs      uint64  `json:"net_tx_ns"`
+	NetTxShare   float64 `json:"net_tx_share"`
+	NapiNs       uint64  `json:"napi_ns"`
+	NapiShare    float64 `json:"napi_share"`
+	HardIRQs     uint64  `json:"hardirqs"`
+	NetRx        uint64  `json:"net_rx"`
+	NetTx        uint64  `json:"net_tx"`
+	Polls        uint64  `json:"polls"`
+	Packets      uint64  `json:"packets"`
+	FullPolls    uint64  `json:"full_polls"` // polls that used their whole budget: more was waiting
+	PerPoll      Summary `json:"packets_per_poll"`
+	perPoll      Dist
+}
+
+// RxConn is how one connection's received packets (dev_recv) fell into
+// NAPI polls.
+type RxConn struct {
+	Conn    uint64  `json:"conn"`
+	Packets uint64  `json:"packets"`
+	Polls   uint64  `json:"polls"`
+	PerPoll float64 `json:"packets_per_poll"`
+}
+
+type rxKind uint8
+
+const (
+	rxIRQEntry rxKind = iota
+	rxIRQExit
+	rxSoftEntry
+	rxSoftExit
+	rxPoll
+	rxDev
+)
+
+type rxEvent struct {
+	t    uint64
+	conn uint64
+	v, w uint32 // irq or vec; napi_poll's work and budget (w)
+	bud  uint32
+	cpu  uint16
+	kind rxKind
+}
+
+// rxTracker gathers one trace's receive-path events as they are read (in
+// file order) and puts each CPU's in time order at the end.
+type rxTracker struct {
+	kinds                  [256]rxKind
+	has                    [256]bool
+	irq, vec, work, budget [256]trace.Field
+	lostF                  []trace.Field
+	any                    bool
+	evs                    []rxEvent
+	lost                   uint64
+	offset                 int64 // the trace's place on the report's timeline
+}
+
+func newRxTracker(h *trace.Header, offset int64) *rxTracker {
+	rt := &rxTracker{offset: offset}
+	for _, t := range h.Types {
+		var k rxKind
+		switch {
+		case t.Group == "irq" && t.Name == "irq_handler_entry":
+			k = rxIRQEntry
+		case t.Group == "irq" && t.Name == "irq_handler_exit":
+			k = rxIRQExit
+		case t.Group == "irq" && t.Name == "softirq_entry":
+			k = rxSoftEntry
+		case t.Group == "irq" && t.Name == "softirq_exit":
+			k = rxSoftExit
+		case t.Group == "napi" && t.Name == "napi_poll":
+			k = rxPoll
+		case t.Name == "kevent_lost":
+			for _, f := range t.Fields {
+				switch f.Name {
+				case "n_irq_handler_entry", "n_irq_handler_exit", "n_softirq_entry", "n_softirq_exit", "n_napi_poll":
+					rt.lostF = append(rt.lostF, f)
+				}
+			}
+			continue
+		default:
+			continue
+		}
+		rt.kinds[t.ID], rt.has[t.ID], rt.any = k, true, true
+		rt.irq[t.ID], _ = t.Field("irq")
+		rt.vec[t.ID], _ = t.Field("vec")
+		rt.work[t.ID], _ = t.Field("work")
+		rt.budget[t.ID], _ = t.Field("budget")
+	}
+	if !rt.any {
+		return nil
+	}
+	return rt
+}
+
+// other takes a record the report has no other use for.
+func (rt *rxTracker) other(rec trace.Record) {
+	id := rec.TypeID()
+	if rec.Type != nil && rec.Type.Name == "kevent_lost" {
+		for _, f := range rt.lostF {
+			n, _ := rec.FieldUint(f)
+			rt.lost += n
+		}
+		return
+	}
+	if !rt.has[id] {
+		return
+	}
+	e := rxEvent{t: uint64(max(int64(rec.Time())+rt.offset, 0)), cpu: rec.CPU(), kind: rt.kinds[id]}
+	switch e.kind {
+	case rxIRQEntry, rxIRQExit:
+		v, _ := rec.FieldInt(rt.irq[id])
+		e.v = uint32(v)
+	case rxSoftEntry, rxSoftExit:
+		v, _ := rec.FieldUint(rt.vec[id])
+		e.v = uint32(v)
+	case rxPoll:
+		w, _ := rec.FieldInt(rt.work[id])
+		b, _ := rec.FieldInt(rt.budget[id])
+		e.w, e.bud = uint32(max(w, 0)), uint32(max(b, 0))
+	}
+	rt.evs = append(rt.evs, e)
+}
+
+// dev takes a dev_recv of connection conn, at time t on cpu.
+func (rt *rxTracker) dev(t, conn uint64, cpu uint16) {
+	if conn != 0 {
+		rt.evs = append(rt.evs, rxEvent{t: t, conn: conn, cpu: cpu, kind: rxDev})
+	}
+}
+
+const (
+	vecNetTx = 2
+	vecNetRx = 3
+)
+
+func (rt *rxTracker) finish(path string, span uint64) *RxPath {
+	if rt == nil {
+		return nil
+	}
+	sort.SliceStable(rt.evs, func(i, j int) bool {
+		a, b := &rt.evs[i], &rt.evs[j]
+		if a.cpu != b.cpu {
+			return a.cpu < b.cpu
+		}
+		return a.t < b.t
+	})
+	rp := &RxPath{Trace: path, SpanS: float64(span) / 1e9, PacketsPerPoll: map[int]uint64{}, Lost: rt.lost, All: &RxCPU{CPU: -1}}
+	conns := map[uint64]*RxConn{}
+	var order []uint64
+	var cpu *RxCPU
+	var irqAt, softAt [4]uint64 // entry times; 0 = not inside
+	var irqNum uint32
+	var pollFrom uint64         // start of the poll that ends next
+	var pending map[uint64]bool // connections with packets since pollFrom
+	flushPoll := func() {
+		for c := range pending {
+			conns[c].Polls++
+		}
+		clear(pending)
+	}
+	for i := range rt.evs {
+		e := &rt.evs[i]
+		if cpu == nil || int(e.cpu) != cpu.CPU {
+			cpu = &RxCPU{CPU: int(e.cpu)}
+			rp.CPUs = append(rp.CPUs, cpu)
+			irqAt, softAt, pollFrom = [4]uint64{}, [4]uint64{}, 0
+			pending = map[uint64]bool{}
+		}
+		switch e.kind {
+		case rxIRQEntry:
+			irqAt[0], irqNum = e.t, e.v
+		case rxIRQExit:
+			if irqAt[0] != 0 && irqNum == e.v && e.t >= irqAt[0] {
+				cpu.HardIRQNs += e.t - irqAt[0]
+				cpu.HardIRQs++
+			}
+			irqAt[0] = 0
+		case rxSoftEntry:
+			if e.v == vecNetRx || e.v == vecNetTx {
+				softAt[e.v] = e.t
+			}
+			if e.v == vecNetRx {
+				pollFrom = e.t
+			}
+		case rxSoftExit:
+			if (e.v == vecNetRx || e.v == vecNetTx) && softAt[e.v] != 0 && e.t >= softAt[e.v] {
+				d := e.t - softAt[e.v]
+				if e.v == vecNetRx {
+					cpu.NetRxNs += d
+					cpu.NetRx++
+				} else {
+					cpu.NetTxNs += d
+					cpu.NetTx++
+				}
+			}
+			if e.v < 4 {
+				softAt[e.v] = 0
+			}
+			if e.v == vecNetRx {
+				pollFrom = 0
+				clear(pending) // packets outside a poll belong to none
+			}
+		case rxPoll:
+			cpu.Polls++
+			cpu.Packets += uint64(e.w)
+			if e.bud > 0 && e.w >= e.bud {
+				cpu.FullPolls++
+			}
+			cpu.perPoll.Add(float64(e.w))
+			rp.All.perPoll.Add(float64(e.w))
+			rp.PacketsPerPoll[int(e.w)]++
+			if pollFrom != 0 && e.t >= pollFrom {
+				cpu.NapiNs += e.t - pollFrom
+			}
+			pollFrom = e.t
+			flushPoll()
+		case rxDev:
+			rc := conns[e.conn]
+			if rc == nil {
+				rc = &RxConn{Conn: e.conn}
+				conns[e.conn] = rc
+				order = append(order, e.conn)
+			}
+			if pollFrom != 0 || softAt[vecNetRx] != 0 {
+				rc.Packets++
+				pending[e.conn] = true
+			}
+		}
+	}
+	share := func(ns uint64) float64 {
+		if span == 0 {
+			return 0
+		}
+		return float64(ns) / float64(span)
+	}
+	for _, c := range rp.CPUs {
+		a := rp.All
+		a.HardIRQNs += c.HardIRQNs
+		a.NetRxNs += c.NetRxNs
+		a.NetTxNs += c.NetTxNs
+		a.NapiNs += c.NapiNs
+		a.HardIRQs += c.HardIRQs
+		a.NetRx += c.NetRx
+		a.NetTx += c.NetTx
+		a.Polls += c.Polls
+		a.Packets += c.Packets
+		a.FullPolls += c.FullPolls
+	}
+	for _, c := range append(rp.CPUs, rp.All) {
+		c.HardIRQShare, c.NetRxShare, c.NetTxShare, c.NapiShare = share(c.HardIRQNs), share(c.NetRxNs), share(c.NetTxNs), share(c.NapiNs)
+		c.PerPoll = summarise(&c.perPoll)
+	}
+	// The all-CPU share is of one CPU's time, summed: it may pass 1.
+	for _, id := range order {
+		rc := conns[id]
+		if rc.Packets == 0 {
+			continue
+		}
+		if rc.Polls > 0 {
+			rc.PerPoll = float64(rc.Packets) / float64(rc.Polls)
+		}
+		rp.Conns = append(rp.Conns, rc)
+	}
+	return rp
+}

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/kevent"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// kevTestC is a program whose kernel events are known in advance: it
+// renames itself five times (task:task_rename), writes five buffers of
+// known sizes to /dev/null (syscalls:sys_enter_write), calls mg_mark seven
+// times with known arguments (a uprobe), then executes argv[1]
+// (sched:sched_process_exec).
+const kevTestC = `
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((noinline)) long mg_mark(long a, long b)
+{
+	__asm__ volatile("" ::: "memory");
+	return a + b;
+}
+
+int main(int argc, char **argv)
+{
+	char name[16];
+	static char buf[400];
+	int sizes[] = {50, 150, 300, 101, 100};
+	long s = 0;
+	if (argc > 2 && strcmp(argv[1], "getppid") == 0) {
+		long n = atol(argv[2]);
+		for (long i = 0; i < n; i++)
+			s += getppid();
+		return s == 0;
+	}
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof name, "mgname%d", i);
+		prctl(PR_SET_NAME, name);
+	}
+	int fd = open("/dev/null", O_WRONLY);
+	for (int i = 0; i < 5; i++)
+		if (write(fd, buf, sizes[i]) != sizes[i])
+			return 2;
+	for (long i = 1; i <= 7; i++)
+		s += mg_mark(i, i * i);
+	if (argc > 1)
+		execl(argv[1], argv[1], (char *)0);
+	return s == 0;
+}
+`
+
+// buildKevTest compiles kevTestC and returns the binary's path.
+func buildKevTest(t *testing.T) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		if cc, err = exec.LookPath("clang"); err != nil {
+			t.Skip("no C compiler to build the test program")
+		}
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "kevtest.c")
+	if err := os.WriteFile(src, []byte(kevTestC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "kevtest")
+	if out, err := exec.Command(cc, "-O1", "-g", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("build test program: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func kernelSpecs(t *testing.T, tracepoints, uprobes []string) []kevent.Spec {
+	t.Helper()
+	var specs []kevent.Spec
+	for _, v := range tracepoints {
+		s, err := kevent.ParseTracepoint(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, s)
+	}
+	for _, v := range uprobes {
+		s, err := kevent.ParseUprobe(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// TestKernelEventsDecoded records three tracepoints whose fields are of
+// different types (a signed int, fixed char arrays and a short; a
+// __data_loc string; 8-byte integers behind a kernel filter, beside a
+// pointer that must not be recorded) and a uprobe, for a command whose
+// every such event is known: the trace must hold exactly those, decoded
+// exactly, and account for every event produced.
+func TestKernelEventsDecoded(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	rec := startRecording(t, record.Config{
+		Groups:  event.GroupConn,
+		Command: []string{bin, "/bin/true"},
+		KernelEvents: kernelSpecs(t, []string{
+			"task:task_rename",
+			"sched:sched_process_exec",
+			"syscalls:sys_enter_write if count > 100 && count < 400 || count == 50",
+		}, []string{bin + ":mg_mark"}),
+	})
+	<-rec.done
+	if rec.err != nil {
+		t.Fatal(rec.err)
+	}
+	var renames, execs, writes []string
+	var marks [][2]uint64
+	var cmdPid uint32
+	sum := eachRecord(t, rec.path, func(rc trace.Record) {
+		switch rc.Type.Name {
+		case "task_rename":
+			pid, _ := rc.Int("pid")
+			oldc, _ := rc.Str("oldcomm")
+			newc, _ := rc.Str("newcomm")
+			adj, ok := rc.Int("oom_score_adj")
+			if !ok || int64(rc.TID()) != pid {
+				t.Errorf("task_rename: pid %d, tid %d, oom_score_adj %v", pid, rc.TID(), ok)
+			}
+			cmdPid = uint32(pid)
+			renames = append(renames, oldc+">"+newc+":"+itoa(adj))
+		case "sched_process_exec":
+			fn, _ := rc.Str("filename")
+			pid, _ := rc.Int("pid")
+			old, _ := rc.Int("old_pid")
+			execs = append(execs, fn+":"+itoa(pid-old))
+		case "sys_enter_write":
+			n, _ := rc.Uint("count")
+			if _, ok := rc.Uint("buf"); ok {
+				t.Error("sys_enter_write: the buf pointer is in the dictionary")
+			}
+			nr, _ := rc.Int("__syscall_nr")
+			writes = append(writes, itoa(int64(n))+"/"+itoa(nr))
+		case "mg_mark":
+			a, _ := rc.Uint("arg0")
+			b, _ := rc.Uint("arg1")
+			marks = append(marks, [2]uint64{a, b})
+		}
+	})
+	// The recorder's child takes the command's name when it executes it,
+	// and the command takes true's.
+	if got, want := strings.Join(renames, " "), "kevtest>mgname0:0 mgname0>mgname1:0 mgname1>mgname2:0 mgname2>mgname3:0 mgname3>mgname4:0 mgname4>true:0"; len(renames) != 7 || !strings.HasSuffix(renames[0], ">kevtest:0") || strings.Join(renames[1:], " ") != want {
+		t.Errorf("task_rename: %s, want RECORDER>kevtest:0 %s", got, want)
+	}
+	if got, want := strings.Join(execs, " "), bin+":0 /bin/true:0"; got != want {
+		t.Errorf("sched_process_exec: %s, want %s (filename and pid - old_pid)", got, want)
+	}
+	if got, want := strings.Join(writes, " "), "50/1 150/1 300/1 101/1"; got != want {
+		t.Errorf("sys_enter_write with the filter: %s, want %s (count/syscall number)", got, want)
+	}
+	if len(marks) != 7 {
+		t.Fatalf("mg_mark: %d calls recorded, want 7", len(marks))
+	}
+	for i, m := range marks {
+		if n := uint64(i + 1); m != [2]uint64{n, n * n} {
+			t.Errorf("mg_mark call %d: args %v, want %d, %d", i+1, m, n, n*n)
+		}
+	}
+	if cmdPid == 0 {
+		t.Fatal("no task_rename")
+	}
+	// Every event produced is in the trace or counted lost.
+	produced, _ := sum.Extra["produced"].(map[string]any)
+	for _, name := range []string{"task_rename", "sched_process_exec", "sys_enter_write", "mg_mark"} {
+		p, _ := produced[name].(float64)
+		if uint64(p) != sum.Events[name] || rec.res.LostBy[name] != 0 {
+			t.Errorf("%s: produced %v, recorded %d, lost %d", name, produced[name], sum.Events[name], rec.res.LostBy[name])
+		}
+	}
+	noKernelAddresses(t, rec.path)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// setGRO turns GRO on for iface in h's namespace (ETHTOOL_SGRO): a veth
+// then receives through NAPI.
+func setGRO(t *testing.T, h netlab.Host) {
+	t.Helper()
+	err := h.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		val := [2]uint32{0x2c, 1} // ETHTOOL_SGRO, on
+		var ifr [40]byte
+		copy(ifr[:16], h.Iface)
+		*(*uintptr)(unsafe.Pointer(&ifr[16])) = uintptr(unsafe.Pointer(&val))
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+			return e
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("turn GRO on: %v", err)
+	}
+}
+
+func rxPackets(t *testing.T, h netlab.Host) uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", h.NS, "cat", "/sys/class/net/"+h.Iface+"/statistics/rx_packets").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReceivePathGroups records --events default,irq,napi over a veth
+// transfer whose receiver has GRO on (veth then receives through NAPI):
+// the NAPI polls must account for at least every packet the receiving veth
+// counted (other devices' polls add to them: this kernel names no device
+// in napi_poll), every poll within its budget, and NET_RX softirqs around
+// them. A veth has no interrupt line: hard interrupts are those of the
+// host's own NICs, if any, and not asserted.
+func TestReceivePathGroups(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgnapi"})
+	setGRO(t, lab.Server)
+	_, specs, _, err := kevent.SplitGroups("default,irq,napi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := rxPackets(t, lab.Server)
+	rec := startRecording(t, record.Config{Groups: event.DefaultGroups, KernelEvents: specs})
+	ftp(t, lab, "tcp", uniquePort(), 200)
+	after := rxPackets(t, lab.Server)
+	res := rec.stop(t)
+	var polls, work uint64
+	softirq := map[string]uint64{}
+	eachRecord(t, rec.path, func(rc trace.Record) {
+		switch rc.Type.Name {
+		case "napi_poll":
+			w, _ := rc.Int("work")
+			b, _ := rc.Int("budget")
+			if w < 0 || w > b || b <= 0 {
+				t.Errorf("napi_poll: work %d, budget %d", w, b)
+			}
+			polls++
+			work += uint64(w)
+		case "softirq_entry", "softirq_exit":
+			v, _ := rc.Uint("vec")
+			if v != 2 && v != 3 {
+				t.Errorf("%s: vec %d, not NET_TX or NET_RX", rc.Type.Name, v)
+			}
+			softirq[rc.Type.Name+itoa(int64(v))]++
+		}
+	})
+	t.Logf("veth rx %d packets; %d NAPI polls took %d; softirqs %v; hard irqs %d/%d", after-before, polls, work, softirq, res.Events["irq_handler_entry"], res.Events["irq_handler_exit"])
+	if after-before < 200 || work < after-before {
+		t.Errorf("NAPI polls took %d packets, the receiving veth counted %d", work, after-before)
+	}
+	if softirq["softirq_entry3"] == 0 || softirq["softirq_exit3"] == 0 {
+		t.Errorf("no NET_RX softirq: %v", softirq)
+	}
+	// The report's receive path: the same polls and packets, every NET_RX
+	// softirq paired, and the connection's received packets (dev_recv on
+	// the veth, inside NAPI polls) all placed in polls.
+	rep, err := analyze.Modulation([]string{rec.path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ReceivePath) != 1 {
+		t.Fatalf("report: %d receive paths", len(rep.ReceivePath))
+	}
+	rp := rep.ReceivePath[0]
+	if rp.All.Polls != polls || rp.All.Packets != work || rp.All.NetRx != softirq["softirq_exit3"] || rp.All.NetRxShare <= 0 || rp.All.NapiNs > rp.All.NetRxNs {
+		t.Errorf("receive path: %+v, want %d polls, %d packets, %d NET_RX softirqs, NAPI time within NET_RX time", rp.All, polls, work, softirq["softirq_exit3"])
+	}
+	devRecv := map[uint64]uint64{}
+	eachRecord(t, rec.path, func(rc trace.Record) {
+		if rc.Type.Name == "dev_recv" && rc.Conn() != 0 && rc.NetNS() == lab.Server.NetNSInode {
+			devRecv[rc.Conn()]++
+		}
+	})
+	matched := 0
+	for _, c := range rp.Conns {
+		if n, ok := devRecv[c.Conn]; ok {
+			matched++
+			if c.Packets != n || c.Polls == 0 || c.Polls > c.Packets {
+				t.Errorf("connection %d: %d packets in %d polls, dev_recv %d", c.Conn, c.Packets, c.Polls, n)
+			}
+		}
+	}
+	if matched == 0 {
+		t.Errorf("no receiving connection in the receive path (%d connections, dev_recv %v)", len(rp.Conns), devRecv)
+	}
+	for _, name := range []string{"napi_poll", "softirq_entry", "softirq_exit", "irq_handler_entry", "irq_handler_exit"} {
+		if res.Produced[name] != res.Events[name]+res.LostBy[name] {
+			t.Errorf("%s: produced %d, recorded %d + lost %d", name, res.Produced[name], res.Events[name], res.LostBy[name])
+		}
+	}
+}
+
+// TestKernelEventErrors: an unknown tracepoint, a bad filter, a uprobe on
+// a symbol the binary lacks and a kprobe on this kernel each fail the
+// recording before anything is recorded, with one line.
+func TestKernelEventErrors(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	for _, tc := range []struct {
+		spec []kevent.Spec
+		want string
+	}{
+		{kernelSpecs(t, []string{"napi:no_such_poll"}, nil), "no such tracepoint"},
+		{kernelSpecs(t, []string{"napi:napi_poll if wrk > 1"}, nil), `no field "wrk"`},
+		{kernelSpecs(t, []string{"napi:napi_poll if dev_name == 1"}, nil), "cannot be tested"},
+		{kernelSpecs(t, nil, []string{bin + ":no_such_function"}), "no_such_function"},
+	} {
+		out := filepath.Join(t.TempDir(), "x.mgt")
+		_, err := record.Run(t.Context(), record.Config{Output: out, StatusDir: t.TempDir(), KernelEvents: tc.spec, Duration: 1})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error %v, want one line with %q", tc.spec, err, tc.want)
+		}
+		if _, serr := os.Stat(out); !os.IsNotExist(serr) && !strings.Contains(tc.want, "no_such_function") {
+			t.Errorf("%v: output created for a recording that could not start", tc.spec)
+		}
+	}
+	k, err := kevent.ParseKprobe("tcp_sendmsg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = record.Run(t.Context(), record.Config{Output: filepath.Join(t.TempDir(), "x.mgt"), StatusDir: t.TempDir(), KernelEvents: []kevent.Spec{k}})
+	if err == nil || !strings.Contains(err.Error(), "kprobe tcp_sendmsg") {
+		t.Errorf("kprobe: %v", err)
+	}
+}
+
+// TestKernelEventsLoss floods a kernel event into a ring far too small for
+// it: losses must be counted per event, marked in place by kevent_lost
+// records whose counts add up to them, and recorded + lost == produced.
+func TestKernelEventsLoss(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	const calls = 300000
+	rec := startRecording(t, record.Config{
+		Groups:       event.GroupConn,
+		BufferBytes:  64 << 10,
+		Command:      []string{bin, "getppid", strconv.Itoa(calls)},
+		KernelEvents: kernelSpecs(t, []string{"syscalls:sys_enter_getppid"}, nil),
+	})
+	<-rec.done
+	if rec.err != nil {
+		t.Fatal(rec.err)
+	}
+	res := rec.res
+	var inStream uint64
+	sum := eachRecord(t, rec.path, func(rc trace.Record) {
+		if rc.Type.Name == kevent.LostName {
+			n, _ := rc.Uint("n_sys_enter_getppid")
+			total, _ := rc.Uint("total")
+			if n != total {
+				t.Errorf("kevent_lost: total %d, n_sys_enter_getppid %d", total, n)
+			}
+			inStream += n
+		}
+	})
+	name := "sys_enter_getppid"
+	t.Logf("%d calls: produced %d, recorded %d, lost %d (%d kevent_lost records)", calls, res.Produced[name], sum.Events[name], res.LostBy[name], sum.Events[kevent.LostName])
+	if res.Produced[name] != calls {
+		t.Errorf("produced %d, the program called getppid %d times", res.Produced[name], calls)
+	}
+	if res.LostBy[name] == 0 || sum.Events[name]+res.LostBy[name] != res.Produced[name] {
+		t.Errorf("recorded %d + lost %d, produced %d (want losses, and the sum exact)", sum.Events[name], res.LostBy[name], res.Produced[name])
+	}
+	if inStream != res.LostBy[name] || sum.Lost != res.Lost {
+		t.Errorf("kevent_lost records count %d, lost %d; summary lost %d, result %d", inStream, res.LostBy[name], sum.Lost, res.Lost)
+	}
+}
