@@ -797,8 +797,10 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
- * never depends on the order in which it reads the rings. */
-static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, struct emit *e)
+ * never depends on the order in which it reads the rings. anon: name no
+ * task (tid 0), for a record whose current task is not the one it is about
+ * (a softirq's interrupted task). */
+static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, struct emit *e, int anon)
 {
 	struct cpu_state *st = my_state();
 	struct task_struct *task;
@@ -812,7 +814,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 	}
 	task = bpf_get_current_task_btf();
 	current_task_id(task, &cur);
-	if (exclude_cgroup && current_excluded(task))
+	if (anon || (exclude_cgroup && current_excluded(task)))
 		__builtin_memset(&cur, 0, sizeof(cur));
 	e->pid_tgid = cur.pid_tgid;
 	e->area = 0;
@@ -832,7 +834,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 #define RESERVE_EVENT_OF(st, task, T, typ, now, e) ((T *)reserve_event_of(st, task, typ, sizeof(T), now, e))
 #define RESERVE_EVENT_IN(st, T, typ, now, e)                                                       \
 	((T *)reserve_event_of(st, bpf_get_current_task_btf(), typ, sizeof(T), now, e))
-#define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control(typ, sizeof(T), now, e))
+#define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control_as(typ, sizeof(T), now, e, 0))
 #define SUBMIT(r, e) submit(r, e)
 
 static __always_inline void fill(struct mg_hdr *h, __u8 type, __u64 now, __u64 pid_tgid,
@@ -938,18 +940,23 @@ static __always_inline void read_addrs(const struct sock *s, struct sock_addrs *
 	}
 }
 
+static __always_inline void tuple_of(const struct sock_addrs *a, struct tuple *k)
+{
+	k->netns = a->netns;
+	k->lport = a->lport;
+	k->rport = a->rport;
+	__builtin_memcpy(k->laddr, a->laddr, 16);
+	__builtin_memcpy(k->raddr, a->raddr, 16);
+	k->proto = a->proto;
+}
+
 static __always_inline void remember_tuple(const struct sock_addrs *a, __u64 cookie)
 {
 	struct tuple k = {};
 
 	if (!a->lport)
 		return;
-	k.netns = a->netns;
-	k.lport = a->lport;
-	k.rport = a->rport;
-	__builtin_memcpy(k.laddr, a->laddr, 16);
-	__builtin_memcpy(k.raddr, a->raddr, 16);
-	k.proto = a->proto;
+	tuple_of(a, &k);
 	bpf_map_update_elem(&tuples, &k, &cookie, BPF_ANY);
 	/* Also for a key the map did not have: the LRU map may have evicted
 	 * it behind a cache's back. */
@@ -960,12 +967,7 @@ static __always_inline void forget_tuple(const struct sock_addrs *a)
 {
 	struct tuple k = {};
 
-	k.netns = a->netns;
-	k.lport = a->lport;
-	k.rport = a->rport;
-	__builtin_memcpy(k.laddr, a->laddr, 16);
-	__builtin_memcpy(k.raddr, a->raddr, 16);
-	k.proto = a->proto;
+	tuple_of(a, &k);
 	bpf_map_delete_elem(&tuples, &k);
 	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
 }
@@ -979,13 +981,19 @@ static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct
 	forget_tuple(a);
 }
 
-static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie)
+/* Announce a connection. process: the current task is the socket's user
+ * (a system call of it); otherwise the record names no task, and the
+ * connection's owner is the task of its first socket-layer event: an
+ * accepted connection is first seen in the softirq that completes its
+ * handshake, on whatever task that interrupted (on one host, often the
+ * client). */
+static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, int process)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct mg_conn_open *r;
 	struct emit e;
 
-	r = RESERVE_CONTROL(struct mg_conn_open, MG_CONN_OPEN, now, &e);
+	r = (struct mg_conn_open *)reserve_control_as(MG_CONN_OPEN, sizeof(*r), now, &e, !process);
 	if (!r)
 		return;
 	fill(&r->hdr, MG_CONN_OPEN, now, e.pid_tgid, cookie, 0, a->netns);
@@ -1008,6 +1016,8 @@ static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 coo
  * only to announce a connection: callers read it once they know they have
  * something to record, which a filtered-out packet never has.
  */
+#define PROCESS_LISTEN 2 /* process, in listen(): the socket's state is about to be TCP_LISTEN */
+
 #define VERDICT_NONE 0
 #define VERDICT_SELECTED 1
 #define VERDICT_FILTERED 2
@@ -1112,11 +1122,15 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 			return FILTERED;
 		ci->selected = 1;
 		read_addrs(sk, &a);
-		emit_conn_open(&a, cookie);
+		if (process == PROCESS_LISTEN)
+			a.state = TCP_LISTEN_;
+		emit_conn_open(&a, cookie, process);
 		cache_verdict(cookie, 1);
 		return cookie;
 	}
 	read_addrs(sk, &a);
+	if (process == PROCESS_LISTEN)
+		a.state = TCP_LISTEN_;
 	/* What stays_filtered left to the table: the netns and cgroup
 	 * filters passed. */
 	if (port_filtered(a.lport, a.rport))
@@ -1134,7 +1148,7 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	remember_tuple(&a, cookie);
 	if (sel)
-		emit_conn_open(&a, cookie);
+		emit_conn_open(&a, cookie, process);
 	if (sel || !fresh.eligible)
 		cache_verdict(cookie, sel);
 	return sel ? cookie : FILTERED;
@@ -1512,6 +1526,13 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 		if (conn != FILTERED && conn)
 			emit_tcp_rate(sk, conn, bpf_ktime_get_ns());
+	}
+	if (newstate == TCP_LISTEN_) {
+		/* Announced by its owner, in listen(): the first SYN then finds
+		 * it by address, and the table names the process that listens
+		 * rather than the one a SYN's softirq interrupted. */
+		conn_of(my_state(), sk, cookie_of(sk, sk), PROCESS_LISTEN);
+		return 0;
 	}
 	if (newstate != TCP_CLOSE_ && newstate != TCP_ESTABLISHED_)
 		return 0;
