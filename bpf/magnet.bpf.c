@@ -940,13 +940,34 @@ static __always_inline void read_addrs(const struct sock *s, struct sock_addrs *
 	}
 }
 
+/*
+ * An address as the tuples map keys it: a v4-mapped IPv6 address
+ * (::ffff:a.b.c.d) as the IPv4 address it stands for. A socket of a
+ * dual-stack listener (bound to [::], the default of iperf3, Go's ":port",
+ * Java, nginx's `listen [::]`) talks IPv4 to an IPv4 client while its own
+ * addresses are v4-mapped; the device sees IPv4 packets, which
+ * conn_from_headers keys as IPv4.
+ */
+static __always_inline void tuple_addr(__u8 *dst, const __u8 *src)
+{
+	const __u32 *w = (const __u32 *)src;
+
+	if (w[0] == 0 && w[1] == 0 && src[8] == 0 && src[9] == 0 && src[10] == 0xff &&
+	    src[11] == 0xff) {
+		__builtin_memset(dst, 0, 16);
+		__builtin_memcpy(dst, src + 12, 4);
+		return;
+	}
+	__builtin_memcpy(dst, src, 16);
+}
+
 static __always_inline void tuple_of(const struct sock_addrs *a, struct tuple *k)
 {
 	k->netns = a->netns;
 	k->lport = a->lport;
 	k->rport = a->rport;
-	__builtin_memcpy(k->laddr, a->laddr, 16);
-	__builtin_memcpy(k->raddr, a->raddr, 16);
+	tuple_addr(k->laddr, a->laddr);
+	tuple_addr(k->raddr, a->raddr);
 	k->proto = a->proto;
 }
 

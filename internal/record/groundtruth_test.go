@@ -357,3 +357,16 @@ func TestListenerOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestDualStackListener: iperf3's server listens on [::] by default (as
+// nginx's `listen [::]`, Go's ":port" and Java do), so an IPv4 client's
+// connections are AF_INET6 sockets with v4-mapped addresses, while their
+// packets are IPv4 at the device.
+func TestDualStackListener(t *testing.T) {
+	accepted := iperf3Receive(t, "mgdual")
+	for _, c := range accepted {
+		if !c.Local.Addr().Is4In6() {
+			t.Errorf("%s: not the v4-mapped socket of a dual-stack listener", describeConn(c))
+		}
+	}
+}
