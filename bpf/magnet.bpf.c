@@ -984,22 +984,39 @@ static __always_inline void remember_tuple(const struct sock_addrs *a, __u64 coo
 	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
 }
 
-static __always_inline void forget_tuple(const struct sock_addrs *a)
+/* Remove the tuple k if it is still cookie's: sockets may share one (UDP
+ * sockets bound to the same address and port, as iperf3 -u's server makes
+ * when it connects one and binds another), and the last one to announce
+ * itself holds it. */
+static __noinline void forget_key(struct tuple *k, __u64 cookie)
 {
-	struct tuple k = {};
+	__u64 *c = bpf_map_lookup_elem(&tuples, k);
 
-	tuple_of(a, &k);
-	bpf_map_delete_elem(&tuples, &k);
-	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
+	if (!c || *c != cookie)
+		return;
+	bpf_map_delete_elem(&tuples, k);
+	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)k)], 1);
 }
 
 /* Forget a closing socket's tuple, under the local port it had when first
- * seen (TCP has already released it when the socket reaches TCP_CLOSE). */
-static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct conn_info *ci)
+ * seen (TCP has already released it when the socket reaches TCP_CLOSE). A
+ * UDP socket may have been announced unconnected, then learned again once
+ * connected (udp_learn_peer): its unconnected tuples go too. */
+static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct conn_info *ci, __u64 cookie)
 {
+	struct tuple k = {};
+
 	if (ci->lport)
 		a->lport = ci->lport;
-	forget_tuple(a);
+	tuple_of(a, &k);
+	forget_key(&k, cookie);
+	if (a->proto != IPPROTO_UDP_ || !a->rport)
+		return;
+	k.rport = 0;
+	__builtin_memset(k.raddr, 0, 16);
+	forget_key(&k, cookie);
+	__builtin_memset(k.laddr, 0, 16);
+	forget_key(&k, cookie);
 }
 
 /* Announce a connection. process: the current task is the socket's user
@@ -1238,6 +1255,49 @@ static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
 /* ---------------------------------------------------------------- */
 /* socket layer */
 
+/* The peer a connected UDP socket's tuple was last learned for. */
+struct udp_peer {
+	__u32 daddr;    /* skc_daddr (IPv4, v4-mapped too) */
+	__u32 daddr6_3; /* the last word of skc_v6_daddr */
+	__u16 dport;
+	__u16 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct udp_peer);
+} udp_peers SEC(".maps");
+
+/*
+ * A UDP socket is announced when first seen, usually at bind(), before it
+ * is connected, and connect() has no hook that runs after it: its tuple
+ * is then the unconnected one, which a second socket bound to the same
+ * address and port (iperf3 -u's server binds one per client) takes over,
+ * and its packets found by address went to that socket. At the socket's
+ * first send or receive after connect() (socket layer, process context),
+ * its connected tuple is learned. Only connected UDP sockets pay for the
+ * check: one look in the socket's own storage per call.
+ */
+static __noinline void udp_learn_peer(struct sock *sk, __u64 cookie)
+{
+	struct udp_peer *p = bpf_sk_storage_get(&udp_peers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	const struct sock *k = KERNEL_CAST(struct sock, sk);
+	__u32 daddr = k->__sk_common.skc_daddr;
+	__u32 daddr6_3 = k->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+	__u16 dport = k->__sk_common.skc_dport;
+	struct sock_addrs a;
+
+	if (!p || (p->dport == dport && p->daddr == daddr && p->daddr6_3 == daddr6_3))
+		return;
+	p->dport = dport;
+	p->daddr = daddr;
+	p->daddr6_3 = daddr6_3;
+	read_addrs(sk, &a);
+	remember_tuple(&a, cookie);
+}
+
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {
 	struct cpu_state *st;
@@ -1270,6 +1330,8 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 	conn = verdict == VERDICT_SELECTED ? cookie : conn_slow(sk, cookie, 1);
 	if (conn == FILTERED || !conn)
 		return 0;
+	if (sk->sk_protocol == IPPROTO_UDP_ && sk->__sk_common.skc_dport)
+		udp_learn_peer(sk, conn);
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT_OF(st, task, struct mg_hdr, type, now, &e);
 	if (!r)
@@ -1510,7 +1572,7 @@ static __always_inline void emit_conn_close(struct sock *sk, struct conn_info *c
 	struct emit e;
 
 	read_addrs(sk, &a);
-	forget_conn_tuple(&a, ci);
+	forget_conn_tuple(&a, ci, cookie);
 	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
 	if (r) {
 		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
@@ -1578,7 +1640,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, ci);
+		forget_conn_tuple(&a, ci, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 	}
 	return 0;
@@ -1604,7 +1666,7 @@ int udp_release(struct bpf_sock *ctx)
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, ci);
+		forget_conn_tuple(&a, ci, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 		return 1;
 	}

@@ -370,3 +370,58 @@ func TestDualStackListener(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPSharedPort: iperf3 -u's server receives a test's first datagram
+// on its listening UDP socket, connects that socket to the client, and
+// binds another to the same port for the next client, which it closes at
+// the end. Every datagram tcpdump sees arrive must be the connected
+// socket's dev_recv, before and after the other socket closes.
+func TestUDPSharedPort(t *testing.T) {
+	needRoot(t)
+	needTools(t, "iperf3", "tcpdump", "tshark")
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgudpsh", RateMbit: 100})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	srv := iperf3Server(t, lab, lab.Server, port)
+	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("udp port %d", port))
+	// Datagrams of 1,000 bytes: one frame each.
+	sent := iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-u", "-b", "20M", "-n", "1M", "-l", "1000")
+	srv.Wait()
+	waitClosed(t, lab, port)
+	frames := capt.stop(t)
+	rec.stop(t)
+
+	_, evs, sum := readTrace(t, rec.path)
+	var data *export.Conn
+	var udp []*export.Conn
+	for _, c := range conns(t, rec.path) {
+		if c.NetNS == lab.Server.NetNSInode && c.Proto == "udp" && int(c.Local.Port()) == port {
+			udp = append(udp, c)
+			if c.RecvApp > 0 {
+				data = c
+			}
+		}
+	}
+	in := 0
+	for _, f := range frames {
+		if f.proto == "udp" && f.dst.Addr() == lab.Server.Addr && int(f.dst.Port()) == port {
+			in++
+		}
+	}
+	t.Logf("iperf3 sent %d bytes; %d datagrams arrived (tcpdump); %d server UDP sockets", sent, in, len(udp))
+	if data == nil || len(udp) < 2 {
+		t.Fatalf("server UDP sockets %d, receiving one %v: want iperf3's connected socket and the one bound after it", len(udp), data)
+	}
+	for _, c := range udp {
+		want := 0
+		if c == data {
+			want = in
+		}
+		if got := count(evs, "dev_recv", c.ID).n; got != want {
+			t.Errorf("%s: dev_recv = %d, want %d (tcpdump)", describeConn(c), got, want)
+		}
+	}
+	if sum.Lost != 0 {
+		t.Errorf("lost %d events", sum.Lost)
+	}
+}
