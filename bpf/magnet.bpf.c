@@ -797,8 +797,10 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
- * never depends on the order in which it reads the rings. */
-static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, struct emit *e)
+ * never depends on the order in which it reads the rings. anon: name no
+ * task (tid 0), for a record whose current task is not the one it is about
+ * (a softirq's interrupted task). */
+static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, struct emit *e, int anon)
 {
 	struct cpu_state *st = my_state();
 	struct task_struct *task;
@@ -812,7 +814,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 	}
 	task = bpf_get_current_task_btf();
 	current_task_id(task, &cur);
-	if (exclude_cgroup && current_excluded(task))
+	if (anon || (exclude_cgroup && current_excluded(task)))
 		__builtin_memset(&cur, 0, sizeof(cur));
 	e->pid_tgid = cur.pid_tgid;
 	e->area = 0;
@@ -832,7 +834,7 @@ static __always_inline void *reserve_control(__u8 type, __u64 sz, __u64 now, str
 #define RESERVE_EVENT_OF(st, task, T, typ, now, e) ((T *)reserve_event_of(st, task, typ, sizeof(T), now, e))
 #define RESERVE_EVENT_IN(st, T, typ, now, e)                                                       \
 	((T *)reserve_event_of(st, bpf_get_current_task_btf(), typ, sizeof(T), now, e))
-#define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control(typ, sizeof(T), now, e))
+#define RESERVE_CONTROL(T, typ, now, e) ((T *)reserve_control_as(typ, sizeof(T), now, e, 0))
 #define SUBMIT(r, e) submit(r, e)
 
 static __always_inline void fill(struct mg_hdr *h, __u8 type, __u64 now, __u64 pid_tgid,
@@ -938,54 +940,98 @@ static __always_inline void read_addrs(const struct sock *s, struct sock_addrs *
 	}
 }
 
+/*
+ * An address as the tuples map keys it: a v4-mapped IPv6 address
+ * (::ffff:a.b.c.d) as the IPv4 address it stands for. A socket of a
+ * dual-stack listener (bound to [::], the default of iperf3, Go's ":port",
+ * Java, nginx's `listen [::]`) talks IPv4 to an IPv4 client while its own
+ * addresses are v4-mapped; the device sees IPv4 packets, which
+ * conn_from_headers keys as IPv4.
+ */
+static __always_inline void tuple_addr(__u8 *dst, const __u8 *src)
+{
+	const __u32 *w = (const __u32 *)src;
+
+	if (w[0] == 0 && w[1] == 0 && src[8] == 0 && src[9] == 0 && src[10] == 0xff &&
+	    src[11] == 0xff) {
+		__builtin_memset(dst, 0, 16);
+		__builtin_memcpy(dst, src + 12, 4);
+		return;
+	}
+	__builtin_memcpy(dst, src, 16);
+}
+
+static __always_inline void tuple_of(const struct sock_addrs *a, struct tuple *k)
+{
+	k->netns = a->netns;
+	k->lport = a->lport;
+	k->rport = a->rport;
+	tuple_addr(k->laddr, a->laddr);
+	tuple_addr(k->raddr, a->raddr);
+	k->proto = a->proto;
+}
+
 static __always_inline void remember_tuple(const struct sock_addrs *a, __u64 cookie)
 {
 	struct tuple k = {};
 
 	if (!a->lport)
 		return;
-	k.netns = a->netns;
-	k.lport = a->lport;
-	k.rport = a->rport;
-	__builtin_memcpy(k.laddr, a->laddr, 16);
-	__builtin_memcpy(k.raddr, a->raddr, 16);
-	k.proto = a->proto;
+	tuple_of(a, &k);
 	bpf_map_update_elem(&tuples, &k, &cookie, BPF_ANY);
 	/* Also for a key the map did not have: the LRU map may have evicted
 	 * it behind a cache's back. */
 	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
 }
 
-static __always_inline void forget_tuple(const struct sock_addrs *a)
+/* Remove the tuple k if it is still cookie's: sockets may share one (UDP
+ * sockets bound to the same address and port, as iperf3 -u's server makes
+ * when it connects one and binds another), and the last one to announce
+ * itself holds it. */
+static __noinline void forget_key(struct tuple *k, __u64 cookie)
 {
-	struct tuple k = {};
+	__u64 *c = bpf_map_lookup_elem(&tuples, k);
 
-	k.netns = a->netns;
-	k.lport = a->lport;
-	k.rport = a->rport;
-	__builtin_memcpy(k.laddr, a->laddr, 16);
-	__builtin_memcpy(k.raddr, a->raddr, 16);
-	k.proto = a->proto;
-	bpf_map_delete_elem(&tuples, &k);
-	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)&k)], 1);
+	if (!c || *c != cookie)
+		return;
+	bpf_map_delete_elem(&tuples, k);
+	__sync_fetch_and_add(&tuple_gens[tuple_slot_of((const __u32 *)k)], 1);
 }
 
 /* Forget a closing socket's tuple, under the local port it had when first
- * seen (TCP has already released it when the socket reaches TCP_CLOSE). */
-static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct conn_info *ci)
+ * seen (TCP has already released it when the socket reaches TCP_CLOSE). A
+ * UDP socket may have been announced unconnected, then learned again once
+ * connected (udp_learn_peer): its unconnected tuples go too. */
+static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct conn_info *ci, __u64 cookie)
 {
+	struct tuple k = {};
+
 	if (ci->lport)
 		a->lport = ci->lport;
-	forget_tuple(a);
+	tuple_of(a, &k);
+	forget_key(&k, cookie);
+	if (a->proto != IPPROTO_UDP_ || !a->rport)
+		return;
+	k.rport = 0;
+	__builtin_memset(k.raddr, 0, 16);
+	forget_key(&k, cookie);
+	__builtin_memset(k.laddr, 0, 16);
+	forget_key(&k, cookie);
 }
 
-static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie)
+/* Announce a connection. process: the current task is the socket's user
+ * (a system call of it); otherwise the record names no task, and the
+ * connection's owner is the task of its first socket-layer event: an
+ * accepted connection is first seen in the softirq that completes its
+ * handshake, on whatever task that interrupted (on one host, often the
+ * client). */
+static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, int process)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct mg_conn_open *r;
 	struct emit e;
 
-	r = RESERVE_CONTROL(struct mg_conn_open, MG_CONN_OPEN, now, &e);
+	r = (struct mg_conn_open *)reserve_control_as(MG_CONN_OPEN, sizeof(*r), now, &e, !process);
 	if (!r)
 		return;
 	fill(&r->hdr, MG_CONN_OPEN, now, e.pid_tgid, cookie, 0, a->netns);
@@ -1008,6 +1054,8 @@ static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 coo
  * only to announce a connection: callers read it once they know they have
  * something to record, which a filtered-out packet never has.
  */
+#define PROCESS_LISTEN 2 /* process, in listen(): the socket's state is about to be TCP_LISTEN */
+
 #define VERDICT_NONE 0
 #define VERDICT_SELECTED 1
 #define VERDICT_FILTERED 2
@@ -1112,11 +1160,15 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 			return FILTERED;
 		ci->selected = 1;
 		read_addrs(sk, &a);
-		emit_conn_open(&a, cookie);
+		if (process == PROCESS_LISTEN)
+			a.state = TCP_LISTEN_;
+		emit_conn_open(&a, cookie, process);
 		cache_verdict(cookie, 1);
 		return cookie;
 	}
 	read_addrs(sk, &a);
+	if (process == PROCESS_LISTEN)
+		a.state = TCP_LISTEN_;
 	/* What stays_filtered left to the table: the netns and cgroup
 	 * filters passed. */
 	if (port_filtered(a.lport, a.rport))
@@ -1134,7 +1186,7 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	remember_tuple(&a, cookie);
 	if (sel)
-		emit_conn_open(&a, cookie);
+		emit_conn_open(&a, cookie, process);
 	if (sel || !fresh.eligible)
 		cache_verdict(cookie, sel);
 	return sel ? cookie : FILTERED;
@@ -1203,6 +1255,49 @@ static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
 /* ---------------------------------------------------------------- */
 /* socket layer */
 
+/* The peer a connected UDP socket's tuple was last learned for. */
+struct udp_peer {
+	__u32 daddr;    /* skc_daddr (IPv4, v4-mapped too) */
+	__u32 daddr6_3; /* the last word of skc_v6_daddr */
+	__u16 dport;
+	__u16 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct udp_peer);
+} udp_peers SEC(".maps");
+
+/*
+ * A UDP socket is announced when first seen, usually at bind(), before it
+ * is connected, and connect() has no hook that runs after it: its tuple
+ * is then the unconnected one, which a second socket bound to the same
+ * address and port (iperf3 -u's server binds one per client) takes over,
+ * and its packets found by address went to that socket. At the socket's
+ * first send or receive after connect() (socket layer, process context),
+ * its connected tuple is learned. Only connected UDP sockets pay for the
+ * check: one look in the socket's own storage per call.
+ */
+static __noinline void udp_learn_peer(struct sock *sk, __u64 cookie)
+{
+	struct udp_peer *p = bpf_sk_storage_get(&udp_peers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	const struct sock *k = KERNEL_CAST(struct sock, sk);
+	__u32 daddr = k->__sk_common.skc_daddr;
+	__u32 daddr6_3 = k->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+	__u16 dport = k->__sk_common.skc_dport;
+	struct sock_addrs a;
+
+	if (!p || (p->dport == dport && p->daddr == daddr && p->daddr6_3 == daddr6_3))
+		return;
+	p->dport = dport;
+	p->daddr = daddr;
+	p->daddr6_3 = daddr6_3;
+	read_addrs(sk, &a);
+	remember_tuple(&a, cookie);
+}
+
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {
 	struct cpu_state *st;
@@ -1235,6 +1330,8 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 	conn = verdict == VERDICT_SELECTED ? cookie : conn_slow(sk, cookie, 1);
 	if (conn == FILTERED || !conn)
 		return 0;
+	if (sk->sk_protocol == IPPROTO_UDP_ && sk->__sk_common.skc_dport)
+		udp_learn_peer(sk, conn);
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT_OF(st, task, struct mg_hdr, type, now, &e);
 	if (!r)
@@ -1475,7 +1572,7 @@ static __always_inline void emit_conn_close(struct sock *sk, struct conn_info *c
 	struct emit e;
 
 	read_addrs(sk, &a);
-	forget_conn_tuple(&a, ci);
+	forget_conn_tuple(&a, ci, cookie);
 	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
 	if (r) {
 		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
@@ -1513,6 +1610,13 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		if (conn != FILTERED && conn)
 			emit_tcp_rate(sk, conn, bpf_ktime_get_ns());
 	}
+	if (newstate == TCP_LISTEN_) {
+		/* Announced by its owner, in listen(): the first SYN then finds
+		 * it by address, and the table names the process that listens
+		 * rather than the one a SYN's softirq interrupted. */
+		conn_of(my_state(), sk, cookie_of(sk, sk), PROCESS_LISTEN);
+		return 0;
+	}
 	if (newstate != TCP_CLOSE_ && newstate != TCP_ESTABLISHED_)
 		return 0;
 	cookie = cookie_of(sk, sk);
@@ -1536,7 +1640,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, ci);
+		forget_conn_tuple(&a, ci, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 	}
 	return 0;
@@ -1562,7 +1666,7 @@ int udp_release(struct bpf_sock *ctx)
 		struct sock_addrs a;
 
 		read_addrs(sk, &a);
-		forget_conn_tuple(&a, ci);
+		forget_conn_tuple(&a, ci, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 		return 1;
 	}

@@ -537,6 +537,14 @@ type magnetTuple struct {
 	Pad   [3]uint8
 }
 
+type magnetUdpPeer struct {
+	_       structs.HostLayout
+	Daddr   uint32
+	Daddr63 uint32
+	Dport   uint16
+	Pad     [3]uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -555,6 +563,7 @@ const (
 	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
+	magnetMapUdpPeers          = "udp_peers"
 	magnetProgInetSockSetState = "inet_sock_set_state"
 	magnetProgIpEgress         = "ip_egress"
 	magnetProgIpIngress        = "ip_ingress"
@@ -708,6 +717,7 @@ type magnetMapSpecs struct {
 	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
 	Tuples      *ebpf.MapSpec `ebpf:"tuples"`
+	UdpPeers    *ebpf.MapSpec `ebpf:"udp_peers"`
 }
 
 // magnetVariableSpecs contains global variables before they are loaded into the kernel.
@@ -789,6 +799,7 @@ type magnetMaps struct {
 	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
 	Tuples      *ebpf.Map `ebpf:"tuples"`
+	UdpPeers    *ebpf.Map `ebpf:"udp_peers"`
 }
 
 func (m *magnetMaps) Close() error {
@@ -807,6 +818,7 @@ func (m *magnetMaps) Close() error {
 		m.TcpRates,
 		m.TcpStates,
 		m.Tuples,
+		m.UdpPeers,
 	)
 }
 

@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record_test
+
+// Tests that hold a recording against a source magnet does not compute:
+// tcpdump on the same veth, read back with tshark, and third-party programs
+// (iperf3) in the setups real servers use.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+)
+
+// needTools skips the test when a program it compares against is missing,
+// and fails it on CI, where scripts/deps.sh installs them.
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing on CI (scripts/deps.sh installs it)", tool)
+			}
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+}
+
+// capture is tcpdump writing what one host's veth sees to a file.
+type capture struct {
+	cmd    *exec.Cmd
+	path   string
+	stderr bytes.Buffer
+	done   bool
+}
+
+// startCapture starts tcpdump on h's veth with the pcap filter expression
+// filter and returns once it captures ("listening on").
+func startCapture(t *testing.T, lab *netlab.Lab, h netlab.Host, filter string) *capture {
+	t.Helper()
+	c := &capture{path: filepath.Join(t.TempDir(), "capture.pcap")}
+	// -s 128: headers are all the comparison needs; -Z root keeps tcpdump
+	// able to write the test's directory; --immediate-mode, because
+	// without it the packets of the capture ring's last block, not yet
+	// handed over when tcpdump is told to stop, are never written.
+	c.cmd = lab.Command(h, "tcpdump", "-n", "-i", h.Iface, "-s", "128", "-Z", "root", "--immediate-mode", "-w", c.path, filter)
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !c.done {
+			c.cmd.Process.Kill()
+			c.cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		c.stderr.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "listening on") {
+			go func() {
+				// What tcpdump says at the end (its counts) goes to the
+				// buffer, read once Wait has returned.
+				io.Copy(&c.stderr, stderr)
+			}()
+			return c
+		}
+	}
+	c.cmd.Wait()
+	c.done = true
+	t.Fatalf("tcpdump did not start: %s", c.stderr.String())
+	return nil
+}
+
+// frame is one packet of a capture, as tshark reads it.
+type frame struct {
+	src, dst netip.AddrPort
+	proto    string // "tcp" or "udp"
+	flags    uint64 // TCP flags
+	payload  int    // TCP segment data / UDP payload bytes
+}
+
+var (
+	reDroppedByKernel = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
+	reCapturedBy      = regexp.MustCompile(`(\d+) packets? captured`)
+	reReceivedBy      = regexp.MustCompile(`(\d+) packets? received by filter`)
+)
+
+// stop ends tcpdump and returns the frames it captured, failing the test if
+// it dropped any: an incomplete capture is no ground truth.
+func (c *capture) stop(t *testing.T) []frame {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGINT)
+	c.cmd.Wait()
+	c.done = true
+	msg := c.stderr.String()
+	if m := reDroppedByKernel.FindStringSubmatch(msg); m == nil || m[1] != "0" {
+		t.Fatalf("tcpdump dropped packets or did not say: %s", msg)
+	}
+	captured, byFilter := reCapturedBy.FindStringSubmatch(msg), reReceivedBy.FindStringSubmatch(msg)
+	if captured == nil || byFilter == nil || captured[1] != byFilter[1] {
+		t.Fatalf("tcpdump did not write every packet its filter took: %s", msg)
+	}
+	// Fragments are left apart: each is a frame on the wire.
+	out, err := exec.Command("tshark", "-r", c.path, "-n", "-o", "ip.defragment:FALSE",
+		"-T", "fields", "-E", "separator=,",
+		"-e", "ip.src", "-e", "ipv6.src", "-e", "ip.dst", "-e", "ipv6.dst",
+		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "udp.srcport", "-e", "udp.dstport",
+		"-e", "tcp.flags", "-e", "tcp.len", "-e", "udp.length").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	var frames []frame
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) != 11 {
+			t.Fatalf("tshark line %q", line)
+		}
+		addr := func(a, b string) netip.Addr {
+			ad, err := netip.ParseAddr(a + b)
+			if err != nil {
+				t.Fatalf("tshark line %q: %v", line, err)
+			}
+			return ad
+		}
+		port := func(a, b string) uint16 {
+			n, _ := strconv.ParseUint(a+b, 10, 16)
+			return uint16(n)
+		}
+		fr := frame{
+			src: netip.AddrPortFrom(addr(f[0], f[1]), port(f[4], f[6])),
+			dst: netip.AddrPortFrom(addr(f[2], f[3]), port(f[5], f[7])),
+		}
+		if f[4] != "" {
+			fr.proto = "tcp"
+			fr.flags, _ = strconv.ParseUint(strings.TrimPrefix(f[8], "0x"), 16, 16)
+			fr.payload, _ = strconv.Atoi(f[9])
+		} else if f[6] != "" {
+			fr.proto = "udp"
+			n, _ := strconv.Atoi(f[10])
+			fr.payload = n - 8
+		}
+		frames = append(frames, fr)
+	}
+	return frames
+}
+
+// framesBetween counts the frames from one end to the other.
+func framesBetween(frames []frame, from, to netip.AddrPort) int {
+	n := 0
+	for _, f := range frames {
+		if f.src == from && f.dst == to {
+			n++
+		}
+	}
+	return n
+}
+
+// iperf3Server starts `iperf3 -s` in h, on its default dual-stack socket
+// (bound to [::]), for one test, and returns once it listens (it says so
+// on a pipe only with --forceflush).
+func iperf3Server(t *testing.T, lab *netlab.Lab, h netlab.Host, port int, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := lab.Command(h, "iperf3", append([]string{"-s", "-1", "--forceflush", "-p", strconv.Itoa(port)}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "Server listening on") {
+			go io.Copy(io.Discard, stdout)
+			return cmd
+		}
+	}
+	t.Fatal("iperf3 server did not start")
+	return nil
+}
+
+// iperf3Client runs an iperf3 client in h against the server and returns
+// what iperf3 says it sent, in bytes.
+func iperf3Client(t *testing.T, lab *netlab.Lab, h netlab.Host, server netip.Addr, port int, args ...string) uint64 {
+	t.Helper()
+	cmd := lab.Command(h, "iperf3", append([]string{"-c", server.String(), "-p", strconv.Itoa(port), "-J"}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("iperf3 client: %v\n%s", err, out)
+	}
+	var res struct {
+		End struct {
+			SumSent struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"sum_sent"`
+			Sum struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"sum"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("iperf3 client output: %v\n%s", err, out)
+	}
+	if res.End.SumSent.Bytes != 0 {
+		return res.End.SumSent.Bytes
+	}
+	return res.End.Sum.Bytes
+}
+
+// serverConns returns the server's connections to port: the listening
+// sockets (no remote end) and the others, by remote end.
+func serverConns(cs []*export.Conn, lab *netlab.Lab, proto string, port int) (listeners []*export.Conn, accepted map[netip.AddrPort]*export.Conn) {
+	accepted = map[netip.AddrPort]*export.Conn{}
+	for _, c := range cs {
+		if c.NetNS != lab.Server.NetNSInode || c.Proto != proto || int(c.Local.Port()) != port {
+			continue
+		}
+		if c.Remote.Port() == 0 {
+			listeners = append(listeners, c)
+		} else {
+			accepted[netip.AddrPortFrom(c.Remote.Addr().Unmap(), c.Remote.Port())] = c
+		}
+	}
+	return listeners, accepted
+}
+
+func describeConn(c *export.Conn) string {
+	return fmt.Sprintf("conn %d %s %s <-> %s pid %d %s", c.ID, c.Proto, c.Local, c.Remote, c.PID, c.Comm)
+}
+
+// waitClosed waits until no socket of port in either host of the lab is
+// still exchanging packets (each is gone or in TIME-WAIT): by then every
+// frame of the connections' ends, the last ACK included, has passed the
+// devices.
+func waitClosed(t *testing.T, lab *netlab.Lab, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := ""
+		for _, h := range []netlab.Host{lab.Client, lab.Server} {
+			out, err := lab.Command(h, "ss", "-Htuan").Output()
+			if err != nil {
+				t.Fatalf("ss: %v", err)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				f := strings.Fields(l)
+				if len(f) < 6 || f[1] == "TIME-WAIT" || f[1] == "LISTEN" && f[0] == "tcp" {
+					continue
+				}
+				if strings.HasSuffix(f[4], ":"+strconv.Itoa(port)) || strings.HasSuffix(f[5], ":"+strconv.Itoa(port)) {
+					busy = l
+				}
+			}
+		}
+		if busy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a socket of port %d stays open: %s", port, busy)
+		}
+		// ss cannot wait for a state change; this polls a state the
+		// kernel reaches within a few round trips.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// iperf3Receive runs one iperf3 test with the server in the lab's server
+// host (started with serverArgs) sending 2 MiB to the client, and checks
+// the server's receive side against tcpdump on its veth: every frame that
+// arrives for an accepted connection is that connection's dev_recv and
+// ip_recv, except the SYN and the handshake's ACK, which reach the
+// listener (before the connection exists) and only it. The listener
+// belongs to the server process.
+func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted map[netip.AddrPort]*export.Conn) {
+	needRoot(t)
+	needTools(t, "iperf3", "tcpdump", "tshark")
+	lab := netlab.ForTest(t, netlab.Options{Name: name, RateMbit: 100})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	srv := iperf3Server(t, lab, lab.Server, port, serverArgs...)
+	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("tcp port %d", port))
+	// -R: the server sends. Its sockets then never close with data unread,
+	// which makes the kernel reset the connection and answer what is
+	// still in flight with resets after the socket is gone.
+	sent := iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-R", "-n", "2M")
+	srv.Wait()
+	waitClosed(t, lab, port)
+	frames := capt.stop(t)
+	rec.stop(t)
+
+	_, evs, sum := readTrace(t, rec.path)
+	listeners, accepted := serverConns(conns(t, rec.path), lab, "tcp", port)
+	t.Logf("iperf3 sent %d bytes; %d frames captured; listeners %d, accepted %d", sent, len(frames), len(listeners), len(accepted))
+	if len(listeners) != 1 || len(accepted) != 2 {
+		t.Fatalf("server connections: %d listeners, %d accepted; want iperf3's listener and its control and data connections", len(listeners), len(accepted))
+	}
+	local := netip.AddrPortFrom(lab.Server.Addr, uint16(port))
+	for remote, c := range accepted {
+		in := framesBetween(frames, remote, local)
+		for _, name := range []string{"dev_recv", "ip_recv"} {
+			if got := count(evs, name, c.ID).n; got != in-2 {
+				t.Errorf("%s: %s = %d, want %d (tcpdump: %d frames in, less the SYN and the handshake's ACK)", describeConn(c), name, got, in-2, in)
+			}
+		}
+	}
+	l := listeners[0]
+	if got := count(evs, "dev_recv", l.ID).n; got != 2*len(accepted) {
+		t.Errorf("listener dev_recv = %d, want %d (a SYN and an ACK per connection)", got, 2*len(accepted))
+	}
+	if l.PID != uint32(srv.Process.Pid) || l.Comm != "iperf3" {
+		t.Errorf("%s: want the owner, iperf3 server pid %d", describeConn(l), srv.Process.Pid)
+	}
+	if sum.Lost != 0 {
+		t.Errorf("lost %d events", sum.Lost)
+	}
+	return accepted
+}
+
+// TestListenerOwner: a listening socket bound to an IPv4 address is known
+// from listen() on, so the first SYN is its, and it names its owner.
+func TestListenerOwner(t *testing.T) {
+	accepted := iperf3Receive(t, "mglisten", "-B", "0.0.0.0")
+	for _, c := range accepted {
+		if !c.Local.Addr().Is4() {
+			t.Errorf("%s: want an IPv4 socket", describeConn(c))
+		}
+	}
+}
+
+// TestDualStackListener: iperf3's server listens on [::] by default (as
+// nginx's `listen [::]`, Go's ":port" and Java do), so an IPv4 client's
+// connections are AF_INET6 sockets with v4-mapped addresses, while their
+// packets are IPv4 at the device.
+func TestDualStackListener(t *testing.T) {
+	accepted := iperf3Receive(t, "mgdual")
+	for _, c := range accepted {
+		if !c.Local.Addr().Is4In6() {
+			t.Errorf("%s: not the v4-mapped socket of a dual-stack listener", describeConn(c))
+		}
+	}
+}
+
+// TestUDPSharedPort: iperf3 -u's server receives a test's first datagram
+// on its listening UDP socket, connects that socket to the client, and
+// binds another to the same port for the next client, which it closes at
+// the end. Every datagram tcpdump sees arrive must be the connected
+// socket's dev_recv, before and after the other socket closes.
+func TestUDPSharedPort(t *testing.T) {
+	needRoot(t)
+	needTools(t, "iperf3", "tcpdump", "tshark")
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgudpsh", RateMbit: 100})
+	port := uniquePort()
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	srv := iperf3Server(t, lab, lab.Server, port)
+	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("udp port %d", port))
+	// Datagrams of 1,000 bytes: one frame each.
+	sent := iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-u", "-b", "20M", "-n", "1M", "-l", "1000")
+	srv.Wait()
+	waitClosed(t, lab, port)
+	frames := capt.stop(t)
+	rec.stop(t)
+
+	_, evs, sum := readTrace(t, rec.path)
+	var data *export.Conn
+	var udp []*export.Conn
+	for _, c := range conns(t, rec.path) {
+		if c.NetNS == lab.Server.NetNSInode && c.Proto == "udp" && int(c.Local.Port()) == port {
+			udp = append(udp, c)
+			if c.RecvApp > 0 {
+				data = c
+			}
+		}
+	}
+	in := 0
+	for _, f := range frames {
+		if f.proto == "udp" && f.dst.Addr() == lab.Server.Addr && int(f.dst.Port()) == port {
+			in++
+		}
+	}
+	t.Logf("iperf3 sent %d bytes; %d datagrams arrived (tcpdump); %d server UDP sockets", sent, in, len(udp))
+	if data == nil || len(udp) < 2 {
+		t.Fatalf("server UDP sockets %d, receiving one %v: want iperf3's connected socket and the one bound after it", len(udp), data)
+	}
+	for _, c := range udp {
+		want := 0
+		if c == data {
+			want = in
+		}
+		if got := count(evs, "dev_recv", c.ID).n; got != want {
+			t.Errorf("%s: dev_recv = %d, want %d (tcpdump)", describeConn(c), got, want)
+		}
+	}
+	if sum.Lost != 0 {
+		t.Errorf("lost %d events", sum.Lost)
+	}
+}
