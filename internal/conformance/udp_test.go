@@ -3,9 +3,12 @@
 package conformance_test
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
@@ -173,4 +176,69 @@ func TestIperf3UDP(t *testing.T) {
 			t.Errorf("%d UDP sockets in the server, want iperf3's 2 (the one it connected to the client and its new listener): %+v", len(servers), servers)
 		}
 	})
+}
+
+// TestUDPNoPorts sends datagrams to a port nothing listens on: the
+// kernel counts each in UdpNoPorts and frees it with the reason
+// NO_SOCKET. The recording is of the server's namespace only (--netns),
+// so that device events and drops no socket owns are recorded.
+func TestUDPNoPorts(t *testing.T) {
+	need(t)
+	const n = 25
+	lab := newLab(t, "mgconfp", 0)
+	p := port(6)
+	ns0 := nstat(t, lab.Server)
+	capS := startCapture(t, lab.Server, "udp port "+strconv.Itoa(p))
+	rec := record(t, "--netns", lab.Server.NS)
+	var uc *net.UDPConn
+	if err := lab.Client.Do(func() (err error) {
+		uc, err = net.ListenUDP("udp4", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Server.Addr, uint16(p)))
+	for i := range n {
+		if _, err := uc.WriteToUDP([]byte(fmt.Sprintf("datagram %d", i)), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Delivery on a veth runs in the sender's softirq; the counter is the
+	// ground truth, polled until it has them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for delta(ns0, nstat(t, lab.Server))["UdpNoPorts"] < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	frames := capS.stop(t)
+	tr := rec.stop(t)
+	d := delta(ns0, nstat(t, lab.Server))
+	var in int
+	for _, f := range frames {
+		if f.dst == lab.Server.Addr {
+			in++
+		}
+	}
+	if d["UdpNoPorts"] != n || in != n {
+		t.Fatalf("nstat UdpNoPorts %d, tshark %d datagrams; sent %d: no ground truth", d["UdpNoPorts"], in, n)
+	}
+	var drops, recv int
+	for _, e := range tr.events {
+		if e.NetNS != lab.Server.NetNSInode {
+			continue
+		}
+		if e.Event == "drop" && e.Reason == "NO_SOCKET" && e.Conn == 0 {
+			drops++
+		}
+		// The IP packet: 20 + 8 + "datagram 0".."datagram 24".
+		if e.Event == "dev_recv" && e.Conn == 0 && e.IfIndex == uint32(lab.Server.IfIndex) && (e.Size == 38 || e.Size == 39) {
+			recv++
+		}
+	}
+	if drops != n {
+		t.Errorf("NO_SOCKET drop events in the server %d; nstat UdpNoPorts %d", drops, n)
+	}
+	if recv != n {
+		t.Errorf("unattributed dev_recv of the datagrams on the server's veth %d; tshark %d", recv, n)
+	}
 }
