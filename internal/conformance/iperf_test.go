@@ -319,6 +319,21 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 		t.Logf("qdisc drops: tc %d, magnet %d", c.qdiscDrops, n)
 	})
 
+	// The report's drops: per connection, by the kernel's reason; over
+	// the sender's connections the qdisc's are tc -s's, and host-wide too.
+	t.Run("report_drops_equal_tc", func(t *testing.T) {
+		var conns uint64
+		for _, r := range c.tr.report.Connections {
+			if r.Conn.NetNS == senderHost.NetNSInode {
+				conns += r.Drops["QDISC_DROP"]
+			}
+		}
+		if conns != uint64(c.qdiscDrops) || c.tr.report.Drops["QDISC_DROP"] != uint64(c.qdiscDrops) {
+			t.Errorf("report: QDISC_DROP over the sender's connections %d, host-wide %d (all reasons %v); tc -s qdisc %d",
+				conns, c.tr.report.Drops["QDISC_DROP"], c.tr.report.Drops, c.qdiscDrops)
+		}
+	})
+
 	// The device layer against tcpdump on the server's veth: the tap sees
 	// the very skbs the device hooks see (GSO super-packets whole, as veth
 	// passes them), after the qdisc on the way out. dev_xmit's size

@@ -130,6 +130,25 @@ func TestIperf3UDP(t *testing.T) {
 		t.Logf("drops: qdisc %d (tc %d), receive buffer %d (nstat %d)", qdisc, qdrops, rcvbuf, dS["UdpRcvbufErrors"])
 	})
 
+	// The report's drops by reason: the qdisc's on the client's socket,
+	// the receive buffer's on the server's, and host-wide.
+	t.Run("report_drops_equal_tc_and_nstat", func(t *testing.T) {
+		var qdisc, rcvbuf uint64
+		for _, r := range tr.report.Connections {
+			switch r.Conn.NetNS {
+			case lab.Client.NetNSInode:
+				qdisc += r.Drops["QDISC_DROP"]
+			case lab.Server.NetNSInode:
+				rcvbuf += r.Drops["SOCKET_RCVBUFF"]
+			}
+		}
+		host := tr.report.Drops
+		if qdisc != uint64(qdrops) || host["QDISC_DROP"] != uint64(qdrops) || rcvbuf != dS["UdpRcvbufErrors"] || host["SOCKET_RCVBUFF"] != dS["UdpRcvbufErrors"] {
+			t.Errorf("report: QDISC_DROP on the client's sockets %d, host-wide %d (tc -s %d); SOCKET_RCVBUFF on the server's %d, host-wide %d (UdpRcvbufErrors %d); all %v",
+				qdisc, host["QDISC_DROP"], qdrops, rcvbuf, host["SOCKET_RCVBUFF"], dS["UdpRcvbufErrors"], host)
+		}
+	})
+
 	// Every datagram on the server's veth is a dev_recv, of the server's
 	// socket that took the client's stream: iperf3 connects its listening
 	// socket to the client after the hello and opens a new one on the
@@ -186,7 +205,7 @@ func TestUDPNoPorts(t *testing.T) {
 	need(t)
 	const n = 25
 	lab := newLab(t, "mgconfp", 0)
-	p := port(6)
+	p := port(8)
 	ns0 := nstat(t, lab.Server)
 	capS := startCapture(t, lab.Server, "udp port "+strconv.Itoa(p))
 	rec := record(t, "--netns", lab.Server.NS)
