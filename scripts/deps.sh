@@ -23,10 +23,26 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v tmux >/dev/null || need+=(tmux)         # magnet top in a real terminal, in the tests
 command -v chromium >/dev/null || need+=(chromium) # the daemon's oscilloscope page, in the tests
 command -v bpftrace >/dev/null || need+=(bpftrace) # the bench's peer tracer, whose probe set a test checks
+# The conformance tests (internal/conformance) run real programs between
+# namespaces and check magnet against tcpdump/tshark, nstat, ss and tc.
+command -v iperf3 >/dev/null || need+=(iperf3)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || need+=(nginx-light)
+command -v curl >/dev/null || need+=(curl)
+command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v nstat >/dev/null || need+=(iproute2)
+command -v ss >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
+	# A policy-rc.d that says no: installing nginx or iperf3 must not start
+	# their services (the tests start their own, in namespaces).
+	norc=
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && norc=1
+	fi
 	apt-get install -y -qq "${need[@]}" >/dev/null
+	[ -z "$norc" ] || rm -f /usr/sbin/policy-rc.d
 fi
 # pyarrow reads magnet's Parquet exports back in the tests.
 python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow 2>/dev/null ||

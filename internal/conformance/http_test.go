@@ -252,7 +252,7 @@ func TestGoHTTP(t *testing.T) {
 		lab: lab, port: p, tr: tr, frames: frames, nsClient: dC, nsServer: dS, mss: 1448,
 		sent: written, received: int64(len(resp)), total: int64(len(resp)),
 		appRetrans: -1, serverPID: os.Getpid(), serverComm: strings.TrimSpace(string(comm)), download: true,
-		qdiscDrops: int64(drops1 - drops0), serverClosesFirst: true,
+		qdiscDrops: int64(drops1 - drops0),
 	}
 	checkTCPTransfer(t, c)
 

@@ -3,9 +3,12 @@
 package conformance_test
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
@@ -127,6 +130,25 @@ func TestIperf3UDP(t *testing.T) {
 		t.Logf("drops: qdisc %d (tc %d), receive buffer %d (nstat %d)", qdisc, qdrops, rcvbuf, dS["UdpRcvbufErrors"])
 	})
 
+	// The report's drops by reason: the qdisc's on the client's socket,
+	// the receive buffer's on the server's, and host-wide.
+	t.Run("report_drops_equal_tc_and_nstat", func(t *testing.T) {
+		var qdisc, rcvbuf uint64
+		for _, r := range tr.report.Connections {
+			switch r.Conn.NetNS {
+			case lab.Client.NetNSInode:
+				qdisc += r.Drops["QDISC_DROP"]
+			case lab.Server.NetNSInode:
+				rcvbuf += r.Drops["SOCKET_RCVBUFF"]
+			}
+		}
+		host := tr.report.Drops
+		if qdisc != uint64(qdrops) || host["QDISC_DROP"] != uint64(qdrops) || rcvbuf != dS["UdpRcvbufErrors"] || host["SOCKET_RCVBUFF"] != dS["UdpRcvbufErrors"] {
+			t.Errorf("report: QDISC_DROP on the client's sockets %d, host-wide %d (tc -s %d); SOCKET_RCVBUFF on the server's %d, host-wide %d (UdpRcvbufErrors %d); all %v",
+				qdisc, host["QDISC_DROP"], qdrops, rcvbuf, host["SOCKET_RCVBUFF"], dS["UdpRcvbufErrors"], host)
+		}
+	})
+
 	// Every datagram on the server's veth is a dev_recv, of the server's
 	// socket that took the client's stream: iperf3 connects its listening
 	// socket to the client after the hello and opens a new one on the
@@ -173,4 +195,69 @@ func TestIperf3UDP(t *testing.T) {
 			t.Errorf("%d UDP sockets in the server, want iperf3's 2 (the one it connected to the client and its new listener): %+v", len(servers), servers)
 		}
 	})
+}
+
+// TestUDPNoPorts sends datagrams to a port nothing listens on: the
+// kernel counts each in UdpNoPorts and frees it with the reason
+// NO_SOCKET. The recording is of the server's namespace only (--netns),
+// so that device events and drops no socket owns are recorded.
+func TestUDPNoPorts(t *testing.T) {
+	need(t)
+	const n = 25
+	lab := newLab(t, "mgconfp", 0)
+	p := port(8)
+	ns0 := nstat(t, lab.Server)
+	capS := startCapture(t, lab.Server, "udp port "+strconv.Itoa(p))
+	rec := record(t, "--netns", lab.Server.NS)
+	var uc *net.UDPConn
+	if err := lab.Client.Do(func() (err error) {
+		uc, err = net.ListenUDP("udp4", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Server.Addr, uint16(p)))
+	for i := range n {
+		if _, err := uc.WriteToUDP([]byte(fmt.Sprintf("datagram %d", i)), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Delivery on a veth runs in the sender's softirq; the counter is the
+	// ground truth, polled until it has them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for delta(ns0, nstat(t, lab.Server))["UdpNoPorts"] < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	frames := capS.stop(t)
+	tr := rec.stop(t)
+	d := delta(ns0, nstat(t, lab.Server))
+	var in int
+	for _, f := range frames {
+		if f.dst == lab.Server.Addr {
+			in++
+		}
+	}
+	if d["UdpNoPorts"] != n || in != n {
+		t.Fatalf("nstat UdpNoPorts %d, tshark %d datagrams; sent %d: no ground truth", d["UdpNoPorts"], in, n)
+	}
+	var drops, recv int
+	for _, e := range tr.events {
+		if e.NetNS != lab.Server.NetNSInode {
+			continue
+		}
+		if e.Event == "drop" && e.Reason == "NO_SOCKET" && e.Conn == 0 {
+			drops++
+		}
+		// The IP packet: 20 + 8 + "datagram 0".."datagram 24".
+		if e.Event == "dev_recv" && e.Conn == 0 && e.IfIndex == uint32(lab.Server.IfIndex) && (e.Size == 38 || e.Size == 39) {
+			recv++
+		}
+	}
+	if drops != n {
+		t.Errorf("NO_SOCKET drop events in the server %d; nstat UdpNoPorts %d", drops, n)
+	}
+	if recv != n {
+		t.Errorf("unattributed dev_recv of the datagrams on the server's veth %d; tshark %d", recv, n)
+	}
 }
