@@ -81,12 +81,16 @@ func recordDuring(t *testing.T, port int, groups event.Group, fn func()) string 
 	return cfg.Output
 }
 
-// transfer sends count messages of size bytes from the path's sender to its
-// receiver, back to back, and returns the bytes the receiver read.
-func transfer(t *testing.T, p *netlab.Path, port, count, size int) int64 {
+// command runs a program in a host's namespace (netlab's Lab.Command or
+// Path.Command).
+type command func(h netlab.Host, name string, args ...string) *exec.Cmd
+
+// transfer sends count messages of size bytes from snd to rcv, back to
+// back, and returns the bytes the receiver read.
+func transfer(t *testing.T, cmd command, snd, rcv netlab.Host, port, count, size int) int64 {
 	t.Helper()
-	addr := fmt.Sprintf("%s:%d", p.Receiver.Addr, port)
-	srv := p.Command(p.Receiver, magnetBin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	addr := fmt.Sprintf("%s:%d", rcv.Addr, port)
+	srv := cmd(rcv, magnetBin, "workload", "serve", "--proto", "tcp", "--listen", addr)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +109,7 @@ func transfer(t *testing.T, p *netlab.Path, port, count, size int) int64 {
 	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening ") {
 		t.Fatalf("server did not start: %q", sc.Text())
 	}
-	out, err := p.Command(p.Sender, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr,
+	out, err := cmd(snd, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr,
 		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", "0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
@@ -160,7 +164,7 @@ func TestTransferTruth(t *testing.T) {
 	port := 20000 + os.Getpid()%20000
 	const count, size = 256, 64 << 10
 	var got int64
-	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, p, port, count, size) })
+	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, p.Command, p.Sender, p.Receiver, port, count, size) })
 	if got != count*size {
 		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
 	}
@@ -188,5 +192,139 @@ func TestTransferTruth(t *testing.T) {
 	}
 	if snd.SendBuffer.Final != 0 {
 		t.Errorf("%d B left unacknowledged at the end; the receiver read all %d", snd.SendBuffer.Final, got)
+	}
+}
+
+// capture runs tshark on the interface iface of host h, for TCP port
+// port, until stop is called; stop returns the capture file.
+func capture(t *testing.T, h netlab.Host, iface string, port int) (stop func() string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "wire.pcapng")
+	cmd := exec.Command("ip", "netns", "exec", h.NS, "tshark", "-q", "-i", iface, "-s", "128",
+		"-f", fmt.Sprintf("tcp port %d", port), "-w", file)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "Capturing on") {
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	stopped := false
+	stop = func() string {
+		if !stopped {
+			stopped = true
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+		}
+		return file
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// tsharkPayload sums the TCP payload of the packets in file sent to port,
+// as tshark reads them, and counts the packets.
+func tsharkPayload(t *testing.T, file string, port int) (bytes int64, packets int) {
+	t.Helper()
+	out, err := exec.Command("tshark", "-r", file, "-T", "fields", "-e", "tcp.len",
+		"-Y", fmt.Sprintf("tcp.dstport == %d", port)).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("tshark: %q", f)
+		}
+		bytes += n
+		packets++
+	}
+	return bytes, packets
+}
+
+// tcDropped returns the packets the root qdisc of dev in ns dropped, as
+// tc -s says.
+func tcDropped(t *testing.T, ns, dev string) uint64 {
+	t.Helper()
+	out, err := exec.Command("tc", "-n", ns, "-s", "qdisc", "show", "dev", dev, "root").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc: %v\n%s", err, out)
+	}
+	i := strings.Index(string(out), "dropped ")
+	if i < 0 {
+		t.Fatalf("tc -s shows no drops:\n%s", out)
+	}
+	var n uint64
+	fmt.Sscanf(string(out[i:]), "dropped %d", &n)
+	return n
+}
+
+// TestLocalDropTruth sends 16 MiB through a shallow tbf queue on the
+// sender's own device (50 Mbit/s, 200,000 bytes), which drops segments
+// before they leave the host: TCP sends them again without counting a
+// retransmission. The report's payload that left the host must be what
+// tshark captured on the device; its drops that lose data, the qdisc's
+// drops (tc -s); its retransmitted segments, nstat TcpRetransSegs.
+func TestLocalDropTruth(t *testing.T) {
+	needRoot(t)
+	for _, tool := range []string{"nstat", "tshark"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+	lab := netlab.ForTest(t, netlab.Options{Name: "mglocal"})
+	if out, err := exec.Command("tc", "-n", lab.Client.NS, "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
+		"rate", "50mbit", "burst", "100000", "limit", "200000").CombinedOutput(); err != nil {
+		t.Fatalf("tc: %v\n%s", err, out)
+	}
+	port := 20000 + os.Getpid()%20000 + 1
+	const count, size = 256, 64 << 10
+	stop := capture(t, lab.Client, lab.Client.Iface, port)
+	var got int64
+	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	wire, packets := tsharkPayload(t, stop(), port)
+	if got != count*size {
+		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
+	}
+	retrans := nstat(t, lab.Client.NS, "TcpRetransSegs")
+	qdrops := tcDropped(t, lab.Client.NS, lab.Client.Iface)
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snd *analyze.ConnReport
+	for _, c := range rep.Conns {
+		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
+			snd = c
+		}
+	}
+	if snd == nil || snd.TCP == nil {
+		t.Fatalf("no sender connection with TCP figures in the report: %+v", snd)
+	}
+	tcp := snd.TCP
+	var lose uint64
+	if snd.DropClasses != nil {
+		lose = snd.DropClasses.LoseData
+	}
+	t.Logf("tshark: %d B in %d packets; tc dropped %d; nstat TcpRetransSegs %d; report: sent %d B, left the host %d B, retransmitted %d B (%d segments), re-sent after local drops %d B (%d times); drops %v",
+		wire, packets, qdrops, retrans, tcp.DataBytes, tcp.WireBytes, tcp.RetransBytes, tcp.RetransSegs, tcp.LocalResendBytes, tcp.LocalResendEvents, snd.Drops)
+	if qdrops == 0 || tcp.LocalResendEvents == 0 {
+		t.Fatal("the local queue dropped nothing: the test proves nothing")
+	}
+	if tcp.WireBytes != wire {
+		t.Errorf("report: %d B left the host; tshark on %s captured %d B", tcp.WireBytes, lab.Client.Iface, wire)
+	}
+	if lose != qdrops {
+		t.Errorf("report: %d drops that lose data; the qdisc dropped %d", lose, qdrops)
+	}
+	if tcp.RetransSegs != retrans {
+		t.Errorf("report: %d segments retransmitted; nstat TcpRetransSegs %d", tcp.RetransSegs, retrans)
 	}
 }
