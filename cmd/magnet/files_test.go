@@ -5,12 +5,15 @@ package main_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // copyFixture copies the test trace into dir and returns its path and
@@ -135,4 +138,94 @@ func TestPlantedSymlink(t *testing.T) {
 		t.Fatalf("record with a planted ready file: code %d, stderr %q", r.code, r.stderr)
 	}
 	sameContent(t, target, orig)
+}
+
+// blockyTrace rewrites the test trace with small blocks, so that damage to
+// one block leaves others whole, and returns the file and its records.
+func blockyTrace(t *testing.T, path string) int {
+	t.Helper()
+	r, err := trace.Open(exportFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := trace.NewWriter(f, r.Header(), trace.WriterOptions{ByteOrder: r.ByteOrder(), BlockSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(rec.Data); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if err := w.Close(r.Summary()); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A bit flipped in a block's length of a complete file is damage, not a
+// file cut short: parse says so and fails; --salvage reads on.
+func TestDamagedLength(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "flip.mgt")
+	blockyTrace(t, p)
+	good := magnet(t, "parse", "--meta", "--time", "raw", p)
+	if good.code != 0 || good.stderr != "" {
+		t.Fatalf("parse of the rewritten trace: %d %s", good.code, good.stderr)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := bytes.Index(b, []byte("MGBK"))
+	second := first + 4 + bytes.Index(b[first+4:], []byte("MGBK"))
+	if first < 0 || second < first+4 {
+		t.Fatalf("no second block")
+	}
+	third := second + 4 + bytes.Index(b[second+4:], []byte("MG"))
+	b[second+5] |= 0x10 // big-endian length: +1 MiB, past the end of the file
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := magnet(t, "parse", p)
+	if r.code == 0 || !strings.Contains(r.stderr, fmt.Sprintf("corrupt block at offset %d: its length", second)) ||
+		!strings.Contains(r.stderr, "damaged, not cut short") || strings.Contains(r.stderr, "cut short (recorder killed") {
+		t.Fatalf("parse of a damaged trace: code %d, stderr %q", r.code, r.stderr)
+	}
+	s := magnet(t, "parse", "--salvage", "--meta", "--time", "raw", p)
+	if s.code != 0 || !strings.Contains(s.stderr, fmt.Sprintf("--salvage skipped 1 damaged stretch(es), %d bytes, the first at offset %d", third-second, second)) ||
+		!strings.Contains(s.stderr, "were read (") {
+		t.Fatalf("parse --salvage: code %d, stderr %q", s.code, s.stderr)
+	}
+	// What salvage printed is what the good file has, less one block.
+	goodLines, salvLines := strings.Split(good.stdout, "\n"), strings.Split(s.stdout, "\n")
+	if len(salvLines) >= len(goodLines) || len(salvLines) < len(goodLines)/2 {
+		t.Fatalf("salvaged %d lines of %d", len(salvLines), len(goodLines))
+	}
+	for _, args := range [][]string{
+		{"report", "--salvage", p},
+		{"export", "--salvage", p, "-f", "csv", "-o", filepath.Join(dir, "x.csv")},
+	} {
+		if r := magnet(t, args...); r.code != 0 || !strings.Contains(r.stdout+r.stderr, "--salvage skipped 1 damaged") {
+			t.Errorf("%v: code %d, stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+		if r := magnet(t, args[0], args[2]); r.code == 0 {
+			t.Errorf("%s without --salvage: exit 0", args[0])
+		}
+	}
 }

@@ -153,6 +153,12 @@ type Result struct {
 	CPU       CPU // the process's CPU time, getting ready and recording
 	ExitCode  int // the command's exit code, if there was one
 	Truncated bool
+	// Unwritten counts the events (task, iface and lost records aside)
+	// that were recorded but never reached the file because writing it
+	// failed, as on a full disk; UnwrittenBy has every type. Events and
+	// Bytes then say what the file holds.
+	Unwritten   uint64
+	UnwrittenBy map[string]uint64
 }
 
 // ErrStopped marks a recording that ended because of a write error; what was
@@ -190,6 +196,47 @@ const prefaultBytes = 8 << 20
 
 // Run records until ctx is done, the duration ends or the command exits.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
+	res, err := run(ctx, cfg)
+	if res != nil && res.Truncated && cfg.NewSink == nil {
+		// The file is closed now: count what reached it.
+		recount(cfg.Output, res)
+	}
+	return res, err
+}
+
+// recount makes res say what the trace file holds after a write failed (a
+// full disk): the writer counted the records and bytes it handed on, not
+// those that reached the file. Those that did not are lost, and counted so.
+func recount(path string, res *Result) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	in := map[string]uint64{}
+	if r, err := trace.Open(path); err == nil {
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			in[rec.Type.Name]++
+		}
+		r.Close()
+	}
+	res.UnwrittenBy = map[string]uint64{}
+	for name, n := range res.Events {
+		if n > in[name] {
+			res.UnwrittenBy[name] = n - in[name]
+			if name != "task" && name != "iface" && name != "lost" {
+				res.Unwritten += n - in[name]
+			}
+		}
+	}
+	res.Events = in
+	res.Bytes = fi.Size()
+}
+
+func run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.BufferBytes == 0 {
 		cfg.BufferBytes = DefaultBufferBytes
 	}

@@ -98,11 +98,18 @@ func (r *Reader) RotationEnd() *RotationEnd {
 // Warnings returns what a Reader made by OpenChain found wrong with the
 // chain so far: a missing file, a file cut short before the next began, a
 // seam that does not meet. Records are still returned across such gaps.
+//
+// Once Next has returned io.EOF, it also says what salvage skipped, if
+// anything (SetSalvage).
 func (r *Reader) Warnings() []string {
-	if r.chain == nil {
-		return nil
+	var ws []string
+	if r.chain != nil {
+		ws = r.chain.warnings
 	}
-	return r.chain.warnings
+	if w := r.salvageWarning(); w != "" {
+		ws = append(ws[:len(ws):len(ws)], w)
+	}
+	return ws
 }
 
 // Source names one trace to read: a single file, or the files of one
@@ -113,6 +120,8 @@ type Source struct {
 	// Since and Until, if not 0, keep the events of [Since, Until) only
 	// (wall-clock ns since the Unix epoch; see Reader.SetWindow).
 	Since, Until int64
+	// Salvage reads on after damaged data (Reader.SetSalvage).
+	Salvage bool
 }
 
 // Open opens the source: Open for one file, OpenChain for several.
@@ -128,6 +137,7 @@ func (s Source) Open() (*Reader, error) {
 		return nil, err
 	}
 	r.SetWindow(s.Since, s.Until)
+	r.SetSalvage(s.Salvage)
 	return r, nil
 }
 
@@ -177,6 +187,7 @@ type chain struct {
 	sum      Summary // summed over the files that ended properly
 	sums     int     // how many did
 	skipped  map[string]uint64
+	salv     Salvage // what salvage skipped in the files before cur
 }
 
 func (r *Reader) chainNext() (Record, error) {
@@ -233,6 +244,7 @@ func (c *chain) endFile() {
 func (c *chain) advance(r *Reader) error {
 	prevPath, prevRot, prevEnd := c.paths[c.i], c.rot, c.cur.RotationEnd()
 	prevCut, _ := c.cur.Truncated()
+	add(&c.salv, c.cur.salv)
 	c.cur.Close()
 	c.i++
 	path := c.paths[c.i]
@@ -241,6 +253,7 @@ func (c *chain) advance(r *Reader) error {
 		return err
 	}
 	c.cur = nr
+	nr.salvage = r.salvage
 	rot := nr.Rotation()
 	switch {
 	case rot == nil:

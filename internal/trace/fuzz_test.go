@@ -58,27 +58,35 @@ func fixChecksums(data []byte) []byte {
 	return data
 }
 
-// readEverything reads data as a trace to the end and checks what it can.
-func readEverything(t *testing.T, data []byte) {
+// readEverything reads data as a trace to the end, with or without
+// salvage, checks what it can and returns the number of records read.
+func readEverything(t *testing.T, data []byte, salvage bool) int {
 	r, err := NewReader(bytes.NewReader(data))
 	if err != nil {
-		return
+		return 0
 	}
-	for {
+	r.SetSalvage(salvage)
+	for n := 0; ; n++ {
 		rec, err := r.Next()
 		if err == io.EOF {
 			cut, off := r.Truncated()
 			if cut == (r.Summary() != nil) {
 				t.Fatalf("truncated %v at %d, summary %v", cut, off, r.Summary())
 			}
-			return
+			if s := r.Salvaged(); s.Records != uint64(n) || s.Regions > 0 && (!salvage || s.Bytes <= 0) {
+				t.Fatalf("salvage %v: %+v after %d records", salvage, s, n)
+			}
+			return n
 		}
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) {
 				t.Fatalf("error %v is not a *FormatError", err)
 			}
-			return
+			if salvage && !r.Compressed() {
+				t.Fatalf("salvage stopped at an error: %v", err)
+			}
+			return n
 		}
 		if len(rec.Data) != rec.Type.Size || rec.Offset < 0 || !r.Compressed() && rec.Offset+int64(len(rec.Data)) > int64(len(data)) {
 			t.Fatalf("record of %d bytes at offset %d in %d bytes of input", len(rec.Data), rec.Offset, len(data))
@@ -116,7 +124,12 @@ func FuzzReader(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		readEverything(t, data)
-		readEverything(t, fixChecksums(data))
+		for _, d := range [][]byte{data, fixChecksums(data)} {
+			plain := readEverything(t, d, false)
+			// Salvage reads what a plain read does, and perhaps more.
+			if salvaged := readEverything(t, d, true); salvaged < plain {
+				t.Fatalf("salvage read %d records, a plain read %d", salvaged, plain)
+			}
+		}
 	})
 }

@@ -24,6 +24,7 @@ const readChunk = 64 << 10
 // Reader reads a trace file record by record.
 type Reader struct {
 	br         *bufio.Reader
+	in         input         // br, after bytes salvage read ahead and gave back
 	closer     io.Closer     // the file opened by Open, or nil
 	dec        *zstd.Decoder // set when the trace is zstd-compressed
 	off        int64         // offset in the (decompressed) trace of the next byte br returns
@@ -48,6 +49,9 @@ type Reader struct {
 	truncated bool
 	truncOff  int64
 	summary   *Summary
+
+	salvage bool    // SetSalvage: skip damaged data
+	salv    Salvage // what was skipped
 }
 
 // Open opens the trace file at path and reads its header. The caller must
@@ -74,6 +78,7 @@ func Open(path string) (*Reader, error) {
 // Reader releases the decompressor but does not close rd.
 func NewReader(rd io.Reader) (*Reader, error) {
 	r := &Reader{br: bufio.NewReaderSize(rd, 64<<10)}
+	r.in.br = r.br
 	if magic, _ := r.br.Peek(len(zstdMagic)); bytes.Equal(magic, zstdMagic[:]) {
 		dec, err := zstd.NewReader(r.br,
 			// One block in flight: no decoder goroutines, bounded memory.
@@ -85,6 +90,7 @@ func NewReader(rd io.Reader) (*Reader, error) {
 		}
 		r.dec = dec
 		r.br = bufio.NewReaderSize(zstdErrors{dec}, 64<<10)
+		r.in.br = r.br
 	}
 	if err := r.readHeader(); err != nil {
 		if r.dec != nil && errors.Is(err, ErrNotTrace) {
@@ -217,6 +223,7 @@ func (r *Reader) next() (Record, error) {
 	}
 	rec := Record{Type: t, Data: data, Offset: r.blockOff + int64(r.pos)}
 	r.pos += t.Size
+	r.salv.Records++
 	return rec, nil
 }
 
@@ -228,7 +235,7 @@ func (r *Reader) readFull(buf []byte, n int) ([]byte, error) {
 	for len(buf) < n {
 		chunk := min(n-len(buf), readChunk)
 		buf = growLen(buf, chunk)
-		got, err := io.ReadFull(r.br, buf[len(buf)-chunk:])
+		got, err := io.ReadFull(&r.in, buf[len(buf)-chunk:])
 		r.off += int64(got)
 		if err != nil {
 			buf = buf[:len(buf)-chunk+got]
@@ -337,7 +344,7 @@ func (r *Reader) cutShort(off int64) {
 func (r *Reader) readBlock() error {
 	start := r.off
 	var h [blockHeaderSize]byte
-	got, err := io.ReadFull(r.br, h[:])
+	got, err := io.ReadFull(&r.in, h[:])
 	r.off += int64(got)
 	if err != nil {
 		if isEOF(err) {
@@ -349,8 +356,12 @@ func (r *Reader) readBlock() error {
 	if h == [blockHeaderSize]byte{} {
 		// File systems can leave a zero-filled tail after a crash: the
 		// file's size was updated but its last data never reached the disk.
-		r.cutShort(start)
-		return nil
+		// A whole block after the zeros, though, means damage.
+		cause := formatError(ErrCorrupt, start, "zero-filled data at offset %d", start)
+		if err := r.resync(start, append([]byte(nil), h[8:]...), cause, true); err != nil || r.salvage || r.truncated {
+			return err
+		}
+		return formatError(ErrCorrupt, start, "zero-filled data at offset %d, yet a whole block follows at offset %d: the file is damaged, not cut short (--salvage reads on)", start, r.off)
 	}
 	var magic [4]byte
 	copy(magic[:], h[0:4])
@@ -361,26 +372,35 @@ func (r *Reader) readBlock() error {
 	switch magic {
 	case dataMagic:
 	case endMagic:
-		return r.readEnd(start, payloadLen, count, crc)
+		return r.readEnd(start, h[:], payloadLen, count, crc)
 	default:
-		return formatError(ErrCorrupt, start, "corrupt block at offset %d: bad block magic %q", start, magic[:])
+		return r.damaged(start, h[:], nil, formatError(ErrCorrupt, start, "corrupt block at offset %d: bad block magic %q", start, magic[:]))
 	}
 	if payloadLen > MaxBlockBytes {
-		return formatError(ErrCorrupt, start, "corrupt block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, MaxBlockBytes)
+		return r.damaged(start, h[:], nil, formatError(ErrCorrupt, start, "corrupt block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, MaxBlockBytes))
 	}
 	payloadOff := r.off
 	payload, err := r.readFull(r.block[:0], int(payloadLen))
 	if err != nil {
 		if isEOF(err) {
 			r.block, r.pos = payload[:0], 0
-			r.cutShort(start)
-			return nil
+			return r.endsEarly(start, h[:], payload, payloadLen)
 		}
 		return fmt.Errorf("read block at offset %d: %w", start, err)
 	}
 	if sum := crc32.Checksum(payload, castagnoli); sum != crc {
-		return formatError(ErrCorrupt, start, "corrupt block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum)
+		return r.damaged(start, h[:], payload, formatError(ErrCorrupt, start, "corrupt block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum))
 	}
+	if err := r.checkRecords(payload, count, start, payloadOff); err != nil {
+		return r.damaged(start, h[:], payload, err)
+	}
+	r.block, r.pos, r.blockOff = payload, 0, payloadOff
+	return nil
+}
+
+// checkRecords checks that payload holds count whole records of known
+// types.
+func (r *Reader) checkRecords(payload []byte, count uint32, start, payloadOff int64) error {
 	var n uint32
 	for pos := 0; pos < len(payload); n++ {
 		recOff := payloadOff + int64(pos)
@@ -400,37 +420,60 @@ func (r *Reader) readBlock() error {
 	if n != count {
 		return formatError(ErrCorrupt, start, "corrupt block at offset %d: block holds %d records, its header says %d", start, n, count)
 	}
-	r.block, r.pos, r.blockOff = payload, 0, payloadOff
+	return nil
+}
+
+// endsEarly handles a block whose payload runs past the end of the data. A
+// file cut short ends so; but when a whole, valid block lies in what was
+// read, the length field is what is wrong: the file is damaged.
+func (r *Reader) endsEarly(start int64, h, payload []byte, payloadLen uint32) error {
+	rest := make([]byte, 0, len(h)-8+len(payload))
+	rest = append(append(rest, h[8:]...), payload...)
+	if r.salvage {
+		return r.resync(start, rest, formatError(ErrCorrupt, start, "corrupt block at offset %d: its length %d runs past the end of the file", start, payloadLen), true)
+	}
+	if at, ok := r.findBlock(rest, start+8); ok {
+		return formatError(ErrCorrupt, start, "corrupt block at offset %d: its length %d runs past the end of the file, yet a whole block follows at offset %d: the file is damaged, not cut short (--salvage reads on)", start, payloadLen, at)
+	}
+	r.cutShort(start)
 	return nil
 }
 
 // maxSummaryBytes caps the length of the end block's JSON payload.
 const maxSummaryBytes = MaxHeaderBytes
 
-func (r *Reader) readEnd(start int64, payloadLen, count, crc uint32) error {
+func (r *Reader) readEnd(start int64, h []byte, payloadLen, count, crc uint32) error {
 	if payloadLen > maxSummaryBytes {
-		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, maxSummaryBytes)
+		return r.damaged(start, h, nil, formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload length %d exceeds the limit of %d bytes", start, payloadLen, maxSummaryBytes))
 	}
 	if count != 0 {
-		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: record count is %d, want 0", start, count)
+		return r.damaged(start, h, nil, formatError(ErrCorrupt, start, "corrupt end block at offset %d: record count is %d, want 0", start, count))
 	}
 	js, err := r.readFull(nil, int(payloadLen))
 	if err != nil {
 		if isEOF(err) {
-			r.cutShort(start)
-			return nil
+			return r.endsEarly(start, h, js, payloadLen)
 		}
 		return fmt.Errorf("read end block at offset %d: %w", start, err)
 	}
 	if sum := crc32.Checksum(js, castagnoli); sum != crc {
-		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum)
+		return r.damaged(start, h, js, formatError(ErrCorrupt, start, "corrupt end block at offset %d: payload checksum mismatch (stored %08x, computed %08x)", start, crc, sum))
 	}
 	var s Summary
 	if err := json.Unmarshal(js, &s); err != nil {
-		return formatError(ErrCorrupt, start, "corrupt end block at offset %d: bad summary JSON: %v", start, err)
+		return r.damaged(start, h, js, formatError(ErrCorrupt, start, "corrupt end block at offset %d: bad summary JSON: %v", start, err))
 	}
-	if _, err := r.br.Peek(1); err == nil {
-		return formatError(ErrCorrupt, r.off, "trailing data at offset %d after the end block", r.off)
+	if err := r.in.peek(); err == nil {
+		if !r.salvage {
+			return formatError(ErrCorrupt, r.off, "trailing data at offset %d after the end block", r.off)
+		}
+		at := r.off
+		n, err := io.Copy(io.Discard, &r.in)
+		if err != nil {
+			return fmt.Errorf("read after end block at offset %d: %w", at, err)
+		}
+		r.off += n
+		r.skipped(at, n, formatError(ErrCorrupt, at, "trailing data at offset %d after the end block", at))
 	} else if !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read after end block at offset %d: %w", r.off, err)
 	}

@@ -23,7 +23,7 @@ import (
 // New returns the export command.
 func New() *cobra.Command {
 	var format, output, connsOut string
-	var noConns bool
+	var noConns, salvage bool
 	var selFlags archive.Flags
 	cmd := &cobra.Command{
 		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
@@ -70,6 +70,9 @@ directory or archive, narrowed with --host, --since and --until.`,
 				return fmt.Errorf("export: %w", err)
 			}
 			defer cleanup()
+			for i := range inputs {
+				inputs[i].Salvage = salvage
+			}
 			read := readPaths(args, inputs)
 			srcs, err := export.OpenTables(inputs)
 			if err != nil {
@@ -151,6 +154,7 @@ directory or archive, narrowed with --host, --since and --until.`,
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
+	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
 	return cmd
 }

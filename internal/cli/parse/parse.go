@@ -22,7 +22,7 @@ import (
 func New() *cobra.Command {
 	var (
 		conns, meta, header, asJSON bool
-		fileOrder                   bool
+		fileOrder, salvage          bool
 		timeFmt, events             string
 		conn                        uint64
 		selFlags                    archive.Flags
@@ -34,7 +34,9 @@ func New() *cobra.Command {
 the columns time, cpu, pid, tid, comm, netns, conn, event, size and fields
 (the event's own fields as name=value pairs). Reads traces written on
 machines of either byte order. A trace cut short is printed up to its last
-complete block, with a warning.
+complete block, with a warning. A damaged trace (a block whose checksum,
+magic or length is wrong) is an error after the records before the damage;
+--salvage reads on from the next valid block and says how much it skipped.
 
 Lines are in time order. A recorder stores its rings in drain order, nearly
 but not quite in time order (the connection and interface records of the
@@ -73,6 +75,9 @@ timeline, in order), or a directory or archive, narrowed with
 				return fmt.Errorf("parse: %w", err)
 			}
 			defer cleanup()
+			for i := range inputs {
+				inputs[i].Salvage = salvage
+			}
 			srcs, err := export.OpenTables(inputs)
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
@@ -134,6 +139,7 @@ timeline, in order), or a directory or archive, narrowed with
 	f.StringVar(&events, "events", "", "print only these event types (comma-separated names)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
 	f.BoolVar(&fileOrder, "file-order", false, "print records in the order stored (each trace in turn) rather than in time order")
+	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
 	return cmd
 }

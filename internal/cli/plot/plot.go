@@ -25,6 +25,7 @@ func New() *cobra.Command {
 	var window time.Duration
 	var windowEvents int
 	var selFlags archive.Flags
+	var salvage bool
 	cmd := &cobra.Command{
 		Use:   "plot TRACE... --kind KIND -o FILE.svg|FILE.png",
 		Short: "Draw a chart of a trace (SVG or PNG), without external tools",
@@ -59,6 +60,9 @@ narrowed to one recording with --host, --since and --until.`,
 				return fmt.Errorf("plot: %w", err)
 			}
 			defer cleanup()
+			for i := range srcs {
+				srcs[i].Salvage = salvage
+			}
 			if len(srcs) > 1 {
 				return fmt.Errorf("plot: the selection holds %d traces (%s, ...): plot draws one; narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
 			}
@@ -85,6 +89,7 @@ narrowed to one recording with --host, --since and --until.`,
 	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
 	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")
 	f.IntVar(&windowEvents, "window-events", 0, "bandwidth: slide over this many events instead (MAGNET 2.0 used 1000)")
+	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
 	return cmd
 }

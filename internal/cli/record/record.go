@@ -242,7 +242,9 @@ func printSummary(res *record.Result) {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "  events: %d (%s)\n", total, strings.Join(parts, ", "))
-	if res.Lost > 0 {
+	if res.Unwritten > 0 {
+		fmt.Fprintf(os.Stderr, "  lost:   %d (%d never reached the file: writing it failed; %d in the kernel)\n", res.Unwritten+res.Lost, res.Unwritten, res.Lost)
+	} else if res.Lost > 0 {
 		var lp []string
 		for _, name := range record.SortedCounts(res.LostBy) {
 			lp = append(lp, fmt.Sprintf("%s %d", name, res.LostBy[name]))

@@ -23,7 +23,7 @@ import (
 // New returns the report command.
 func New() *cobra.Command {
 	var conn uint64
-	var asJSON bool
+	var asJSON, salvage bool
 	var htmlOut string
 	var selFlags archive.Flags
 	cmd := &cobra.Command{
@@ -67,6 +67,9 @@ recording selected is one trace of the report.`,
 				return fmt.Errorf("report: %w", err)
 			}
 			defer cleanup()
+			for i := range srcs {
+				srcs[i].Salvage = salvage
+			}
 			rep, err := analyze.ModulationOf(srcs, conn)
 			if err != nil {
 				return fmt.Errorf("report: %w", err)
@@ -131,6 +134,7 @@ recording selected is one trace of the report.`,
 	cmd.Flags().Uint64Var(&conn, "conn", 0, "report only this connection id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&htmlOut, "html", "", "write one self-contained HTML page with the tables and every plot")
+	cmd.Flags().BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(cmd.Flags())
 	return cmd
 }
