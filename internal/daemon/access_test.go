@@ -252,7 +252,7 @@ func TestTaskMasking(t *testing.T) {
 	if e := u.next(t); e.Type != "tcp_rcv" || e.Conn != 9 || e.PID != 0 || e.TID != 0 || e.Comm != "" || e.Owner == nil || e.Owner.Comm != "userapp" {
 		t.Errorf("root's task on the user's connection: %+v, want pid 0, comm empty", e)
 	}
-	if e := u.next(t); e.Type != "sched_switch" || e.PID != 200 || e.Fields["next_comm"] != "" || e.Fields["next_pid"] != float64(0) || e.Fields["next_tid"] != float64(0) {
+	if e := u.next(t); e.Type != "sched_switch" || e.PID != 200 || e.Fields["next_comm"] != "" || fmt.Sprint(e.Fields["next_pid"]) != "0" || fmt.Sprint(e.Fields["next_tid"]) != "0" {
 		t.Errorf("root's task switched to: %+v, want next_* zero", e)
 	}
 	if e := u.next(t); e.Type != "tcp_rcv" || e.PID != 200 || e.Comm != "userapp" {
