@@ -46,6 +46,13 @@ type ServerConfig struct {
 	MaxRate float64
 	// MaxDuration bounds each client's session; DefaultMaxDuration if 0.
 	MaxDuration time.Duration
+	// RealTime sends streams at real-time priority (SCHED_FIFO) when the
+	// process may. Off by default: a real-time thread spinning through a
+	// stream's gaps takes its CPU from every ordinary task, the cross
+	// traffic of this host included, so the path it measures is emptier
+	// than the path it was asked about. Only for a sender that runs
+	// nothing else.
+	RealTime bool
 	// Log receives one line per session; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -83,7 +90,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = func(string, ...any) {}
 	}
-	s := &Server{cfg: cfg, realtime: canRealtime()}
+	s := &Server{cfg: cfg, realtime: cfg.RealTime && canRealtime()}
 	// The pace figure is measured before any socket is open, with the
 	// thread in the namespace the sockets will be in.
 	if cost, err := hostcheck.SendCost(); err != nil {
@@ -244,7 +251,7 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 		case time.Now().Add(dur).After(deadline):
 			rep.Refused = fmt.Sprintf("session time limit (%v) reached", s.cfg.MaxDuration)
 		default:
-			rep = sendStream(s.udp, dst, session, spec, buf)
+			rep = sendStream(s.udp, dst, session, spec, buf, s.realtime)
 			sent += int64(rep.Sent) * int64(spec.Size)
 		}
 		if err := c.write(message{Type: msgSent, Report: &rep}); err != nil {
@@ -261,9 +268,12 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 // that a late packet does not delay the rest, sleeping through long gaps
 // and spinning through the last stretch of each. The thread stays locked
 // so that the scheduler does not move it mid-stream.
-func sendStream(udp *net.UDPConn, dst netip.AddrPort, session uint64, spec StreamSpec, buf []byte) SendReport {
+func sendStream(udp *net.UDPConn, dst netip.AddrPort, session uint64, spec StreamSpec, buf []byte, rt bool) SendReport {
 	runtime.LockOSThread()
-	restore, _ := realtime()
+	restore := func() bool { return true }
+	if rt {
+		restore, _ = realtime()
+	}
 	defer func() {
 		if restore() {
 			runtime.UnlockOSThread()
@@ -309,9 +319,11 @@ func sendStream(udp *net.UDPConn, dst netip.AddrPort, session uint64, spec Strea
 	return rep
 }
 
-// senderPriority is the SCHED_FIFO priority of a thread sending a stream:
-// low among real-time priorities, but above every ordinary task, so that
-// on a busy host the sender wakes on time and is not preempted mid-stream.
+// senderPriority is the SCHED_FIFO priority of a thread sending a stream
+// when ServerConfig.RealTime asks for it: low among real-time priorities,
+// but above every ordinary task, so that the sender wakes on time and is
+// not preempted mid-stream (and so that every ordinary task on its CPU
+// waits for the stream to end).
 const senderPriority = 10
 
 // realtime raises the calling thread, which must be locked to its

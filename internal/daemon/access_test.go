@@ -5,10 +5,12 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,7 +28,8 @@ const requestsEnv = "MAGNET_DAEMON_TEST_REQUESTS"
 // requestClient sends the requests of its stdin's lines ("GET /v1/events?…")
 // to the daemon's socket, one connection each, and prints each answer's
 // status; a stream that is answered 200 stays open until stdin ends, so
-// that it holds its subscription.
+// that it holds its subscription. "NEXT" prints the next event line of the
+// last stream.
 func requestClient() int {
 	sock := os.Getenv(requestsEnv)
 	var open []io.Closer
@@ -35,8 +38,23 @@ func requestClient() int {
 			c.Close()
 		}
 	}()
+	var last *bufio.Reader
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
+		if in.Text() == "NEXT" {
+			for last != nil {
+				line, err := last.ReadString('\n')
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "request client:", err)
+					return 1
+				}
+				if strings.HasPrefix(line, `{"event"`) {
+					fmt.Print(line)
+					break
+				}
+			}
+			continue
+		}
 		method, path, _ := strings.Cut(in.Text(), " ")
 		conn, err := net.Dial("unix", sock)
 		if err != nil {
@@ -50,6 +68,7 @@ func requestClient() int {
 			fmt.Fprintln(os.Stderr, "request client:", err)
 			return 1
 		}
+		last = bufio.NewReader(resp.Body)
 		fmt.Println(resp.StatusCode)
 	}
 	return 0
@@ -181,5 +200,72 @@ func TestCostlyGroupsNeedPrivilege(t *testing.T) {
 		if got := u2.send(t, tc.req); got != tc.want {
 			t.Errorf("user, user_groups sched: %s: %d, want %d", tc.req, got, tc.want)
 		}
+	}
+}
+
+// next reads the next event of the client's last stream.
+func (u *asUser) next(t *testing.T) magnetclient.Event {
+	t.Helper()
+	fmt.Fprintln(u.in, "NEXT")
+	line, err := u.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("next event: %v", err)
+	}
+	var m magnetclient.Message
+	if err := json.Unmarshal([]byte(line), &m); err != nil || m.Event == nil {
+		t.Fatalf("next event: %q: %v", line, err)
+	}
+	return *m.Event
+}
+
+// TestTaskMasking: a user sees the events of its own connection, but not
+// the tasks of other users they ran in (a softirq runs in whatever task it
+// interrupted), nor the other task of a scheduler event; root sees both.
+func TestTaskMasking(t *testing.T) {
+	td := startFake(t, func(c *Config) { c.Access.UserGroups = "rate,sched" })
+	const uid = 60105
+	f := td.fake
+	t0 := monotonicNs()
+	f.send(f.rec(t, "task", t0, 0, 300, 0, map[string]any{"pid": 300, "uid": 0, "comm": "rootd"}))
+	f.send(f.connOpen(t, 9, 200, 200, uid, "userapp", "10.0.0.2:5000", "10.0.0.1:6000", t0)...)
+	f.send(f.rec(t, "sock_send", t0+1, 9, 200, 100, nil)) // makes userapp the owner
+	waitProcessed(t, td.client(t))
+
+	u := runAs(t, td.sock, uid)
+	if got := u.send(t, "GET /v1/events?types=sock_send,tcp_rcv,sched_switch"); got != 200 {
+		t.Fatalf("subscribe: %d", got)
+	}
+	byExpr := runAs(t, td.sock, uid)
+	if got := byExpr.send(t, "GET /v1/events?expr="+url.QueryEscape(`comm == "rootd" || pid == 300 || type == "sock_send"`)); got != 200 {
+		t.Fatalf("subscribe: %d", got)
+	}
+	root := collect(must[*magnetclient.Stream](t)(td.client(t).Subscribe(context.Background(), magnetclient.Filter{Types: []string{"tcp_rcv", "sched_switch"}}, 0)))
+	f.send(f.rec(t, "sock_send", t0+2, 9, 200, 100, nil))
+	f.send(f.rec(t, "tcp_rcv", t0+3, 9, 300, 100, nil)) // softirq in rootd
+	f.send(f.rec(t, "sched_switch", t0+4, 0, 200, 0, map[string]any{"next_tid": 300, "next_pid": 300, "next_comm": "rootd"}))
+	f.send(f.rec(t, "tcp_rcv", t0+5, 9, 200, 100, nil)) // softirq in userapp
+	f.send(f.rec(t, "sock_send", t0+6, 9, 200, 100, nil))
+
+	if e := u.next(t); e.Type != "sock_send" || e.PID != 200 || e.Comm != "userapp" {
+		t.Errorf("own task: %+v", e)
+	}
+	if e := u.next(t); e.Type != "tcp_rcv" || e.Conn != 9 || e.PID != 0 || e.TID != 0 || e.Comm != "" || e.Owner == nil || e.Owner.Comm != "userapp" {
+		t.Errorf("root's task on the user's connection: %+v, want pid 0, comm empty", e)
+	}
+	if e := u.next(t); e.Type != "sched_switch" || e.PID != 200 || e.Fields["next_comm"] != "" || fmt.Sprint(e.Fields["next_pid"]) != "0" || fmt.Sprint(e.Fields["next_tid"]) != "0" {
+		t.Errorf("root's task switched to: %+v, want next_* zero", e)
+	}
+	if e := u.next(t); e.Type != "tcp_rcv" || e.PID != 200 || e.Comm != "userapp" {
+		t.Errorf("own task in softirq: %+v", e)
+	}
+	// The expression sees what the stream shows: only its own sends match.
+	for range 2 {
+		if e := byExpr.next(t); e.Type != "sock_send" {
+			t.Errorf("expression on masked fields matched %+v", e)
+		}
+	}
+	evs, _ := root.events(t, 3)
+	if evs[0].Comm != "rootd" || evs[0].PID != 300 || evs[1].Fields["next_comm"] != "rootd" {
+		t.Errorf("root sees %+v", evs)
 	}
 }

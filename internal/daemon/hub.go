@@ -447,6 +447,7 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 	}
 	var fe filter.Event
 	var ev *liveEvent
+	var variants [4]*liveEvent // by masking
 	for _, s := range candidates {
 		// The connection's address tests first: most subscriptions of a
 		// busy host want other connections, and this needs no Event.
@@ -470,7 +471,23 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 				}
 			}
 		}
-		if !s.who.canSee(&fe) || !s.f.Match(&fe) {
+		if !s.who.canSee(&fe) {
+			continue
+		}
+		var m masking
+		if !s.who.seesAll {
+			m = h.masking(typ, &fe, rec, s.who.uid)
+		}
+		if m != 0 {
+			if variants[m] == nil {
+				variants[m] = h.masked(typ, rec, fe, m)
+			}
+			if mv := variants[m]; s.f.Match(&mv.fe) {
+				s.offer(mv)
+			}
+			continue
+		}
+		if !s.f.Match(&fe) {
 			continue
 		}
 		if ev == nil {
@@ -479,6 +496,61 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 		}
 		s.offer(ev)
 	}
+}
+
+// masking says which tasks of an event a client may not see: a user sees
+// the events of its own connections, but the task they ran in is whatever
+// the CPU was running (a softirq interrupts anyone's process), and a
+// scheduler event names a second task. Each is masked unless it is one of
+// the user's.
+type masking uint8
+
+const (
+	maskTask  masking = 1 << iota // the event's task: pid, tid, comm, uid
+	maskOther                     // the other task of a scheduler event
+)
+
+// otherTask names the fields of the second task of scheduler events.
+var otherTask = map[event.Type]struct {
+	tid    string
+	fields []string
+}{
+	event.SchedSwitch: {"next_tid", []string{"next_tid", "next_pid", "next_comm"}},
+	event.SchedWakeup: {"target_tid", []string{"target_tid", "target_comm"}},
+	event.SchedFork:   {"child_tid", []string{"child_tid", "child_pid", "child_comm"}},
+}
+
+func (h *hub) masking(typ event.Type, fe *filter.Event, rec trace.Record, uid uint32) masking {
+	var m masking
+	if fe.UID != int64(uid) {
+		m |= maskTask
+	}
+	if o, ok := otherTask[typ]; ok {
+		tid, _ := rec.Uint(o.tid)
+		if h.task(uint32(tid)).uid != int64(uid) {
+			m |= maskOther
+		}
+	}
+	return m
+}
+
+// masked is the event as a client that may not see the tasks m names gets
+// it, for its filter, expression and JSON: pid and tid 0, comm "", uid -1,
+// and the second task's fields zero.
+func (h *hub) masked(typ event.Type, rec trace.Record, fe filter.Event, m masking) *liveEvent {
+	ev := &liveEvent{raw: bytes.Clone(rec.Data), et: rec.Type, codec: h.codecs[typ], wallOff: h.wallOff, fe: fe}
+	if m&maskTask != 0 {
+		ev.fe.PID, ev.fe.TID, ev.fe.Comm, ev.fe.UID = 0, 0, "", -1
+	}
+	if m&maskOther != 0 {
+		for _, name := range otherTask[typ].fields {
+			if f, ok := rec.Type.Field(name); ok {
+				clear(ev.raw[f.Offset : f.Offset+f.Size])
+			}
+		}
+	}
+	ev.fe.Fields = ev.fields
+	return ev
 }
 
 // liveEvent is one event on its way to subscriptions; it is shared by

@@ -67,13 +67,9 @@ func (l *lab) startCross(ctx context.Context, kind string, bps float64) (*crossG
 	}
 	args = append([]string{"netns", "exec", l.path.Cross.NS, l.opts.Magnet, "workload", "send",
 		"--proto", "udp", "--to", l.sinkAt, "--size", strconv.Itoa(crossPayload)}, args...)
-	name := "ip"
-	if chrt, err := exec.LookPath("chrt"); err == nil {
-		// Real-time priority wakes the generator on time on a busy host,
-		// so the cross traffic keeps its pattern instead of pausing.
-		name, args = chrt, append([]string{"--fifo", "10", "ip"}, args...)
-	}
-	g.cmd = exec.CommandContext(ctx, name, args...)
+	// At normal priority, as cross traffic is: a generator at real-time
+	// priority would hide a probe that starves ordinary tasks.
+	g.cmd = exec.CommandContext(ctx, "ip", args...)
 	g.cmd.Stderr = &lockedWriter{mu: &g.mu, w: &g.errs}
 	if err := g.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start cross traffic: %w", err)

@@ -262,6 +262,9 @@ func (c *Client) stream(ctx context.Context, path string, r Request) (*Stream, e
 		return nil, err
 	}
 	s := &Stream{body: resp.Body, dec: json.NewDecoder(resp.Body)}
+	// Event fields are u64 and u32 counters, sequence numbers, times: as
+	// float64 they would print as 1.866730584e+09 and lose digits past 2^53.
+	s.dec.UseNumber()
 	m, err := s.Next()
 	if err != nil {
 		resp.Body.Close()

@@ -273,23 +273,25 @@ type Subscribed struct {
 // Event is one event. PID, TID and Comm are the task current when it
 // happened; Owner is its connection's owner.
 type Event struct {
-	TimeNs   uint64         `json:"time_ns"`
-	WallNs   int64          `json:"wall_ns"`
-	Type     string         `json:"type"`
-	CPU      uint16         `json:"cpu"`
-	PID      uint32         `json:"pid"`
-	TID      uint32         `json:"tid"`
-	Comm     string         `json:"comm"`
-	NetNS    uint32         `json:"netns"`
-	Conn     uint64         `json:"conn"`
-	Size     int32          `json:"size"`
-	Flags    uint8          `json:"flags,omitempty"`
-	TCPFlags string         `json:"tcp_flags,omitempty"`
-	Proto    string         `json:"proto,omitempty"`
-	Local    string         `json:"local,omitempty"`
-	Remote   string         `json:"remote,omitempty"`
-	Owner    *Owner         `json:"owner,omitempty"`
-	Fields   map[string]any `json:"fields"`
+	TimeNs   uint64 `json:"time_ns"`
+	WallNs   int64  `json:"wall_ns"`
+	Type     string `json:"type"`
+	CPU      uint16 `json:"cpu"`
+	PID      uint32 `json:"pid"`
+	TID      uint32 `json:"tid"`
+	Comm     string `json:"comm"`
+	NetNS    uint32 `json:"netns"`
+	Conn     uint64 `json:"conn"`
+	Size     int32  `json:"size"`
+	Flags    uint8  `json:"flags,omitempty"`
+	TCPFlags string `json:"tcp_flags,omitempty"`
+	Proto    string `json:"proto,omitempty"`
+	Local    string `json:"local,omitempty"`
+	Remote   string `json:"remote,omitempty"`
+	Owner    *Owner `json:"owner,omitempty"`
+	// Fields are the type's own fields (docs/EVENTS.md); numbers are
+	// json.Number, exact for every u64.
+	Fields map[string]any `json:"fields"`
 }
 
 // Lost says that events were lost: by this subscription (Source

@@ -51,6 +51,7 @@ the measurement. See docs/PROBE.md.`,
 func newServer() *cobra.Command {
 	var (
 		listen, secret, maxRate string
+		realTime                bool
 		maxDuration             time.Duration
 	)
 	cmd := &cobra.Command{
@@ -78,7 +79,7 @@ crosses the network).`,
 			}
 			errOut := cmd.ErrOrStderr()
 			srv, err := bwprobe.Listen(bwprobe.ServerConfig{
-				Listen: listen, Secret: secret, MaxRate: rate, MaxDuration: maxDuration,
+				Listen: listen, Secret: secret, MaxRate: rate, MaxDuration: maxDuration, RealTime: realTime,
 				Log: func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) },
 			})
 			if err != nil {
@@ -91,9 +92,12 @@ crosses the network).`,
 			if srv.Pace() > 0 {
 				pace = bwprobe.FormatRate(srv.Pace())
 			}
-			rt := "at real-time priority"
-			if !srv.RealTime() {
-				rt = "without real-time priority (not permitted)"
+			rt := "at real-time priority (--realtime)"
+			switch {
+			case !realTime:
+				rt = "at normal priority"
+			case !srv.RealTime():
+				rt = "at normal priority (--realtime not permitted)"
 			}
 			// Tests and scripts wait for this line.
 			fmt.Fprintf(cmd.OutOrStdout(), "listening %s (max rate %s, max duration %v, this host paces up to %s, sending %s)\n",
@@ -106,6 +110,7 @@ crosses the network).`,
 	f.StringVar(&secret, "secret", "", "shared secret clients must know (default $"+SecretEnv+")")
 	f.StringVar(&maxRate, "max-rate", "1G", "highest rate of any stream, bit/s (k, M, G suffixes)")
 	f.DurationVar(&maxDuration, "max-duration", bwprobe.DefaultMaxDuration, "longest session per client")
+	f.BoolVar(&realTime, "realtime", false, "send streams at real-time priority: only on a sender that runs nothing else (it starves this host's other traffic)")
 	return cmd
 }
 
