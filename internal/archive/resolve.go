@@ -133,6 +133,7 @@ func Resolve(args []string, sel Selection) (srcs []trace.Source, cleanup func(),
 		if err != nil {
 			return nil, cleanup, err
 		}
+		e.given = true
 		entries = append(entries, *e)
 	}
 	// Files given one by one keep their order unless they form a chain.

@@ -100,9 +100,9 @@ func (r *Reader) RotationEnd() *RotationEnd {
 // seam that does not meet. Records are still returned across such gaps.
 func (r *Reader) Warnings() []string {
 	if r.chain == nil {
-		return nil
+		return r.notes
 	}
-	return r.chain.warnings
+	return append(append([]string(nil), r.notes...), r.chain.warnings...)
 }
 
 // Source names one trace to read: a single file, or the files of one
@@ -113,6 +113,9 @@ type Source struct {
 	// Since and Until, if not 0, keep the events of [Since, Until) only
 	// (wall-clock ns since the Unix epoch; see Reader.SetWindow).
 	Since, Until int64
+	// Notes are known before reading (files of the recording missing
+	// before the first): Warnings returns them first.
+	Notes []string
 }
 
 // Open opens the source: Open for one file, OpenChain for several.
@@ -128,6 +131,7 @@ func (s Source) Open() (*Reader, error) {
 		return nil, err
 	}
 	r.SetWindow(s.Since, s.Until)
+	r.notes = s.Notes
 	return r, nil
 }
 
@@ -157,6 +161,9 @@ func OpenChain(paths []string) (*Reader, error) {
 		return nil, err
 	}
 	c := &chain{paths: paths, cur: first, rot: first.Rotation()}
+	if c.rot != nil {
+		c.keep = c.rot.Carried
+	}
 	if len(paths) > 1 && c.rot == nil {
 		first.Close()
 		return nil, fmt.Errorf("open trace chain: %s is not a file of a rotated recording", paths[0])
@@ -172,6 +179,7 @@ type chain struct {
 	cur      *Reader // the file being read
 	rot      *Rotation
 	skip     uint64 // carried records still to skip in cur
+	keep     uint64 // carried records still to return (not skipped: nothing before them is read), not counted in read
 	read     uint64 // own records read from cur
 	warnings []string
 	sum      Summary // summed over the files that ended properly
@@ -203,6 +211,10 @@ func (r *Reader) chainNext() (Record, error) {
 			}
 			c.skipped[rec.Type.Name]++
 			continue
+		}
+		if c.keep > 0 {
+			c.keep--
+			return rec, nil
 		}
 		c.read++
 		return rec, nil
@@ -252,12 +264,12 @@ func (c *chain) advance(r *Reader) error {
 	case rot.Seq <= prevRot.Seq:
 		return fmt.Errorf("%s (file %d of its recording) cannot follow %s (file %d): give the files oldest first", path, rot.Seq, filepath.Base(prevPath), prevRot.Seq)
 	}
-	c.skip = rot.Carried
+	c.skip, c.keep = rot.Carried, 0
 	switch {
 	case rot.Seq != prevRot.Seq+1:
 		c.warnings = append(c.warnings, fmt.Sprintf("files %d to %d of recording %s are missing between %s and %s: their events are not in the timeline",
 			prevRot.Seq+1, rot.Seq-1, rot.Recording, filepath.Base(prevPath), filepath.Base(path)))
-		c.skip = 0
+		c.skip, c.keep = 0, rot.Carried
 	case prevCut:
 		if want := rot.FirstRecord - prevRot.FirstRecord; c.read < want {
 			c.warnings = append(c.warnings, fmt.Sprintf("%s was cut short: %d of its records are missing before %s", filepath.Base(prevPath), want-c.read, filepath.Base(path)))
