@@ -87,20 +87,26 @@ func Describe(p string) (*Manifest, error) {
 	}
 	defer r.Close()
 	m := headerManifest(r, p)
+	// Counted as read: a file cut short (its recorder killed) has no
+	// summary, and its manifest must still say what it holds.
+	counted := map[string]uint64{}
 	for {
-		_, err := r.Next()
+		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
+		counted[rec.Type.Name]++
 	}
 	if cut, _ := r.Truncated(); cut {
 		m.CutShort = true
 	}
 	if s := r.Summary(); s != nil {
 		m.EndWallNs, m.Events, m.Lost = s.EndWallNs, s.Events, s.Lost
+	} else if len(counted) > 0 {
+		m.Events = counted
 	}
 	if fi, err := os.Stat(p); err == nil && !r.Compressed() {
 		m.RawBytes = fi.Size()
@@ -122,6 +128,10 @@ func headerManifest(r *trace.Reader, p string) *Manifest {
 type Entry struct {
 	Manifest
 	Path string `json:"path"`
+	// given: named by the user as a file, not found in a directory or
+	// an archive; the files before it are then not missing, just not asked
+	// for.
+	given bool
 }
 
 // IsTrace reports whether a file name is one of a trace (.mgt, .mgt.zst).
@@ -224,6 +234,9 @@ type Chain struct {
 	Host      string
 	Recording string // empty for a file of no rotated recording
 	Entries   []Entry
+	// Notes say what is known missing before the first file: the
+	// recording's files before the first one found at all.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Start returns the start of the chain's first file.
@@ -257,6 +270,10 @@ func Select(entries []Entry, sel Selection) []*Chain {
 			}
 			return c.Entries[i].StartWallNs < c.Entries[j].StartWallNs
 		})
+		// The recording's first files are not there at all (dropped by a
+		// disk budget, lost): said when the selection starts with the
+		// first one there is, since nothing then says it.
+		first := c.Entries[0]
 		var keep []Entry
 		for i, e := range c.Entries {
 			end := e.End()
@@ -268,6 +285,10 @@ func Select(entries []Entry, sel Selection) []*Chain {
 			}
 		}
 		if len(keep) > 0 {
+			if c.Recording != "" && first.Seq > 0 && keep[0].Path == first.Path && !first.given {
+				c.Notes = append(c.Notes, fmt.Sprintf("files 0 to %d of recording %s are missing before %s: their events are not in the timeline",
+					first.Seq-1, c.Recording, path.Base(first.Path)))
+			}
 			c.Entries = keep
 			out = append(out, c)
 		}
@@ -278,7 +299,7 @@ func Select(entries []Entry, sel Selection) []*Chain {
 // Source turns a chain into what the analyses read, with the selection's
 // time window.
 func (c *Chain) Source(sel Selection) trace.Source {
-	src := trace.Source{Name: c.Entries[0].Path}
+	src := trace.Source{Name: c.Entries[0].Path, Notes: c.Notes}
 	for _, e := range c.Entries {
 		src.Paths = append(src.Paths, e.Path)
 	}

@@ -133,6 +133,7 @@ func Resolve(args []string, sel Selection) (srcs []trace.Source, cleanup func(),
 		if err != nil {
 			return nil, cleanup, err
 		}
+		e.given = true
 		entries = append(entries, *e)
 	}
 	// Files given one by one keep their order unless they form a chain.
@@ -167,8 +168,16 @@ func describe(sel Selection) string {
 // ssh://[USER@]HOST[:PORT]/PATH (its manifests only: nothing is
 // downloaded). sshOptions are ssh -o options for an ssh:// archive.
 func List(where string, sshOptions []string) ([]Entry, error) {
+	return Find(where, Selection{SSHOptions: sshOptions})
+}
+
+// Find returns the traces of an archive that the selection may want (a
+// superset: Select keeps the exact ones). From s3:// only the HOST/ and
+// HOST/DATE/ prefixes the selection names are listed and read.
+func Find(where string, sel Selection) ([]Entry, error) {
+	sshOptions := sel.SSHOptions
 	if strings.HasPrefix(where, "s3://") {
-		return listS3(where)
+		return listS3(where, sel)
 	}
 	if strings.HasPrefix(where, SSHScheme) {
 		s, err := ParseSSH(where, sshOptions)

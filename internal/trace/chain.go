@@ -102,12 +102,12 @@ func (r *Reader) RotationEnd() *RotationEnd {
 // Once Next has returned io.EOF, it also says what salvage skipped, if
 // anything (SetSalvage).
 func (r *Reader) Warnings() []string {
-	var ws []string
+	ws := append([]string(nil), r.notes...)
 	if r.chain != nil {
-		ws = r.chain.warnings
+		ws = append(ws, r.chain.warnings...)
 	}
 	if w := r.salvageWarning(); w != "" {
-		ws = append(ws[:len(ws):len(ws)], w)
+		ws = append(ws, w)
 	}
 	return ws
 }
@@ -122,6 +122,9 @@ type Source struct {
 	Since, Until int64
 	// Salvage reads on after damaged data (Reader.SetSalvage).
 	Salvage bool
+	// Notes are known before reading (files of the recording missing
+	// before the first): Warnings returns them first.
+	Notes []string
 }
 
 // Open opens the source: Open for one file, OpenChain for several.
@@ -138,6 +141,7 @@ func (s Source) Open() (*Reader, error) {
 	}
 	r.SetWindow(s.Since, s.Until)
 	r.SetSalvage(s.Salvage)
+	r.notes = s.Notes
 	return r, nil
 }
 
@@ -167,6 +171,9 @@ func OpenChain(paths []string) (*Reader, error) {
 		return nil, err
 	}
 	c := &chain{paths: paths, cur: first, rot: first.Rotation()}
+	if c.rot != nil {
+		c.keep = c.rot.Carried
+	}
 	if len(paths) > 1 && c.rot == nil {
 		first.Close()
 		return nil, fmt.Errorf("open trace chain: %s is not a file of a rotated recording", paths[0])
@@ -182,6 +189,7 @@ type chain struct {
 	cur      *Reader // the file being read
 	rot      *Rotation
 	skip     uint64 // carried records still to skip in cur
+	keep     uint64 // carried records still to return (not skipped: nothing before them is read), not counted in read
 	read     uint64 // own records read from cur
 	warnings []string
 	sum      Summary // summed over the files that ended properly
@@ -214,6 +222,10 @@ func (r *Reader) chainNext() (Record, error) {
 			}
 			c.skipped[rec.Type.Name]++
 			continue
+		}
+		if c.keep > 0 {
+			c.keep--
+			return rec, nil
 		}
 		c.read++
 		return rec, nil
@@ -265,12 +277,12 @@ func (c *chain) advance(r *Reader) error {
 	case rot.Seq <= prevRot.Seq:
 		return fmt.Errorf("%s (file %d of its recording) cannot follow %s (file %d): give the files oldest first", path, rot.Seq, filepath.Base(prevPath), prevRot.Seq)
 	}
-	c.skip = rot.Carried
+	c.skip, c.keep = rot.Carried, 0
 	switch {
 	case rot.Seq != prevRot.Seq+1:
 		c.warnings = append(c.warnings, fmt.Sprintf("files %d to %d of recording %s are missing between %s and %s: their events are not in the timeline",
 			prevRot.Seq+1, rot.Seq-1, rot.Recording, filepath.Base(prevPath), filepath.Base(path)))
-		c.skip = 0
+		c.skip, c.keep = 0, rot.Carried
 	case prevCut:
 		if want := rot.FirstRecord - prevRot.FirstRecord; c.read < want {
 			c.warnings = append(c.warnings, fmt.Sprintf("%s was cut short: %d of its records are missing before %s", filepath.Base(prevPath), want-c.read, filepath.Base(path)))

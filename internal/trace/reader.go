@@ -31,6 +31,7 @@ type Reader struct {
 	raw        []byte        // the header JSON as stored, for typed views of its extra keys
 	rawSummary []byte        // likewise the summary JSON
 	chain      *chain        // set by OpenChain: the files after this one
+	notes      []string      // Source.Notes, first of Warnings
 
 	windowed       bool  // SetWindow: only events in [winFrom, winTo)
 	winFrom, winTo int64 // wall-clock ns; 0 = open

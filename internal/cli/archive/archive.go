@@ -48,7 +48,7 @@ that every analysis command reads as one timeline.`,
 			if err != nil {
 				return fmt.Errorf("archive ls: %w", err)
 			}
-			entries, err := archive.List(args[0], sel.SSHOptions)
+			entries, err := archive.Find(args[0], sel)
 			if err != nil {
 				return fmt.Errorf("archive ls: %w", err)
 			}
