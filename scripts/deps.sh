@@ -53,3 +53,15 @@ command -v moto_server >/dev/null || python3 -m pip install --quiet 'moto[server
 # Debian's Go may be older than go.mod asks for: let the go command fetch
 # the toolchain go.mod names from the module proxy.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+# staticcheck, pinned so that CI's verdict does not change under us; 0.8
+# (2026.2) is the first release that reads Go 1.26 code. Only the tests run
+# it (scripts/test.sh calls this), so the demo does not wait for its build.
+# It goes where `go install` puts it; the path is in STATICCHECK.
+STATICCHECK_VERSION=0.8.2
+install_staticcheck() {
+	STATICCHECK="$(go env GOBIN)"
+	STATICCHECK="${STATICCHECK:-$(go env GOPATH)/bin}/staticcheck"
+	"$STATICCHECK" -version 2>/dev/null | grep -qF "($STATICCHECK_VERSION)" ||
+		go install "honnef.co/go/tools/cmd/staticcheck@v$STATICCHECK_VERSION"
+	export STATICCHECK
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Runs every test: formatting and vet, the BPF object regenerated and compared
-# with the committed one, all Go tests (as root, the BPF and namespace tests
-# run for real; otherwise they skip and say why), and a short fuzz run.
+# Runs every test: formatting, vet and staticcheck, the BPF object
+# regenerated and compared with the committed one, all Go tests (as root,
+# the BPF and namespace tests run for real; otherwise they skip and say
+# why), and a short fuzz run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -11,6 +12,10 @@ echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
 go vet ./...
+
+echo "== staticcheck"
+install_staticcheck
+"$STATICCHECK" ./...
 
 echo "== BPF object matches bpf/ (go generate)"
 go generate ./internal/probe

@@ -15,20 +15,19 @@ import (
 )
 
 type rec struct {
-	typ      string
-	t        uint64
-	size     int32
-	flags    uint8
-	u32      map[string]uint32
-	u64      map[string]uint64
-	u8       map[string]uint8
-	tid      uint32
-	cpu      uint16
-	conn     uint64
-	laddr    [4]byte
-	raddr    [4]byte
-	lp, rp   uint16
-	protoTCP bool
+	typ    string
+	t      uint64
+	size   int32
+	flags  uint8
+	u32    map[string]uint32
+	u64    map[string]uint64
+	u8     map[string]uint8
+	tid    uint32
+	cpu    uint16
+	conn   uint64
+	laddr  [4]byte
+	raddr  [4]byte
+	lp, rp uint16
 }
 
 // writeTrace writes recs with magnet's real dictionary.

@@ -2,12 +2,7 @@
 
 package analyze
 
-import (
-	"container/heap"
-	"sort"
-
-	"github.com/magnet-tracer/magnet/internal/trace"
-)
+import "sort"
 
 // SchedStats is what the scheduler did on one host while its trace was
 // recorded (the opt-in sched events): how often each CPU switched tasks
@@ -74,63 +69,10 @@ const (
 	schedLoss
 )
 
-// schedEventOf reads a record as a scheduler event. A lost record counts
-// only if it lost sched_switch or sched_wakeup events, and is placed at the
-// time of the first event it lost, so whatever came after is known to be
-// uncertain when it is reached in time order.
-func schedEventOf(rec trace.Record) (schedEvent, bool) {
-	name := rec.Type.Name
-	if name != "sched_switch" && name != "sched_wakeup" && name != "lost" {
-		return schedEvent{}, false
-	}
-	e := schedEvent{t: rec.Time(), cpu: rec.CPU(), tid: rec.TID()}
-	switch name {
-	case "sched_switch":
-		e.kind = schedSwitch
-		next, _ := rec.Uint("next_tid")
-		state, _ := rec.Uint("prev_state")
-		e.next, e.prevState = uint32(next), uint32(state)
-	case "sched_wakeup":
-		e.kind = schedWakeup
-		target, _ := rec.Uint("target_tid")
-		e.tid = uint32(target)
-	case "lost":
-		sw, _ := rec.Uint("n_sched_switch")
-		wk, _ := rec.Uint("n_sched_wakeup")
-		if sw+wk == 0 {
-			return e, false
-		}
-		e.kind = schedLoss
-		first, _ := rec.Uint("first_ns")
-		last, _ := rec.Uint("last_ns")
-		if first > 0 && first <= e.t {
-			e.t = first
-		}
-		e.end = max(last, e.t)
-		e.next = uint32(sw + wk) // how many
-	default:
-		return e, false
-	}
-	return e, true
-}
-
-type schedHeap []schedEvent
-
-func (h schedHeap) Len() int           { return len(h) }
-func (h schedHeap) Less(i, j int) bool { return h[i].t < h[j].t }
-func (h schedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *schedHeap) Push(x any)        { *h = append(*h, x.(schedEvent)) }
-func (h *schedHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// schedTracker follows one trace's scheduler events in time order, in
-// memory bounded by the CPUs and the tasks waiting to run.
+// schedTracker follows one trace's scheduler events, which the stream puts
+// in time order before it hands them over, in memory bounded by the CPUs
+// and the tasks waiting to run.
 type schedTracker struct {
-	win     schedHeap
 	cpus    map[uint16]*CPUSched
 	all     CPUSched
 	woken   map[uint32]uint64 // task → when it was woken, until it runs
@@ -144,23 +86,6 @@ type schedTracker struct {
 
 func newSchedTracker() *schedTracker {
 	return &schedTracker{cpus: map[uint16]*CPUSched{}, woken: map[uint32]uint64{}, all: CPUSched{CPU: -1}}
-}
-
-// observe takes a record; it says whether the record was a sched event.
-func (s *schedTracker) observe(rec trace.Record) bool {
-	e, ok := schedEventOf(rec)
-	if !ok {
-		return false
-	}
-	s.add(e)
-	return true
-}
-
-func (s *schedTracker) add(e schedEvent) {
-	heap.Push(&s.win, e)
-	if len(s.win) > reorderWindow {
-		s.step(heap.Pop(&s.win).(schedEvent))
-	}
 }
 
 func (s *schedTracker) cpu(n uint16) *CPUSched {
@@ -215,17 +140,9 @@ func (s *schedTracker) step(e schedEvent) {
 	}
 }
 
-// drain processes what the reorder window still holds.
-func (s *schedTracker) drain() {
-	for len(s.win) > 0 {
-		s.step(heap.Pop(&s.win).(schedEvent))
-	}
-}
-
 // finish returns the statistics, or nil when the trace had no sched
 // events; span is the trace's duration in ns.
 func (s *schedTracker) finish(path string, span uint64) *SchedStats {
-	s.drain()
 	if !s.seen {
 		return nil
 	}

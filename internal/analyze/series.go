@@ -197,9 +197,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		fig.Title = label + ": send-buffer occupancy (written − acknowledged)"
 		fig.YLabel = "bytes"
 		xs := make([]float64, len(s.sbT))
-		for i, t := range s.sbT {
-			xs[i] = t
-		}
+		copy(xs, s.sbT)
 		fig.Series = []Named{{Name: "occupancy", X: xs, Y: s.sbY, Steps: true}}
 	case "bandwidth":
 		if opts.WindowEvents > 0 {

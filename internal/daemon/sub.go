@@ -214,7 +214,9 @@ func (s *sub) serveEvents(ctx context.Context, out *streamWriter) {
 			if err == nil {
 				err = s.notices(out)
 			}
-			s.end(out)
+			if err == nil {
+				s.end(out)
+			}
 			return
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // columns (int64, uint64, UTF-8 strings), which pandas, polars and DuckDB
 // read directly.
 type parquetWriter struct {
-	w      *parquet.Writer
+	w      *parquet.GenericWriter[any]
 	leaf   []int // parquet leaf column index -> table column
 	kinds  []ColumnKind
 	batch  []parquet.Row
@@ -44,7 +44,7 @@ func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
 	// per event on a host-wide recording); every Parquet reader has zstd.
 	// Row groups of a bounded size keep the writer's memory bounded, however
 	// long the trace: the default puts the whole file in one row group.
-	pw := &parquetWriter{w: parquet.NewWriter(out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(parquetRowGroup))}
+	pw := &parquetWriter{w: parquet.NewGenericWriter[any](out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(parquetRowGroup))}
 	// A group's leaves are ordered by name: map each to its table column.
 	for _, path := range schema.Columns() {
 		i, ok := t.index[path[0]]

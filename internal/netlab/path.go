@@ -173,7 +173,6 @@ type link struct {
 	aDev, bDev   string
 	subnet       netip.Prefix
 	aAddr, bAddr netip.Addr
-	subnet6      netip.Prefix // only with PathOptions.IPv6
 }
 
 func (p *Path) setup(block netip.Prefix, opts PathOptions) error {

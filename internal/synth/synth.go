@@ -147,14 +147,14 @@ func (h *evHeap) Pop() any {
 
 // conn is one connection's transfer state.
 type conn struct {
-	i               int
-	next            uint64 // time of the next packet
-	seq, ack        uint32 // sender's next seq, receiver's next seq (its ISN side)
-	sndID, rcvID    uint16 // IP ids of each end
-	sent, inMessage int
-	packets         int
-	opens           uint64 // when the receiver's end is announced
-	opened          bool
+	i            int
+	next         uint64 // time of the next packet
+	seq, ack     uint32 // sender's next seq, receiver's next seq (its ISN side)
+	sndID, rcvID uint16 // IP ids of each end
+	inMessage    int
+	packets      int
+	opens        uint64 // when the receiver's end is announced
+	opened       bool
 }
 
 const (

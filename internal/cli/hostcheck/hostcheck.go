@@ -116,14 +116,6 @@ func (p *printer) line(name, value, meaning string) {
 	_, p.err = fmt.Fprintf(p.w, "  %s: %s — %s\n", name, value, meaning)
 }
 
-// text writes s as is.
-func (p *printer) text(s string) {
-	if p.err != nil {
-		return
-	}
-	_, p.err = io.WriteString(p.w, s)
-}
-
 func writeClock(p *printer, rep *hostcheck.Report) {
 	c := rep.Clock
 	p.section("Clock")
