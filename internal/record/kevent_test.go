@@ -397,3 +397,44 @@ func TestKernelEventsLoss(t *testing.T) {
 		t.Errorf("kevent_lost records count %d, lost %d; summary lost %d, result %d", inStream, res.LostBy[name], sum.Lost, res.Lost)
 	}
 }
+
+// TestUSDT records the Python interpreter's own gc__start probe (its
+// argument, the generation, read from memory: -4@112(%rsp)) for a script
+// that disables automatic collection and collects generation 1 five
+// times: exactly five gc__start events with generation 1.
+func TestUSDT(t *testing.T) {
+	needRoot(t)
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	spec, err := kevent.ParseUSDT(py + ":python:gc__start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kevent.Plan([]kevent.Spec{spec}, func(string) bool { return false }); err != nil {
+		if strings.Contains(err.Error(), "no USDT probes") || strings.Contains(err.Error(), "no such probe") {
+			t.Skipf("this Python has no gc__start probe: %v", err)
+		}
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "gc.py")
+	if err := os.WriteFile(script, []byte("import gc\ngc.disable()\nfor _ in range(5):\n    gc.collect(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := startRecording(t, record.Config{Groups: event.GroupConn, Command: []string{py, script}, KernelEvents: []kevent.Spec{spec}})
+	<-rec.done
+	if rec.err != nil {
+		t.Fatal(rec.err)
+	}
+	gens := map[int64]int{}
+	eachRecord(t, rec.path, func(rc trace.Record) {
+		if rc.Type.Name == "gc__start" {
+			g, _ := rc.Int("arg0")
+			gens[g]++
+		}
+	})
+	if gens[1] != 5 {
+		t.Errorf("gc__start by generation: %v, want 5 of generation 1", gens)
+	}
+}

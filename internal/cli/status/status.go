@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
@@ -21,6 +22,10 @@ type report struct {
 	Hooks     []probe.HookStatus `json:"hooks"`
 	ServedBy  map[string]string  `json:"served_by"`
 	Recorders []record.Status    `json:"recorders"`
+	// KernelEvents says which kinds of kernel event chosen at run time
+	// (magnet record --tracepoint, --uprobe, --usdt, --kprobe) this kernel
+	// offers.
+	KernelEvents []kevent.Availability `json:"kernel_events"`
 }
 
 // New returns the status command.
@@ -34,6 +39,7 @@ func New() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := report{Hooks: probe.CheckHooks()}
 			rep.ServedBy = probe.ServedBy(rep.Hooks)
+			rep.KernelEvents = kevent.Kinds()
 			recs, err := record.ReadStatuses(dir)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
@@ -64,6 +70,19 @@ func New() *cobra.Command {
 				} else if in.Hook != "recorder" && in.Name != "lost" && in.Name != "iface" {
 					fmt.Fprintf(tw, "%s\t%s\n", in.Name, "unavailable")
 				}
+			}
+			tw.Flush()
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "KERNEL EVENTS\tSTATE")
+			for _, k := range rep.KernelEvents {
+				state := "available"
+				if !k.Available {
+					state = "unavailable: " + k.Why
+				} else if k.Why != "" {
+					state += " (" + k.Why + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", k.Kind, state)
 			}
 			tw.Flush()
 			fmt.Fprintln(out)
