@@ -189,6 +189,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 	var irqAt, softAt [4]uint64 // entry times; 0 = not inside
 	var irqNum uint32
 	var pollFrom uint64         // start of the poll that ends next
+	var napiNs uint64           // poll time of the NET_RX softirq under way
 	var pending map[uint64]bool // connections with packets since pollFrom
 	flushPoll := func() {
 		for c := range pending {
@@ -201,7 +202,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 		if cpu == nil || int(e.cpu) != cpu.CPU {
 			cpu = &RxCPU{CPU: int(e.cpu)}
 			rp.CPUs = append(rp.CPUs, cpu)
-			irqAt, softAt, pollFrom = [4]uint64{}, [4]uint64{}, 0
+			irqAt, softAt, pollFrom, napiNs = [4]uint64{}, [4]uint64{}, 0, 0
 			pending = map[uint64]bool{}
 		}
 		switch e.kind {
@@ -218,7 +219,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				softAt[e.v] = e.t
 			}
 			if e.v == vecNetRx {
-				pollFrom = e.t
+				pollFrom, napiNs = e.t, 0
 			}
 		case rxSoftExit:
 			if (e.v == vecNetRx || e.v == vecNetTx) && softAt[e.v] != 0 && e.t >= softAt[e.v] {
@@ -226,6 +227,10 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				if e.v == vecNetRx {
 					cpu.NetRxNs += d
 					cpu.NetRx++
+					// Poll time counts only within a softirq seen
+					// whole, so that it stays within NET_RX time
+					// when entries or exits were lost.
+					cpu.NapiNs += napiNs
 				} else {
 					cpu.NetTxNs += d
 					cpu.NetTx++
@@ -235,7 +240,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				softAt[e.v] = 0
 			}
 			if e.v == vecNetRx {
-				pollFrom = 0
+				pollFrom, napiNs = 0, 0
 				clear(pending) // packets outside a poll belong to none
 			}
 		case rxPoll:
@@ -247,8 +252,8 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 			cpu.perPoll.Add(float64(e.w))
 			rp.All.perPoll.Add(float64(e.w))
 			rp.PacketsPerPoll[int(e.w)]++
-			if pollFrom != 0 && e.t >= pollFrom {
-				cpu.NapiNs += e.t - pollFrom
+			if pollFrom != 0 && softAt[vecNetRx] != 0 && e.t >= pollFrom {
+				napiNs += e.t - pollFrom
 			}
 			pollFrom = e.t
 			flushPoll()
