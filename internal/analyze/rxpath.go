@@ -26,7 +26,7 @@ type RxPath struct {
 	// NICs is what the recording host's hostcheck read of its interfaces'
 	// receive coalescing and GRO, beside which the polls are read.
 	NICs []NICCoalesce `json:"nics,omitempty"`
-	Lost           uint64         `json:"lost,omitempty"` // irq/napi events lost: figures are short
+	Lost uint64        `json:"lost,omitempty"` // irq/napi events lost: figures are short
 }
 
 // NICCoalesce is an interface's receive interrupt coalescing (ethtool),

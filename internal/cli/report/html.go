@@ -44,9 +44,9 @@ func summaryLine(c *analyze.ConnReport) string {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f0": func(v float64) string { return fmt.Sprintf("%.0f", v) },
-	"f2": func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f0":  func(v float64) string { return fmt.Sprintf("%.0f", v) },
+	"f2":  func(v float64) string { return fmt.Sprintf("%.2f", v) },
 	"pct": func(v float64) string { return fmt.Sprintf("%.2f", 100*v) },
 }).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>magnet report</title>
