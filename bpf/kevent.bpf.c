@@ -30,6 +30,8 @@ const volatile __u32 kev_nzero = 0;
 const volatile __u16 kev_zero[KEV_MAX_ZERO] = {}; /* record offsets of 8-byte kernel addresses */
 const volatile __u32 kev_npreds = 0;
 const volatile struct kev_pred kev_preds[KEV_MAX_PREDS] = {};
+const volatile __u32 kev_nargs = 0; /* a USDT probe's arguments; 0: a uprobe's registers */
+const volatile struct kev_arg kev_args[KEV_UPROBE_ARGS] = {};
 const volatile __u8 kev_task_filter = 0; /* the event belongs to the current task: filters apply */
 
 /* The recording's filters (magnet record --pid, --cgroup, --netns). */
@@ -66,6 +68,7 @@ struct kev_counters _k2 = {};
 struct kev_pred _k3 = {};
 struct kev_str _k4 = {};
 struct mg_task _k5 = {};
+struct kev_arg _k6 = {};
 
 static __always_inline int cgroup_selected(void)
 {
@@ -305,6 +308,42 @@ int kevent_tp(void *ctx)
 	return 0;
 }
 
+/* A USDT probe's argument i, as its note describes it. */
+static __always_inline __u64 usdt_arg(struct pt_regs *ctx, int i)
+{
+	__u64 v = 0;
+	__u8 kind = kev_args[i].kind;
+	__s8 size = kev_args[i].size;
+	if (kind == KEV_ARG_CONST)
+		return kev_args[i].disp;
+	if (kind != KEV_ARG_REG && kind != KEV_ARG_MEM)
+		return 0;
+	bpf_probe_read_kernel(&v, 8, (void *)ctx + (kev_args[i].reg & 0xff));
+	if (kind == KEV_ARG_MEM) {
+		__u64 addr = v + kev_args[i].disp;
+		__u32 n = size < 0 ? -size : size;
+		if (n == 0 || n > 8)
+			n = 8;
+		v = 0;
+		bpf_probe_read_user(&v, n, (void *)addr);
+	}
+	switch (size) {
+	case 1:
+		return (__u8)v;
+	case -1:
+		return (__s64)(__s8)v;
+	case 2:
+		return (__u16)v;
+	case -2:
+		return (__s64)(__s16)v;
+	case 4:
+		return (__u32)v;
+	case -4:
+		return (__s64)(__s32)v;
+	}
+	return v;
+}
+
 SEC("uprobe")
 int kevent_uprobe(struct pt_regs *ctx)
 {
@@ -318,13 +357,21 @@ int kevent_uprobe(struct pt_regs *ctx)
 	if (!rec)
 		return 0;
 	fill_hdr(&rec->hdr, now, pid_tgid, netns);
-	/* x86-64's calling convention (gen.go builds for it). */
-	rec->args[0] = ctx->di;
-	rec->args[1] = ctx->si;
-	rec->args[2] = ctx->dx;
-	rec->args[3] = ctx->cx;
-	rec->args[4] = ctx->r8;
-	rec->args[5] = ctx->r9;
+	if (!kev_nargs) {
+		/* x86-64's calling convention (gen.go builds for it). */
+		rec->args[0] = ctx->di;
+		rec->args[1] = ctx->si;
+		rec->args[2] = ctx->dx;
+		rec->args[3] = ctx->cx;
+		rec->args[4] = ctx->r8;
+		rec->args[5] = ctx->r9;
+	} else {
+		for (int i = 0; i < KEV_UPROBE_ARGS; i++) {
+			if (i >= kev_nargs)
+				break;
+			rec->args[i] = usdt_arg(ctx, i);
+		}
+	}
 	fill_task((struct mg_task *)(rec + 1), pid_tgid);
 	bpf_ringbuf_submit(rec, wake_flags());
 	return 0;

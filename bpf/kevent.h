@@ -67,7 +67,25 @@ struct kev_lost {
 	__u32 counts[KEV_MAX];
 };
 
-/* uprobe: the first argument registers of the probed function. */
+/* How a USDT probe's argument is found (struct kev_arg.kind). */
+enum kev_arg_kind {
+	KEV_ARG_NONE = 0,
+	KEV_ARG_REG = 1,   /* a register */
+	KEV_ARG_MEM = 2,   /* memory at a register + disp */
+	KEV_ARG_CONST = 3, /* the constant disp */
+};
+
+/* A USDT argument, from the probe's note ("-4@8(%rbp)"). */
+struct kev_arg {
+	__s64 disp;  /* displacement or constant */
+	__u16 reg;   /* offset of the register in struct pt_regs */
+	__u8 kind;   /* enum kev_arg_kind */
+	__s8 size;   /* bytes, negative when signed */
+	__u8 _pad[4];
+};
+
+/* uprobe: the first argument registers of the probed function; a USDT
+ * probe: its arguments. */
 struct kev_uprobe {
 	struct mg_hdr hdr;
 	__u64 args[KEV_UPROBE_ARGS];

@@ -18,10 +18,10 @@ install_staticcheck
 "$STATICCHECK" ./...
 
 echo "== BPF object matches bpf/ (go generate)"
-go generate ./internal/probe
-if ! git diff --quiet -- internal/probe 2>/dev/null; then
-	echo "generated BPF files differ from the committed ones: commit the output of 'go generate ./internal/probe'"
-	git diff --stat -- internal/probe
+go generate ./internal/probe ./internal/kevent
+if ! git diff --quiet -- internal/probe internal/kevent 2>/dev/null; then
+	echo "generated BPF files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent'"
+	git diff --stat -- internal/probe internal/kevent
 	exit 1
 fi
 

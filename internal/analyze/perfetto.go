@@ -48,9 +48,15 @@ func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
 		cs.hops = newHopTracker(cs)
 		cs.hops.onHop = p.hopSlice
 	}
+	var kev []kernelMark
+	s.onOther = func(i int, rec trace.Record) {
+		if m, ok := kernelMarkOf(s.srcs[i], rec); ok {
+			kev = append(kev, m)
+		}
+	}
 	s.onEvent = func(e *ev) {
 		if !p.started {
-			p.start, p.started = e.t, true
+			p.start, p.started, p.connEvents = e.t, true, true
 		}
 		cs := e.cs
 		if cs == nil || cs.notTCP || p.err != nil {
@@ -75,6 +81,7 @@ func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
 	}
 	err = s.run()
 	if err == nil {
+		p.kernelMarks(kev)
 		err = p.err
 	}
 	if err != nil {
@@ -108,8 +115,11 @@ type perfettoWriter struct {
 	buf     []byte
 	start   uint64
 	started bool
-	err     error
-	nums    map[*connState]uint64
+	// connEvents: start is the first connection event's time (emitted
+	// relative to it), not a kernel event's.
+	connEvents bool
+	err        error
+	nums       map[*connState]uint64
 }
 
 func (p *perfettoWriter) emit(b []byte) {

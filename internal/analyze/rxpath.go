@@ -3,6 +3,7 @@
 package analyze
 
 import (
+	"encoding/json"
 	"sort"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -22,7 +23,64 @@ type RxPath struct {
 	// packets taken, 0 to the budget.
 	PacketsPerPoll map[int]uint64 `json:"packets_per_poll"`
 	Conns          []*RxConn      `json:"connections,omitempty"`
-	Lost           uint64         `json:"lost,omitempty"` // irq/napi events lost: figures are short
+	// NICs is what the recording host's hostcheck read of its interfaces'
+	// receive coalescing and GRO, beside which the polls are read.
+	NICs []NICCoalesce `json:"nics,omitempty"`
+	Lost uint64        `json:"lost,omitempty"` // irq/napi events lost: figures are short
+}
+
+// NICCoalesce is an interface's receive interrupt coalescing (ethtool),
+// from the trace header's hostcheck report.
+type NICCoalesce struct {
+	Name       string  `json:"name"`
+	GRO        bool    `json:"gro"`
+	RxUsecs    *uint32 `json:"rx_usecs,omitempty"`
+	RxFrames   *uint32 `json:"rx_frames,omitempty"`
+	AdaptiveRx *bool   `json:"adaptive_rx,omitempty"`
+	Error      string  `json:"error,omitempty"` // why the coalescing is unknown
+}
+
+// nicsOf reads the interfaces' coalescing from a trace header's
+// extra.hostcheck; loopback and interfaces that are down are left out.
+func nicsOf(h *trace.Header) []NICCoalesce {
+	raw, err := json.Marshal(h.Extra["hostcheck"])
+	if err != nil {
+		return nil
+	}
+	var hc struct {
+		Interfaces []struct {
+			Name     string `json:"name"`
+			Up       bool   `json:"up"`
+			Loopback bool   `json:"loopback"`
+			Offloads *struct {
+				GRO bool `json:"gro"`
+			} `json:"offloads"`
+			Coalesce *struct {
+				RxUsecs    *uint32 `json:"rx_usecs"`
+				RxFrames   *uint32 `json:"rx_frames"`
+				AdaptiveRx *bool   `json:"adaptive_rx"`
+			} `json:"coalesce"`
+			CoalesceError string `json:"coalesce_error"`
+		} `json:"interfaces"`
+	}
+	if json.Unmarshal(raw, &hc) != nil {
+		return nil
+	}
+	var out []NICCoalesce
+	for _, in := range hc.Interfaces {
+		if in.Loopback || !in.Up {
+			continue
+		}
+		n := NICCoalesce{Name: in.Name, Error: in.CoalesceError}
+		if in.Offloads != nil {
+			n.GRO = in.Offloads.GRO
+		}
+		if c := in.Coalesce; c != nil {
+			n.RxUsecs, n.RxFrames, n.AdaptiveRx = c.RxUsecs, c.RxFrames, c.AdaptiveRx
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // RxCPU is one CPU's (or, with CPU -1, all CPUs') receive-path time.
@@ -90,6 +148,7 @@ type rxTracker struct {
 	evs                    []rxEvent
 	lost                   uint64
 	offset                 int64 // the trace's place on the report's timeline
+	nics                   []NICCoalesce
 }
 
 func newRxTracker(h *trace.Header, offset int64) *rxTracker {
@@ -127,6 +186,7 @@ func newRxTracker(h *trace.Header, offset int64) *rxTracker {
 	if !rt.any {
 		return nil
 	}
+	rt.nics = nicsOf(h)
 	return rt
 }
 
@@ -182,13 +242,14 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 		}
 		return a.t < b.t
 	})
-	rp := &RxPath{Trace: path, SpanS: float64(span) / 1e9, PacketsPerPoll: map[int]uint64{}, Lost: rt.lost, All: &RxCPU{CPU: -1}}
+	rp := &RxPath{Trace: path, SpanS: float64(span) / 1e9, PacketsPerPoll: map[int]uint64{}, Lost: rt.lost, All: &RxCPU{CPU: -1}, NICs: rt.nics}
 	conns := map[uint64]*RxConn{}
 	var order []uint64
 	var cpu *RxCPU
 	var irqAt, softAt [4]uint64 // entry times; 0 = not inside
 	var irqNum uint32
 	var pollFrom uint64         // start of the poll that ends next
+	var napiNs uint64           // poll time of the NET_RX softirq under way
 	var pending map[uint64]bool // connections with packets since pollFrom
 	flushPoll := func() {
 		for c := range pending {
@@ -201,7 +262,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 		if cpu == nil || int(e.cpu) != cpu.CPU {
 			cpu = &RxCPU{CPU: int(e.cpu)}
 			rp.CPUs = append(rp.CPUs, cpu)
-			irqAt, softAt, pollFrom = [4]uint64{}, [4]uint64{}, 0
+			irqAt, softAt, pollFrom, napiNs = [4]uint64{}, [4]uint64{}, 0, 0
 			pending = map[uint64]bool{}
 		}
 		switch e.kind {
@@ -218,7 +279,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				softAt[e.v] = e.t
 			}
 			if e.v == vecNetRx {
-				pollFrom = e.t
+				pollFrom, napiNs = e.t, 0
 			}
 		case rxSoftExit:
 			if (e.v == vecNetRx || e.v == vecNetTx) && softAt[e.v] != 0 && e.t >= softAt[e.v] {
@@ -226,6 +287,10 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				if e.v == vecNetRx {
 					cpu.NetRxNs += d
 					cpu.NetRx++
+					// Poll time counts only within a softirq seen
+					// whole, so that it stays within NET_RX time
+					// when entries or exits were lost.
+					cpu.NapiNs += napiNs
 				} else {
 					cpu.NetTxNs += d
 					cpu.NetTx++
@@ -235,7 +300,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				softAt[e.v] = 0
 			}
 			if e.v == vecNetRx {
-				pollFrom = 0
+				pollFrom, napiNs = 0, 0
 				clear(pending) // packets outside a poll belong to none
 			}
 		case rxPoll:
@@ -247,8 +312,8 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 			cpu.perPoll.Add(float64(e.w))
 			rp.All.perPoll.Add(float64(e.w))
 			rp.PacketsPerPoll[int(e.w)]++
-			if pollFrom != 0 && e.t >= pollFrom {
-				cpu.NapiNs += e.t - pollFrom
+			if pollFrom != 0 && softAt[vecNetRx] != 0 && e.t >= pollFrom {
+				napiNs += e.t - pollFrom
 			}
 			pollFrom = e.t
 			flushPoll()

@@ -345,7 +345,9 @@ func (rs *Resolver) formatOf(t *trace.EventType) *typeFmt {
 	if tf := rs.fmts[t.ID]; tf != nil {
 		return tf
 	}
-	tf := &typeFmt{lost: t.Name == "lost"}
+	// kevent_lost counts the losses of kernel events chosen at run time
+	// as lost does the built-in ones'.
+	tf := &typeFmt{lost: t.Name == "lost" || t.Name == "kevent_lost"}
 	switch t.Name {
 	case "tcp_xmit", "tcp_rcv", "tcp_retrans":
 		tf.tcp = true

@@ -13,6 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type keventKevArg struct {
+	_    structs.HostLayout
+	Disp int64
+	Reg  uint16
+	Kind uint8
+	Size int8
+	Pad  [4]uint8
+}
+
 type keventKevCounters struct {
 	_        structs.HostLayout
 	Produced [64]uint64
@@ -97,11 +106,14 @@ const (
 	keventVarK3            = "_k3"
 	keventVarK4            = "_k4"
 	keventVarK5            = "_k5"
+	keventVarK6            = "_k6"
 	keventVarFilterCgroup  = "filter_cgroup"
 	keventVarFilterNetns   = "filter_netns"
 	keventVarFilterTgid    = "filter_tgid"
+	keventVarKevArgs       = "kev_args"
 	keventVarKevCopy       = "kev_copy"
 	keventVarKevLostType   = "kev_lost_type"
+	keventVarKevNargs      = "kev_nargs"
 	keventVarKevNpreds     = "kev_npreds"
 	keventVarKevNstrs      = "kev_nstrs"
 	keventVarKevNzero      = "kev_nzero"
@@ -181,11 +193,14 @@ type keventVariableSpecs struct {
 	K3            *ebpf.VariableSpec `ebpf:"_k3"`
 	K4            *ebpf.VariableSpec `ebpf:"_k4"`
 	K5            *ebpf.VariableSpec `ebpf:"_k5"`
+	K6            *ebpf.VariableSpec `ebpf:"_k6"`
 	FilterCgroup  *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterNetns   *ebpf.VariableSpec `ebpf:"filter_netns"`
 	FilterTgid    *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	KevArgs       *ebpf.VariableSpec `ebpf:"kev_args"`
 	KevCopy       *ebpf.VariableSpec `ebpf:"kev_copy"`
 	KevLostType   *ebpf.VariableSpec `ebpf:"kev_lost_type"`
+	KevNargs      *ebpf.VariableSpec `ebpf:"kev_nargs"`
 	KevNpreds     *ebpf.VariableSpec `ebpf:"kev_npreds"`
 	KevNstrs      *ebpf.VariableSpec `ebpf:"kev_nstrs"`
 	KevNzero      *ebpf.VariableSpec `ebpf:"kev_nzero"`
@@ -243,11 +258,14 @@ type keventVariables struct {
 	K3            *ebpf.Variable `ebpf:"_k3"`
 	K4            *ebpf.Variable `ebpf:"_k4"`
 	K5            *ebpf.Variable `ebpf:"_k5"`
+	K6            *ebpf.Variable `ebpf:"_k6"`
 	FilterCgroup  *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterNetns   *ebpf.Variable `ebpf:"filter_netns"`
 	FilterTgid    *ebpf.Variable `ebpf:"filter_tgid"`
+	KevArgs       *ebpf.Variable `ebpf:"kev_args"`
 	KevCopy       *ebpf.Variable `ebpf:"kev_copy"`
 	KevLostType   *ebpf.Variable `ebpf:"kev_lost_type"`
+	KevNargs      *ebpf.Variable `ebpf:"kev_nargs"`
 	KevNpreds     *ebpf.Variable `ebpf:"kev_npreds"`
 	KevNstrs      *ebpf.Variable `ebpf:"kev_nstrs"`
 	KevNzero      *ebpf.Variable `ebpf:"kev_nzero"`

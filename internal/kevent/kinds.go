@@ -25,10 +25,12 @@ type Availability struct {
 func Kinds() []Availability {
 	var out []Availability
 	tp := Availability{Kind: "tracepoint", Available: true}
-	if root, err := tpformat.Root(); err != nil {
-		tp.Available, tp.Why = false, err.Error()
-	} else if _, err := os.Stat(root + "/events"); err != nil {
-		tp.Available, tp.Why = false, "no events in tracefs"
+	if tpformat.Find() == "" {
+		// magnet record mounts it when it is root.
+		tp.Why = "tracefs is not mounted (magnet record mounts it at /sys/kernel/tracing)"
+		if _, err := os.Stat("/sys/kernel/tracing"); err != nil {
+			tp.Available, tp.Why = false, "this kernel has no tracefs (CONFIG_TRACING is off)"
+		}
 	}
 	if err := features.HaveProgramType(ebpf.TracePoint); err != nil && tp.Available {
 		tp.Available, tp.Why = false, "BPF tracepoint programs: "+err.Error()
@@ -36,19 +38,12 @@ func Kinds() []Availability {
 	out = append(out, tp)
 	up := pmu("uprobe", "CONFIG_UPROBE_EVENTS")
 	out = append(out, up)
-	usdt := Availability{Kind: "usdt", Available: up.Available, Why: up.Why}
-	if usdt.Available {
-		usdt.Available, usdt.Why = false, "not in this build of magnet (uprobes on the probe's function work)"
+	out = append(out, Availability{Kind: "usdt", Available: up.Available, Why: up.Why})
+	kp := pmu("kprobe", "CONFIG_KPROBE_EVENTS")
+	if kp.Available {
+		kp.Available, kp.Why = false, errKprobeBuild.Error()
 	}
-	out = append(out, usdt)
-	out = append(out, pmu("kprobe", "CONFIG_KPROBE_EVENTS"))
-	fe := Availability{Kind: "fentry", Available: false, Why: "not used by kernel events in this build"}
-	out = append(out, fe)
-	for i := range out {
-		if out[i].Available {
-			out[i].Why = ""
-		}
-	}
+	out = append(out, kp)
 	return out
 }
 
@@ -71,10 +66,3 @@ func kprobeAvailable(fn string) error {
 }
 
 var errKprobeBuild = errors.New("kprobes are not recorded by this build of magnet; a tracepoint near the function (--tracepoint) may do")
-
-func (ev *Event) planUSDT() error {
-	if a := pmu("uprobe", "CONFIG_UPROBE_EVENTS"); !a.Available {
-		return fmt.Errorf("%s: %s", ev.Spec, a.Why)
-	}
-	return fmt.Errorf("%s: USDT probes are not recorded by this build of magnet; a --uprobe on the function holding the probe may do", ev.Spec)
-}

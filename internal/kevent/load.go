@@ -62,7 +62,7 @@ func Load(events []*Event, opts Options) (s *Set, err error) {
 			return nil, fmt.Errorf("load kernel events object: %w", err)
 		}
 		prog := "kevent_tp"
-		if ev.Spec.Kind == Uprobe {
+		if ev.Spec.Kind == Uprobe || ev.Spec.Kind == USDT {
 			prog = "kevent_uprobe"
 		}
 		for name := range spec.Programs {
@@ -98,6 +98,13 @@ func Load(events []*Event, opts Options) (s *Set, err error) {
 			if ex, err = link.OpenExecutable(ev.Spec.Binary); err == nil {
 				l, err = ex.Uprobe(ev.Spec.Symbol, s.progs[i], nil)
 			}
+		case USDT:
+			// The kernel counts the probe's semaphore up while attached,
+			// so that the program runs the code that feeds the probe.
+			var ex *link.Executable
+			if ex, err = link.OpenExecutable(ev.Spec.Binary); err == nil {
+				l, err = ex.Uprobe("", s.progs[i], &link.UprobeOptions{Address: ev.usdt.Offset, RefCtrOffset: ev.usdt.Semaphore})
+			}
 		default:
 			err = errors.New("cannot be attached")
 		}
@@ -116,6 +123,8 @@ func setVariables(spec *ebpf.CollectionSpec, ev *Event, opts Options) error {
 	}
 	var zero [maxZero]uint16
 	copy(zero[:], ev.zero)
+	var args [6]keventKevArg
+	copy(args[:], ev.args)
 	var preds [8]keventKevPred
 	for i, p := range ev.preds {
 		preds[i] = keventKevPred{Value: p.Value, Off: uint16(p.Field.Offset), Size: uint8(p.Field.Size), Op: uint8(p.Op), IsSigned: b2u(p.Field.Signed), NewTerm: b2u(p.NewTerm)}
@@ -137,6 +146,8 @@ func setVariables(spec *ebpf.CollectionSpec, ev *Event, opts Options) error {
 		"kev_npreds":      uint32(len(ev.preds)),
 		"kev_preds":       preds,
 		"kev_task_filter": b2u(!ev.Spec.SystemWide),
+		"kev_nargs":       uint32(len(ev.args)),
+		"kev_args":        args,
 		"filter_tgid":     opts.TGID,
 		"filter_cgroup":   opts.CgroupID,
 		"filter_netns":    opts.NetNS,

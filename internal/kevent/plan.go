@@ -43,6 +43,8 @@ type Event struct {
 	// Dropped lists the fields not recorded, and why.
 	Dropped []string
 	preds   []tpformat.Predicate
+	args    []keventKevArg // a USDT probe's arguments
+	usdt    usdtProbe
 	copy    int
 	strs    []strCopy
 	zero    []uint16
@@ -64,6 +66,9 @@ func init() {
 	}
 }
 
+// tracefsRoot finds tracefs; tests point it at formats of their own.
+var tracefsRoot = tpformat.Root
+
 // Plan resolves specs on this kernel: a tracepoint's format from tracefs,
 // its filter compiled, every event given a type id and a name no other
 // event of the trace has (taken says which names the built-in events
@@ -81,7 +86,7 @@ func Plan(specs []Spec, taken func(name string) bool) ([]*Event, error) {
 		switch s.Kind {
 		case Tracepoint:
 			if root == "" {
-				if root, err = tpformat.Root(); err != nil {
+				if root, err = tracefsRoot(); err != nil {
 					return nil, fmt.Errorf("%s: %w", s, err)
 				}
 			}

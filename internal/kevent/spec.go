@@ -248,7 +248,9 @@ func SplitGroups(events string) (rest string, specs []Spec, notes []string, err 
 		}
 	}
 	if len(keep) == 0 && len(specs) > 0 {
-		keep = []string{"default"}
+		// "--events napi" records napi alone, as "--events sched" does
+		// sched (and the connection records every trace has).
+		keep = []string{"conn"}
 	}
 	return strings.Join(keep, ","), specs, notes, nil
 }

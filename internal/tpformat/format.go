@@ -265,13 +265,22 @@ func clip(s string) string {
 // ErrUnknown means the kernel has no such tracepoint.
 var ErrUnknown = errors.New("no such tracepoint")
 
-// Root returns the tracefs mount point, mounting tracefs at
-// /sys/kernel/tracing if it is mounted nowhere (root only).
-func Root() (string, error) {
+// Find returns where tracefs is mounted, or "" if nowhere.
+func Find() string {
 	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
 		if _, err := os.Stat(filepath.Join(dir, "events")); err == nil {
-			return dir, nil
+			return dir
 		}
+	}
+	return ""
+}
+
+// Root returns the tracefs mount point, mounting tracefs at
+// /sys/kernel/tracing if it is mounted nowhere (root only). The mount is
+// the kernel's usual one and is left in place, as systemd would make it.
+func Root() (string, error) {
+	if dir := Find(); dir != "" {
+		return dir, nil
 	}
 	dir := "/sys/kernel/tracing"
 	if err := unix.Mount("tracefs", dir, "tracefs", 0, ""); err != nil {

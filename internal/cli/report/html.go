@@ -44,9 +44,10 @@ func summaryLine(c *analyze.ConnReport) string {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f0": func(v float64) string { return fmt.Sprintf("%.0f", v) },
-	"f2": func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f0":  func(v float64) string { return fmt.Sprintf("%.0f", v) },
+	"f2":  func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"pct": func(v float64) string { return fmt.Sprintf("%.2f", 100*v) },
 }).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>magnet report</title>
 <style>
@@ -77,8 +78,15 @@ pre{background:#f8f8f8;padding:.5em}
 <table><tr><th>cpu</th><th>switches</th><th>per s</th><th>between switches µs mean</th><th>median</th><th>p99</th><th>max</th><th>cv</th><th>wakeups</th><th>wakeup→run µs mean</th><th>median</th><th>p99</th><th>max</th><th>lost</th></tr>
 {{range .CPUs}}{{template "cpu" .}}{{end}}{{template "cpu" .All}}</table>
 {{end}}
+{{range .Rep.ReceivePath}}
+<h2>Receive path: time per CPU ({{.Trace}}, {{f2 .SpanS}} s)</h2>
+<table><tr><th>cpu</th><th>hard irq %</th><th>irqs</th><th>NET_RX %</th><th>softirqs</th><th>NET_TX %</th><th>softirqs</th><th>NAPI %</th><th>polls</th><th>packets</th><th>per poll mean</th><th>median</th><th>p99</th><th>full budget</th></tr>
+{{range .CPUs}}{{template "rx" .}}{{end}}{{template "rx" .All}}</table>
+{{end}}
 <h2>Plots (busiest connection)</h2>
 {{range .Plots}}<div>{{.}}</div>{{end}}
 </body></html>
+{{define "rx"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{pct .HardIRQShare}}</td><td>{{.HardIRQs}}</td><td>{{pct .NetRxShare}}</td><td>{{.NetRx}}</td><td>{{pct .NetTxShare}}</td><td>{{.NetTx}}</td><td>{{pct .NapiShare}}</td><td>{{.Polls}}</td><td>{{.Packets}}</td><td>{{f1 .PerPoll.Mean}}</td><td>{{f1 .PerPoll.Median}}</td><td>{{f1 .PerPoll.P99}}</td><td>{{.FullPolls}}</td></tr>
+{{end}}
 {{define "cpu"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{.Switches}}</td><td>{{f1 .PerSecond}}</td><td>{{f1 .Between.Mean}}</td><td>{{f1 .Between.Median}}</td><td>{{f1 .Between.P99}}</td><td>{{f1 .Between.Max}}</td><td>{{f2 .Between.CV}}</td><td>{{.WakeupToRun.Count}}</td><td>{{f1 .WakeupToRun.Mean}}</td><td>{{f1 .WakeupToRun.Median}}</td><td>{{f1 .WakeupToRun.P99}}</td><td>{{f1 .WakeupToRun.Max}}</td><td>{{if .Lost}}{{.Lost}}{{end}}</td></tr>
 {{end}}`))

@@ -43,10 +43,40 @@ func writeRxPath(w io.Writer, rp *analyze.RxPath) {
 		}
 		fmt.Fprintf(w, "  polls by packets taken (packets:polls): %s\n", strings.Join(parts, " "))
 	}
+	for _, n := range rp.NICs {
+		fmt.Fprintf(w, "  %s (hostcheck): %s\n", n.Name, coalescing(n))
+	}
 	for _, c := range rp.Conns {
 		fmt.Fprintf(w, "  connection %d: %d packets in %d polls (%.1f a poll)\n", c.Conn, c.Packets, c.Polls, c.PerPoll)
 	}
 	if rp.Lost > 0 {
 		fmt.Fprintf(w, "  warning: %d irq/napi events were lost: the figures are short\n", rp.Lost)
 	}
+}
+
+// coalescing says how an interface coalesces receive interrupts, as
+// ethtool -c would.
+func coalescing(n analyze.NICCoalesce) string {
+	var parts []string
+	if n.RxUsecs != nil {
+		parts = append(parts, fmt.Sprintf("rx-usecs %d", *n.RxUsecs))
+	}
+	if n.RxFrames != nil {
+		parts = append(parts, fmt.Sprintf("rx-frames %d", *n.RxFrames))
+	}
+	if n.AdaptiveRx != nil {
+		parts = append(parts, fmt.Sprintf("adaptive-rx %v", *n.AdaptiveRx))
+	}
+	if len(parts) == 0 {
+		what := n.Error
+		if what == "" {
+			what = "not reported"
+		}
+		parts = append(parts, "coalescing "+what)
+	}
+	gro := "off"
+	if n.GRO {
+		gro = "on"
+	}
+	return strings.Join(parts, ", ") + ", GRO " + gro
 }

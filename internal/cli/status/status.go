@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/collect"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
@@ -26,6 +27,10 @@ type report struct {
 	Recorders []record.Status    `json:"recorders"`
 	// Collect is the collect service's shipper, when one runs on spool.
 	Collect *collect.Status `json:"collect,omitempty"`
+	// KernelEvents says which kinds of kernel event chosen at run time
+	// (magnet record --tracepoint, --uprobe, --usdt, --kprobe) this kernel
+	// offers.
+	KernelEvents []kevent.Availability `json:"kernel_events"`
 }
 
 // New returns the status command.
@@ -39,6 +44,7 @@ func New() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := report{Hooks: probe.CheckHooks()}
 			rep.ServedBy = probe.ServedBy(rep.Hooks)
+			rep.KernelEvents = kevent.Kinds()
 			recs, err := record.ReadStatuses(dir)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
@@ -78,6 +84,19 @@ func New() *cobra.Command {
 			if rep.Collect != nil {
 				printCollect(out, rep.Collect)
 			}
+			tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "KERNEL EVENTS\tSTATE")
+			for _, k := range rep.KernelEvents {
+				state := "available"
+				if !k.Available {
+					state = "unavailable: " + k.Why
+				} else if k.Why != "" {
+					state += " (" + k.Why + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", k.Kind, state)
+			}
+			tw.Flush()
+			fmt.Fprintln(out)
 			if len(recs) == 0 {
 				fmt.Fprintln(out, "no recorder running")
 				return nil
