@@ -299,6 +299,7 @@ func (c *chain) close() error {
 	if c.cur == nil {
 		return nil
 	}
+	add(&c.salv, c.cur.salv) // Warnings may still be asked after Close
 	err := c.cur.Close()
 	c.cur = nil
 	return err

@@ -168,6 +168,10 @@ func TestOpenChain(t *testing.T) {
 		t.Fatalf("gap: %v %v", names, r.Warnings())
 	}
 	r.Close()
+	// Callers (collect, report) ask for the warnings after closing.
+	if w := r.Warnings(); len(w) != 1 {
+		t.Fatalf("warnings after Close: %v", w)
+	}
 
 	// The middle file cut short (its recorder killed): the missing record
 	// is counted in a warning.
