@@ -188,6 +188,10 @@ struct mg_drop {
 	__u8 _pad[5];
 };
 
+/* conn_open's hdr.flags. Bit 7 (0x80) is the recorder's: a copy carried
+ * into a rotated file. */
+#define MG_CONN_UPDATE 1 /* the socket's addresses changed (a UDP socket connected): they replace the connection's */
+
 struct mg_conn_open {
 	struct mg_hdr hdr;
 	__u8 proto;  /* IPPROTO_TCP / IPPROTO_UDP */

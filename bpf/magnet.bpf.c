@@ -194,7 +194,7 @@ struct conn_info {
 	__u8 closed;   /* conn_close written: late packets stay attributed */
 	__u8 eligible; /* passes the netns, port and cgroup filters */
 	__u16 lport;   /* as first seen: the kernel zeroes it before TCP_CLOSE */
-	__u16 _pad;
+	__u16 rport;   /* as last announced (conn_open): a UDP socket's changes when it connects */
 };
 
 /* The last tcp_state snapshot of a TCP socket, kept in the socket: it is
@@ -229,6 +229,21 @@ struct {
 	__type(key, int);
 	__type(value, struct tcp_rate_sent);
 } tcp_rates SEC(".maps");
+
+/* The peer a connected UDP socket's tuple was last learned for. */
+struct udp_peer {
+	__u32 daddr;    /* skc_daddr (IPv4, v4-mapped too) */
+	__u32 daddr6_3; /* the last word of skc_v6_daddr */
+	__u16 dport;
+	__u16 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct udp_peer);
+} udp_peers SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -1025,7 +1040,7 @@ static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct
  * accepted connection is first seen in the softirq that completes its
  * handshake, on whatever task that interrupted (on one host, often the
  * client). */
-static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, int process)
+static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, int process, __u8 flags)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct mg_conn_open *r;
@@ -1035,6 +1050,7 @@ static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 coo
 	if (!r)
 		return;
 	fill(&r->hdr, MG_CONN_OPEN, now, e.pid_tgid, cookie, 0, a->netns);
+	r->hdr.flags = flags;
 	r->proto = a->proto;
 	r->family = a->family;
 	r->state = a->state;
@@ -1162,7 +1178,7 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 		read_addrs(sk, &a);
 		if (process == PROCESS_LISTEN)
 			a.state = TCP_LISTEN_;
-		emit_conn_open(&a, cookie, process);
+		emit_conn_open(&a, cookie, process, 0);
 		cache_verdict(cookie, 1);
 		return cookie;
 	}
@@ -1183,10 +1199,11 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	fresh.selected = sel;
 	fresh.proto = a.proto;
 	fresh.lport = a.lport;
+	fresh.rport = a.rport;
 	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	remember_tuple(&a, cookie);
 	if (sel)
-		emit_conn_open(&a, cookie, process);
+		emit_conn_open(&a, cookie, process, 0);
 	if (sel || !fresh.eligible)
 		cache_verdict(cookie, sel);
 	return sel ? cookie : FILTERED;
@@ -1255,20 +1272,6 @@ static __always_inline struct tcp_skb_cb *tcp_cb(struct sk_buff *skb)
 /* ---------------------------------------------------------------- */
 /* socket layer */
 
-/* The peer a connected UDP socket's tuple was last learned for. */
-struct udp_peer {
-	__u32 daddr;    /* skc_daddr (IPv4, v4-mapped too) */
-	__u32 daddr6_3; /* the last word of skc_v6_daddr */
-	__u16 dport;
-	__u16 _pad[3];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct udp_peer);
-} udp_peers SEC(".maps");
 
 /*
  * A UDP socket is announced when first seen, usually at bind(), before it
@@ -1287,16 +1290,30 @@ static __noinline void udp_learn_peer(struct sock *sk, __u64 cookie)
 	__u32 daddr = k->__sk_common.skc_daddr;
 	__u32 daddr6_3 = k->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
 	__u16 dport = k->__sk_common.skc_dport;
+	struct conn_info *ci;
 	struct sock_addrs a;
+	int was_learned;
 
 	if (!p || (p->dport == dport && p->daddr == daddr && p->daddr6_3 == daddr6_3))
 		return;
+	was_learned = p->dport != 0;
 	p->dport = dport;
 	p->daddr = daddr;
 	p->daddr6_3 = daddr6_3;
 	read_addrs(sk, &a);
 	remember_tuple(&a, cookie);
+	/* The connection table has its addresses from its first conn_open
+	 * (often at bind: 0.0.0.0:port <-> 0.0.0.0:0, whose ends never pair):
+	 * announce them again, unless that conn_open had this peer (a socket
+	 * first seen connected). */
+	ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (ci && ci->rport == a.rport && !was_learned)
+		return;
+	if (ci)
+		ci->rport = a.rport;
+	emit_conn_open(&a, cookie, 1, MG_CONN_UPDATE);
 }
+
 
 static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 {

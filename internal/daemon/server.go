@@ -94,6 +94,17 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request, who *ident
 		Client:        magnetclient.ClientInfo{UID: who.uid, SeesAll: who.seesAll, Via: who.via},
 	}
 	st.Recorder.BufferBytes = s.bufBytes
+	d.probeMu.Lock()
+	if d.probe != nil {
+		if missed, total, err := d.probe.MissedRuns(); err == nil {
+			st.Recorder.Missed = total
+			st.Recorder.MissedByProgram = map[string]uint64{}
+			for _, m := range missed {
+				st.Recorder.MissedByProgram[m.Program] = m.RecursionMisses
+			}
+		}
+	}
+	d.probeMu.Unlock()
 	d.hub.mu.Lock()
 	tracked, open := d.hub.table.Len()
 	st.Connections = magnetclient.TableStatus{Tracked: tracked, Open: open, Evicted: d.hub.table.Evicted(), Max: d.hub.table.Config().MaxConns}

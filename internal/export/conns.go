@@ -40,13 +40,21 @@ type Conn struct {
 	ownerSet  bool
 }
 
+// ConnUpdate is conn_open's flag for an announcement with new addresses
+// (bpf/events.h MG_CONN_UPDATE): they replace the connection's.
+const ConnUpdate = 0x01
+
 // Observe updates c with one of its records (one whose conn is c.ID, not a
 // metadata record); rs has seen the trace's metadata up to rec.
 func (c *Conn) Observe(rs *Resolver, rec trace.Record) {
 	switch rec.Type.Name {
 	case "conn_open":
-		if c.Proto != "" {
-			return // announced again after a map eviction: keep the first
+		// A UDP socket that connected after it was announced (at bind)
+		// is announced again with its new addresses, flagged as an
+		// update; any other repeat is an announcement again after a map
+		// eviction: keep the first.
+		if c.Proto != "" && rec.Flags()&ConnUpdate == 0 {
+			return
 		}
 		fam, _ := rec.Uint("family")
 		la, _ := rec.Addr("laddr", fam != 6)
@@ -133,9 +141,12 @@ func PairConns(cs []*Conn) {
 		local, remote netip.AddrPort
 	}
 	idx := map[key][]*Conn{}
+	// Unmapped: the dual-stack end of an IPv4 connection has v4-mapped
+	// addresses, its IPv4 peer plain ones.
 	for _, c := range cs {
 		if c.Local.Port() != 0 {
-			idx[key{c.Proto, c.Local, c.Remote}] = append(idx[key{c.Proto, c.Local, c.Remote}], c)
+			k := key{c.Proto, unmapped(c.Local), unmapped(c.Remote)}
+			idx[k] = append(idx[k], c)
 		}
 	}
 	nearest := func(c *Conn, cands []*Conn) *Conn {
@@ -154,14 +165,14 @@ func PairConns(cs []*Conn) {
 		if c.Peer != 0 || c.Remote.Port() == 0 {
 			continue
 		}
-		p := nearest(c, idx[key{c.Proto, c.Remote, c.Local}])
+		p := nearest(c, idx[key{c.Proto, unmapped(c.Remote), unmapped(c.Local)}])
 		if p == nil {
 			// An unconnected server: bound to the address, or to the wildcard.
 			unbound := netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
 			if c.Local.Addr().Is6() {
 				unbound = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
 			}
-			p = nearest(c, idx[key{c.Proto, c.Remote, unbound}])
+			p = nearest(c, idx[key{c.Proto, unmapped(c.Remote), unbound}])
 			if p == nil {
 				wild := netip.AddrPortFrom(unbound.Addr(), c.Remote.Port())
 				p = nearest(c, idx[key{c.Proto, wild, unbound}])

@@ -115,6 +115,10 @@ func (col *Collector) write(e *expo, s Snapshot) {
 	for _, t := range sortedUnique(append(sortedKeys(st.Recorder.EventsByType), sortedKeys(st.Recorder.LostByType)...)) {
 		e.sample(labels{"type", t}, float64(st.Recorder.LostByType[t]))
 	}
+	e.family("magnet_recorder_missed_runs_total", "counter", "Runs of the recorder's BPF programs the kernel skipped (recursion protection), by program: their events were never made, and are not among the lost.")
+	for _, p := range sortedKeys(st.Recorder.MissedByProgram) {
+		e.sample(labels{"program", p}, float64(st.Recorder.MissedByProgram[p]))
+	}
 	e.family("magnet_recorder_buffer_bytes", "gauge", "Size of the kernel ring buffer.")
 	e.sample(nil, float64(st.Recorder.BufferBytes))
 

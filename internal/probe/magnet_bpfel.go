@@ -28,7 +28,7 @@ type magnetConnInfo struct {
 	Closed   uint8
 	Eligible uint8
 	Lport    uint16
-	Pad      uint16
+	Rport    uint16
 }
 
 type magnetCpuState struct {

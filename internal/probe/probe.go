@@ -807,3 +807,40 @@ func (p *Probe) PendingLosses() ([]PendingLoss, error) {
 	}
 	return out, nil
 }
+
+// Missed is what the kernel says of one of magnet's programs: how many
+// times it did not run it. A tracepoint program (tp_btf, raw_tp) is
+// skipped when it is already running on that CPU, which happens when an
+// interrupt over it (or the softirqs run on its way out) reaches its
+// tracepoint again; the events of those runs were never produced, so no
+// loss count has them.
+type Missed struct {
+	Program string `json:"program"`
+	// RecursionMisses is bpf_prog_info.recursion_misses (Linux 5.12+).
+	RecursionMisses uint64 `json:"recursion_misses"`
+	// RunCount is bpf_prog_info.run_cnt: 0 unless the kernel's run
+	// statistics are on (sysctl kernel.bpf_stats_enabled), which cost every
+	// run two clock reads, so magnet does not turn them on.
+	RunCount uint64 `json:"run_count,omitempty"`
+}
+
+// MissedRuns reads the run statistics of every program loaded, in Hooks
+// order, with the total of recursion misses. The counts are the programs'
+// own, from their load: they cover this recording only.
+func (p *Probe) MissedRuns() ([]Missed, uint64, error) {
+	var out []Missed
+	var total uint64
+	for _, st := range p.Status {
+		prog := p.coll.Programs[st.Program]
+		if prog == nil {
+			continue
+		}
+		s, err := prog.Stats()
+		if err != nil {
+			return nil, 0, fmt.Errorf("program %s statistics: %w", st.Program, err)
+		}
+		out = append(out, Missed{Program: st.Program, RecursionMisses: s.RecursionMisses, RunCount: s.RunCount})
+		total += s.RecursionMisses
+	}
+	return out, total, nil
+}

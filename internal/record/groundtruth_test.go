@@ -425,3 +425,62 @@ func TestUDPSharedPort(t *testing.T) {
 		t.Errorf("lost %d events", sum.Lost)
 	}
 }
+
+// TestUDPConnectedEnds: iperf3 -u's client binds its port (--cport) and
+// then connects; the server connects the socket the test arrived on. Both
+// sockets were announced at bind, unconnected; the connection table must
+// end with the addresses tcpdump sees on their datagrams, so that the two
+// ends pair.
+func TestUDPConnectedEnds(t *testing.T) {
+	needRoot(t)
+	needTools(t, "iperf3", "tcpdump", "tshark")
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgudpc", RateMbit: 100})
+	port, cport := uniquePort(), uniquePort()
+	// No port filter: the client's socket, bound to a port neither end
+	// of the test names yet, would be left out at bind for good.
+	rec := startRecording(t, record.Config{Groups: event.DefaultGroups})
+	srv := iperf3Server(t, lab, lab.Server, port)
+	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("udp port %d", port))
+	iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-u", "-b", "10M", "-n", "100K", "-l", "1000", "--cport", strconv.Itoa(cport))
+	srv.Wait()
+	waitClosed(t, lab, port)
+	frames := capt.stop(t)
+	rec.stop(t)
+
+	var wire frame
+	for _, f := range frames {
+		if f.proto == "udp" && f.dst.Addr() == lab.Server.Addr {
+			wire = f
+			break
+		}
+	}
+	if wire.proto == "" {
+		t.Fatal("tcpdump saw no datagram to the server")
+	}
+	var client, server *export.Conn
+	for _, c := range conns(t, rec.path) {
+		if c.Proto != "udp" {
+			continue
+		}
+		if c.NetNS == lab.Client.NetNSInode && int(c.Local.Port()) == cport {
+			client = c
+		}
+		if c.NetNS == lab.Server.NetNSInode && int(c.Local.Port()) == port && c.RecvApp > 0 {
+			server = c
+		}
+	}
+	if client == nil || server == nil {
+		t.Fatalf("connection table lacks an end: client %v, server %v", client, server)
+	}
+	unmap := func(ap netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) }
+	t.Logf("wire %v -> %v; %s; %s", wire.src, wire.dst, describeConn(client), describeConn(server))
+	if unmap(client.Local) != wire.src || unmap(client.Remote) != wire.dst {
+		t.Errorf("%s: want %v <-> %v (tcpdump)", describeConn(client), wire.src, wire.dst)
+	}
+	if unmap(server.Local) != wire.dst || unmap(server.Remote) != wire.src {
+		t.Errorf("%s: want %v <-> %v (tcpdump)", describeConn(server), wire.dst, wire.src)
+	}
+	if client.Peer != server.ID || server.Peer != client.ID {
+		t.Errorf("ends not paired: client peer %d, server peer %d", client.Peer, server.Peer)
+	}
+}

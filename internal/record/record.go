@@ -143,9 +143,15 @@ func (s *fileSink) Close(sum *trace.Summary) error {
 
 // Result is what a recording did.
 type Result struct {
-	Output    string
-	Events    map[string]uint64 // records in the trace by type (task, iface included)
-	Lost      uint64
+	Output string
+	Events map[string]uint64 // records in the trace by type (task, iface included)
+	Lost   uint64
+	// Missed counts the runs of magnet's programs the kernel skipped
+	// (recursion protection: the program was already running on that
+	// CPU); their events were never produced, so Lost does not have them.
+	// MissedBy has them by program, those with any only.
+	Missed    uint64
+	MissedBy  map[string]uint64
 	Produced  map[string]uint64 // events the BPF side produced, by type
 	LostBy    map[string]uint64 // events lost, by type
 	Bytes     int64
@@ -976,6 +982,17 @@ func (r *recorder) finish(res *Result) error {
 	if cerr != nil && err == nil {
 		err = cerr
 	}
+	missed, missedTotal, merr := r.probe.MissedRuns()
+	if merr != nil && err == nil {
+		err = merr
+	}
+	res.Missed = missedTotal
+	res.MissedBy = map[string]uint64{}
+	for _, m := range missed {
+		if m.RecursionMisses > 0 {
+			res.MissedBy[m.Program] = m.RecursionMisses
+		}
+	}
 	if r.writeErr == nil && err == nil {
 		err = r.writePendingLosses()
 	}
@@ -1006,7 +1023,8 @@ func (r *recorder) finish(res *Result) error {
 			EndWallNs: time.Now().UnixNano(),
 			Events:    res.Events,
 			Lost:      res.Lost,
-			Extra:     map[string]any{"produced": res.Produced, "lost_by_type": res.LostBy, "recorder_cpu_ns": res.CPU.summary()},
+			Missed:    &res.Missed,
+			Extra:     map[string]any{"produced": res.Produced, "lost_by_type": res.LostBy, "missed_by_program": res.MissedBy, "recorder_cpu_ns": res.CPU.summary()},
 		}
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {

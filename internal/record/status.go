@@ -31,6 +31,7 @@ type Status struct {
 	BufferUsed  int                `json:"buffer_used"`
 	Recorded    uint64             `json:"recorded"`
 	Lost        uint64             `json:"lost"`
+	Missed      uint64             `json:"missed"` // program runs the kernel skipped (Result.Missed)
 	Written     int64              `json:"bytes_written"`
 	Hooks       []probe.HookStatus `json:"hooks"`
 }
@@ -91,6 +92,9 @@ func (s *statusFile) update() {
 	s.st.BufferUsed = s.r.bufferUsed()
 	s.st.Recorded = s.r.total
 	s.st.Lost = s.r.lost
+	if _, missed, err := s.r.probe.MissedRuns(); err == nil {
+		s.st.Missed = missed
+	}
 	s.st.Written = s.r.w.Bytes()
 	if fs, ok := s.r.w.(filesSink); ok {
 		s.st.Output, s.st.Previous = absPath(fs.Path()), absPath(fs.Previous())

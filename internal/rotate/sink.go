@@ -354,7 +354,9 @@ func (s *Sink) observe(rec []byte) {
 		s.ifaces[key] = keep(s.ifaces[key], rec)
 	case "conn_open":
 		conn := binary.NativeEndian.Uint64(rec[8:16])
-		if _, ok := s.conns[conn]; !ok { // the first announcement is the one readers keep
+		// The first announcement is the one readers keep, unless a later
+		// one updates its addresses (conn_open flag 0x01).
+		if _, ok := s.conns[conn]; !ok || rec[31]&0x01 != 0 {
 			s.conns[conn] = slices.Clone(rec)
 		}
 	case "conn_close":

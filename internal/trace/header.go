@@ -293,6 +293,10 @@ type Summary struct {
 	EndWallNs int64             `json:"end_wall_ns"` // wall-clock ns since the Unix epoch when recording ended
 	Events    map[string]uint64 `json:"events"`      // records in the file, by type name
 	Lost      uint64            `json:"lost"`        // events the kernel dropped before they reached the file
-	Blocks    uint64            `json:"blocks"`      // data blocks in the file
-	Extra     map[string]any    `json:"extra,omitempty"`
+	// Missed counts the runs of the recorder's BPF programs the kernel
+	// skipped (recursion protection), whose events were never made; nil in
+	// traces written before it was counted, which cannot say.
+	Missed *uint64        `json:"missed,omitempty"`
+	Blocks uint64         `json:"blocks"` // data blocks in the file
+	Extra  map[string]any `json:"extra,omitempty"`
 }

@@ -52,7 +52,12 @@ type RecorderStatus struct {
 	EventsByType map[string]uint64 `json:"events_by_type"`
 	Lost         uint64            `json:"lost"`
 	LostByType   map[string]uint64 `json:"lost_by_type"`
-	BufferBytes  int               `json:"buffer_bytes"`
+	// Missed counts the runs of the recorder's BPF programs the kernel
+	// skipped (recursion protection: the program was already running on
+	// that CPU): their events were never made, and Lost does not have them.
+	Missed          uint64            `json:"missed"`
+	MissedByProgram map[string]uint64 `json:"missed_by_program,omitempty"`
+	BufferBytes     int               `json:"buffer_bytes"`
 	// ProcessedNs is the time (CLOCK_MONOTONIC) up to which every event
 	// has been handed to the subscriptions.
 	ProcessedNs uint64 `json:"processed_ns"`

@@ -253,6 +253,15 @@ func printSummary(res *record.Result) {
 	} else {
 		fmt.Fprintf(os.Stderr, "  lost:   0\n")
 	}
+	if res.Missed > 0 {
+		var mp []string
+		for _, name := range record.SortedCounts(res.MissedBy) {
+			mp = append(mp, fmt.Sprintf("%s %d", name, res.MissedBy[name]))
+		}
+		fmt.Fprintf(os.Stderr, "  missed: %d runs the kernel skipped, their events missing (%s): another run of the program was under way on that CPU\n", res.Missed, strings.Join(mp, ", "))
+	} else {
+		fmt.Fprintf(os.Stderr, "  missed: 0\n")
+	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))

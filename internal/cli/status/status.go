@@ -120,6 +120,7 @@ func New() *cobra.Command {
 				fmt.Fprintf(out, "  buffer:   %d bytes, %.1f%% full\n", s.BufferBytes, fill)
 				fmt.Fprintf(out, "  recorded: %d events, %d bytes written\n", s.Recorded, s.Written)
 				fmt.Fprintf(out, "  lost:     %d events\n", s.Lost)
+				fmt.Fprintf(out, "  missed:   %d program runs the kernel skipped (their events are missing)\n", s.Missed)
 			}
 			return nil
 		},
