@@ -4,6 +4,7 @@ package conformance_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -171,9 +172,10 @@ func (l countingListener) Accept() (net.Conn, error) {
 
 // TestGoHTTP serves 20 MiB from a Go net/http server listening on ":PORT"
 // (Go's dual-stack socket) in the server namespace, to a client written
-// here that connects over IPv4, reads the response to the end, closes,
-// and reads TCP_INFO once its socket has reached TCP_CLOSE: the kernel's
-// own figures at the moment magnet's conn_close is written.
+// here (TestGoHTTPClient, in a process of its own) that connects over
+// IPv4, reads the response to the end, closes, and reads TCP_INFO once its
+// socket has reached TCP_CLOSE: the kernel's own figures at the moment
+// magnet's conn_close is written.
 func TestGoHTTP(t *testing.T) {
 	need(t, "ss")
 	lab := newLab(t, "mgconfg", 100)
@@ -199,47 +201,22 @@ func TestGoHTTP(t *testing.T) {
 	capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
 	rec := record(t, "--port", strconv.Itoa(p))
 
-	var conn *net.TCPConn
-	if err := lab.Client.Do(func() error {
-		c, err := net.Dial("tcp", netip.AddrPortFrom(lab.Server.Addr, uint16(p)).String())
-		if err == nil {
-			conn = c.(*net.TCPConn)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	// The client is this test binary run again in the client's namespace
+	// (TestGoHTTPClient), so that the listener's owner is a question with
+	// one right answer: this process, not the client's.
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+lab.Client.NS, os.Args[0], "-test.run=^TestGoHTTPClient$")
+	cmd.Env = append(os.Environ(), clientEnv+"="+netip.AddrPortFrom(lab.Server.Addr, uint16(p)).String())
+	var cse bytes.Buffer
+	cmd.Stderr = &cse
+	out, err := cmd.Output()
+	var res clientResult
+	if err != nil || json.Unmarshal(bytes.TrimSpace(bytes.SplitN(out, []byte("\n"), 2)[0]), &res) != nil || res.Error != "" {
+		t.Fatalf("client: %v %s\n%s%s", err, res.Error, out, cse.String())
 	}
-	defer conn.Close()
-	req := "GET /big HTTP/1.1\r\nHost: magnet\r\nConnection: close\r\n\r\n"
-	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
+	if res.Body != fileSize {
+		t.Fatalf("the client read a body of %d bytes, want %d", res.Body, fileSize)
 	}
-	resp, err := io.ReadAll(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, got, ok := bytes.Cut(resp, []byte("\r\n\r\n"))
-	if !ok || !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) || !bytes.Equal(got, body) {
-		t.Fatalf("response: %d bytes, head %q", len(resp), head[:min(len(head), 200)])
-	}
-	// The server closed first (Connection: close); closing ours sends
-	// the last FIN, and its ACK takes the socket to TCP_CLOSE. The state
-	// is polled: no event says when that ACK has been processed.
-	if err := conn.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	var info *unix.TCPInfo
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info = tcpInfo(t, conn)
-		if info.State == 7 /* TCP_CLOSE */ {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the client's socket is in state %d after 10 s, not CLOSE", info.State)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	info := res.Info
 	written := *<-cl.written
 	settled(t, lab, p)
 	frames := capS.stop(t)
@@ -250,7 +227,7 @@ func TestGoHTTP(t *testing.T) {
 
 	c := tcpCheck{
 		lab: lab, port: p, tr: tr, frames: frames, nsClient: dC, nsServer: dS, mss: 1448,
-		sent: written, received: int64(len(resp)), total: int64(len(resp)),
+		sent: written, received: res.Read, total: res.Read,
 		appRetrans: -1, serverPID: os.Getpid(), serverComm: strings.TrimSpace(string(comm)), download: true,
 		qdiscDrops: int64(drops1 - drops0),
 	}
@@ -270,8 +247,8 @@ func TestGoHTTP(t *testing.T) {
 		}
 		// The bytes: the request and its FIN acknowledged, the response and
 		// the server's FIN received, the SYN-ACK's acknowledgment of the SYN.
-		if info.Bytes_received != uint64(len(resp))+1 || info.Bytes_acked != uint64(len(req))+2 {
-			t.Errorf("TCP_INFO bytes_received %d, bytes_acked %d; the client read %d bytes and wrote %d", info.Bytes_received, info.Bytes_acked, len(resp), len(req))
+		if info.Bytes_received != uint64(res.Read)+1 || info.Bytes_acked != uint64(res.Wrote)+2 {
+			t.Errorf("TCP_INFO bytes_received %d, bytes_acked %d; the client read %d bytes and wrote %d", info.Bytes_received, info.Bytes_acked, res.Read, res.Wrote)
 		}
 		// The last tcp_state, written as the socket closes, carries
 		// tcpi_delivered (segments delivered, the SYN and FIN included).
@@ -287,18 +264,88 @@ func TestGoHTTP(t *testing.T) {
 	})
 }
 
-func tcpInfo(t *testing.T, c *net.TCPConn) *unix.TCPInfo {
-	t.Helper()
+func tcpInfo(c *net.TCPConn) (*unix.TCPInfo, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var info *unix.TCPInfo
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
 	}); err != nil || serr != nil {
-		t.Fatal(errors.Join(err, serr))
+		return nil, errors.Join(err, serr)
 	}
-	return info
+	return info, nil
+}
+
+// clientEnv names the server's address for TestGoHTTPClient; without it
+// that test is not a client and skips.
+const clientEnv = "MAGNET_CONFORMANCE_HTTP_CLIENT"
+
+// clientResult is what TestGoHTTPClient prints, one JSON line.
+type clientResult struct {
+	Wrote, Read, Body int64
+	Info              unix.TCPInfo
+	Error             string
+}
+
+// TestGoHTTPClient is TestGoHTTP's client, run by it in the client's
+// namespace: it asks for /big, reads the response to the end, closes its
+// side, and prints TCP_INFO read once the socket is in TCP_CLOSE.
+func TestGoHTTPClient(t *testing.T) {
+	addr := os.Getenv(clientEnv)
+	if addr == "" {
+		t.Skip("TestGoHTTP's client process, run by it")
+	}
+	var res clientResult
+	err := func() error {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		conn := c.(*net.TCPConn)
+		defer conn.Close()
+		req := "GET /big HTTP/1.1\r\nHost: magnet\r\nConnection: close\r\n\r\n"
+		if _, err := io.WriteString(conn, req); err != nil {
+			return err
+		}
+		res.Wrote = int64(len(req))
+		resp, err := io.ReadAll(conn)
+		if err != nil {
+			return err
+		}
+		res.Read = int64(len(resp))
+		head, body, ok := bytes.Cut(resp, []byte("\r\n\r\n"))
+		if !ok || !bytes.HasPrefix(head, []byte("HTTP/1.1 200")) {
+			return fmt.Errorf("response head %q", head[:min(len(head), 200)])
+		}
+		res.Body = int64(len(body))
+		// The server closed first (Connection: close); closing ours
+		// sends the last FIN, and its ACK takes the socket to TCP_CLOSE.
+		// The state is polled: no event says when that ACK is processed.
+		if err := conn.CloseWrite(); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			info, err := tcpInfo(conn)
+			if err != nil {
+				return err
+			}
+			if info.State == 7 /* TCP_CLOSE */ {
+				res.Info = *info
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the socket is in state %d after 10 s, not CLOSE", info.State)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	b, _ := json.Marshal(res)
+	os.Stdout.Write(append(b, '\n'))
 }

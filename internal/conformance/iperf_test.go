@@ -156,7 +156,7 @@ type tcpCheck struct {
 	// connection's payload; total: what was asked for.
 	sent, received, total int64
 	// appRetrans: the sender's own count of retransmitted segments
-	// (iperf3 reads tcpi_total_retrans), -1 if none.
+	// (iperf3 reads tcpi_total_retrans after its last write), -1 if none.
 	appRetrans int64
 	serverPID  int
 	serverComm string
@@ -294,9 +294,12 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 		if reportSum != want {
 			t.Errorf("report retransmitted_segments over the sender's connections %d, nstat TcpRetransSegs %d", reportSum, want)
 		}
+		// iperf3 reads tcpi_total_retrans when it has written its last
+		// byte, with up to a send buffer still to send (and retransmit):
+		// a lower bound, not the count at close.
 		if c.appRetrans >= 0 {
-			if e, _ := c.tr.closeOf(sender.ID); e.TotalRetrans != uint64(c.appRetrans) {
-				t.Errorf("sender's conn_close total_retrans %d, the application read tcpi_total_retrans %d", e.TotalRetrans, c.appRetrans)
+			if e, _ := c.tr.closeOf(sender.ID); e.TotalRetrans < uint64(c.appRetrans) {
+				t.Errorf("sender's conn_close total_retrans %d, below the tcpi_total_retrans %d the application read earlier", e.TotalRetrans, c.appRetrans)
 			}
 		}
 		t.Logf("retransmitted segments: nstat %d, conn_close %d, report %d, app %d", want, closeSum, reportSum, c.appRetrans)
