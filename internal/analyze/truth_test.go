@@ -58,6 +58,20 @@ func needRoot(t *testing.T) {
 	}
 }
 
+// needTools skips the test when a tool it takes the truth from is missing,
+// and fails it on CI, where scripts/deps.sh installs them.
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing on CI (scripts/deps.sh installs it)", tool)
+			}
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+}
+
 // recordDuring records the port's traffic while fn runs and returns the
 // trace's path.
 func recordDuring(t *testing.T, port int, groups event.Group, fn func()) string {
@@ -162,9 +176,7 @@ func nstat(t *testing.T, ns, name string) uint64 {
 // byte).
 func TestTransferTruth(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("nstat"); err != nil {
-		t.Skip("nstat (iproute2) not installed")
-	}
+	needTools(t, "nstat")
 	p := netlab.PathForTest(t, netlab.PathOptions{Name: "mgtruth", BottleneckMbit: 20, QueueBytes: 15000})
 	port := 20000 + os.Getpid()%20000
 	const count, size = 256, 64 << 10
@@ -303,11 +315,7 @@ func tcDropped(t *testing.T, ns, dev string) uint64 {
 // drops (tc -s); its retransmitted segments, nstat TcpRetransSegs.
 func TestLocalDropTruth(t *testing.T) {
 	needRoot(t)
-	for _, tool := range []string{"nstat", "tcpdump", "tshark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
-		}
-	}
+	needTools(t, "nstat", "tcpdump", "tshark")
 	lab := netlab.ForTest(t, netlab.Options{Name: "mglocal"})
 	if out, err := exec.Command("tc", "-n", lab.Client.NS, "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
 		"rate", "50mbit", "burst", "100000", "limit", "200000").CombinedOutput(); err != nil {
