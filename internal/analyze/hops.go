@@ -441,11 +441,7 @@ func (h *hopTracker) matchIP(e *ev) (int, bool) {
 func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (int, bool) {
 	segs := uint16(max(e.a, 1))
 	l2 := h.l2[side]
-	find := h.find
-	if oneCall {
-		find = func(q *fifo[pending], same func(p *pending) bool) (int, bool) { return h.match(q, e, same) }
-	}
-	i, ok := find(q, func(p *pending) bool {
+	same := func(p *pending) bool {
 		if max(p.gso, 1) != segs {
 			return false
 		}
@@ -454,7 +450,14 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 			return d == l2
 		}
 		return d >= 0 && d <= maxL2
-	})
+	}
+	var i int
+	var ok bool
+	if oneCall {
+		i, ok = h.match(q, e, same)
+	} else {
+		i, ok = h.find(q, same)
+	}
 	if ok {
 		h.l2[side] = e.size - q.at(i).ipSize
 	}
