@@ -11,6 +11,8 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
 command -v go >/dev/null || need+=(golang-go)
 command -v tshark >/dev/null || need+=(tshark) # reads the pcapng export in the tests
+command -v tcpdump >/dev/null || need+=(tcpdump) # the wire's truth in the report's tests
+command -v nstat >/dev/null || need+=(iproute2)  # the kernel's TCP counters in the report's tests
 # Packaging: make install / make deb, the .deb read back, the generated
 # completions loaded in each shell.
 command -v make >/dev/null || need+=(make)

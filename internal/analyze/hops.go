@@ -179,6 +179,12 @@ func (f *fifo[T]) push(p T) (dropped bool) {
 	return dropped
 }
 
+// remove takes the i-th element out, keeping the others in order.
+func (f *fifo[T]) remove(i int) {
+	copy(f.buf[f.head+1:f.head+i+1], f.buf[f.head:f.head+i])
+	f.drop(1)
+}
+
 func (f *fifo[T]) drop(n int) {
 	f.head += n
 	if f.head == len(f.buf) {
@@ -225,6 +231,8 @@ type hopTracker struct {
 	// skipped: segments given up on because a later one was matched (their
 	// event at the next layer is missing)
 	skipped uint64
+	// droppedOut: segments taken out of a queue by a drop event
+	droppedOut uint64
 	// nextID: the IPv4 id the socket's next packet gets (haveID: known).
 	// The kernel numbers a TCP socket's packets from a per-socket counter
 	// that each packet advances by its GSO segments.
@@ -329,6 +337,8 @@ func (h *hopTracker) step(e *ev) {
 		if h.cs.path != nil {
 			h.cs.path.depart(&p)
 		}
+	case kDrop:
+		h.dropOut(e)
 	case kDevRecv:
 		h.segs++
 		h.queue(&h.qDev, pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid})
@@ -431,11 +441,7 @@ func (h *hopTracker) matchIP(e *ev) (int, bool) {
 func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (int, bool) {
 	segs := uint16(max(e.a, 1))
 	l2 := h.l2[side]
-	find := h.find
-	if oneCall {
-		find = func(q *fifo[pending], same func(p *pending) bool) (int, bool) { return h.match(q, e, same) }
-	}
-	i, ok := find(q, func(p *pending) bool {
+	same := func(p *pending) bool {
 		if max(p.gso, 1) != segs {
 			return false
 		}
@@ -444,7 +450,14 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 			return d == l2
 		}
 		return d >= 0 && d <= maxL2
-	})
+	}
+	var i int
+	var ok bool
+	if oneCall {
+		i, ok = h.match(q, e, same)
+	} else {
+		i, ok = h.find(q, same)
+	}
 	if ok {
 		h.l2[side] = e.size - q.at(i).ipSize
 	}
@@ -453,6 +466,28 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 
 // maxL2 bounds a link-layer header (Ethernet with two VLAN tags: 22).
 const maxL2 = 32
+
+// dropOut takes a packet dropped on its way down (the qdisc was full, a
+// filter refused it) out of the queue it waited in, so that the next
+// layer's events pair with the packets that reach it. The drop happens in
+// the call that handed the packet on (qdisc enqueue, IP output): it is the
+// latest packet of the same CPU and thread with the dropped length, which
+// counts the link-layer header from the device on.
+func (h *hopTracker) dropOut(e *ev) {
+	for _, q := range []struct {
+		f  *fifo[pending]
+		l2 int32
+	}{{&h.qQueue, h.l2[0]}, {&h.qIP, h.l2[0]}} {
+		for i := q.f.len() - 1; i >= 0 && i >= q.f.len()-matchWindow; i-- {
+			p := q.f.at(i)
+			if p.cpu == e.cpu && p.tid == e.tid && p.t <= e.t && (e.size == p.ipSize || q.l2 >= 0 && e.size == p.ipSize+q.l2) {
+				q.f.remove(i)
+				h.droppedOut++
+				return
+			}
+		}
+	}
+}
 
 // matchWire finds the departure, on the other end, of a packet that reached
 // this end's IP layer at ipT, and starts following it to the application.

@@ -2,7 +2,10 @@
 
 package analyze
 
-import "testing"
+import (
+	"sort"
+	"testing"
+)
 
 func TestHopTracker(t *testing.T) {
 	h := newHopTracker(&connState{})
@@ -185,4 +188,40 @@ func TestHopTrackerMissingEvents(t *testing.T) {
 			t.Errorf("qdisc %v: hops %v missing", qdisc, want)
 		}
 	}
+}
+
+// TestHopTrackerQdiscDrop: identical packets queue in a qdisc, each
+// leaving 100 µs after it was queued, behind the one before; the qdisc
+// drops one at enqueue (a drop event in the same call as its dev_queue).
+// The queue's delay must stay 100 µs for every packet that left: the
+// dropped one must not take the next one's dev_xmit.
+func TestHopTrackerQdiscDrop(t *testing.T) {
+	us := uint64(1000)
+	h := newHopTracker(&connState{})
+	var evs []ev
+	for i := uint64(0); i < 20; i++ {
+		at := 1000*us + i*50*us
+		evs = append(evs, ev{t: at, kind: kTCPXmit, flags: 0x10, size: 65160, b: 45, cpu: 1, tid: 7},
+			ev{t: at + us, kind: kIPSend, size: 65212, a: uint32(i) * 45, b: 4, cpu: 1, tid: 7},
+			ev{t: at + 2*us, kind: kDevQueue, size: 65226, a: 45, cpu: 1, tid: 7})
+		if i == 6 {
+			evs = append(evs, ev{t: at + 2*us + 100, kind: kDrop, size: 65226, cpu: 1, tid: 7})
+			continue
+		}
+		evs = append(evs, ev{t: at + 102*us, kind: kDevXmit, size: 65226, a: 45, cpu: 0})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].t < evs[j].t })
+	for i := range evs {
+		h.step(&evs[i])
+	}
+	hops, _ := h.finish(false)
+	for _, s := range hops {
+		if s.Hop == "dev_queue→dev_xmit" {
+			if s.Count != 19 || s.d.Min < 99.9 || s.d.Max > 100.1 {
+				t.Errorf("%s: %d segments, %.1f to %.1f µs; want 19, all 100 µs", s.Hop, s.Count, s.d.Min, s.d.Max)
+			}
+			return
+		}
+	}
+	t.Errorf("no dev_queue→dev_xmit in %v", hops)
 }

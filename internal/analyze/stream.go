@@ -371,7 +371,11 @@ func (s *stream) advance(src *source) error {
 			// connection, ACKs after the application's close included.
 		case kDrop:
 			s.takeDrop(src, cs, rec)
-			continue
+			if cs == nil || cs.notTCP {
+				continue
+			}
+			// On in time order too: a packet dropped on its way down
+			// never reaches the next layer, which the hops must know.
 		case kOther:
 			if s.onOther != nil {
 				s.onOther(src.index, rec)

@@ -5,18 +5,23 @@ package analyze_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // These tests record real transfers between network namespaces and compare
@@ -50,6 +55,20 @@ func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("recording needs root (CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN)")
+	}
+}
+
+// needTools skips the test when a tool it takes the truth from is missing,
+// and fails it on CI, where scripts/deps.sh installs them.
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing on CI (scripts/deps.sh installs it)", tool)
+			}
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
 	}
 }
 
@@ -157,9 +176,7 @@ func nstat(t *testing.T, ns, name string) uint64 {
 // byte).
 func TestTransferTruth(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("nstat"); err != nil {
-		t.Skip("nstat (iproute2) not installed")
-	}
+	needTools(t, "nstat")
 	p := netlab.PathForTest(t, netlab.PathOptions{Name: "mgtruth", BottleneckMbit: 20, QueueBytes: 15000})
 	port := 20000 + os.Getpid()%20000
 	const count, size = 256, 64 << 10
@@ -195,13 +212,15 @@ func TestTransferTruth(t *testing.T) {
 	}
 }
 
-// capture runs tshark on the interface iface of host h, for TCP port
-// port, until stop is called; stop returns the capture file.
+// capture runs tcpdump on the interface iface of host h, for TCP port
+// port, until stop is called; stop returns the capture file. tcpdump in
+// immediate mode hands every packet over as it comes (tshark's dumpcap
+// left the end of a transfer in the kernel's ring when stopped).
 func capture(t *testing.T, h netlab.Host, iface string, port int) (stop func() string) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "wire.pcapng")
-	cmd := exec.Command("ip", "netns", "exec", h.NS, "tshark", "-q", "-i", iface, "-s", "128",
-		"-f", fmt.Sprintf("tcp port %d", port), "-w", file)
+	file := filepath.Join(t.TempDir(), "wire.pcap")
+	cmd := exec.Command("ip", "netns", "exec", h.NS, "tcpdump", "-i", iface, "-s", "128", "-B", "65536",
+		"--immediate-mode", "-U", "-w", file, "tcp", "port", strconv.Itoa(port))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -209,19 +228,41 @@ func capture(t *testing.T, h netlab.Host, iface string, port int) (stop func() s
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// tcpdump says "listening on" once it captures; the rest of what it
+	// says comes when it stops.
 	sc := bufio.NewScanner(stderr)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "Capturing on") {
-	}
+	listening := make(chan bool, 1)
+	said := make(chan string, 1)
 	go func() {
+		var rest []string
 		for sc.Scan() {
+			if len(listening) == 0 && strings.Contains(sc.Text(), "listening on") {
+				listening <- true
+				continue
+			}
+			rest = append(rest, sc.Text())
 		}
+		said <- strings.Join(rest, "; ")
 	}()
+	select {
+	case <-listening:
+	case s := <-said:
+		cmd.Wait()
+		t.Fatalf("tcpdump did not start: %s", s)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("tcpdump did not start within 30 s: %s", <-said)
+	}
 	stopped := false
 	stop = func() string {
 		if !stopped {
 			stopped = true
 			cmd.Process.Signal(os.Interrupt)
 			cmd.Wait()
+			if s := <-said; !strings.Contains(s, " 0 packets dropped by kernel") {
+				t.Fatalf("tcpdump lost packets, the capture is no truth: %s", s)
+			}
 		}
 		return file
 	}
@@ -270,15 +311,11 @@ func tcDropped(t *testing.T, ns, dev string) uint64 {
 // sender's own device (50 Mbit/s, 200,000 bytes), which drops segments
 // before they leave the host: TCP sends them again without counting a
 // retransmission. The report's payload that left the host must be what
-// tshark captured on the device; its drops that lose data, the qdisc's
+// tcpdump captured on the device (tshark counting it); its drops that lose data, the qdisc's
 // drops (tc -s); its retransmitted segments, nstat TcpRetransSegs.
 func TestLocalDropTruth(t *testing.T) {
 	needRoot(t)
-	for _, tool := range []string{"nstat", "tshark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
-		}
-	}
+	needTools(t, "nstat", "tcpdump", "tshark")
 	lab := netlab.ForTest(t, netlab.Options{Name: "mglocal"})
 	if out, err := exec.Command("tc", "-n", lab.Client.NS, "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
 		"rate", "50mbit", "burst", "100000", "limit", "200000").CombinedOutput(); err != nil {
@@ -288,7 +325,7 @@ func TestLocalDropTruth(t *testing.T) {
 	const count, size = 256, 64 << 10
 	stop := capture(t, lab.Client, lab.Client.Iface, port)
 	var got int64
-	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
 	wire, packets := tsharkPayload(t, stop(), port)
 	if got != count*size {
 		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
@@ -313,18 +350,134 @@ func TestLocalDropTruth(t *testing.T) {
 	if snd.DropClasses != nil {
 		lose = snd.DropClasses.LoseData
 	}
-	t.Logf("tshark: %d B in %d packets; tc dropped %d; nstat TcpRetransSegs %d; report: sent %d B, left the host %d B, retransmitted %d B (%d segments), re-sent after local drops %d B (%d times); drops %v",
+	t.Logf("captured: %d B in %d packets; tc dropped %d; nstat TcpRetransSegs %d; report: sent %d B, left the host %d B, retransmitted %d B (%d segments), re-sent after local drops %d B (%d times); drops %v",
 		wire, packets, qdrops, retrans, tcp.DataBytes, tcp.WireBytes, tcp.RetransBytes, tcp.RetransSegs, tcp.LocalResendBytes, tcp.LocalResendEvents, snd.Drops)
 	if qdrops == 0 || tcp.LocalResendEvents == 0 {
 		t.Fatal("the local queue dropped nothing: the test proves nothing")
 	}
 	if tcp.WireBytes != wire {
-		t.Errorf("report: %d B left the host; tshark on %s captured %d B", tcp.WireBytes, lab.Client.Iface, wire)
+		t.Errorf("report: %d B left the host; tcpdump on %s captured %d B", tcp.WireBytes, lab.Client.Iface, wire)
 	}
 	if lose != qdrops {
 		t.Errorf("report: %d drops that lose data; the qdisc dropped %d", lose, qdrops)
 	}
 	if tcp.RetransSegs != retrans {
 		t.Errorf("report: %d segments retransmitted; nstat TcpRetransSegs %d", tcp.RetransSegs, retrans)
+	}
+	// The queue: every packet that left went through dev_queue→dev_xmit;
+	// the dropped ones never reach dev_xmit and must not shift the pairs.
+	var queue *analyze.HopStats
+	for _, h := range snd.Hops {
+		if h.Hop == "dev_queue→dev_xmit" {
+			queue = h
+		}
+	}
+	truth := ipSendToDevTruth(t, path, snd.Conn.ID)
+	sort.Float64s(truth)
+	if queue == nil || len(truth) == 0 {
+		t.Fatalf("hop %+v, %d packets paired by ip id", queue, len(truth))
+	}
+	med := truth[(len(truth)-1)/2]
+	t.Logf("dev_queue→dev_xmit: report median %.1f µs over %d segments; ip_send to the device by ip id %.1f µs over %d packets", queue.Delay.Median, queue.Count, med, len(truth))
+	if queue.Count != uint64(packets) || len(truth) != packets {
+		t.Errorf("report: %d segments through the queue, %d paired by ip id; tcpdump captured %d packets", queue.Count, len(truth), packets)
+	}
+	// The truth adds ip_send→dev_queue (one kernel call, a few µs) to the
+	// queue's milliseconds; the report's quantiles come from buckets of
+	// 1/128 octave (0.8 %).
+	if d := queue.Delay.Median - med; d > med*0.01 || d < -med*0.01-10 {
+		t.Errorf("report: queue median %.1f µs; ip_send to the device by ip id %.1f µs", queue.Delay.Median, med)
+	}
+}
+
+// ipSendToDevTruth pairs, in the trace at path, each ip_send of the
+// connection conn with the egress headers record of the same IPv4 id (the
+// packet's identity, read from its captured IP header) and returns the
+// delays in µs: the truth the report's ip_send→dev_xmit must match.
+func ipSendToDevTruth(t *testing.T, path string, conn uint64) []float64 {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sent := map[uint16]uint64{}
+	var out []float64
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Conn() != conn {
+			continue
+		}
+		switch rec.Type.Name {
+		case "ip_send":
+			id, _ := rec.Uint("ip_id")
+			sent[uint16(id)] = rec.Time()
+		case "headers":
+			dir, _ := rec.Uint("dir")
+			data, _ := rec.Bytes("data")
+			// Ethernet (14) then IPv4: the id is at 4..5 of the IP header.
+			if dir != 0 || len(data) < 14+20 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+				continue
+			}
+			id := binary.BigEndian.Uint16(data[14+4:])
+			if at, ok := sent[id]; ok && rec.Time() >= at {
+				out = append(out, float64(rec.Time()-at)/1e3)
+				delete(sent, id)
+			}
+		}
+	}
+	return out
+}
+
+// TestHopsTruth sends 16 MiB between two namespaces over a veth without a
+// qdisc, records the sender with packet headers, and compares the report's
+// ip_send→dev_xmit median with the one from pairing each ip_send with its
+// device transmission by IPv4 id.
+func TestHopsTruth(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mghops"})
+	port := 20000 + os.Getpid()%20000 + 2
+	const count, size = 256, 64 << 10
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snd *analyze.ConnReport
+	for _, c := range rep.Conns {
+		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
+			snd = c
+		}
+	}
+	if snd == nil {
+		t.Fatal("no sender connection in the report")
+	}
+	var hop *analyze.HopStats
+	for _, h := range snd.Hops {
+		if h.Hop == "ip_send→dev_xmit" {
+			hop = h
+		}
+	}
+	truth := ipSendToDevTruth(t, path, snd.Conn.ID)
+	sort.Float64s(truth)
+	if hop == nil || len(truth) == 0 {
+		t.Fatalf("hop %+v, %d packets paired by ip id", hop, len(truth))
+	}
+	med := truth[(len(truth)-1)/2]
+	t.Logf("ip_send→dev_xmit: report median %.2f µs over %d segments; by ip id %.2f µs over %d packets", hop.Delay.Median, hop.Count, med, len(truth))
+	// The report's quantiles come from buckets of 1/128 octave (0.8 %);
+	// the lower and upper middle values of an even count may differ too.
+	lo, hi := truth[(len(truth)-1)/2], truth[len(truth)/2]
+	if hop.Delay.Median < lo*0.99 || hop.Delay.Median > hi*1.01 {
+		t.Errorf("report median %.2f µs; the truth from ip ids %.2f µs", hop.Delay.Median, med)
+	}
+	if hop.Count != uint64(len(truth)) {
+		t.Errorf("report pairs %d segments; %d packets have an ip_send and a device transmission", hop.Count, len(truth))
 	}
 }
