@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package trace
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// A header beyond the bounds is refused by the Reader with a line saying
+// which bound, and never written by the Writer.
+func TestHeaderBounds(t *testing.T) {
+	big := strings.Repeat("h", 15<<20)
+	manyFields := EventType{ID: 9, Name: "wide", Size: 32 + 4104}
+	for i := range MaxFields + 1 {
+		manyFields.Fields = append(manyFields.Fields, Field{Name: fmt.Sprintf("f%d", i), Offset: 32 + i, Size: 1, Kind: KindUint})
+	}
+	cases := []struct {
+		name string
+		edit func(h *Header)
+		want string
+	}{
+		{"host", func(h *Header) { h.Host = big }, "host is 15728640 bytes, more than the limit of 256"},
+		{"cpu model", func(h *Header) { h.CPUModel = big[:MaxHeaderString+1] }, "cpu_model is 257 bytes"},
+		{"fields", func(h *Header) { h.Types = append(h.Types, manyFields) }, "fields, more than the limit of 4096"},
+		{"field name", func(h *Header) { h.Types[1].Fields[0].Name = big[:MaxName+1] }, "name or kind longer than 128 bytes"},
+		{"enum value", func(h *Header) { h.Enums = map[string]map[string]string{"e": {"1": big[:MaxName+1]}} }, "enum table e: entry"},
+		{"command", func(h *Header) { h.Settings.Command = []string{big[:MaxSetting+1]} }, "a setting is 4097 bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := testHeader(magnetTypes())
+			c.edit(h)
+			if _, err := NewWriter(&bytes.Buffer{}, h, WriterOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("writer: err %v, want %q", err, c.want)
+			}
+			file := rawFile(binary.LittleEndian, Version, headerJSON(t, h))
+			_, err := NewReader(bytes.NewReader(file))
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("reader: err %v, want %q", err, c.want)
+			}
+		})
+	}
+	// At the bounds all is well.
+	h := testHeader(magnetTypes())
+	h.Host, h.CPUModel = big[:MaxHeaderString], big[:MaxHeaderString]
+	if _, err := NewReader(bytes.NewReader(writeTrace(t, h, WriterOptions{}, nil, true))); err != nil {
+		t.Fatal(err)
+	}
+}
