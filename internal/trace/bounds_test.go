@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // A header beyond the bounds is refused by the Reader with a line saying
@@ -50,5 +52,32 @@ func TestHeaderBounds(t *testing.T) {
 	h.Host, h.CPUModel = big[:MaxHeaderString], big[:MaxHeaderString]
 	if _, err := NewReader(bytes.NewReader(writeTrace(t, h, WriterOptions{}, nil, true))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A compressed trace whose zstd window is beyond the reader's limit is
+// said to be so, not called damaged.
+func TestZstdWindowLimit(t *testing.T) {
+	h := testHeader(magnetTypes())
+	file := writeTrace(t, h, WriterOptions{}, sampleRecords(t, h, 40), true)
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf, zstd.WithSingleSegment(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc.Write(file)
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	z := buf.Bytes()
+	// The window descriptor follows the frame header descriptor when the
+	// frame is not a single segment: 128 MiB is exponent 17 (2^(10+17)).
+	if z[4]&0x20 != 0 {
+		t.Fatalf("encoder wrote a single-segment frame (descriptor %#x)", z[4])
+	}
+	z[5] = 17 << 3
+	_, _, err = readAll(t, z)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "window larger than this reader's limit of 64 MiB") || strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("err %v, want the window limit", err)
 	}
 }

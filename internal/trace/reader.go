@@ -489,7 +489,11 @@ type zstdErrors struct{ dec *zstd.Decoder }
 
 func (z zstdErrors) Read(p []byte) (int, error) {
 	n, err := z.dec.Read(p)
-	if err != nil && !isEOF(err) {
+	switch {
+	case errors.Is(err, zstd.ErrWindowSizeExceeded):
+		// Not damage: the compressor was asked for a larger window.
+		err = formatError(ErrTooLarge, -1, "the zstd data asks for a window larger than this reader's limit of %d MiB: decompress it with zstd -d --long=31 and read the .mgt", maxZstdWindow>>20)
+	case err != nil && !isEOF(err):
 		err = formatError(ErrCorrupt, -1, "damaged zstd data: %v", err)
 	}
 	return n, err
