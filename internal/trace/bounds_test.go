@@ -31,7 +31,7 @@ func TestHeaderBounds(t *testing.T) {
 		{"fields", func(h *Header) { h.Types = append(h.Types, manyFields) }, "fields, more than the limit of 4096"},
 		{"field name", func(h *Header) { h.Types[1].Fields[0].Name = big[:MaxName+1] }, "name or kind longer than 128 bytes"},
 		{"enum value", func(h *Header) { h.Enums = map[string]map[string]string{"e": {"1": big[:MaxName+1]}} }, "enum table e: entry"},
-		{"command", func(h *Header) { h.Settings.Command = []string{big[:MaxSetting+1]} }, "a setting is 4097 bytes"},
+		{"command", func(h *Header) { h.Settings.Command = []string{big[:MaxSetting+1]} }, "a setting is 131073 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -214,9 +214,10 @@ const (
 	// MaxEnumValues bounds the entries of one enum table.
 	MaxEnumValues = 1 << 16
 	// MaxSetting bounds each string of Settings (events, filters, the
-	// recorded command's arguments), and MaxSettings how many there are.
-	MaxSetting  = 4096
-	MaxSettings = 1024
+	// recorded command's arguments): the kernel's own bound on one
+	// argument (MAX_ARG_STRLEN), so that any command it runs can be
+	// recorded. Their number is bounded by the header's size.
+	MaxSetting = 128 << 10
 )
 
 // checkBounds checks h against the bounds above.
@@ -261,9 +262,6 @@ func (h *Header) checkBounds() error {
 		}
 	}
 	set := h.Settings
-	if len(set.Events)+len(set.Filters)+len(set.Command) > MaxSettings {
-		return fmt.Errorf("settings hold %d strings, more than the limit of %d", len(set.Events)+len(set.Filters)+len(set.Command), MaxSettings)
-	}
 	strs := append(append([]string(nil), set.Events...), set.Command...)
 	for k, v := range set.Filters {
 		strs = append(strs, k, v)

@@ -358,9 +358,11 @@ func (r *Reader) readBlock() error {
 		// file's size was updated but its last data never reached the disk.
 		// A whole block after the zeros, though, means damage.
 		cause := formatError(ErrCorrupt, start, "zero-filled data at offset %d", start)
+		before := r.salv
 		if err := r.resync(start, append([]byte(nil), h[8:]...), cause, true); err != nil || r.salvage || r.truncated {
 			return err
 		}
+		r.salv = before // looked ahead, skipped nothing
 		return formatError(ErrCorrupt, start, "zero-filled data at offset %d, yet a whole block follows at offset %d: the file is damaged, not cut short (--salvage reads on)", start, r.off)
 	}
 	var magic [4]byte
