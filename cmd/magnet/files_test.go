@@ -229,3 +229,43 @@ func TestDamagedLength(t *testing.T) {
 		}
 	}
 }
+
+// Flags that meant something other than what they said are refused with
+// one line; plot prints the warnings the other commands print.
+func TestFlagsSayWhatTheyDo(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.mgt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record", "-o", out, "--duration", "0s"}, "--duration 0s: want a positive duration (omit the flag to record until COMMAND exits or a signal)"},
+		{[]string{"record", "-o", out, "--duration", "-5s"}, "--duration -5s: want a positive duration"},
+		{[]string{"record", "-o", out, "--events", ""}, "--events is empty"},
+		{[]string{"record", "-o", out, "--disable-hook", "tcp_probe,no_such_hook"}, `--disable-hook "no_such_hook": no such program (valid: sock_send_length, `},
+		{[]string{"parse", exportFixture, "--since", "2300-01-01"}, `--since: time "2300-01-01" is outside 1678-2262`},
+		{[]string{"export", exportFixture, "-f", "csv", "-o", "-", "--until", "1600-01-01T00:00:00Z"}, "is outside 1678-2262"},
+	} {
+		oneLineError(t, magnet(t, c.args...), c.want)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a refused record created %s", out)
+	}
+	help := magnet(t, "record", "--help")
+	if !strings.Contains(help.stdout, "--disable-hook strings") {
+		t.Errorf("record --help: --disable-hook's value is not named strings:\n%s", help.stdout)
+	}
+
+	b, err := os.ReadFile(exportFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.mgt")
+	if err := os.WriteFile(cut, b[:len(b)-100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := magnet(t, "plot", cut, "-o", filepath.Join(dir, "cut.svg"))
+	if r.code != 0 || !strings.Contains(r.stderr, "magnet: warning: "+cut+" was cut short at offset") {
+		t.Fatalf("plot of a cut-short trace: code %d, stderr %q", r.code, r.stderr)
+	}
+}

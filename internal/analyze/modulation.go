@@ -211,14 +211,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 			withSched[i] = true
 		}
 	}
-	for _, src := range s.srcs {
-		if cut, off := src.r.Truncated(); cut {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", src.path, off))
-		}
-		for _, w := range src.r.Warnings() {
-			rep.Warnings = append(rep.Warnings, src.path+": "+w)
-		}
-	}
+	rep.Warnings = append(rep.Warnings, s.warnings()...)
 	for _, sr := range host {
 		if sr != nil {
 			sr.finish()
@@ -415,4 +408,19 @@ func wakeWarning(src *source) []string {
 	}
 	return []string{fmt.Sprintf("%s: %s events follow quiet periods (up to %.3g ms) on a host whose idle CPUs took %.0f µs to wake (magnet hostcheck): the first packet after each quiet period may be timestamped up to that late",
 		src.path, strings.Join(layers, ", "), longest/1e3, src.wake/1e3)}
+}
+
+// warnings says what was wrong with the traces read: cut short, files
+// of a chain missing, damage skipped.
+func (s *stream) warnings() []string {
+	var ws []string
+	for _, src := range s.srcs {
+		if cut, off := src.r.Truncated(); cut {
+			ws = append(ws, fmt.Sprintf("%s was cut short at offset %d: figures cover what was recorded before", src.path, off))
+		}
+		for _, w := range src.r.Warnings() {
+			ws = append(ws, src.path+": "+w)
+		}
+	}
+	return ws
 }

@@ -31,6 +31,9 @@ type Figure struct {
 	Conn                  uint64
 	NoData                string // what to say when no series has points ("" for a general note)
 	LogX, LogY            bool   // axes on a log scale
+	// Warnings says what was wrong with the trace read (cut short, files
+	// of a chain missing, damage skipped), as the report says it.
+	Warnings []string
 }
 
 // connSeries collects one connection's raw points (times in ns).
@@ -67,7 +70,7 @@ func Plot(paths []string, kind string, opts PlotOptions) (*Figure, error) {
 
 // PlotOf builds the figure of kind for one source: a file or a chain of
 // rotated files.
-func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
+func PlotOf(in trace.Source, kind string, opts PlotOptions) (fig *Figure, err error) {
 	conn, window := opts.Conn, opts.Window
 	if !contains(Kinds, kind) {
 		return nil, fmt.Errorf("unknown plot kind %q (want %v)", kind, Kinds)
@@ -77,6 +80,11 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		return nil, err
 	}
 	defer st.close()
+	defer func() {
+		if fig != nil {
+			fig.Warnings = st.warnings()
+		}
+	}()
 	var start uint64
 	started := false
 	// sched: the time between switches of each CPU, in time order, leaving
@@ -158,7 +166,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (*Figure, error) {
 		per[cs.id] = cs.plot
 	}
 	path := in.Name
-	fig := &Figure{XLabel: "time since the trace began (s)"}
+	fig = &Figure{XLabel: "time since the trace began (s)"}
 	if kind == "sched" {
 		fig.Title = "context switches: time between switches per CPU"
 		fig.YLabel = "time since the previous switch on this CPU (µs, log scale)"

@@ -5,6 +5,7 @@ package archive
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -54,6 +55,16 @@ func (f *Flags) Selection(now time.Time) (Selection, error) {
 // 2006-01-02 15:04[:05], 2006-01-02, 15:04[:05] (today), or a negative
 // duration before now (-1h30m). Without a zone it is local time.
 func ParseTime(s string, now time.Time) (time.Time, error) {
+	t, err := parseTime(s, now)
+	// Traces count time in int64 ns since the Unix epoch: beyond it a
+	// time would wrap round and select the wrong events.
+	if err == nil && (t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64))) {
+		return time.Time{}, fmt.Errorf("time %q is outside 1678-2262, the range of ns since the Unix epoch that traces use", s)
+	}
+	return t, err
+}
+
+func parseTime(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(s, "-") {
 		d, err := time.ParseDuration(s[1:])

@@ -25,7 +25,14 @@ const (
 	parquetRowGroup = 32 << 10 // rows: about 40 MB of buffers with every field a column
 )
 
+// maxParquetColumns is the most columns parquet-go writes: one more made
+// it panic.
+const maxParquetColumns = 65534
+
 func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
+	if len(t.Columns) > maxParquetColumns {
+		return nil, fmt.Errorf("the traces' dictionaries make %d columns, more than the %d columns Parquet takes: export fewer traces at once, or as csv", len(t.Columns), maxParquetColumns)
+	}
 	group := parquet.Group{}
 	for _, c := range t.Columns {
 		var n parquet.Node

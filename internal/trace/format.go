@@ -45,12 +45,15 @@ var (
 	ErrVersion = errors.New("unsupported trace format version")
 	// ErrCorrupt means the file is a magnet trace whose content is damaged.
 	ErrCorrupt = errors.New("corrupt trace")
+	// ErrTooLarge means the file asks for more than a Reader's limits
+	// allow, such as a compressed trace's zstd window.
+	ErrTooLarge = errors.New("trace exceeds a reader limit")
 )
 
 // FormatError reports malformed trace data at a file offset.
 type FormatError struct {
 	Offset int64 // file offset of the bad data
-	Kind   error // ErrNotTrace, ErrVersion or ErrCorrupt
+	Kind   error // ErrNotTrace, ErrVersion, ErrCorrupt or ErrTooLarge
 	msg    string
 }
 

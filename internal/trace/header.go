@@ -201,9 +201,89 @@ func (t *EventType) Field(name string) (Field, bool) {
 	return Field{}, false
 }
 
+// Bounds on what a header may hold (docs/FORMAT.md, "Bounds"). A Reader
+// rejects a header beyond them and a Writer never writes one: exports repeat
+// the header's strings into every row (a host name of megabytes made
+// gigabytes of Parquet) and make a column of every field (Parquet takes at
+// most 65,534).
+const (
+	// MaxHeaderString bounds host, kernel, arch, cpu_model and the clock's
+	// names, in bytes.
+	MaxHeaderString = 256
+	// MaxName bounds the names of event types, groups, fields and enum
+	// tables and values, in bytes.
+	MaxName = 128
+	// MaxFields bounds the fields of the whole dictionary.
+	MaxFields = 4096
+	// MaxEnumValues bounds the entries of one enum table.
+	MaxEnumValues = 1 << 16
+	// MaxSetting bounds each string of Settings (events, filters, the
+	// recorded command's arguments): the kernel's own bound on one
+	// argument (MAX_ARG_STRLEN), so that any command it runs can be
+	// recorded. Their number is bounded by the header's size.
+	MaxSetting = 128 << 10
+)
+
+// checkBounds checks h against the bounds above.
+func (h *Header) checkBounds() error {
+	for _, s := range []struct{ name, v string }{
+		{"host", h.Host}, {"kernel", h.Kernel}, {"arch", h.Arch}, {"cpu_model", h.CPUModel},
+		{"clock source", h.Clock.Source}, {"kernel clocksource", h.Clock.Kernel},
+	} {
+		if len(s.v) > MaxHeaderString {
+			return fmt.Errorf("%s is %d bytes, more than the limit of %d", s.name, len(s.v), MaxHeaderString)
+		}
+	}
+	fields := 0
+	for _, t := range h.Types {
+		if len(t.Name) > MaxName || len(t.Group) > MaxName {
+			return fmt.Errorf("event type %.32q...: name or group longer than %d bytes", t.Name, MaxName)
+		}
+		for _, f := range t.Fields {
+			if len(f.Name) > MaxName || len(f.Kind) > MaxName+len(KindEnumPrefix) {
+				return fmt.Errorf("event type %s: field %.32q...: name or kind longer than %d bytes", t.Name, f.Name, MaxName)
+			}
+		}
+		fields += len(t.Fields)
+	}
+	if fields > MaxFields {
+		return fmt.Errorf("the dictionary has %d fields, more than the limit of %d", fields, MaxFields)
+	}
+	if len(h.Enums) > MaxFields {
+		return fmt.Errorf("%d enum tables, more than the limit of %d", len(h.Enums), MaxFields)
+	}
+	for name, table := range h.Enums {
+		if len(name) > MaxName {
+			return fmt.Errorf("enum table %.32q...: name longer than %d bytes", name, MaxName)
+		}
+		if len(table) > MaxEnumValues {
+			return fmt.Errorf("enum table %s has %d entries, more than the limit of %d", name, len(table), MaxEnumValues)
+		}
+		for k, v := range table {
+			if len(k) > MaxName || len(v) > MaxName {
+				return fmt.Errorf("enum table %s: entry %.32q...: longer than %d bytes", name, k, MaxName)
+			}
+		}
+	}
+	set := h.Settings
+	strs := append(append([]string(nil), set.Events...), set.Command...)
+	for k, v := range set.Filters {
+		strs = append(strs, k, v)
+	}
+	for _, v := range strs {
+		if len(v) > MaxSetting {
+			return fmt.Errorf("a setting is %d bytes, more than the limit of %d", len(v), MaxSetting)
+		}
+	}
+	return nil
+}
+
 // validate checks everything a Reader relies on: the format name and
-// version, the common header layout and the dictionary.
+// version, the common header layout, the bounds and the dictionary.
 func (h *Header) validate() error {
+	if err := h.checkBounds(); err != nil {
+		return err
+	}
 	if h.Format != FormatName {
 		return fmt.Errorf("format is %q, want %q", h.Format, FormatName)
 	}

@@ -359,9 +359,11 @@ func (r *Reader) readBlock() error {
 		// file's size was updated but its last data never reached the disk.
 		// A whole block after the zeros, though, means damage.
 		cause := formatError(ErrCorrupt, start, "zero-filled data at offset %d", start)
+		before := r.salv
 		if err := r.resync(start, append([]byte(nil), h[8:]...), cause, true); err != nil || r.salvage || r.truncated {
 			return err
 		}
+		r.salv = before // looked ahead, skipped nothing
 		return formatError(ErrCorrupt, start, "zero-filled data at offset %d, yet a whole block follows at offset %d: the file is damaged, not cut short (--salvage reads on)", start, r.off)
 	}
 	var magic [4]byte
@@ -490,7 +492,11 @@ type zstdErrors struct{ dec *zstd.Decoder }
 
 func (z zstdErrors) Read(p []byte) (int, error) {
 	n, err := z.dec.Read(p)
-	if err != nil && !isEOF(err) {
+	switch {
+	case errors.Is(err, zstd.ErrWindowSizeExceeded):
+		// Not damage: the compressor was asked for a larger window.
+		err = formatError(ErrTooLarge, -1, "the zstd data asks for a window larger than this reader's limit of %d MiB: decompress it with zstd -d --long=31 and read the .mgt", maxZstdWindow>>20)
+	case err != nil && !isEOF(err):
 		err = formatError(ErrCorrupt, -1, "damaged zstd data: %v", err)
 	}
 	return n, err

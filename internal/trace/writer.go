@@ -85,6 +85,9 @@ func NewWriter(w io.Writer, h *Header, opts WriterOptions) (*Writer, error) {
 	hdr.Version = Version
 	hdr.Common = append([]Field(nil), CommonFields...)
 	hdr.Types = append([]EventType(nil), h.Types...)
+	if err := hdr.checkBounds(); err != nil {
+		return nil, fmt.Errorf("new trace writer: %w", err)
+	}
 	if err := validateTypes(hdr.Types); err != nil {
 		return nil, fmt.Errorf("new trace writer: %w", err)
 	}

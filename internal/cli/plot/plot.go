@@ -6,6 +6,7 @@ package plotcmd
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -80,7 +81,13 @@ narrowed to one recording with --host, --since and --until.`,
 				f.Close()
 				return fmt.Errorf("plot: %w", err)
 			}
-			return f.Close()
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+			for _, w := range fig.Warnings {
+				fmt.Fprintf(os.Stderr, "magnet: warning: %s\n", w)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

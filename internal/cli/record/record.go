@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -67,6 +68,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if output == "" {
 				return fmt.Errorf("record: an output file is required (-o FILE)")
 			}
+			if cmd.Flags().Changed("events") && strings.TrimSpace(events) == "" {
+				return fmt.Errorf("record: --events is empty: name the groups to record, or omit it for the default")
+			}
 			events, kspecs, err := kernel.specs(events)
 			if err != nil {
 				return fmt.Errorf("record: %w", err)
@@ -89,8 +93,11 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if cgroup != "" && len(args) > 0 {
 				return fmt.Errorf("record: --cgroup and a command cannot be combined (the command gets a cgroup of its own)")
 			}
-			if duration < 0 {
-				return fmt.Errorf("record: --duration must be positive")
+			if duration < 0 || cmd.Flags().Changed("duration") && duration == 0 {
+				return fmt.Errorf("record: --duration %v: want a positive duration (omit the flag to record until COMMAND exits or a signal)", duration)
+			}
+			if err := checkHooks(disable); err != nil {
+				return fmt.Errorf("record: %w", err)
 			}
 			if !cmd.Flags().Changed("flush-every") {
 				flushEvery = record.FlushEveryFor(rotateEvery)
@@ -169,8 +176,23 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
 	kernel.add(f)
-	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (names as in `magnet status --json`), as if the kernel lacked them")
+	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
+}
+
+// checkHooks refuses a --disable-hook name that is no program's: it would
+// disable nothing.
+func checkHooks(names []string) error {
+	for _, n := range names {
+		if !slices.ContainsFunc(probe.Hooks, func(h probe.Hook) bool { return h.Program == n }) {
+			var valid []string
+			for _, h := range probe.Hooks {
+				valid = append(valid, h.Program)
+			}
+			return fmt.Errorf("--disable-hook %q: no such program (valid: %s)", n, strings.Join(valid, ", "))
+		}
+	}
+	return nil
 }
 
 // rotation sets cfg up to write a chain of files when any rotation flag is
