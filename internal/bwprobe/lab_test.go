@@ -207,6 +207,9 @@ func TestServerGuards(t *testing.T) {
 	if m, err = c.expect(msgSent); err != nil || !strings.Contains(m.Report.Refused, "session time limit") {
 		t.Fatalf("after the time limit: %+v, %v", m.Report, err)
 	}
+	if m, err := c.read(); err != nil || m.Type != msgError || !strings.Contains(m.Error, "session time limit") {
+		t.Errorf("after the time limit: %+v, %v; want the server to end the session saying why", m, err)
+	}
 	if _, err := c.read(); err == nil {
 		t.Error("server kept the session open after its time limit")
 	}
@@ -245,7 +248,7 @@ func TestEstimateOnPath(t *testing.T) {
 	}
 	want := p.BottleneckBits(r.Params.PacketSize)
 	t.Logf("estimate %s [%s, %s], capacity %s, want %s; %d streams, %d bytes, %v, flags %v",
-		FormatRate(r.Point), FormatRate(r.Low), FormatRate(r.High), FormatRate(r.Capacity), FormatRate(want),
+		FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), FormatRate(r.Capacity), FormatRate(want),
 		r.Streams, r.Bytes, time.Duration(r.TookNs), r.Flags)
 	if r.HostLimited {
 		// A machine starved for a moment may not pace even 50 Mbit/s;
@@ -398,7 +401,7 @@ func TestEstimateOverIPv6(t *testing.T) {
 	after := qdiscSent(t, p)
 	want := p.BottleneckBits(r.Params.PacketSize)
 	t.Logf("estimate %s [%s, %s], capacity %s, want %s; %d streams, %d bytes, %v, flags %v",
-		FormatRate(r.Point), FormatRate(r.Low), FormatRate(r.High), FormatRate(r.Capacity), FormatRate(want),
+		FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), FormatRate(r.Capacity), FormatRate(want),
 		r.Streams, r.Bytes, time.Duration(r.TookNs), r.Flags)
 	// What crossed the bottleneck, less the 14-byte header tc counts per
 	// packet, is the IP bytes probed plus the server's control messages
