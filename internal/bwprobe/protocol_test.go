@@ -110,3 +110,16 @@ func TestServerSaysWhy(t *testing.T) {
 		// read has its reason, whatever this request.
 	}
 }
+
+// TestRealTimeFlagged: a result from a server at real-time priority says
+// what that does to the path it measured.
+func TestRealTimeFlagged(t *testing.T) {
+	r := &Result{Estimate: &Estimate{Converged: true, Low: 1e6, High: 2e6, Point: 1.5e6}, KernelTimestamps: true}
+	if f := r.flags(); len(f) != 0 {
+		t.Fatalf("flags %v, want none", f)
+	}
+	r.ServerRealTime = true
+	if f := r.flags(); len(f) != 1 || f[0] != FlagRealTime {
+		t.Errorf("flags %v, want the real-time flag", f)
+	}
+}
