@@ -227,6 +227,11 @@ func (c *Client) handshake(ctx context.Context) error {
 		return fmt.Errorf("probe server speaks protocol %d, this client %d", ch.Version, ProtocolVersion)
 	}
 	start := message{Type: msgStart, Port: c.udp.LocalAddr().(*net.UDPAddr).Port}
+	if !ch.Auth && c.cfg.Secret != "" {
+		// Anyone can run a server without a secret: one that asks for none
+		// is not the server the secret was meant for.
+		return errors.New("probe server requires no secret: it cannot prove it is the server you meant (drop --secret to probe it anyway)")
+	}
 	if ch.Auth {
 		if c.cfg.Secret == "" {
 			return errors.New("probe server requires a secret (--secret)")

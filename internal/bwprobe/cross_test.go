@@ -170,7 +170,7 @@ func TestCrossTrafficAtNormalPriority(t *testing.T) {
 	share := netlab.FrameShare(r.Params.PacketSize)
 	want := (50e6 - quiet) * share
 	t.Logf("estimate %s [%s, %s], true %s (cross %s without the probe, %s while it ran), realtime %v, flags %v",
-		FormatRate(r.Point), FormatRate(r.Low), FormatRate(r.High), FormatRate(want), FormatRate(quiet), FormatRate(cross), r.ServerRealTime, r.Flags)
+		FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), FormatRate(want), FormatRate(quiet), FormatRate(cross), r.ServerRealTime, r.Flags)
 	if quiet < 0.3*crossBits {
 		t.Fatalf("the cross traffic ran at %s of its %s: the test did not load the path", FormatRate(quiet), FormatRate(crossBits))
 	}

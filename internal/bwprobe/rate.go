@@ -3,6 +3,7 @@
 package bwprobe
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -45,4 +46,30 @@ func ParseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("rate %q: want a positive rate up to 1000 Tb/s", s)
 	}
 	return v, nil
+}
+
+// Bound is an upper bound in bit/s; 0 means none was found, which JSON
+// says as null: a reader must not take 0 for "unbounded" by convention.
+type Bound float64
+
+// MarshalJSON writes null for no bound.
+func (b Bound) MarshalJSON() ([]byte, error) {
+	if b <= 0 {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(b))
+}
+
+// UnmarshalJSON reads a number or null.
+func (b *Bound) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		*b = 0
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	*b = Bound(f)
+	return nil
 }

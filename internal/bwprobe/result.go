@@ -49,6 +49,7 @@ const (
 	FlagUserTime    = "no kernel receive timestamps: user-space times used"
 	FlagUnconverged = "did not converge"
 	FlagRejected    = "many streams rejected (sender could not keep the rate)"
+	FlagRealTime    = "the server sent at real-time priority (--realtime): traffic from other processes on its host waited while it sent, so the path may have looked emptier than it is"
 )
 
 // Estimate runs the search against the server and returns its result.
@@ -157,6 +158,9 @@ func (r *Result) flags() []string {
 	}
 	if r.Streams > 0 && r.Rejected*4 > r.Streams {
 		f = append(f, fmt.Sprintf("%s: %d of %d", FlagRejected, r.Rejected, r.Streams))
+	}
+	if r.ServerRealTime {
+		f = append(f, FlagRealTime)
 	}
 	return f
 }

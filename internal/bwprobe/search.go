@@ -146,9 +146,9 @@ type Fleet struct {
 type Estimate struct {
 	// Low and High bound the available bandwidth: the highest rate a
 	// fleet found below it and the lowest found above it. High is 0 when
-	// no fleet was above (a lower bound only).
+	// no fleet was above (a lower bound only), null in JSON.
 	Low  float64 `json:"low_bps"`
-	High float64 `json:"high_bps"`
+	High Bound   `json:"high_bps"`
 	// Point is the single figure: the fluid model's estimate from streams
 	// 5 to 60 % above A, kept within the range, else the middle of the
 	// range, or Low when only a lower bound is known.
@@ -442,7 +442,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 	}
 
 	lo, hi, gLo, gHi := b.state()
-	e.Low, e.High, e.GreyLow, e.GreyHigh = lo, hi, gLo, gHi
+	e.Low, e.High, e.GreyLow, e.GreyHigh = lo, Bound(hi), gLo, gHi
 	fl, sweet := s.fluid()
 	e.Fluid, e.FluidSweet = fl, sweet
 	var probed float64 // the highest rate a fleet was sent at
@@ -459,7 +459,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		e.High, e.GreyLow, e.GreyHigh = 0, 0, 0
 	case hi == 0 && gHi == 0 && lo > 0:
 		// Below every rate tried up to the capacity: A is about C.
-		e.High = e.Capacity
+		e.High = Bound(e.Capacity)
 		e.Point = (lo + e.Capacity) / 2
 	case sweet && hi > lo:
 		// The fleets' votes bound the fluid model: where they

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,13 +168,31 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 	defer context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })()
 	c := newConn(nc)
 	refuse := func(why string) error {
+		// A deadline that ended the read would fail the write too.
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = c.write(message{Type: msgError, Error: why})
 		return errors.New(why)
+	}
+	// failed says why a read ended the session, to the client too, rather
+	// than leave it an EOF or a reset.
+	failed := func(err error, idle time.Duration) error {
+		var ne net.Error
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case ctx.Err() != nil:
+			return refuse("the server is shutting down")
+		case errors.As(err, &ne) && ne.Timeout():
+			return refuse(fmt.Sprintf("no message for %v: session closed", idle))
+		case errors.Is(err, errMessage):
+			return refuse(strings.TrimPrefix(err.Error(), errMessage.Error()+": "))
+		}
+		return err
 	}
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	hello, err := c.expect(msgHello)
 	if err != nil {
-		return fmt.Errorf("handshake: %w", err)
+		return failed(err, handshakeTimeout)
 	}
 	if hello.Version != ProtocolVersion {
 		return refuse(fmt.Sprintf("protocol version %d not supported (server speaks %d)", hello.Version, ProtocolVersion))
@@ -197,7 +216,7 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 	}
 	start, err := c.expect(msgStart)
 	if err != nil {
-		return fmt.Errorf("handshake: %w", err)
+		return failed(err, handshakeTimeout)
 	}
 	if s.cfg.Secret != "" && !validProof(start.MAC, s.cfg.Secret, "client", hello.Nonce, nonce) {
 		return refuse("authentication failed: wrong secret")
@@ -227,10 +246,7 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 		_ = nc.SetDeadline(time.Now().Add(idleTimeout))
 		m, err := c.read()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
+			return failed(err, idleTimeout)
 		}
 		switch m.Type {
 		case msgBye:
@@ -258,7 +274,7 @@ func (s *Server) session(ctx context.Context, nc net.Conn) error {
 			return err
 		}
 		if rep.Refused != "" && time.Now().After(deadline) {
-			return nil
+			return refuse(fmt.Sprintf("session time limit (%v) reached", s.cfg.MaxDuration))
 		}
 	}
 }
@@ -301,6 +317,11 @@ func sendStream(udp *net.UDPConn, dst netip.AddrPort, session uint64, spec Strea
 		}
 		now := time.Now()
 		for now.Before(due) {
+			if !rt {
+				// Any other task runnable on this CPU goes first: the
+				// probe waits for the host's own traffic, not the reverse.
+				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 			now = time.Now()
 		}
 		h.Seq = uint32(i)

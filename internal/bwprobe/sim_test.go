@@ -106,7 +106,7 @@ func TestSearchSimulatedGrid(t *testing.T) {
 				e := (est.Point - a) / a
 				errs = append(errs, math.Abs(e))
 				t.Logf("burst %d A %.0f%%: %s [%s, %s] grey [%s, %s] e=%+.3f fleets %d streams %d bytes %d took %v (%s)",
-					burst, share*100, FormatRate(est.Point), FormatRate(est.Low), FormatRate(est.High),
+					burst, share*100, FormatRate(est.Point), FormatRate(est.Low), FormatRate(float64(est.High)),
 					FormatRate(est.GreyLow), FormatRate(est.GreyHigh), e, len(est.Fleets), est.Streams, est.Bytes,
 					p.clock.Sub(time.Unix(0, 0)), est.Stopped)
 				if est.HostLimited || est.PacketRateBound {

@@ -149,8 +149,12 @@ type Limits struct {
 	ClockStepNs float64 `json:"clock_step_ns"`
 	// SendCostNs is the time one thread needs to send one 1500-byte packet.
 	SendCostNs float64 `json:"send_cost_ns"`
-	// MemcpyGBps is the memory copy bandwidth in 10^9 bytes per second.
-	MemcpyGBps float64 `json:"memcpy_gbps"`
+	// MemcpyGBps is the memory copy bandwidth in 10^9 bytes per second:
+	// the median copy, which the verdicts use; MemcpyMinGBps and
+	// MemcpyMaxGBps are the slowest and fastest.
+	MemcpyGBps    float64 `json:"memcpy_gbps"`
+	MemcpyMinGBps float64 `json:"memcpy_min_gbps,omitempty"`
+	MemcpyMaxGBps float64 `json:"memcpy_max_gbps,omitempty"`
 	// IdleWakeUpNs is how long an idle CPU took to run a thread woken
 	// from another (median): an event on a CPU that was idle is
 	// timestamped up to about that late. 0 when not measured.
@@ -161,10 +165,12 @@ type Limits struct {
 // show. A figure that was not measured is zero.
 func (r *Report) Limits() Limits {
 	return Limits{
-		ClockStepNs:  max(r.Clock.ObservedStepNs, float64(r.Clock.ClaimedResolutionNs)),
-		SendCostNs:   r.Syscalls.UDPSendNs,
-		MemcpyGBps:   r.Memory.CopyGBps,
-		IdleWakeUpNs: r.CPU.WakeUpNs,
+		ClockStepNs:   max(r.Clock.ObservedStepNs, float64(r.Clock.ClaimedResolutionNs)),
+		SendCostNs:    r.Syscalls.UDPSendNs,
+		MemcpyGBps:    r.Memory.CopyGBps,
+		MemcpyMinGBps: r.Memory.CopyMinGBps,
+		MemcpyMaxGBps: r.Memory.CopyMaxGBps,
+		IdleWakeUpNs:  r.CPU.WakeUpNs,
 	}
 }
 

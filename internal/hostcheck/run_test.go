@@ -62,9 +62,9 @@ func TestRunQuick(t *testing.T) {
 
 	// The wake-up of an idle CPU: measured wherever there are two CPUs.
 	switch c := r.CPU; {
-	case runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2:
+	case runtime.NumCPU() < 2:
 		if c.WakeUpError == "" {
-			t.Errorf("one CPU or GOMAXPROCS 1, yet no wake-up error: %+v", c)
+			t.Errorf("one CPU, yet no wake-up error: %+v", c)
 		}
 	case c.WakeUpError != "":
 		t.Errorf("wake-up not measured: %s", c.WakeUpError)

@@ -40,6 +40,12 @@ const (
 	// paper's Figure 9). A host receives at most memcpy/ReceiveCopies.
 	ReceiveCopies = 2
 
+	// PairSyscalls is how many system calls must fit in a pair's gap (Jin
+	// and Tierney, section 4.A): two to read the two packets and two to
+	// timestamp them. The send cost stands for one: reading a packet
+	// crosses the same stack.
+	PairSyscalls = 4
+
 	// RecordBytesPerPacket is what magnet writes about each packet it
 	// records (one event), which adds to the memory traffic per packet.
 	RecordBytesPerPacket = 40
@@ -56,6 +62,7 @@ const (
 	FigureMemoryCopy = "memory copy"
 	FigureCoalescing = "interrupt coalescing"
 	FigureOffload    = "receive offload"
+	FigureWakeUp     = "idle wake-up"
 )
 
 // Verdict says what a host can do at one link rate.
@@ -136,6 +143,28 @@ func Judge(rateBps float64, l Limits, rx []Interface) Verdict {
 		}
 	}
 
+	// The cost of the system calls around each packet of a pair.
+	if l.SendCostNs > 0 && PairSyscalls*l.SendCostNs > gap {
+		pairs = append(pairs, Reason{FigureSendCost, fmt.Sprintf(
+			"%d system calls of %s (read and timestamp two packets) take %s > the %s gap",
+			PairSyscalls, FormatNs(l.SendCostNs), FormatNs(PairSyscalls*l.SendCostNs), FormatNs(gap))})
+	}
+
+	// An idle CPU wakes late: the first packet to reach it is timestamped
+	// up to that late, the next ones not.
+	if w := l.IdleWakeUpNs; w > 0 {
+		if w > gap/PairStepFraction {
+			pairs = append(pairs, Reason{FigureWakeUp, fmt.Sprintf(
+				"an idle CPU takes %s to wake > %s, a tenth of the gap: a pair's first packet may be stamped that late",
+				FormatNs(w), FormatNs(gap/PairStepFraction))})
+		}
+		if w > train/TrainBlurFraction {
+			trains = append(trains, Reason{FigureWakeUp, fmt.Sprintf(
+				"an idle CPU takes %s to wake > %s, a tenth of a %d-packet train",
+				FormatNs(w), FormatNs(train/TrainBlurFraction), TrainPackets)})
+		}
+	}
+
 	// What the receiving interfaces do to timestamps.
 	for _, ifc := range rx {
 		if ifc.Offloads.Merges() {
@@ -180,8 +209,8 @@ func Judge(rateBps float64, l Limits, rx []Interface) Verdict {
 		pairs, trains, saturate = append(pairs, r), append(trains, r), append(saturate, r)
 	case recv < rateBps:
 		r := Reason{FigureMemoryCopy, fmt.Sprintf(
-			"memory copies %s GB/s, enough to receive and record %s < %s",
-			strconv.FormatFloat(l.MemcpyGBps, 'g', 3, 64), FormatBitRate(recv), FormatBitRate(rateBps))}
+			"memory copies %s GB/s%s, enough to receive and record %s < %s",
+			strconv.FormatFloat(l.MemcpyGBps, 'g', 3, 64), l.memcpySpread(), FormatBitRate(recv), FormatBitRate(rateBps))}
 		pairs, trains, saturate = append(pairs, r), append(trains, r), append(saturate, r)
 	}
 
@@ -237,4 +266,12 @@ func FormatBitRate(bps float64) string {
 		}
 	}
 	return strconv.FormatFloat(bps, 'g', 3, 64) + " b/s"
+}
+
+// memcpySpread says how far the copies ranged, when they did.
+func (l Limits) memcpySpread() string {
+	if l.MemcpyMinGBps <= 0 || l.MemcpyMaxGBps <= l.MemcpyMinGBps {
+		return ""
+	}
+	return fmt.Sprintf(" (median; %s to %s)", strconv.FormatFloat(l.MemcpyMinGBps, 'g', 3, 64), strconv.FormatFloat(l.MemcpyMaxGBps, 'g', 3, 64))
 }

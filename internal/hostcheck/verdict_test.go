@@ -14,7 +14,7 @@ import (
 func goodHost() *Report {
 	return &Report{
 		Clock:    Clock{ObservedStepNs: 20, ClaimedResolutionNs: 1},
-		Syscalls: Syscalls{UDPSendNs: 500},
+		Syscalls: Syscalls{UDPSendNs: 250},
 		Memory:   Memory{CopyGBps: 20},
 		Interfaces: []Interface{
 			{Name: "lo", Up: true, Loopback: true, Offloads: &Offloads{GRO: true}},
@@ -144,7 +144,8 @@ func TestVerdictSlowSend(t *testing.T) {
 	v := verdictAt(t, r, 10e9)
 	checkAnswer(t, "saturate at 10 Gb/s", v.Saturate,
 		Reason{FigureSendCost, "one thread sends a 1500-byte packet every 10 µs: 1.2 Gb/s < 10 Gb/s"})
-	checkAnswer(t, "pairs at 10 Gb/s", v.Pairs)
+	checkAnswer(t, "pairs at 10 Gb/s", v.Pairs,
+		Reason{FigureSendCost, "4 system calls of 10 µs (read and timestamp two packets) take 40 µs > the 1.2 µs gap"})
 	checkAnswer(t, "trains at 10 Gb/s", v.Trains)
 	// 1.2 Gb/s is enough for a 1 Gb/s link.
 	checkAnswer(t, "saturate at 1 Gb/s", verdictAt(t, r, 1e9).Saturate)
@@ -160,6 +161,51 @@ func TestVerdictSlowMemory(t *testing.T) {
 	checkAnswer(t, "trains", v.Trains, want)
 	checkAnswer(t, "saturate", v.Saturate, want)
 	checkAnswer(t, "saturate at 1 Gb/s", verdictAt(t, r, 1e9).Saturate)
+}
+
+// The paper's rule for pairs: four system calls (read and timestamp two
+// packets) must fit in the gap. 330 ns calls do not fit in 10 Gb/s's
+// 1.2 µs, and pairs were judged possible all the same.
+func TestVerdictPairSyscalls(t *testing.T) {
+	r := goodHost()
+	r.Syscalls.UDPSendNs = 330
+	checkAnswer(t, "pairs at 10 Gb/s", verdictAt(t, r, 10e9).Pairs,
+		Reason{FigureSendCost, "4 system calls of 330 ns (read and timestamp two packets) take 1.32 µs > the 1.2 µs gap"})
+	checkAnswer(t, "trains at 10 Gb/s", verdictAt(t, r, 10e9).Trains)
+	checkAnswer(t, "pairs at 1 Gb/s", verdictAt(t, r, 1e9).Pairs)
+}
+
+// An idle CPU that takes 27 µs to wake stamps a pair's first packet up to
+// that late: no pairs at 10 Gb/s, nor at 1 Gb/s (12 µs gap); trains of
+// 100 packets last 120 µs at 10 Gb/s, and 27 µs is more than a tenth.
+func TestVerdictWakeUp(t *testing.T) {
+	r := goodHost()
+	r.CPU.WakeUpNs = 27000
+	v := verdictAt(t, r, 10e9)
+	checkAnswer(t, "pairs at 10 Gb/s", v.Pairs,
+		Reason{FigureWakeUp, "an idle CPU takes 27 µs to wake > 120 ns, a tenth of the gap: a pair's first packet may be stamped that late"})
+	checkAnswer(t, "trains at 10 Gb/s", v.Trains,
+		Reason{FigureWakeUp, "an idle CPU takes 27 µs to wake > 12 µs, a tenth of a 100-packet train"})
+	checkAnswer(t, "saturate at 10 Gb/s", v.Saturate)
+	v = verdictAt(t, r, 100e6)
+	checkAnswer(t, "trains at 100 Mb/s", v.Trains)
+	checkAnswer(t, "pairs at 100 Mb/s", v.Pairs,
+		Reason{FigureWakeUp, "an idle CPU takes 27 µs to wake > 12 µs, a tenth of the gap: a pair's first packet may be stamped that late"})
+}
+
+// The verdict uses the median copy and says how far the copies ranged.
+func TestVerdictMemorySpread(t *testing.T) {
+	r := goodHost()
+	r.Memory = Memory{CopyGBps: 3, CopyMinGBps: 1.5, CopyMaxGBps: 12}
+	checkAnswer(t, "saturate at 40 Gb/s", verdictAt(t, r, 40e9).Saturate,
+		Reason{FigureMemoryCopy, "memory copies 3 GB/s (median; 1.5 to 12), enough to receive and record 11.8 Gb/s < 40 Gb/s"})
+	med, lo, hi := spread([]float64{12, 1.5, 3, 2.5, 4})
+	if med != 3 || lo != 1.5 || hi != 12 {
+		t.Errorf("spread = %v, %v, %v; want 3, 1.5, 12", med, lo, hi)
+	}
+	if med, _, _ := spread([]float64{2, 4}); med != 3 {
+		t.Errorf("median of 2 and 4 = %v", med)
+	}
 }
 
 func TestVerdictNothingMeasured(t *testing.T) {

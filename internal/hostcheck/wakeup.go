@@ -29,7 +29,7 @@ const wakeGap = time.Millisecond
 // claimed exit latencies leave the hypervisor out; this does not.
 //
 // It fills c.WakeUpNs (median) and c.WakeUpMaxNs, or c.WakeUpError when it
-// cannot measure (one CPU, GOMAXPROCS 1, or pinning refused). Both threads exit locked,
+// cannot measure (one CPU, or pinning refused). Both threads exit locked,
 // so the runtime ends them and the caller's affinity is untouched.
 func (c *CPU) measureWakeUp(n int) {
 	cpus, err := twoCPUs()
@@ -38,9 +38,12 @@ func (c *CPU) measureWakeUp(n int) {
 		return
 	}
 	// The reader waits holding a P (see below): the writer needs another.
-	if runtime.GOMAXPROCS(0) < 2 {
-		c.WakeUpError = "GOMAXPROCS 1: no second thread to wake the first"
-		return
+	// magnet record runs on one P; it gets a second for the measurement
+	// (before its probes load), or its traces would carry no wake-up and
+	// report's slow-wake warning would never fire.
+	if procs := runtime.GOMAXPROCS(0); procs < 2 {
+		runtime.GOMAXPROCS(2)
+		defer runtime.GOMAXPROCS(procs)
 	}
 	var pipe [2]int
 	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {

@@ -49,20 +49,25 @@ func TestWakeUpCannotMeasure(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		return
 	}
+	// magnet record runs on one P: the wake-up is measured all the same
+	// (before, the trace carried none), and the P count is given back.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	c = CPU{}
 	c.measureWakeUp(3)
-	if !strings.Contains(c.WakeUpError, "GOMAXPROCS 1") || c.WakeUpSamples != 0 {
-		t.Errorf("with GOMAXPROCS 1: %+v, want an error saying so and no figure", c)
+	if c.WakeUpError != "" || c.WakeUpSamples != 3 || c.WakeUpNs <= 0 {
+		t.Errorf("with GOMAXPROCS 1: %+v, want three wake-ups measured", c)
+	}
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("GOMAXPROCS %d after the measurement, want 1 back", n)
 	}
 }
 
 // MeasureWakeUp gives what Run reports: a median no longer than the longest.
 func TestMeasureWakeUp(t *testing.T) {
 	median, longest, err := MeasureWakeUp(10)
-	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+	if runtime.NumCPU() < 2 {
 		if err == nil {
-			t.Errorf("one CPU or GOMAXPROCS 1, yet measured %v", median)
+			t.Errorf("one CPU, yet measured %v", median)
 		}
 		return
 	}

@@ -305,7 +305,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("| %d Mbit/s | %s | %.0f %% | %s | %s [%s, %s] | %s | %+.1f %% | %s | %d | %d (%d) | %.2f s | %.2f MB | %.2f + %.2f s | %.2f | %s |",
 			t.CapacityMbit, t.Cross, t.Share*100, bwprobe.FormatRate(t.TrueBps), bwprobe.FormatRate(res.Point),
-			bwprobe.FormatRate(res.Low), bwprobe.FormatRate(res.High), grey, t.Err*100, saw, len(res.Fleets), res.Streams, res.Rejected,
+			bwprobe.FormatRate(res.Low), bwprobe.FormatRate(float64(res.High)), grey, t.Err*100, saw, len(res.Fleets), res.Streams, res.Rejected,
 			float64(res.TookNs)/1e9, float64(res.Bytes)/1e6, res.ClientCPUSeconds, res.ServerCPUSeconds, t.Load[0], passive)
 	}
 	_, err := io.WriteString(w, b.String())

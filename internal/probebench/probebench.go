@@ -378,7 +378,7 @@ func (t *Trial) summary() string {
 		return "failed: " + t.Failed
 	}
 	r := t.Result
-	s := fmt.Sprintf("estimate %s [%s, %s]", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(r.High))
+	s := fmt.Sprintf("estimate %s [%s, %s]", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
 	if t.TrueBps > 0 {
 		s += fmt.Sprintf(" true %s e=%+.3f", bwprobe.FormatRate(t.TrueBps), t.Err)
 	}

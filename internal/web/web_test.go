@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,5 +142,89 @@ func TestScopeInChromium(t *testing.T) {
 		if err := p.Screenshot(filepath.Join(dir, "scope-fake.png")); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// busyAPI is a busy host: 40 connections whose rates grow with their ids
+// backwards (the busiest have the smallest ids but one), one of which
+// had a single 10 Gbit/s sample, as the first poll of a new connection can.
+type busyAPI struct {
+	mu    sync.Mutex
+	polls int
+}
+
+func (f *busyAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.polls++
+	n := f.polls
+	f.mu.Unlock()
+	now := uint64(1e12) + uint64(n)*uint64(100*time.Millisecond)
+	list := magnetclient.ConnectionList{NowNs: now}
+	for id := uint64(1); id <= 40; id++ {
+		bps := float64(id) * 1e6 // 1 to 40 Mbit/s: the busiest is 40
+		if id == 7 && n == 3 {
+			bps = 10e9 // one outlier sample
+		}
+		c := magnetclient.Connection{ID: id, Proto: "tcp", Local: "10.200.0.1:40000", Remote: "10.200.0.2:5201",
+			Owner:  &magnetclient.Owner{PID: 100 + uint32(id), Comm: "app" + strconv.Itoa(int(id))},
+			Window: magnetclient.Window{NowNs: now}}
+		c.App.Send.ByTime.BPS = bps
+		list.Connections = append(list.Connections, c)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(list)
+}
+
+// TestScopeBusyHost: the list is sorted by rate, the bandwidth axis is not
+// set by one outlier sample, and a legend names the charted connections.
+func TestScopeBusyHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	api := &busyAPI{}
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", web.Handler())
+	mux.Handle("GET /v1/connections", api)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	p := webtest.Open(t, srv.URL+"/", 1280, 860)
+	if _, err := p.WaitFor(30*time.Second, func(s webtest.State) bool { return s.Polls >= 8 && s.Drawn["bw"] > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	order, err := webtest.Eval[[]string](p, `magnetScope.order()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 40 || strings.Join(order[:4], ",") != "40,39,38,37" || order[39] != "1" {
+		t.Errorf("list order %v, want the busiest first: 40,39,38,37 … 1", order)
+	}
+	// The chart shows the four busiest (37-40 Mbit/s): the axis tops out
+	// near them, not at connection 7's 10 Gbit/s sample.
+	axes, err := webtest.Eval[map[string]map[string]float64](p, `magnetScope.axes()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top := axes["bw"]["top"]; top < 40e6 || top > 100e6 {
+		t.Errorf("bandwidth axis tops at %g, want 40-100 Mbit/s", top)
+	}
+	if _, err := webtest.Eval[bool](p, `(document.querySelector('#conns [data-id="7"] input').click(), true)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WaitFor(10*time.Second, func(s webtest.State) bool { return len(s.Chosen) == 5 }); err != nil {
+		t.Fatal(err)
+	}
+	axes, _ = webtest.Eval[map[string]map[string]float64](p, `(magnetScope.redraw && magnetScope.redraw(), magnetScope.axes())`)
+	if top := axes["bw"]["top"]; top > 100e6 || axes["bw"]["clipped"] < 1 {
+		t.Errorf("with connection 7 charted the axis tops at %g (%g clipped), want its outlier clipped", top, axes["bw"]["clipped"])
+	}
+	legend, err := webtest.Eval[[]string](p, `magnetScope.legend()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(legend) != 5 || !strings.HasPrefix(legend[0], "#7 app7") || !strings.HasPrefix(legend[4], "#40 app40 → 10.200.0.2:5201") {
+		t.Errorf("legend %q, want the five charted connections by id", legend)
+	}
+	if probs := p.Problems(); len(probs) > 0 {
+		t.Fatalf("the page had problems: %v", probs)
 	}
 }

@@ -152,6 +152,14 @@ timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 			if timeout <= 0 {
 				return fmt.Errorf("probe client: --timeout %v must be positive", timeout)
 			}
+			// The library takes 0 for its default; a user who typed 0 meant
+			// something else.
+			if count < 10 || count > bwprobe.MaxStreamPackets {
+				return fmt.Errorf("probe client: --stream-packets %d outside 10..%d", count, bwprobe.MaxStreamPackets)
+			}
+			if packetSize < bwprobe.MinPacketSize || packetSize > bwprobe.MaxPacketSize {
+				return fmt.Errorf("probe client: --packet-size %d outside %d..%d bytes", packetSize, bwprobe.MinPacketSize, bwprobe.MaxPacketSize)
+			}
 			if secret == "" {
 				secret = os.Getenv(SecretEnv)
 			}
@@ -227,11 +235,11 @@ func Write(w io.Writer, r *bwprobe.Result) error {
 		p.field("estimate", "at least %s (%s)", bwprobe.FormatRate(r.Low), limitWord(r))
 	case r.HostLimited:
 		p.field("estimate", "%s (range %s to %s; host-limited: may be this host's limit)", bwprobe.FormatRate(r.Point),
-			bwprobe.FormatRate(r.Low), bwprobe.FormatRate(r.High))
+			bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
 	case r.Coalesced:
 		p.field("estimate", "at least %s (lower bound: the receiver's timestamps are coalesced)", bwprobe.FormatRate(r.Low))
 	case r.High > 0:
-		p.field("estimate", "%s (range %s to %s)", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(r.High))
+		p.field("estimate", "%s (range %s to %s)", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
 	default:
 		p.field("estimate", "%s (no fleet was above it)", bwprobe.FormatRate(r.Point))
 	}

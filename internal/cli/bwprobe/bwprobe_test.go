@@ -4,6 +4,7 @@ package bwprobecmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -36,7 +37,10 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"client", "10.0.0.1:80", "--port", "81"}, "probe client: 10.0.0.1:80 names port 80 but --port says 81"},
 		{[]string{"client", "a b"}, `probe client: "a b" is not a host name or address`},
 		{[]string{"client", "10.0.0.1", "--timeout", "-1s"}, "probe client: --timeout -1s must be positive"},
-		{[]string{"client", "127.0.0.1", "--port", "1", "--packet-size", "20"}, "probe client: packet size 20 outside 100..1500 bytes"},
+		{[]string{"client", "127.0.0.1", "--port", "1", "--packet-size", "20"}, "probe client: --packet-size 20 outside 100..1500 bytes"},
+		{[]string{"client", "127.0.0.1", "--port", "1", "--packet-size", "0"}, "probe client: --packet-size 0 outside 100..1500 bytes"},
+		{[]string{"client", "127.0.0.1", "--port", "1", "--stream-packets", "0"}, "probe client: --stream-packets 0 outside 10..1000"},
+		{[]string{"client", "127.0.0.1", "--port", "1", "--stream-packets", "5000"}, "probe client: --stream-packets 5000 outside 10..1000"},
 		{[]string{"client"}, "probe client: give the probe server's HOST"},
 	} {
 		err := run(io.Discard, tc.args...)
@@ -100,6 +104,22 @@ func TestWrite(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "estimate:    at least 1.68 Gb/s (host-limited") || !strings.Contains(b.String(), "flag:        host-limited") {
 		t.Errorf("host-limited output:\n%s", b.String())
+	}
+	// No upper bound is null in JSON, not 0 (a rate of nothing).
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"high_bps":null`) {
+		t.Errorf("no upper bound in JSON: %s", js)
+	}
+	var back bwprobe.Result
+	if err := json.Unmarshal(js, &back); err != nil || back.High != 0 || back.Low != 1.68e9 {
+		t.Errorf("JSON read back: %v, high %v low %v", err, back.High, back.Low)
+	}
+	r.High = 52e6
+	if js, _ := json.Marshal(r); !strings.Contains(string(js), `"high_bps":52000000`) {
+		t.Errorf("upper bound in JSON: %s", js)
 	}
 }
 

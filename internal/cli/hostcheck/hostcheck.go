@@ -200,6 +200,9 @@ func writeMemory(p *printer, rep *hostcheck.Report) {
 	} else {
 		meaning += ", larger than the caches"
 	}
+	if m.Copies > 1 && m.CopyMaxGBps > m.CopyMinGBps {
+		meaning = fmt.Sprintf("median of %d copies, from %.3g to %.3g GB/s; ", m.Copies, m.CopyMinGBps, m.CopyMaxGBps) + meaning
+	}
 	p.line("copy bandwidth", fmt.Sprintf("%.3g GB/s", m.CopyGBps), meaning)
 	p.line("highest receive-and-record rate", hostcheck.FormatBitRate(l.MaxReceiveBitRate()),
 		fmt.Sprintf("each received byte crosses memory %d times (DMA, copy to the reader) and magnet writes %d bytes per %d-byte packet",

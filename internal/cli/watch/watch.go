@@ -38,7 +38,13 @@ func New() *cobra.Command {
 		Long: `Print the events the magnet daemon sees, live, one a line: those of your own
 processes' connections (root, and members of the daemon's see-all groups: every
 event). Filters combine with AND; --filter takes a CEL expression over the
-event's fields (docs/DAEMON.md#filters).
+event's fields (docs/DAEMON.md#filters). Other users' processes an event ran in
+(a softirq interrupts anyone's) show as pid 0 with no command.
+
+A watch is one of the daemon's subscriptions: a user holds at most
+subscribers.per_user of them (16 by default; the next is refused), and types of
+groups that cost the whole host (sched, headers, ip, tcpsend) need root unless
+the daemon's access.user_groups allows them (docs/DAEMON.md#limits-per-user).
 
 Lines starting with "#" say that events were lost: by this watch when the
 terminal could not keep up, or by the recorder when a kernel ring was full.`,
