@@ -22,6 +22,7 @@ import (
 // New returns the export command.
 func New() *cobra.Command {
 	var format, output, connsOut string
+	var ds datasetFlags
 	var noConns bool
 	var selFlags archive.Flags
 	cmd := &cobra.Command{
@@ -52,6 +53,9 @@ directory or archive, narrowed with --host, --since and --until.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := export.CheckFormat(format); err != nil {
 				return fmt.Errorf("export: %w", err)
+			}
+			if ds.dir != "" {
+				return ds.run(cmd, args, format, output, &selFlags)
 			}
 			if output == "" {
 				return fmt.Errorf("export: an output file is required (-o FILE, or - for standard output)")
@@ -137,6 +141,7 @@ directory or archive, narrowed with --host, --since and --until.`,
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
 	selFlags.Register(f)
+	ds.register(f)
 	return cmd
 }
 
