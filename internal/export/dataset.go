@@ -248,7 +248,7 @@ type datasetConn struct {
 // column's values to its column writer in batches: no row is ever
 // assembled, which the row-wise writer spends most of its time on.
 type colWriter struct {
-	w      *parquet.Writer
+	w      *parquet.GenericWriter[any]
 	cols   []*stagedCol
 	byName map[string]*stagedCol
 	rows   uint64 // rows written
@@ -274,7 +274,7 @@ func (c *stagedCol) pad(n int) {
 func newColWriter(out io.Writer, group parquet.Group, maxGroup int) *colWriter {
 	schema := parquet.NewSchema("magnet", group)
 	cw := &colWriter{
-		w:      parquet.NewWriter(out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(int64(maxGroup))),
+		w:      parquet.NewGenericWriter[any](out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(int64(maxGroup))),
 		byName: map[string]*stagedCol{},
 		max:    maxGroup,
 	}
