@@ -115,24 +115,8 @@ func writeDatasetFile(dir, path string, opts DatasetOptions) (wrote bool, events
 	}
 	defer r.Close()
 	h := r.Header()
-	host := h.Host
-	if host == "" {
-		host = "_"
-	}
-	date := time.Unix(0, h.StartWallNs).UTC().Format("2006-01-02")
-	rel := ""
-	inFile := map[string]bool{"host": true, "date": true}
-	for _, l := range opts.Partition {
-		v := host
-		if l == "date" {
-			v = date
-		}
-		rel = filepath.Join(rel, l+"="+partitionValue(v))
-		inFile[l] = false
-	}
-	name := datasetName(path) + ".parquet"
-	evPath := filepath.Join(dir, "events", rel, name)
-	cnPath := filepath.Join(dir, "conns", rel, name)
+	evPath, cnPath, host, date, inFile := datasetPaths(dir, h.Host, h.StartWallNs, path, opts.Partition)
+	name := filepath.Base(evPath)
 	if exists(evPath) && exists(cnPath) {
 		opts.Log("%s: in the dataset already", filepath.Base(path))
 		return false, 0, 0, nil
@@ -217,6 +201,36 @@ func writeDatasetFile(dir, path string, opts DatasetOptions) (wrote bool, events
 	}
 	opts.Log("%s: %d events, %d connections -> %s", filepath.Base(path), ew.rows, len(order), evPath)
 	return true, ew.rows, uint64(len(order)), nil
+}
+
+// datasetPaths is where the dataset under dir keeps the events and conns
+// of the trace file path (of host, started at startWallNs), with the
+// partition values and which of host and date are columns in the files.
+func datasetPaths(dir, host string, startWallNs int64, path string, partition []string) (events, conns, h, date string, inFile map[string]bool) {
+	if host == "" {
+		host = "_"
+	}
+	date = time.Unix(0, startWallNs).UTC().Format("2006-01-02")
+	rel := ""
+	inFile = map[string]bool{"host": true, "date": true}
+	for _, l := range partition {
+		v := host
+		if l == "date" {
+			v = date
+		}
+		rel = filepath.Join(rel, l+"="+partitionValue(v))
+		inFile[l] = false
+	}
+	name := datasetName(path) + ".parquet"
+	return filepath.Join(dir, "events", rel, name), filepath.Join(dir, "conns", rel, name), host, date, inFile
+}
+
+// DatasetHas reports whether the dataset under dir holds the trace file
+// path of host, started at startWallNs: a run can then leave it out
+// before it is even fetched from an archive.
+func DatasetHas(dir, host string, startWallNs int64, path string, partition []string) bool {
+	ev, cn, _, _, _ := datasetPaths(dir, host, startWallNs, path, partition)
+	return exists(ev) && exists(cn)
 }
 
 // partitionValue keeps a partition value one path element that Hive-style

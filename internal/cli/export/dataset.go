@@ -3,6 +3,7 @@
 package exportcmd
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -43,7 +44,22 @@ func (d *datasetFlags) run(cmd *cobra.Command, args []string, format, output str
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	// Files already in the dataset are left out before anything is read
+	// or downloaded: a second run over a whole archive fetches only what
+	// is new.
+	there := 0
+	s.Skip = func(e *archive.Entry) bool {
+		if export.DatasetHas(d.dir, e.Host, e.StartWallNs, e.Path, d.partition) {
+			there++
+			return true
+		}
+		return false
+	}
 	inputs, cleanup, err := archive.Resolve(args, s)
+	if errors.Is(err, archive.ErrNoMatch) && there > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "magnet export: dataset %s: 0 files written, %d already there\n", d.dir, there)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
@@ -64,6 +80,6 @@ func (d *datasetFlags) run(cmd *cobra.Command, args []string, format, output str
 	}
 	el := time.Since(start)
 	fmt.Fprintf(cmd.ErrOrStderr(), "magnet export: dataset %s: %d files written (%d events, %d connections in %s), %d already there\n",
-		d.dir, st.Written, st.Events, st.Conns, el.Round(time.Millisecond), st.Skipped)
+		d.dir, st.Written, st.Events, st.Conns, el.Round(time.Millisecond), st.Skipped+there)
 	return nil
 }
