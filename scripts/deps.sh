@@ -49,6 +49,10 @@ fi
 # pyarrow reads magnet's Parquet exports back in the tests.
 python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow 2>/dev/null ||
 	{ command -v pip3 >/dev/null || { apt-get install -y -qq python3-pip >/dev/null; }; python3 -m pip install --quiet --break-system-packages pyarrow; }
+# DuckDB runs the dataset queries of docs/DEPLOY.md (internal/export's
+# TestDatasetDuckDB); scripts/spark-dataset.sh adds pyspark, slower.
+python3 -c 'import duckdb' 2>/dev/null || python3 -m pip install --quiet duckdb 2>/dev/null ||
+	python3 -m pip install --quiet --break-system-packages duckdb
 # moto_server is the S3-compatible object store the collect tests ship to.
 command -v moto_server >/dev/null || python3 -m pip install --quiet 'moto[server]' 2>/dev/null ||
 	python3 -m pip install --quiet --break-system-packages 'moto[server]'

@@ -200,7 +200,13 @@ type Selection struct {
 	// SSHOptions are how to reach an ssh:// archive (ssh -o options), not
 	// a filter.
 	SSHOptions []string
+	// Skip, if set, leaves out a selected file its caller has no use for
+	// (already converted), before it is downloaded from an archive.
+	Skip func(e *Entry) bool
 }
+
+// ErrNoMatch is returned by Resolve when no trace is left to read.
+var ErrNoMatch = errors.New("no trace matches the selection")
 
 // Empty reports whether the selection keeps everything.
 func (s Selection) Empty() bool { return len(s.Hosts) == 0 && s.Since.IsZero() && s.Until.IsZero() }

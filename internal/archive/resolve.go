@@ -149,8 +149,11 @@ func Resolve(args []string, sel Selection) (srcs []trace.Source, cleanup func(),
 	}
 	// Files given one by one keep their order unless they form a chain.
 	chains := Select(entries, sel)
+	if sel.Skip != nil {
+		chains = skipped(chains, sel.Skip)
+	}
 	if len(chains) == 0 {
-		return nil, cleanup, fmt.Errorf("no trace matches the selection (%s)", describe(sel))
+		return nil, cleanup, fmt.Errorf("%w (%s)", ErrNoMatch, describe(sel))
 	}
 	for _, c := range chains {
 		srcs = append(srcs, c.Source(sel))
@@ -206,4 +209,22 @@ func Find(where string, sel Selection) ([]Entry, error) {
 		return nil, fmt.Errorf("%s is not a directory (an archive is a directory, s3://BUCKET/PREFIX or ssh://[USER@]HOST[:PORT]/PATH)", where)
 	}
 	return Scan(where)
+}
+
+// skipped drops the entries skip says to, and the chains left empty.
+func skipped(chains []*Chain, skip func(*Entry) bool) []*Chain {
+	var out []*Chain
+	for _, c := range chains {
+		var keep []Entry
+		for i := range c.Entries {
+			if !skip(&c.Entries[i]) {
+				keep = append(keep, c.Entries[i])
+			}
+		}
+		if len(keep) > 0 {
+			c.Entries = keep
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -227,7 +227,11 @@ func fetchS3(u string, sel Selection) ([]Entry, string, error) {
 		return nil, "", err
 	}
 	var out []Entry
-	for _, c := range Select(all, sel) {
+	chains := Select(all, sel)
+	if sel.Skip != nil {
+		chains = skipped(chains, sel.Skip)
+	}
+	for _, c := range chains {
 		for _, e := range c.Entries {
 			key := strings.TrimPrefix(e.Path, "s3://"+s.Bucket+"/")
 			local := filepath.Join(dir, filepath.FromSlash(key))

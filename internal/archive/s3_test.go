@@ -6,8 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,13 +25,15 @@ import (
 
 // countingTransport counts the S3 requests: manifest GETs and listings.
 type countingTransport struct {
-	gets, lists atomic.Int64
+	gets, lists, traces atomic.Int64
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method == http.MethodGet {
 		if strings.HasSuffix(r.URL.Path, ManifestSuffix) {
 			c.gets.Add(1)
+		} else if IsTrace(path.Base(r.URL.Path)) {
+			c.traces.Add(1)
 		} else if r.URL.Query().Has("list-type") || r.URL.Query().Has("prefix") {
 			c.lists.Add(1)
 		}
@@ -35,7 +41,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-func (c *countingTransport) reset() { c.gets.Store(0); c.lists.Store(0) }
+func (c *countingTransport) reset() { c.gets.Store(0); c.lists.Store(0); c.traces.Store(0) }
 
 // TestS3ListsWhatIsAsked: archive queries on s3:// list the HOST/ and
 // HOST/DATE/ prefixes of the selection and read only those manifests (the
@@ -127,4 +133,64 @@ func paths(cs []*Chain) []string {
 		}
 	}
 	return out
+}
+
+// TestS3SkipBeforeDownload: a file the caller says it has no use for
+// (Selection.Skip: already in a dataset) is never downloaded.
+func TestS3SkipBeforeDownload(t *testing.T) {
+	m := archivetest.StartMoto(t)
+	ct := &countingTransport{}
+	s3Transport = ct
+	defer func() { s3Transport = nil }()
+	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
+	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
+	t.Setenv("AWS_REGION", "us-east-1")
+	s, err := S3FromURL("s3://traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Client.MakeBucket(ctx, "traces", minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	recording(t, local, "a", time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC), 4)
+	es, err := Scan(local)
+	if err != nil || len(es) != 4 {
+		t.Fatalf("%d local traces, %v", len(es), err)
+	}
+	for _, e := range es {
+		m, err := Describe(e.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(m)
+		key := Key(m.Host, m.Start(), filepath.Base(e.Path))
+		if _, err := s.Client.FPutObject(ctx, "traces", key, e.Path, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Client.PutObject(ctx, "traces", key+ManifestSuffix, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ct.reset()
+	skip := func(e *Entry) bool { return e.Seq < 2 } // files 0 and 1 converted already
+	srcs, cleanup, err := Resolve([]string{"s3://traces"}, Selection{Skip: skip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	if len(srcs) != 1 || len(srcs[0].Paths) != 2 || ct.traces.Load() != 2 {
+		t.Fatalf("sources %+v; %d traces downloaded, want 2", srcs, ct.traces.Load())
+	}
+	for _, p := range srcs[0].Paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = Resolve([]string{"s3://traces"}, Selection{Skip: func(*Entry) bool { return true }})
+	if !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("everything skipped: %v, want ErrNoMatch", err)
+	}
 }

@@ -273,7 +273,11 @@ func fetchSSH(u string, sel Selection) ([]Entry, string, error) {
 		return nil, "", err
 	}
 	var out []Entry
-	for _, c := range Select(all, sel) {
+	chains := Select(all, sel)
+	if sel.Skip != nil {
+		chains = skipped(chains, sel.Skip)
+	}
+	for _, c := range chains {
 		for _, e := range c.Entries {
 			key, err := s.key(e.Path)
 			if err != nil {

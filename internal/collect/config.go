@@ -74,7 +74,7 @@ type ShipConfig struct {
 type MetricsConfig struct {
 	// Listen is an address to serve /metrics on ("" = none).
 	Listen string `yaml:"listen"`
-	// Textfile is a file rewritten every second for node_exporter's
+	// Textfile is a file rewritten every 5 seconds for node_exporter's
 	// textfile collector ("" = none).
 	Textfile string `yaml:"textfile"`
 }

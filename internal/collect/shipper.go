@@ -201,9 +201,9 @@ func NewShipper(cfg *Config) (*Shipper, error) {
 // Run ships until ctx ends: a pass over the spool every ship.interval, or
 // when wake says a file finished. Each target's pass runs on its own; a
 // target still busy (or backing off) is left to itself while the others
-// go on. Every second the shipper looks for stalls, retries the targets
-// whose backoff ended and publishes its status (SPOOL/.ship-status.json,
-// and the metrics). Only one shipper runs per spool: Run waits for the
+// go on. Every second the shipper looks for stalls and retries the targets
+// whose backoff ended; every publishEvery it publishes its status
+// (SPOOL/.ship-status.json, and the metrics file). Only one shipper runs per spool: Run waits for the
 // lock a previous one (still ending) may hold.
 func (s *Shipper) Run(ctx context.Context, wake <-chan struct{}) error {
 	lock, err := os.OpenFile(filepath.Join(s.cfg.Spool, shipLock), os.O_CREATE|os.O_RDWR, 0o644)
@@ -225,6 +225,7 @@ func (s *Shipper) Run(ctx context.Context, wake <-chan struct{}) error {
 	defer t.Stop()
 	watch := time.NewTicker(min(time.Second, s.cfg.Ship.Interval))
 	defer watch.Stop()
+	var published time.Time
 	files := s.prepare(ctx)
 	s.start(ctx, files, false)
 	for {
@@ -243,10 +244,19 @@ func (s *Shipper) Run(ctx context.Context, wake <-chan struct{}) error {
 			// Retry the targets whose backoff ended, without waiting for
 			// the next interval.
 			s.start(ctx, files, true)
-			s.publish()
+			// Listing the spool takes a lock test per file: every few
+			// seconds is enough for a status file (the metrics endpoint
+			// reads the state live).
+			if time.Since(published) >= publishEvery {
+				s.publish()
+				published = time.Now()
+			}
 		}
 	}
 }
+
+// publishEvery spaces the rewrites of the status and metrics files.
+const publishEvery = 5 * time.Second
 
 // Pass ships what it can of the spool's finished files, oldest first, to
 // every target not already busy, and returns when those passes end.

@@ -17,7 +17,7 @@ import (
 )
 
 // statusName is the shipper's status file in the spool, rewritten every
-// second: what `magnet status` shows and what the metrics are made of.
+// publishEvery: what `magnet status` shows.
 const statusName = ".ship-status.json"
 
 // Status is the shipper's state: the spool and each target.
@@ -153,7 +153,7 @@ func (s *Shipper) publish() {
 }
 
 // writeFileAtomic replaces path with data through a renamed temporary,
-// without fsync: for files rewritten every second that a crash may lose.
+// without fsync: for files rewritten every few seconds that a crash may lose.
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".part"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {

@@ -23,6 +23,7 @@ import (
 // New returns the export command.
 func New() *cobra.Command {
 	var format, output, connsOut string
+	var ds datasetFlags
 	var noConns, salvage bool
 	var selFlags archive.Flags
 	cmd := &cobra.Command{
@@ -53,6 +54,9 @@ directory or archive, narrowed with --host, --since and --until.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := export.CheckFormat(format); err != nil {
 				return fmt.Errorf("export: %w", err)
+			}
+			if ds.dir != "" {
+				return ds.run(cmd, args, format, output, &selFlags)
 			}
 			if output == "" {
 				return fmt.Errorf("export: an output file is required (-o FILE, or - for standard output)")
@@ -156,6 +160,7 @@ directory or archive, narrowed with --host, --since and --until.`,
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
+	ds.register(f)
 	return cmd
 }
 
