@@ -35,6 +35,10 @@ command -v nstat >/dev/null || need+=(iproute2)
 command -v ss >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: missing ${need[*]}: run this as root (or sudo in front) to install them with apt" >&2
+		exit 1
+	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	# A policy-rc.d that says no: installing nginx or iperf3 must not start

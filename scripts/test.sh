@@ -47,3 +47,4 @@ fuzz FuzzDecodeMessage 200000x ./internal/bwprobe
 fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
 fuzz FuzzFormat 100000x ./internal/tpformat
+fuzz FuzzParse 100000x ./internal/bytesize
