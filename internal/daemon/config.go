@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/internal/record"
 )
@@ -40,6 +41,16 @@ type Config struct {
 		Available Groups `yaml:"available"`
 		Baseline  Groups `yaml:"baseline"`
 	} `yaml:"events"`
+	// KernelEvents are kernel events chosen when the daemon starts, as
+	// magnet record's --tracepoint, --uprobe, --usdt and the irq and napi
+	// groups; their streams show their fields. Only root and the see-all
+	// groups see them (they carry no connection).
+	KernelEvents struct {
+		Groups      Groups   `yaml:"groups"` // irq, napi
+		Tracepoints []string `yaml:"tracepoints"`
+		Uprobes     []string `yaml:"uprobes"`
+		USDT        []string `yaml:"usdt"`
+	} `yaml:"kernel_events"`
 	Access struct {
 		SeeAllGroups []string `yaml:"see_all_groups"`
 		// UserGroups are the groups beyond the baseline that any user may
@@ -109,6 +120,7 @@ func DefaultConfig() Config {
 	c.Events.Baseline = Groups(BaselineGroups.String())
 	c.Access.SeeAllGroups = []string{}
 	c.Access.UserGroups = Groups(DefaultUserGroups.String())
+	c.KernelEvents.Tracepoints, c.KernelEvents.Uprobes, c.KernelEvents.USDT = []string{}, []string{}, []string{}
 	c.Subscribers.Max = 256
 	c.Subscribers.PerUser = 16
 	c.Subscribers.Queue = 4096
@@ -151,6 +163,8 @@ type settings struct {
 	seeAllGIDs []uint32
 	userGroups event.Group // what a client that does not see all may enable
 	live       live.Config
+	kernel     []kevent.Spec
+	kernelKey  string // what was asked for, to tell a reload that changes it
 }
 
 // resolve checks c and resolves what it names (groups, files).
@@ -190,6 +204,9 @@ func (c Config) resolve() (*settings, error) {
 	}
 	if s.baseline, err = event.ParseGroups(string(c.Events.Baseline)); err != nil {
 		return nil, fmt.Errorf("config: events.baseline: %w", err)
+	}
+	if s.kernel, s.kernelKey, err = c.kernelSpecs(); err != nil {
+		return nil, err
 	}
 	if extra := s.baseline &^ s.available; extra != 0 {
 		return nil, fmt.Errorf("config: events.baseline has %s, which events.available does not load", extra)
@@ -250,6 +267,43 @@ func readToken(path string) (string, error) {
 }
 
 // restartOnly lists what a reload cannot change, by comparing old and new.
+// kernelSpecs resolves kernel_events.
+func (c Config) kernelSpecs() ([]kevent.Spec, string, error) {
+	var specs []kevent.Spec
+	if g := strings.TrimSpace(string(c.KernelEvents.Groups)); g != "" {
+		rest, gs, _, err := kevent.SplitGroups(g)
+		if err != nil {
+			return nil, "", fmt.Errorf("config: kernel_events.groups: %w", err)
+		}
+		if rest != "conn" {
+			return nil, "", fmt.Errorf("config: kernel_events.groups %q: want irq, napi", g)
+		}
+		specs = append(specs, gs...)
+	}
+	for _, list := range []struct {
+		key   string
+		vals  []string
+		parse func(string) (kevent.Spec, error)
+	}{
+		{"tracepoints", c.KernelEvents.Tracepoints, kevent.ParseTracepoint},
+		{"uprobes", c.KernelEvents.Uprobes, kevent.ParseUprobe},
+		{"usdt", c.KernelEvents.USDT, kevent.ParseUSDT},
+	} {
+		for _, v := range list.vals {
+			sp, err := list.parse(v)
+			if err != nil {
+				return nil, "", fmt.Errorf("config: kernel_events.%s: %w", list.key, err)
+			}
+			specs = append(specs, sp)
+		}
+	}
+	var key []string
+	for _, sp := range specs {
+		key = append(key, sp.String())
+	}
+	return specs, strings.Join(key, "\n"), nil
+}
+
 func restartOnly(old, cur *settings) []string {
 	var out []string
 	if old.Socket != cur.Socket || old.mode != cur.mode {
@@ -263,6 +317,9 @@ func restartOnly(old, cur *settings) []string {
 	}
 	if old.available != cur.available {
 		out = append(out, "events.available")
+	}
+	if old.kernelKey != cur.kernelKey {
+		out = append(out, "kernel_events")
 	}
 	if old.Filter != cur.Filter {
 		out = append(out, "filter")

@@ -191,12 +191,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go d.hub.run()
 
 	cfg := record.Config{
-		Groups:      s.available,
-		Filters:     record.Filters{Cgroup: s.Filter.Cgroup, NetNS: s.Filter.NetNS, Port: s.Filter.Port},
-		BufferBytes: s.bufBytes,
-		FlushEvery:  handOverEvery,
-		StatusDir:   d.opts.StatusDir,
-		NewSink:     d.hub.newSink,
+		Groups:       s.available,
+		KernelEvents: s.kernel,
+		Filters:      record.Filters{Cgroup: s.Filter.Cgroup, NetNS: s.Filter.NetNS, Port: s.Filter.Port},
+		BufferBytes:  s.bufBytes,
+		FlushEvery:   handOverEvery,
+		StatusDir:    d.opts.StatusDir,
+		NewSink:      d.hub.newSink,
 		Loaded: func(p *probe.Probe) {
 			d.probeMu.Lock()
 			d.probe = p
@@ -271,6 +272,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.logf("reload: %v changed and need a restart; they keep their old values", keep)
 	}
 	s.Socket, s.mode, s.listen, s.bufBytes, s.available = old.Socket, old.mode, old.listen, old.bufBytes, old.available
+	s.kernel, s.kernelKey = old.kernel, old.kernelKey
 	s.Filter = old.Filter
 	s.live.Bucket, s.live.History = old.live.Bucket, old.live.History
 	if s.baseline&^s.available != 0 {

@@ -172,6 +172,9 @@ func socketDir(t testing.TB) string {
 	return dir
 }
 
+// fakeHeader, if set, adjusts the fake recorder's trace header.
+var fakeHeader func(*trace.Header)
+
 // startFake runs a daemon over a fake recorder; edit adjusts the config.
 // seeAll lets the user running the test see every event and connection,
 // as root does, by naming its group in access.see_all_groups: a test of
@@ -197,7 +200,11 @@ func startFake(t *testing.T, edit func(*Config)) *testDaemon {
 	if edit != nil {
 		edit(&cfg)
 	}
-	td := &testDaemon{fake: &fakeRecorder{hdr: testHeader(t), recs: make(chan []byte, 1024)}, sock: cfg.Socket, done: make(chan error, 1), log: &syncBuffer{}}
+	hdr := testHeader(t)
+	if fakeHeader != nil {
+		fakeHeader(hdr)
+	}
+	td := &testDaemon{fake: &fakeRecorder{hdr: hdr, recs: make(chan []byte, 1024)}, sock: cfg.Socket, done: make(chan error, 1), log: &syncBuffer{}}
 	ready := make(chan struct{})
 	d, err := New(cfg, Options{Log: td.log, Ready: func() { close(ready) }, StatusDir: t.TempDir()})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/filter"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -139,6 +140,13 @@ func (h *hub) newSink(hdr *trace.Header) (record.Sink, error) {
 		h.types[et.ID] = et
 		h.codecs[et.ID] = newTypeCodec(et, enums)
 	}
+	kernel := map[string]event.Type{}
+	for _, et := range hdr.Types {
+		if et.ID >= kevent.FirstID {
+			kernel[et.Name] = event.Type(et.ID)
+		}
+	}
+	kernelTypes.Store(&kernel)
 	h.xmitSeq, h.rcvAck = h.codecs[event.TCPXmit].field("seq"), h.codecs[event.TCPRcv].field("ack")
 	h.dropReason, h.named = h.codecs[event.Drop].field("reason"), [256]map[string]*fieldCodec{}
 	h.wallOff = hdr.Clock.WallOffsetNs
@@ -228,6 +236,19 @@ func (h *hub) process(buf []byte) {
 	}
 }
 
+// kernelTypes names the kernel events chosen at start (a daemon has one
+// recording), for subscriptions that ask for them by name.
+var kernelTypes atomic.Pointer[map[string]event.Type]
+
+func kernelType(name string) (event.Type, bool) {
+	m := kernelTypes.Load()
+	if m == nil {
+		return 0, false
+	}
+	t, ok := (*m)[name]
+	return t, ok
+}
+
 // record takes one record: metadata, the connection table, then the
 // subscriptions.
 func (h *hub) record(rec trace.Record) {
@@ -245,14 +266,15 @@ func (h *hub) record(rec trace.Record) {
 		return
 	case event.Iface:
 		return
-	case event.Lost:
+	case event.Lost, kevent.LostID:
 		h.recorderLost(rec)
 		return
 	}
 	// Events of a group not enabled (still in the ring after it was
 	// switched off, or from the moment between loading and enabling) are
-	// not the daemon's to show.
-	if groupOf[typ]&event.Group(h.enabled.Load()) == 0 {
+	// not the daemon's to show. Kernel events chosen at start are always
+	// enabled.
+	if typ < kevent.FirstID && groupOf[typ]&event.Group(h.enabled.Load()) == 0 {
 		return
 	}
 	conn := rec.Conn()

@@ -450,7 +450,7 @@ func parseStream(w http.ResponseWriter, r *http.Request, kind string) (req magne
 	}
 	req, sse, err := streamRequest(r, kind)
 	if err == nil {
-		f, err = filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS})
+		f, err = filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS, Kernel: kernelType})
 	}
 	if err != nil {
 		badRequest(w, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/filter"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
@@ -34,6 +35,11 @@ func newSubSet(subs map[uint64]*sub) *subSet {
 		for _, in := range event.Catalogue {
 			if in.Type != event.Lost && in.Type != event.Task && s.f.WantsType(in.Type) {
 				set.byType[in.Type] = append(set.byType[in.Type], s)
+			}
+		}
+		for t := event.Type(kevent.FirstID); t != 0; t++ { // up to 255
+			if s.f.WantsType(t) {
+				set.byType[t] = append(set.byType[t], s)
 			}
 		}
 	}

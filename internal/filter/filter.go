@@ -87,6 +87,10 @@ type Options struct {
 	// NetNS resolves a network namespace name (under /run/netns) to its
 	// inode number.
 	NetNS func(name string) (uint32, error)
+	// Kernel resolves the name of a kernel event chosen at run time (a
+	// tracepoint, uprobe or USDT probe the recorder was started with) to
+	// its type id; nil: there are none.
+	Kernel func(name string) (event.Type, bool)
 }
 
 // Parse checks and compiles a filter.
@@ -105,6 +109,12 @@ func Parse(spec magnetclient.Filter, opts Options) (*Filter, error) {
 	}
 	for _, name := range spec.Types {
 		in, ok := event.ByName(name)
+		if !ok && opts.Kernel != nil {
+			if id, ok := opts.Kernel(name); ok {
+				f.types[id] = true
+				continue
+			}
+		}
 		if !ok {
 			return nil, bad("types: unknown event type %q (see docs/EVENTS.md)", name)
 		}

@@ -3,6 +3,7 @@
 package record_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -464,5 +466,92 @@ func TestUSDT(t *testing.T) {
 	})
 	if gens[1] != 5 {
 		t.Errorf("gc__start by generation: %v, want 5 of generation 1", gens)
+	}
+}
+
+// TestTracepointAgainstBpftrace: the same task:task_rename events seen by
+// bpftrace, an independent reader of the tracepoint, and by a recording:
+// every rename of the test program, field by field.
+func TestTracepointAgainstBpftrace(t *testing.T) {
+	needRoot(t)
+	bt, err := exec.LookPath("bpftrace")
+	if err != nil {
+		t.Skip("no bpftrace")
+	}
+	bin := buildKevTest(t)
+	rec := startRecording(t, record.Config{Groups: event.GroupConn, KernelEvents: kernelSpecs(t, []string{"task:task_rename"}, nil)})
+	// BEGIN runs once every probe is attached.
+	btCmd := exec.Command(bt, "-e", `BEGIN { printf("READY\n"); } tracepoint:task:task_rename { printf("R %d %s %s %d\n", args->pid, args->oldcomm, args->newcomm, args->oom_score_adj); }`)
+	out, err := btCmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := btCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	defer func() {
+		_ = btCmd.Process.Kill()
+		_ = btCmd.Wait()
+	}()
+	next := func() (string, bool) {
+		select {
+		case l, ok := <-lines:
+			return l, ok
+		case <-time.After(30 * time.Second):
+			t.Fatal("bpftrace said nothing for 30 s")
+			return "", false
+		}
+	}
+	for {
+		l, ok := next()
+		if !ok {
+			t.Fatal("bpftrace ended before it was ready")
+		}
+		if l == "READY" {
+			break
+		}
+	}
+	cmd := exec.Command(bin)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var want []string
+	prefix := "R " + strconv.Itoa(pid) + " "
+	// The exec (the test's name to kevtest), then the program's five.
+	for len(want) < 6 {
+		l, ok := next()
+		if !ok {
+			t.Fatalf("bpftrace ended with %d renames of pid %d", len(want), pid)
+		}
+		if strings.HasPrefix(l, prefix) {
+			want = append(want, strings.TrimPrefix(l, "R "))
+		}
+	}
+	rec.stop(t)
+	var got []string
+	eachRecord(t, rec.path, func(rc trace.Record) {
+		if rc.Type.Name != "task_rename" {
+			return
+		}
+		p, _ := rc.Int("pid")
+		if int(p) != pid {
+			return
+		}
+		o, _ := rc.Str("oldcomm")
+		n, _ := rc.Str("newcomm")
+		adj, _ := rc.Int("oom_score_adj")
+		got = append(got, strconv.Itoa(pid)+" "+o+" "+n+" "+itoa(adj))
+	})
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("recorded:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

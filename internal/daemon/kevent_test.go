@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"context"
+	"os/user"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/kevent"
+	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/pkg/magnetclient"
+)
+
+// TestKernelEventsStream: a kernel event chosen at start (here napi_poll,
+// as the recorder's dictionary describes it) streams with its fields
+// decoded from the dictionary, by name or with no type filter; its losses
+// (kevent_lost) come in band as the recorder's.
+func TestKernelEventsStream(t *testing.T) {
+	fakeHeader = func(h *trace.Header) {
+		h.Types = append(h.Types,
+			trace.EventType{ID: kevent.LostID, Name: kevent.LostName, Group: "kevent", Size: 312, Fields: []trace.Field{
+				{Name: "first_ns", Offset: 32, Size: 8, Kind: "u"}, {Name: "last_ns", Offset: 40, Size: 8, Kind: "u"},
+				{Name: "total", Offset: 48, Size: 4, Kind: "u"}, {Name: "n_napi_poll", Offset: 56, Size: 4, Kind: "u"}}},
+			trace.EventType{ID: kevent.FirstID, Name: "napi_poll", Group: "napi", Size: 120, Fields: []trace.Field{
+				{Name: "dev_name", Offset: 56, Size: 64, Kind: "str", CType: "__data_loc char[]"},
+				{Name: "work", Offset: 44, Size: 4, Kind: "i", CType: "int"},
+				{Name: "budget", Offset: 48, Size: 4, Kind: "i", CType: "int"}}})
+	}
+	defer func() { fakeHeader = nil }()
+	// Kernel events carry no connection: only root and the see-all groups
+	// see them; this test's user is made one.
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := startFake(t, func(c *Config) { c.Access.SeeAllGroups = []string{g.Name} })
+	c := td.client(t)
+	ctx := context.Background()
+	byName := collect(must[*magnetclient.Stream](t)(c.Subscribe(ctx, magnetclient.Filter{Types: []string{"napi_poll"}}, 0)))
+	all := collect(must[*magnetclient.Stream](t)(c.Subscribe(ctx, magnetclient.Filter{}, 0)))
+	f := td.fake
+	f.send(
+		f.rec(t, "napi_poll", 1*ms, 0, 14, 0, map[string]any{"dev_name": "veth1", "work": 7, "budget": 64}),
+		f.rec(t, kevent.LostName, 2*ms, 0, 0, 3, map[string]any{"total": 3, "n_napi_poll": 3, "first_ns": int(2 * ms), "last_ns": int(2 * ms)}),
+	)
+	for _, col := range []*collector{byName, all} {
+		evs, _ := col.events(t, 1)
+		e := evs[0]
+		if e.Type != "napi_poll" || e.Fields["dev_name"] != "veth1" || e.Fields["work"] != float64(7) || e.Fields["budget"] != float64(64) {
+			t.Errorf("event %+v", e)
+		}
+		m := <-col.msgs
+		if m.Lost == nil || m.Lost.Count != 3 || m.Lost.ByType["napi_poll"] != 3 {
+			t.Errorf("after the event: %+v, want the kernel events' loss", m)
+		}
+	}
+	if _, err := c.Subscribe(ctx, magnetclient.Filter{Types: []string{"napi_pol"}}, 0); err == nil {
+		t.Error("subscription to an unknown kernel event accepted")
+	}
+}
