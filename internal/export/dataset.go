@@ -307,7 +307,13 @@ func newColWriter(out io.Writer, group parquet.Group, maxGroup int) *colWriter {
 // set gives the current row's value of column c; columns not set are null.
 func (cw *colWriter) set(c *stagedCol, v parquet.Value) {
 	c.pad(cw.batch)
-	c.vals = append(c.vals, v.Level(0, c.def, c.leaf))
+	if c.def == 0 {
+		// A required column's buffer reads the value alone; its levels
+		// are zero already.
+		c.vals = append(c.vals, v)
+	} else {
+		c.vals = append(c.vals, v.Level(0, c.def, c.leaf))
+	}
 }
 
 // endRow closes the current row.
@@ -325,8 +331,14 @@ func (cw *colWriter) flush() error {
 	}
 	writers := cw.w.ColumnWriters()
 	for _, c := range cw.cols {
-		c.pad(cw.batch)
-		if _, err := writers[c.leaf].WriteRowValues(c.vals); err != nil {
+		vals := c.vals
+		if len(vals) == 0 {
+			vals = c.nulls[:cw.batch] // none set in the batch: no copy
+		} else {
+			c.pad(cw.batch)
+			vals = c.vals
+		}
+		if _, err := writers[c.leaf].WriteRowValues(vals); err != nil {
 			return fmt.Errorf("write parquet: %w", err)
 		}
 		c.vals = c.vals[:0]
