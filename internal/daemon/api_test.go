@@ -256,7 +256,7 @@ func TestRecorderLossInBand(t *testing.T) {
 }
 
 func TestGroupsFollowSubscriptions(t *testing.T) {
-	td := startFake(t, func(c *Config) { c.Events.Baseline = "sock" })
+	td := startFake(t, func(c *Config) { c.Events.Baseline = "sock"; seeAll(t, c) })
 	c := td.client(t)
 	ctx := context.Background()
 	enabled := func() []string { return must[*magnetclient.Status](t)(c.Status(ctx)).Groups.Enabled }
@@ -382,7 +382,7 @@ func TestErrors(t *testing.T) {
 
 // TestSSE reads a stream as a browser's EventSource would.
 func TestSSE(t *testing.T) {
-	td := startFake(t, nil)
+	td := startFake(t, func(c *Config) { seeAll(t, c) })
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", td.sock)

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +173,23 @@ func socketDir(t testing.TB) string {
 }
 
 // startFake runs a daemon over a fake recorder; edit adjusts the config.
+// seeAll lets the user running the test see every event and connection,
+// as root does, by naming its group in access.see_all_groups: a test of
+// what an administrator sees then holds under any user's go test, where
+// the fake recorder's events belong to nobody it owns. As root it changes
+// nothing, so such a test checks root's own rule.
+func seeAll(t testing.TB, c *Config) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	g, err := user.LookupGroupId(strconv.Itoa(os.Getegid()))
+	if err != nil {
+		t.Skipf("cannot name this user's group %d for access.see_all_groups: %v", os.Getegid(), err)
+	}
+	c.Access.SeeAllGroups = append(c.Access.SeeAllGroups, g.Name)
+}
+
 func startFake(t *testing.T, edit func(*Config)) *testDaemon {
 	t.Helper()
 	cfg := DefaultConfig()

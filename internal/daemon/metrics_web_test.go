@@ -40,7 +40,7 @@ func TestMetricsAndPageAccess(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	td := startFake(t, func(c *Config) { c.Listen = "127.0.0.1:0"; c.TokenFile = tokFile })
+	td := startFake(t, func(c *Config) { c.Listen = "127.0.0.1:0"; c.TokenFile = tokFile; seeAll(t, c) })
 	f := td.fake
 	f.send(f.connOpen(t, 42, 7, 7, 1000, "sender", "10.9.0.1:40000", "10.9.0.2:5201", ms)...)
 	f.send(f.rec(t, "sock_send", 2*ms, 42, 7, 65536, nil), f.rec(t, "sock_send", 3*ms, 42, 7, 65536, nil))
@@ -76,7 +76,7 @@ func TestMetricsAndPageAccess(t *testing.T) {
 		}
 	}
 	if code, body := raw(t, td.sock, http.MethodGet, "/metrics", ""); code != 200 || !strings.Contains(body, "magnet_connections_tracked") {
-		t.Fatalf("metrics over the Unix socket as root: %d", code)
+		t.Fatalf("metrics over the Unix socket as root (or a see-all group): %d", code)
 	}
 	if code, _ := raw(t, td.sock, http.MethodPost, "/metrics", ""); code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /metrics: %d", code)
