@@ -46,3 +46,4 @@ fuzz FuzzParse 50000x ./internal/filter
 fuzz FuzzDecodeMessage 200000x ./internal/bwprobe
 fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
+fuzz FuzzParse 100000x ./internal/bytesize

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
@@ -143,7 +144,7 @@ func (c *Config) fill() error {
 		return fmt.Errorf("rotate.interval %s: want at least 1s", c.Rotate.Interval)
 	}
 	if c.Rotate.Size != "" {
-		n, err := rotate.ParseSize(c.Rotate.Size)
+		n, err := bytesize.Parse(c.Rotate.Size)
 		if err != nil {
 			return fmt.Errorf("rotate.size: %w", err)
 		}
@@ -154,14 +155,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("events: %w", err)
 	}
 	if c.Buffer != "" {
-		n, err := rotate.ParseSize(c.Buffer)
+		n, err := bytesize.Parse(c.Buffer)
 		if err != nil || n > 1<<30 {
 			return fmt.Errorf("buffer %q: want a power of two up to 1GiB", c.Buffer)
 		}
 		c.buffer = int(n)
 	}
 	if c.DiskBudget != "" {
-		if c.budget, err = rotate.ParseSize(c.DiskBudget); err != nil {
+		if c.budget, err = bytesize.Parse(c.DiskBudget); err != nil {
 			return fmt.Errorf("disk_budget: %w", err)
 		}
 	}

@@ -16,9 +16,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	recordcmd "github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/live"
+	"github.com/magnet-tracer/magnet/internal/record"
 )
 
 // Config is the daemon's configuration: the YAML file's keys
@@ -167,8 +167,7 @@ func (c Config) resolve() (*settings, error) {
 			return nil, err
 		}
 	}
-	// The size syntax of magnet record --buffer.
-	if s.bufBytes, err = recordcmd.ParseSize(c.Buffer); err != nil {
+	if s.bufBytes, err = record.ParseBufferSize(c.Buffer); err != nil {
 		return nil, fmt.Errorf("config: buffer: %w", err)
 	}
 	if s.available, err = event.ParseGroups(string(c.Events.Available)); err != nil {

@@ -4,11 +4,11 @@ package hostcheck
 
 import (
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/bytesize"
 )
 
 // maxCopyBytes caps the copied buffer, so that a host reporting a huge
@@ -90,20 +90,9 @@ func largestCache() int64 {
 	return largest
 }
 
-// parseSize parses a sysfs cache size such as "48K", "2048K" or "32M".
+// parseSize parses a sysfs cache size such as "48K", "2048K" or "32M"; 0
+// if it is not one.
 func parseSize(s string) int64 {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n * mult
+	n, _ := bytesize.Parse(s)
+	return n
 }

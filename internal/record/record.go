@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/probe"
@@ -994,6 +995,22 @@ func CheckBufferSize(n int) error {
 		return fmt.Errorf("buffer size %d: want a power of two between %s and 1GiB", n, humanBytes(int64(page)))
 	}
 	return nil
+}
+
+// ParseBufferSize reads a ring buffer size as people type it ("8MiB",
+// "8 MiB": bytesize.Parse) and checks it with CheckBufferSize.
+func ParseBufferSize(s string) (int, error) {
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return 0, err
+	}
+	if n > 1<<30 {
+		return 0, fmt.Errorf("buffer size %s: want a power of two up to 1GiB", strings.TrimSpace(s))
+	}
+	if err := CheckBufferSize(int(n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // checkPrivileges fails early, with one line, when BPF cannot be loaded.

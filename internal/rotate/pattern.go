@@ -161,25 +161,3 @@ func sanitizeHost(h string) string {
 		return r
 	}, h)
 }
-
-// ParseSize parses a byte count: a number with an optional K, M, G or T
-// suffix (KiB, MiB... alike, powers of 1024), e.g. "1GiB" or "500M".
-func ParseSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, suf := range []struct {
-		s string
-		m int64
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}} {
-		if strings.HasSuffix(t, suf.s) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, suf.s)), suf.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("bad size %q (want e.g. 1GiB or 500M)", s)
-	}
-	return n * mult, nil
-}

@@ -129,7 +129,7 @@ more while they last):
 	f.StringVar(&listen, "listen", "", "also serve on this TCP address (host defaults to 127.0.0.1); needs --token-file")
 	f.StringVar(&tokenFile, "token-file", "", "file whose first line is the bearer token the TCP listener requires")
 	f.StringVarP(&events, "events", "e", daemon.BaselineGroups.String(), "event groups always enabled (the baseline)")
-	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size (power of two; K/M/G suffixes)")
+	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size, a power of two (e.g. 8MiB, 256 KiB)")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once recording and serving (for scripts and tests)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon, from when it is ready, to this file (go tool pprof)")
 	_ = f.MarkHidden("cpuprofile")

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -69,7 +70,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
-			bufBytes, err := ParseSize(buffer)
+			bufBytes, err := record.ParseBufferSize(buffer)
 			if err != nil {
 				return fmt.Errorf("record: --buffer: %w", err)
 			}
@@ -142,7 +143,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "", "trace file to write")
 	f.StringVarP(&events, "events", "e", "default", "event groups to record")
-	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together (power of two; K/M/G suffixes)")
+	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together, a power of two (e.g. 8MiB, 256 KiB)")
 	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events area is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
 	f.DurationVar(&pollInterval, "poll-interval", 0, "read the rings at least this often, woken or not (default: the --flush-every interval)")
 	f.DurationVar(&flushEvery, "flush-every", record.DefaultFlushEvery, "write the trace's buffered records out at least this often (what a crash can lose; longer costs the recorder less; with --rotate, by default a fifth of its interval if that is less)")
@@ -175,7 +176,7 @@ func rotation(cfg *record.Config, every time.Duration, size string, keep int, on
 	}
 	var maxBytes int64
 	if size != "" {
-		n, err := rotate.ParseSize(size)
+		n, err := bytesize.Parse(size)
 		if err != nil {
 			return nil, fmt.Errorf("--rotate-size: %w", err)
 		}
@@ -273,33 +274,6 @@ func printSummary(res *record.Result) {
 	if res.Truncated {
 		fmt.Fprintln(os.Stderr, "  the trace was cut short; it is readable up to its last complete block")
 	}
-}
-
-// ParseSize parses a byte size: a number with an optional K, M or G suffix
-// (KiB, MiB, GiB alike, powers of 1024).
-func ParseSize(s string) (int, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	mult := 1
-	for _, suf := range []struct {
-		s string
-		m int
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, suf.s) {
-			t, mult = strings.TrimSuffix(t, suf.s), suf.m
-			break
-		}
-	}
-	var n int
-	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != t {
-		return 0, fmt.Errorf("bad size %q (want e.g. 8MiB)", s)
-	}
-	if n > (1<<31)/mult {
-		return 0, fmt.Errorf("size %q too large", s)
-	}
-	if err := record.CheckBufferSize(n * mult); err != nil {
-		return 0, err
-	}
-	return n * mult, nil
 }
 
 // checkFlushEvery refuses a --flush-every that is not a sensible interval:
