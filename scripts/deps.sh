@@ -24,6 +24,10 @@ command -v tmux >/dev/null || need+=(tmux)         # magnet top in a real termin
 command -v chromium >/dev/null || need+=(chromium) # the daemon's oscilloscope page, in the tests
 command -v bpftrace >/dev/null || need+=(bpftrace) # the bench's peer tracer, whose probe set a test checks
 if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: missing ${need[*]}: run this as root (or sudo in front) to install them with apt" >&2
+		exit 1
+	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,8 +323,23 @@ func TestExportPcapng(t *testing.T) {
 func TestReportFTPPattern(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "demo.mgt")
-	if r := magnet(t, "demo", "-o", out); r.code != 0 {
-		t.Fatalf("demo: %s", r.stderr)
+	d := magnet(t, "demo", "-o", out)
+	if d.code != 0 {
+		t.Fatalf("demo: %s", d.stderr)
+	}
+	// The demo ends with the modulation in words; its counts are the
+	// applications' own: the client's 100 messages, the server's reads.
+	var reads int
+	if _, line, _ := strings.Cut(d.stdout, "\nserver: "); line == "" {
+		t.Fatalf("no server line in the demo's output:\n%s", d.stdout)
+	} else if _, err := fmt.Sscanf(line, "received 1024000 bytes in %d reads", &reads); err != nil {
+		t.Fatalf("server line %.60q: %v", line, err)
+	}
+	for _, want := range []string{"\nthe application asked for 100 sends of 10240 bytes, ",
+		fmt.Sprintf("\nthe receiving application got %d reads of ", reads)} {
+		if !strings.Contains(d.stdout, want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, d.stdout)
+		}
 	}
 	r := magnet(t, "report", "--json", out)
 	if r.code != 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/netlab"
@@ -37,7 +38,9 @@ func New() *cobra.Command {
 		Long: `Build two "hosts" (network namespaces joined by a veth pair, rate-limited
 with tc tbf), send 100 messages of 10,240 bytes, one every 20 ms, from one to
 the other (MAGNeT's FTP example), record it, and print the summary, the
-connection table and the first lines of the parsed trace. Needs root.`,
+connection table, the first lines of the parsed trace and, last, the
+report's modulation table for each end: what the application asked of the
+network against what every layer down to the wire made of it. Needs root.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if proto != "tcp" && proto != "udp" {
@@ -177,6 +180,64 @@ func show(out io.Writer, res *record.Result, lines int) error {
 	lw := &lineLimit{w: out, left: lines + 1}
 	if err := export.WriteText(lw, r, export.TextOptions{}); err != nil && err != errEnough {
 		return err
+	}
+	return showModulation(out, res.Output)
+}
+
+// showModulation ends the demo with the paper's point: the report's
+// modulation table for each end of the connection, what the application
+// asked of the network against what each layer, down to the wire, made
+// of it.
+func showModulation(out io.Writer, path string) error {
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n$ magnet report %s   # modulation: each layer's count, size and spacing\n", path)
+	var sends, wire, reads *analyze.LayerStats
+	for _, c := range rep.Conns {
+		role, s, r := "sender", layerOf(c, "sock_send"), layerOf(c, "sock_recv")
+		switch {
+		case s != nil:
+			if sends == nil {
+				sends, wire = s, layerOf(c, "dev_xmit")
+			}
+		case r != nil:
+			role = "receiver"
+			if reads == nil {
+				reads = r
+			}
+		default:
+			continue // the listener: no data
+		}
+		fmt.Fprintf(out, "\nconnection %d, the %s: %s %s -> %s\n", c.Conn.ID, role, c.Conn.Proto, c.Conn.Local, c.Conn.Remote)
+		if err := analyze.WriteLayerTable(out, c.Layers); err != nil {
+			return err
+		}
+	}
+	// The same, in words (medians; cv: the spacing's coefficient of
+	// variation, 0 for a perfectly regular stream).
+	fmt.Fprintln(out)
+	for _, l := range []struct {
+		what string
+		l    *analyze.LayerStats
+	}{{"the application asked for %d sends of %.0f bytes, %.1f ms apart (cv %.2f)\n", sends},
+		{"the device sent %d packets of %.0f bytes, %.1f ms apart (cv %.2f)\n", wire},
+		{"the receiving application got %d reads of %.0f bytes, %.1f ms apart (cv %.2f)\n", reads}} {
+		if l.l != nil {
+			if _, err := fmt.Fprintf(out, l.what, l.l.Count, l.l.Size.Median, l.l.Spacing.Median/1e3, l.l.Spacing.CV); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func layerOf(c *analyze.ConnReport, name string) *analyze.LayerStats {
+	for _, l := range c.Layers {
+		if l.Layer == name && l.Count > 0 {
+			return l
+		}
 	}
 	return nil
 }
