@@ -67,30 +67,8 @@ volatile __u32 events_mask = 0;
  * instead of sockops. */
 volatile __u8 xmit_by_fentry = 0;
 
-/* Never read by BPF: these keep the types in BTF so bpf2go emits them. */
-struct mg_hdr _t0 = {};
-struct mg_tcp_xmit _t2 = {};
-struct mg_tcp_rcv _t3 = {};
-struct mg_tcp_state _t4 = {};
-struct mg_tcp_retrans _t5 = {};
-struct mg_ip _t6 = {};
-struct mg_dev _t7 = {};
-struct mg_drop _t8 = {};
-struct mg_conn_open _t9 = {};
-struct mg_conn_close _t10 = {};
-struct mg_sched_switch _t11 = {};
-struct mg_sched_wakeup _t12 = {};
-struct mg_sched_fork _t13 = {};
-struct mg_sched_exit _t14 = {};
-struct mg_lost _t15 = {};
-struct mg_headers _t16 = {};
-struct mg_task_rec _t17 = {};
-struct mg_iface _t18 = {};
-struct mg_task _t19 = {};
-struct mg_counters _t20 = {};
-enum mg_type _t21 = MG_NONE;
-enum mg_group _t22 = MG_G_SOCK;
-struct mg_tcp_rate _t23 = {};
+/* A global of each type of events.h, for bpf2go (tools/genevents). */
+#include "events_btf.h"
 
 /*
  * Events go to an area of their CPU: MAGNeT's design, a ring of records in

@@ -17,11 +17,14 @@ echo "== staticcheck"
 install_staticcheck
 "$STATICCHECK" ./...
 
-echo "== BPF object matches bpf/ (go generate)"
+echo "== BPF objects and events.h's Go side match bpf/ (go generate)"
+# tools/genevents writes internal/event/types_gen.go, internal/probe's
+# layouts_gen.go and bpf/events_btf.h; bpf2go the objects and their Go types.
+generated="internal/probe internal/kevent internal/event bpf/events_btf.h"
 go generate ./internal/probe ./internal/kevent
-if ! git diff --quiet -- internal/probe internal/kevent 2>/dev/null; then
-	echo "generated BPF files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent'"
-	git diff --stat -- internal/probe internal/kevent
+if ! git diff --quiet -- $generated 2>/dev/null; then
+	echo "generated files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent'"
+	git diff --stat -- $generated
 	exit 1
 fi
 

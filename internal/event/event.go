@@ -12,57 +12,12 @@ import (
 	"strings"
 )
 
-// Type is an event type id, as in enum mg_type of bpf/events.h.
+// Type is an event type id, as in enum mg_type of bpf/events.h. The
+// constants, and the groups', are generated from it (types_gen.go).
 type Type uint8
-
-// Event type ids. They are written into every trace's dictionary, so a
-// reader never depends on these constants, but they must not be renumbered.
-const (
-	SockSend    Type = 1
-	SockRecv    Type = 2
-	TCPSend     Type = 3
-	TCPXmit     Type = 4
-	TCPRcv      Type = 5
-	TCPState    Type = 6
-	TCPRetrans  Type = 7
-	IPSend      Type = 8
-	IPRecv      Type = 9
-	DevQueue    Type = 10
-	DevXmit     Type = 11
-	DevRecv     Type = 12
-	Drop        Type = 13
-	ConnOpen    Type = 14
-	ConnClose   Type = 15
-	SchedSwitch Type = 16
-	SchedWakeup Type = 17
-	SchedFork   Type = 18
-	SchedExit   Type = 19
-	Lost        Type = 20
-	Headers     Type = 21
-	Task        Type = 22
-	Iface       Type = 23
-	TCPRate     Type = 24
-	// NumTypes bounds the per-type counters in BPF (MG_NTYPES).
-	NumTypes = 32
-)
 
 // Group is a set of event types enabled together (enum mg_group).
 type Group uint32
-
-// Event groups.
-const (
-	GroupSock     Group = 1 << 0
-	GroupTCP      Group = 1 << 1
-	GroupTCPState Group = 1 << 2
-	GroupIP       Group = 1 << 3
-	GroupDev      Group = 1 << 4
-	GroupDrop     Group = 1 << 5
-	GroupConn     Group = 1 << 6
-	GroupSched    Group = 1 << 7
-	GroupHeaders  Group = 1 << 8
-	GroupRate     Group = 1 << 9
-	GroupTCPSend  Group = 1 << 10
-)
 
 // DefaultGroups is what `magnet record` records without --events: every
 // network layer, connection lifecycle, TCP state and drops. tcp_send is not

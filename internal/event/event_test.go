@@ -248,3 +248,16 @@ func TestParseGroupsLeadingRemoval(t *testing.T) {
 		t.Fatalf("ParseGroups(-dev) = %s, want %s", g, want)
 	}
 }
+
+// TestCatalogueMatchesEventsH: every type of enum mg_type (types_gen.go)
+// has a catalogue entry of the same name, and the catalogue nothing more.
+func TestCatalogueMatchesEventsH(t *testing.T) {
+	for typ, name := range cNames {
+		if in, ok := ByType(typ); !ok || in.Name != name {
+			t.Errorf("type %d (%s in events.h): catalogue has %+v", typ, name, in)
+		}
+	}
+	if len(Catalogue) != len(cNames) {
+		t.Errorf("catalogue has %d types, events.h %d", len(Catalogue), len(cNames))
+	}
+}

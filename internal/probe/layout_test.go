@@ -3,6 +3,7 @@
 package probe
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"runtime"
@@ -290,5 +291,53 @@ func TestParseCPUList(t *testing.T) {
 	}
 	if cpus := OnlineCPUs(runtime.NumCPU()); len(cpus) == 0 {
 		t.Error("no online CPU")
+	}
+}
+
+// TestEnumsMatchBTF compares the event package's type and group constants
+// (generated from events.h) with the enums in the compiled object's BTF,
+// by name: a type or group bit moved in C and not regenerated fails here.
+func TestEnumsMatchBTF(t *testing.T) {
+	types := objectBTF(t)
+	for _, c := range []struct {
+		enum, prefix string
+		check        func(name string, v uint64) error
+	}{
+		{"mg_type", "MG_", func(name string, v uint64) error {
+			if name == "none" || name == "type_max" {
+				return nil
+			}
+			in, ok := event.ByName(name)
+			if !ok || uint64(in.Type) != v {
+				return fmt.Errorf("event %s: Go %d (%v), C %d", name, in.Type, ok, v)
+			}
+			return nil
+		}},
+		{"mg_group", "MG_G_", func(name string, v uint64) error {
+			if got := event.Group(v).Names(); len(got) != 1 || got[0] != name {
+				return fmt.Errorf("group %s = %#x in C, in Go %v", name, v, got)
+			}
+			return nil
+		}},
+	} {
+		var e *btf.Enum
+		if err := types.TypeByName(c.enum, &e); err != nil {
+			t.Fatalf("enum %s in BTF: %v", c.enum, err)
+		}
+		for _, v := range e.Values {
+			if err := c.check(strings.ToLower(strings.TrimPrefix(v.Name, c.prefix)), v.Value); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	for typ, c := range bpfTypes {
+		if uint64(typ) != uint64(c) {
+			t.Errorf("event type %d, bpf2go's %d", typ, c)
+		}
+	}
+	for g, c := range bpfGroups {
+		if uint64(g) != uint64(c) {
+			t.Errorf("event group %#x, bpf2go's %#x", g, c)
+		}
 	}
 }

@@ -710,37 +710,6 @@ func firstLine(err error) string {
 	return strings.TrimSuffix(s, " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)")
 }
 
-// Layouts maps each event type the BPF side writes to the Go mirror of its
-// C struct, from which the trace dictionary is built.
-func Layouts() map[event.Type]reflect.Type {
-	return map[event.Type]reflect.Type{
-		event.SockSend:    reflect.TypeOf(magnetMgHdr{}),
-		event.SockRecv:    reflect.TypeOf(magnetMgHdr{}),
-		event.TCPSend:     reflect.TypeOf(magnetMgHdr{}),
-		event.TCPXmit:     reflect.TypeOf(magnetMgTcpXmit{}),
-		event.TCPRcv:      reflect.TypeOf(magnetMgTcpRcv{}),
-		event.TCPState:    reflect.TypeOf(magnetMgTcpState{}),
-		event.TCPRetrans:  reflect.TypeOf(magnetMgTcpRetrans{}),
-		event.IPSend:      reflect.TypeOf(magnetMgIp{}),
-		event.IPRecv:      reflect.TypeOf(magnetMgIp{}),
-		event.DevQueue:    reflect.TypeOf(magnetMgDev{}),
-		event.DevXmit:     reflect.TypeOf(magnetMgDev{}),
-		event.DevRecv:     reflect.TypeOf(magnetMgDev{}),
-		event.Drop:        reflect.TypeOf(magnetMgDrop{}),
-		event.ConnOpen:    reflect.TypeOf(magnetMgConnOpen{}),
-		event.ConnClose:   reflect.TypeOf(magnetMgConnClose{}),
-		event.SchedSwitch: reflect.TypeOf(magnetMgSchedSwitch{}),
-		event.SchedWakeup: reflect.TypeOf(magnetMgSchedWakeup{}),
-		event.SchedFork:   reflect.TypeOf(magnetMgSchedFork{}),
-		event.SchedExit:   reflect.TypeOf(magnetMgSchedExit{}),
-		event.Lost:        reflect.TypeOf(magnetMgLost{}),
-		event.Headers:     reflect.TypeOf(magnetMgHeaders{}),
-		event.Task:        reflect.TypeOf(magnetMgTaskRec{}),
-		event.Iface:       reflect.TypeOf(magnetMgIface{}),
-		event.TCPRate:     reflect.TypeOf(magnetMgTcpRate{}),
-	}
-}
-
 // TaskSuffixSize is the size of struct mg_task, which follows an event in a
 // ring record when the reader may not know the event's thread yet (always
 // in the control ring), and is not written to traces as such: a ring record
