@@ -350,8 +350,8 @@ func TestLocalDropTruth(t *testing.T) {
 	if snd.DropClasses != nil {
 		lose = snd.DropClasses.LoseData
 	}
-	t.Logf("captured: %d B in %d packets; tc dropped %d; nstat TcpRetransSegs %d; report: sent %d B, left the host %d B, retransmitted %d B (%d segments), re-sent after local drops %d B (%d times); drops %v",
-		wire, packets, qdrops, retrans, tcp.DataBytes, tcp.WireBytes, tcp.RetransBytes, tcp.RetransSegs, tcp.LocalResendBytes, tcp.LocalResendEvents, snd.Drops)
+	t.Logf("captured: %d B in %d packets; tc dropped %d; nstat TcpRetransSegs %d; report: sent %d B, left the host %d B, retransmitted %d B (%d segments), re-sent after local drops %d B (%d times), dropped on the way down %d packets (%d B); drops %v",
+		wire, packets, qdrops, retrans, tcp.DataBytes, tcp.WireBytes, tcp.RetransBytes, tcp.RetransSegs, tcp.LocalResendBytes, tcp.LocalResendEvents, tcp.LocalDropPackets, tcp.LocalDropBytes, snd.Drops)
 	if qdrops == 0 || tcp.LocalResendEvents == 0 {
 		t.Fatal("the local queue dropped nothing: the test proves nothing")
 	}
@@ -360,6 +360,10 @@ func TestLocalDropTruth(t *testing.T) {
 	}
 	if lose != qdrops {
 		t.Errorf("report: %d drops that lose data; the qdisc dropped %d", lose, qdrops)
+	}
+	if tcp.LocalDropPackets != qdrops || tcp.LocalDropBytes != tcp.LocalResendBytes {
+		t.Errorf("report: %d packets (%d B) dropped on the way down, %d B re-sent after local drops; the qdisc dropped %d",
+			tcp.LocalDropPackets, tcp.LocalDropBytes, tcp.LocalResendBytes, qdrops)
 	}
 	if tcp.RetransSegs != retrans {
 		t.Errorf("report: %d segments retransmitted; nstat TcpRetransSegs %d", tcp.RetransSegs, retrans)
