@@ -56,6 +56,12 @@ type TCPStats struct {
 	WireBytes         int64  `json:"wire_bytes"`
 	LocalResendBytes  int64  `json:"local_resend_bytes"`
 	LocalResendEvents uint64 `json:"local_resend_events"`
+	// LocalDropBytes is the payload of the connection's packets whose drop
+	// on the way down (a drop event) was matched to their tcp_xmit, in
+	// LocalDropPackets packets: retransmissions included, which a re-send
+	// does not reveal. WireBytes takes off the larger of the two.
+	LocalDropBytes    int64  `json:"local_drop_bytes"`
+	LocalDropPackets  uint64 `json:"local_drop_packets"`
 	cwnd, srtt        Dist
 	haveSsthresh      bool
 	ssthreshLatest    uint64
@@ -177,6 +183,16 @@ func (d *connDetail) xmit(e *ev, size int64) {
 	if !d.tcp.haveHi || int32(end-d.tcp.hiSeq) > 0 {
 		d.tcp.hiSeq, d.tcp.haveHi = end, true
 	}
+}
+
+// localDrops takes the payload the hop tracker saw dropped on the way
+// down. Both it and the bytes re-sent after a local drop count tries that
+// never left the host, each perhaps short of all of them (a drop not
+// recorded; a dropped retransmission, re-sent marked as one): what left
+// is the payload less the larger.
+func (s *TCPStats) localDrops(bytes int64, packets uint64) {
+	s.LocalDropBytes, s.LocalDropPackets = bytes, packets
+	s.WireBytes = s.DataBytes - max(s.LocalResendBytes, s.LocalDropBytes)
 }
 
 // kernelRetrans takes the kernel's count of the connection's retransmitted

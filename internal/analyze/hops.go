@@ -231,8 +231,10 @@ type hopTracker struct {
 	// skipped: segments given up on because a later one was matched (their
 	// event at the next layer is missing)
 	skipped uint64
-	// droppedOut: segments taken out of a queue by a drop event
+	// droppedOut: segments taken out of a queue by a drop event;
+	// dropBytes: their TCP payload
 	droppedOut uint64
+	dropBytes  int64
 	// nextID: the IPv4 id the socket's next packet gets (haveID: known).
 	// The kernel numbers a TCP socket's packets from a per-socket counter
 	// that each packet advances by its GSO segments.
@@ -481,6 +483,7 @@ func (h *hopTracker) dropOut(e *ev) {
 		for i := q.f.len() - 1; i >= 0 && i >= q.f.len()-matchWindow; i-- {
 			p := q.f.at(i)
 			if p.cpu == e.cpu && p.tid == e.tid && p.t <= e.t && (e.size == p.ipSize || q.l2 >= 0 && e.size == p.ipSize+q.l2) {
+				h.dropBytes += int64(max(p.size, 0))
 				q.f.remove(i)
 				h.droppedOut++
 				return

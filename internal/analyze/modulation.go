@@ -256,6 +256,9 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 			}
 			if !cs.notTCP {
 				cr.Hops, cr.Receive = cs.hops.finish(withSched[src.index])
+				if cr.TCP != nil {
+					cr.TCP.localDrops(cs.hops.dropBytes, cs.hops.droppedOut)
+				}
 			}
 			if cs.path != nil {
 				cr.Path = cs.path.report()

@@ -319,3 +319,38 @@ func TestLocalResends(t *testing.T) {
 		t.Fatalf("tcp %+v: want 5200 B sent, 1700 B re-sent after local drops (2), 3500 B left the host, 1000 B retransmitted", tcp)
 	}
 }
+
+// TestLocalDropOfRetransmission: the qdisc drops a retransmission, which
+// TCP sends again marked as one: no unmarked re-send reveals the drop, the
+// drop event does. What left the host is the first try and the second
+// retransmission.
+func TestLocalDropOfRetransmission(t *testing.T) {
+	ms := uint64(1e6)
+	isn := uint32(7)
+	down := func(at uint64, retrans uint8, dropped bool) []rec {
+		r := []rec{
+			{typ: "tcp_xmit", t: at * ms, conn: 1, size: 1000, flags: 0x10, u32: map[string]uint32{"seq": isn + 1, "gso_segs": 1}, u8: map[string]uint8{"retrans": retrans}},
+			{typ: "ip_send", t: at*ms + 1000, conn: 1, size: 1052, u32: map[string]uint32{"ip_id": uint32(at)}, u8: map[string]uint8{"family": 4}},
+			{typ: "dev_queue", t: at*ms + 2000, conn: 1, size: 1066, u32: map[string]uint32{"gso_segs": 1}},
+		}
+		if dropped {
+			return append(r, rec{typ: "drop", t: at*ms + 3000, conn: 1, size: 1066, u32: map[string]uint32{"reason": 6}})
+		}
+		return append(r, rec{typ: "dev_xmit", t: at*ms + 50000, conn: 1, size: 1066, u32: map[string]uint32{"gso_segs": 1}})
+	}
+	recs := []rec{
+		{typ: "conn_open", t: 0, conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "tcp_xmit", t: 1 * ms, conn: 1, flags: 0x02, u32: map[string]uint32{"seq": isn}},
+	}
+	recs = append(recs, down(2, 0, false)...)
+	recs = append(recs, down(3, 1, true)...)
+	recs = append(recs, down(4, 1, false)...)
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := rep.Conns[0].TCP
+	if tcp == nil || tcp.DataBytes != 3000 || tcp.RetransBytes != 2000 || tcp.LocalResendBytes != 0 || tcp.LocalDropBytes != 1000 || tcp.LocalDropPackets != 1 || tcp.WireBytes != 2000 {
+		t.Fatalf("tcp %+v: want 3000 B sent, 2000 B retransmitted, 1000 B dropped on the way down, 2000 B left the host", tcp)
+	}
+}

@@ -163,8 +163,8 @@ func writeDetails(w io.Writer, c *analyze.ConnReport) {
 		}
 		fmt.Fprintln(w)
 		if t.DataBytes > 0 {
-			fmt.Fprintf(w, "  sent: %d B of payload left the host, %d B of them network retransmissions; %d B more were re-sent after a local drop (%d times)\n",
-				t.WireBytes, t.RetransBytes, t.LocalResendBytes, t.LocalResendEvents)
+			fmt.Fprintf(w, "  sent: %d B of payload left the host, %d B of them network retransmissions; %d B more were re-sent after a local drop (%d times); %d packets (%d B of payload) dropped on the way down\n",
+				t.WireBytes, t.RetransBytes, t.LocalResendBytes, t.LocalResendEvents, t.LocalDropPackets, t.LocalDropBytes)
 		}
 	}
 	if len(c.Drops) > 0 {
