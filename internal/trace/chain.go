@@ -287,6 +287,7 @@ func (c *chain) close() error {
 	if c.cur == nil {
 		return nil
 	}
+	add(&c.salv, c.cur.salv) // Salvaged still answers after Close
 	err := c.cur.Close()
 	c.cur = nil
 	return err

@@ -57,7 +57,7 @@ type Salvage struct {
 // salvaged: without the dictionary no record can be read.
 func (r *Reader) SetSalvage(on bool) {
 	r.salvage = on
-	if r.chain != nil {
+	if r.chain != nil && r.chain.cur != nil {
 		r.chain.cur.salvage = on
 	}
 }
@@ -69,7 +69,9 @@ func (r *Reader) Salvaged() Salvage {
 		return r.salv
 	}
 	s := r.chain.salv
-	add(&s, r.chain.cur.salv)
+	if r.chain.cur != nil { // nil once closed
+		add(&s, r.chain.cur.salv)
+	}
 	return s
 }
 
