@@ -50,18 +50,17 @@ func TestRecordDiskFull(t *testing.T) {
 	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	serveTCP(t, lab, addr)
-	// Flood until the recorder stops on its own (the disk is full).
+	// 3 s of flood is some 400,000 events, 15 MB of trace: the recorder
+	// fills the 2 MiB and stops on its own while it runs or soon after.
+	cli := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "3s", "--size", "1024")
+	if o, cerr := cli.CombinedOutput(); cerr != nil {
+		t.Fatalf("client: %v %s", cerr, o)
+	}
 	var err error
-	for stopped := false; !stopped; {
-		cli := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "1s", "--size", "1024")
-		if o, cerr := cli.CombinedOutput(); cerr != nil {
-			t.Fatalf("client: %v %s", cerr, o)
-		}
-		select {
-		case err = <-done:
-			stopped = true
-		case <-time.After(100 * time.Millisecond):
-		}
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the recorder did not stop on a full disk:\n%s", e.String())
 	}
 	done <- err // for the deferred wait
 	stderr := e.String()

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/fault"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/streamfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -435,14 +436,12 @@ func (s *Sink) startAt(now time.Time, path string) error {
 		return s.stop(err)
 	}
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	// Through outfile: in a shared directory a link planted at the
+	// dot-name is not followed, and a name another process holds is not
+	// taken from it.
+	f, err := outfile.Create(tmp, outfile.Options{Lock: true})
 	if err != nil {
-		return fmt.Errorf("create output: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("lock %s: %w", tmp, err)
+		return err
 	}
 	w, err := trace.NewWriter(streamfile.New(f, streamfile.Options{Queue: -1}), &hdr, trace.WriterOptions{BlockSize: s.opts.BlockSize})
 	if err == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -600,5 +601,35 @@ func TestBudgetCountsExtra(t *testing.T) {
 	kept, dropped := budget(40 << 10)
 	if kept0 > 100<<10 || kept+40<<10 > 100<<10 || dropped <= dropped0 {
 		t.Fatalf("without extra: %d bytes kept, %d dropped; with 40 KiB extra: %d kept, %d dropped", kept0, dropped0, kept, dropped)
+	}
+}
+
+// In a sticky world-writable directory a link planted at the dot-name a
+// file is written under is not followed.
+func TestPlantedDotName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, ".r-0000.mgt.new")); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := ParsePattern(filepath.Join(dir, "r-%n.mgt"), "h")
+	s, err := New(header(t), Options{Pattern: p, Interval: time.Hour})
+	if !errors.Is(err, outfile.ErrUnsafe) {
+		if s != nil {
+			s.Close(nil)
+		}
+		t.Fatalf("err %v, want outfile.ErrUnsafe", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Fatalf("the link's target was written: %q", b)
 	}
 }

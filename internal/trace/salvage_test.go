@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 )
@@ -160,5 +161,34 @@ func TestSalvage(t *testing.T) {
 	_, r = salvageAll(t, append(bytes.Clone(file), "tail"...))
 	if s := r.Salvaged(); s.Regions != 1 || s.Bytes != 4 || r.Summary() == nil {
 		t.Fatalf("trailing data: salvaged %+v", s)
+	}
+}
+
+// Warnings and Salvaged still answer after a chain is closed, as they did
+// before salvage existed.
+func TestChainWarningsAfterClose(t *testing.T) {
+	file, _, _, ends, _ := damagedFile(t, binary.LittleEndian)
+	bad := bytes.Clone(file)
+	bad[ends[0]+40] ^= 1
+	p := t.TempDir() + "/a.mgt"
+	if err := os.WriteFile(p, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenChain([]string{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetSalvage(true)
+	for {
+		if _, err := r.Next(); err != nil {
+			if err != io.EOF {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	r.Close()
+	if s := r.Salvaged(); s.Regions != 1 || len(r.Warnings()) != 1 {
+		t.Fatalf("after Close: salvaged %+v, warnings %v", s, r.Warnings())
 	}
 }
