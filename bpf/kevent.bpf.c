@@ -95,10 +95,12 @@ static __always_inline __u32 current_netns(struct task_struct *t)
 static __always_inline int selected(__u64 pid_tgid, __u32 netns)
 {
 	__u32 tgid = pid_tgid >> 32;
-	if (tgid == self_tgid)
-		return 0;
+	/* A system-wide event (an interrupt) is not the current task's: not
+	 * even the recorder's own. */
 	if (!kev_task_filter)
 		return 1;
+	if (tgid == self_tgid)
+		return 0;
 	if (filter_tgid && tgid != filter_tgid)
 		return 0;
 	if (filter_netns && netns != filter_netns)

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,11 +256,31 @@ func TestReceivePathGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	irqs := kevent.NetIRQs()
+	irqA := interrupts(t, irqs)
 	before := rxPackets(t, lab.Server)
 	rec := startRecording(t, record.Config{Groups: event.DefaultGroups, KernelEvents: specs})
+	irqB := interrupts(t, irqs)
 	ftp(t, lab, "tcp", uniquePort(), 200)
+	// Name look-ups go out through the host's NIC (the resolver is on
+	// its network; a registry's name, which the tests may look up
+	// anyway): its interrupt lines then have work while recording.
+	for i := 0; i < 3; i++ {
+		_, _ = net.DefaultResolver.LookupHost(t.Context(), "proxy.golang.org")
+	}
 	after := rxPackets(t, lab.Server)
+	irqC := interrupts(t, irqs)
 	res := rec.stop(t)
+	irqD := interrupts(t, irqs)
+	// The NICs' interrupts, against the kernel's own count
+	// (/proc/interrupts) read before and after: at least those between
+	// the probes' attaching and detaching, at most those from before the
+	// start to after the end (a VM's NIC may take none of the test's
+	// traffic: the bounds hold at 0 too).
+	if n := res.Events["irq_handler_entry"] + res.LostBy["irq_handler_entry"]; len(irqs) > 0 && (n < irqC-irqB || res.Events["irq_handler_entry"] > irqD-irqA) {
+		t.Errorf("hard interrupts of lines %v: %d recorded + %d lost; /proc/interrupts: %d while recording, %d around it", irqs, res.Events["irq_handler_entry"], res.LostBy["irq_handler_entry"], irqC-irqB, irqD-irqA)
+	}
+	t.Logf("NIC interrupt lines %v: %d recorded; /proc/interrupts %d..%d", irqs, res.Events["irq_handler_entry"], irqC-irqB, irqD-irqA)
 	var polls, work uint64
 	softirq := map[string]uint64{}
 	eachRecord(t, rec.path, func(rc trace.Record) {
@@ -554,4 +575,32 @@ func TestTracepointAgainstBpftrace(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("recorded:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// interrupts sums /proc/interrupts' counts of the lines irqs over CPUs.
+func interrupts(t *testing.T, irqs []int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/interrupts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, n := range irqs {
+		want[strconv.Itoa(n)+":"] = true
+	}
+	var total uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !want[f[0]] {
+			continue
+		}
+		for _, c := range f[1:] {
+			n, err := strconv.ParseUint(c, 10, 64)
+			if err != nil {
+				break // the CPUs' columns end where the chip's name begins
+			}
+			total += n
+		}
+	}
+	return total
 }
