@@ -1567,7 +1567,20 @@ static __always_inline void emit_conn_close(struct sock *sk, struct conn_info *c
 	struct emit e;
 
 	read_addrs(sk, &a);
-	forget_conn_tuple(&a, ci, cookie);
+	/*
+	 * A TCP connection's packets do not end at TCP_CLOSE: a socket that
+	 * closes on its way to TIME_WAIT (or into the FIN_WAIT2 mini socket
+	 * an orphan moves to) still gets the peer's FIN and sends the last
+	 * ACK, and after a reset, what was in flight still arrives and is
+	 * answered with resets. The kernel's own TIME_WAIT socket answers
+	 * for it, and nothing tells a program when that one goes. So its
+	 * tuple stays, like its conns entry (closed): those packets stay
+	 * attributed to it until a new socket of the same addresses takes
+	 * the tuple over, or the LRU map ages it out. A listener's, and a
+	 * UDP socket's (which others may share), go.
+	 */
+	if (a.proto != IPPROTO_TCP_ || !a.rport)
+		forget_conn_tuple(&a, ci, cookie);
 	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
 	if (r) {
 		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
@@ -2124,9 +2137,12 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		l3 = head + skb->network_header;
 	sk = skb->sk;
 	st = my_state();
-	if (!ingress && sk && sk_is_full(sk)) {
+	if (!ingress && sk && sk_is_full(sk))
 		conn = conn_of(st, sk, sk_cookie(sk), 0);
-	} else {
+	/* Not a connection's socket: the kernel's TCP control socket, which
+	 * sends the ACKs and resets of a TIME_WAIT socket or of none; found by
+	 * address like a packet received. */
+	if (!conn) {
 		/* By its addresses a packet finds only a socket of the device's
 		 * netns: under another netns filter it would be filtered out
 		 * anyway (the other end of a veth pair, for one). */

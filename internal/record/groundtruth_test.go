@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,8 +48,38 @@ func needTools(t *testing.T, tools ...string) {
 type capture struct {
 	cmd    *exec.Cmd
 	path   string
-	stderr bytes.Buffer
+	stderr lockedBuffer
 	done   bool
+}
+
+// lockedBuffer is what tcpdump says, written by one goroutine and read by
+// the test's.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) WriteString(s string) {
+	b.Write([]byte(s))
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// caughtUp says whether tcpdump's last counts (it prints them on SIGUSR1
+// and at its end) have it written every packet its filter took.
+func caughtUp(msg string) bool {
+	captured, byFilter := reCapturedBy.FindAllStringSubmatch(msg, -1), reReceivedBy.FindAllStringSubmatch(msg, -1)
+	return len(captured) > 0 && len(byFilter) > 0 && captured[len(captured)-1][1] == byFilter[len(byFilter)-1][1]
 }
 
 // startCapture starts tcpdump on h's veth with the pcap filter expression
@@ -110,15 +141,24 @@ var (
 // it dropped any: an incomplete capture is no ground truth.
 func (c *capture) stop(t *testing.T) []frame {
 	t.Helper()
+	// Stopped before it has read what its ring holds, tcpdump leaves
+	// those packets out: ask for its counts until it has caught up. It
+	// cannot say so by itself, hence the polling.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		c.cmd.Process.Signal(syscall.SIGUSR1)
+		time.Sleep(100 * time.Millisecond)
+		if caughtUp(c.stderr.String()) {
+			break
+		}
+	}
 	c.cmd.Process.Signal(syscall.SIGINT)
 	c.cmd.Wait()
 	c.done = true
 	msg := c.stderr.String()
-	if m := reDroppedByKernel.FindStringSubmatch(msg); m == nil || m[1] != "0" {
+	if m := reDroppedByKernel.FindAllStringSubmatch(msg, -1); m == nil || m[len(m)-1][1] != "0" {
 		t.Fatalf("tcpdump dropped packets or did not say: %s", msg)
 	}
-	captured, byFilter := reCapturedBy.FindStringSubmatch(msg), reReceivedBy.FindStringSubmatch(msg)
-	if captured == nil || byFilter == nil || captured[1] != byFilter[1] {
+	if !caughtUp(msg) {
 		t.Fatalf("tcpdump did not write every packet its filter took: %s", msg)
 	}
 	// Fragments are left apart: each is a frame on the wire.
@@ -483,4 +523,75 @@ func TestUDPConnectedEnds(t *testing.T) {
 	if client.Peer != server.ID || server.Peer != client.ID {
 		t.Errorf("ends not paired: client peer %d, server peer %d", client.Peer, server.Peer)
 	}
+}
+
+// TestClosingAttributed: a recording of the client's namespace must hold,
+// for every frame of its connections tcpdump sees on its veth, its dev
+// event on that connection, also after the socket reached TCP_CLOSE. With
+// the client sending, iperf3's server ends the data connection with a
+// reset, and what the client had in flight still arrives there and is
+// answered with resets, which the client receives after its socket
+// closed; with the server sending (-R), the connections close with a FIN
+// each way, and an end that closes first while orphaned reaches TCP_CLOSE
+// (as it moves to the kernel's FIN_WAIT2 mini socket) before the peer's
+// FIN arrives, the last ACK then coming from the kernel's control socket.
+func TestClosingAttributed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"reset", []string{"-n", "2M"}},
+		{"fin", []string{"-R", "-n", "1M"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			needRoot(t)
+			needTools(t, "iperf3", "tcpdump", "tshark")
+			lab := netlab.ForTest(t, netlab.Options{Name: "mgfin", RateMbit: 100})
+			port := uniquePort()
+			rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS}, Groups: event.DefaultGroups})
+			srv := iperf3Server(t, lab, lab.Server, port)
+			capt := startCapture(t, lab, lab.Client, fmt.Sprintf("tcp port %d", port))
+			iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, tc.args...)
+			srv.Wait()
+			waitClosed(t, lab, port)
+			frames := capt.stop(t)
+			rec.stop(t)
+
+			_, evs, sum := readTrace(t, rec.path)
+			server := netip.AddrPortFrom(lab.Server.Addr, uint16(port))
+			n := 0
+			for _, c := range conns(t, rec.path) {
+				if c.Proto != "tcp" || unmapped(c.Remote) != server {
+					continue
+				}
+				n++
+				local := unmapped(c.Local)
+				out, in := framesBetween(frames, local, server), framesBetween(frames, server, local)
+				var fins, rsts int
+				for _, f := range frames {
+					if f.src == local || f.dst == local {
+						fins += int(f.flags & 1)
+						rsts += int(f.flags >> 2 & 1)
+					}
+				}
+				t.Logf("%s: %d frames out, %d in; %d FINs, %d resets", describeConn(c), out, in, fins, rsts)
+				if got := count(evs, "dev_xmit", c.ID).n; got != out {
+					t.Errorf("%s: dev_xmit = %d, want %d (tcpdump: frames out)", describeConn(c), got, out)
+				}
+				if got := count(evs, "dev_recv", c.ID).n; got != in {
+					t.Errorf("%s: dev_recv = %d, want %d (tcpdump: frames in)", describeConn(c), got, in)
+				}
+			}
+			if n != 2 {
+				t.Errorf("client connections to the server: %d, want iperf3's control and data connections", n)
+			}
+			if sum.Lost != 0 {
+				t.Errorf("lost %d events", sum.Lost)
+			}
+		})
+	}
+}
+
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
