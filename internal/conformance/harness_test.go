@@ -472,7 +472,7 @@ func (tr *trace) find(match func(conn) bool) []conn {
 }
 
 // only returns the one connection that matches, failing otherwise.
-func (tr *trace) only(t *testing.T, what string, match func(conn) bool) conn {
+func (tr *trace) only(t testing.TB, what string, match func(conn) bool) conn {
 	t.Helper()
 	cs := tr.find(match)
 	if len(cs) != 1 {
@@ -492,7 +492,7 @@ func (tr *trace) closeOf(id uint64) (ev, bool) {
 }
 
 // reportOf returns the report's section of connection id.
-func (tr *trace) reportOf(t *testing.T, id uint64) int {
+func (tr *trace) reportOf(t testing.TB, id uint64) int {
 	t.Helper()
 	for i, c := range tr.report.Connections {
 		if c.Conn.ID == id {
@@ -504,7 +504,7 @@ func (tr *trace) reportOf(t *testing.T, id uint64) int {
 }
 
 // layer returns count and bytes of a layer in the report of connection id.
-func (tr *trace) layer(t *testing.T, id uint64, name string) (uint64, int64) {
+func (tr *trace) layer(t testing.TB, id uint64, name string) (uint64, int64) {
 	t.Helper()
 	for _, l := range tr.report.Connections[tr.reportOf(t, id)].Layers {
 		if l.Layer == name {
@@ -636,4 +636,59 @@ func stopProc(cmd *exec.Cmd) {
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	cmd.Wait()
+}
+
+// openBugs names the comparisons that show a defect of magnet not fixed
+// yet, and what it is. Such a comparison still runs and says what it
+// found; while it fails, it is reported as skipped with its failure and
+// the defect, so the rest of the suite guards what is already right. When
+// a comparison here passes, the log says so: take it off the list.
+var openBugs = map[string]string{}
+
+// check runs one comparison of magnet with its ground truth as a subtest.
+func check(t *testing.T, name string, fn func(t testing.TB)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		bug, open := openBugs[name]
+		if !open {
+			fn(t)
+			return
+		}
+		x := &openCheck{T: t, bug: bug}
+		defer x.finish()
+		fn(x)
+	})
+}
+
+// openCheck stands for the *testing.T of a comparison listed in openBugs:
+// its failures are collected and reported as one skip.
+type openCheck struct {
+	*testing.T
+	bug     string
+	failed  []string
+	stopped bool
+}
+
+func (x *openCheck) Error(args ...any)                 { x.failed = append(x.failed, fmt.Sprint(args...)) }
+func (x *openCheck) Errorf(format string, args ...any) { x.failed = append(x.failed, fmt.Sprintf(format, args...)) }
+func (x *openCheck) Fail()                             { x.failed = append(x.failed, "failed") }
+func (x *openCheck) Failed() bool                      { return len(x.failed) > 0 }
+func (x *openCheck) Fatal(args ...any)                 { x.Error(args...); x.FailNow() }
+func (x *openCheck) Fatalf(format string, args ...any) { x.Errorf(format, args...); x.FailNow() }
+func (x *openCheck) FailNow() {
+	if len(x.failed) == 0 {
+		x.failed = append(x.failed, "failed")
+	}
+	x.stopped = true
+	x.T.Skipf("open defect (%s): %s", x.bug, strings.Join(x.failed, "; "))
+}
+
+func (x *openCheck) finish() {
+	switch {
+	case x.stopped:
+	case len(x.failed) > 0:
+		x.T.Skipf("open defect (%s): %s", x.bug, strings.Join(x.failed, "; "))
+	default:
+		x.T.Logf("passed this run although listed as an open defect (%s)", x.bug)
+	}
 }

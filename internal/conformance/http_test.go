@@ -132,7 +132,7 @@ func TestNginxCurl(t *testing.T) {
 			checkTCPTransfer(t, c)
 			// The request, the other way: curl's size_request is nginx's
 			// $request_length.
-			t.Run("request_bytes_equal_app_counts", func(t *testing.T) {
+			check(t, "request_bytes_equal_app_counts", func(t testing.TB) {
 				cli, srv := c.bulk(t)
 				if cli.Sent != request || srv.Recv != requestLen {
 					t.Errorf("client's sock_send %d bytes, curl sent %d; server's sock_recv %d, nginx read %d", cli.Sent, request, srv.Recv, requestLen)
@@ -235,7 +235,7 @@ func TestGoHTTP(t *testing.T) {
 
 	// TCP_INFO read on the closed socket is what conn_close recorded:
 	// the same tcp_sock, no longer changing.
-	t.Run("conn_close_equals_tcp_info", func(t *testing.T) {
+	check(t, "conn_close_equals_tcp_info", func(t testing.TB) {
 		cli, _ := c.bulk(t)
 		e, ok := tr.closeOf(cli.ID)
 		if !ok {

@@ -173,7 +173,7 @@ type tcpCheck struct {
 
 // bulk returns the two ends of the scenario's bulk connection: the client's
 // and the server's socket that carried most data.
-func (c tcpCheck) bulk(t *testing.T) (cli, srv conn) {
+func (c tcpCheck) bulk(t testing.TB) (cli, srv conn) {
 	t.Helper()
 	var best int64 = -1
 	for _, x := range c.tr.conns {
@@ -225,7 +225,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// (iperf3's server counts what it read until the client's TEST_END,
 	// then closes with data still unread: the connection ends in a reset,
 	// and the receiver's count is below what was sent.)
-	t.Run("socket_bytes_equal_app_counts", func(t *testing.T) {
+	check(t, "socket_bytes_equal_app_counts", func(t testing.TB) {
 		if c.sent != c.total {
 			t.Fatalf("the application sent %d bytes, asked for %d: no ground truth", c.sent, c.total)
 		}
@@ -254,7 +254,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// client's FIN, and which end took which FIN is not on one capture:
 	// there only the data directions are compared (what the sender saw
 	// acknowledged, what the receiver took in).
-	t.Run("conn_close_bytes_equal_tshark_acks", func(t *testing.T) {
+	check(t, "conn_close_bytes_equal_tshark_acks", func(t testing.TB) {
 		for _, end := range []conn{sender, receiver} {
 			e, ok := c.tr.closeOf(end.ID)
 			if !ok {
@@ -274,7 +274,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// Retransmissions: the kernel's own count of the sender's namespace
 	// (TcpRetransSegs counts segments: a GSO packet of n segments sent
 	// again counts n), the sender's tcpi_total_retrans, and magnet's.
-	t.Run("retransmitted_segments_equal_nstat", func(t *testing.T) {
+	check(t, "retransmitted_segments_equal_nstat", func(t testing.TB) {
 		var closeSum, reportSum uint64
 		for _, x := range c.tr.conns {
 			if x.NetNS != sender.NetNS || x.Proto != "tcp" {
@@ -307,7 +307,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 
 	// Drops: every packet the sender's qdisc dropped (tc -s) is a drop
 	// event on the sender's veth, with the qdisc's reason.
-	t.Run("qdisc_drops_equal_tc", func(t *testing.T) {
+	check(t, "qdisc_drops_equal_tc", func(t testing.TB) {
 		var n int64
 		reasons := map[string]int{}
 		for _, e := range c.tr.events {
@@ -324,7 +324,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 
 	// The report's drops: per connection, by the kernel's reason; over
 	// the sender's connections the qdisc's are tc -s's, and host-wide too.
-	t.Run("report_drops_equal_tc", func(t *testing.T) {
+	check(t, "report_drops_equal_tc", func(t testing.TB) {
 		var conns uint64
 		for _, r := range c.tr.report.Connections {
 			if r.Conn.NetNS == senderHost.NetNSInode {
@@ -342,7 +342,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// passes them), after the qdisc on the way out. dev_xmit's size
 	// includes the Ethernet header, dev_recv's does not (eth_type_trans
 	// pulled it): frame.len = size + 14 there.
-	t.Run("server_veth_frames_equal_tshark", func(t *testing.T) {
+	check(t, "server_veth_frames_equal_tshark", func(t testing.TB) {
 		var in, out []frame
 		for _, f := range c.frames {
 			if c.lab.Server.Addr == f.dst || server6 == f.dst {
@@ -366,7 +366,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// Per connection, the report's device layers: the sender's dev_xmit
 	// are the frames of its tuple toward the receiver (the same skbs cross
 	// the veth pair), SYN and FIN included.
-	t.Run("report_sender_dev_xmit_equals_tshark", func(t *testing.T) {
+	check(t, "report_sender_dev_xmit_equals_tshark", func(t testing.TB) {
 		fs := own(sender, true)
 		n, b, _ := sumLen(fs)
 		mn, mb := c.tr.layer(t, sender.ID, "dev_xmit")
@@ -376,7 +376,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	})
 
 	// The receiver's dev_recv: the frames of its tuple toward it.
-	t.Run("report_receiver_dev_recv_equals_tshark", func(t *testing.T) {
+	check(t, "report_receiver_dev_recv_equals_tshark", func(t testing.TB) {
 		fs := own(receiver, false)
 		n, b, _ := sumLen(fs)
 		mn, mb := c.tr.layer(t, receiver.ID, "dev_recv")
@@ -390,7 +390,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// after the qdisc, so the order is the same): the same length, and
 	// gso_segs segments on a wire, which tcp_set_skb_tso_segs() makes
 	// ceil(payload / mss), at least 1. Compared over the frames both saw.
-	t.Run("dev_xmit_frame_by_frame_equals_tshark", func(t *testing.T) {
+	check(t, "dev_xmit_frame_by_frame_equals_tshark", func(t testing.TB) {
 		fs := own(sender, true)
 		var es []ev
 		for _, e := range c.tr.events {
@@ -449,7 +449,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 
 	// Every data packet the sender sent is followed over the wire to the
 	// receiving application (one recorder saw both ends: one clock).
-	t.Run("report_follows_every_data_packet", func(t *testing.T) {
+	check(t, "report_follows_every_data_packet", func(t testing.TB) {
 		r := c.tr.report.Connections[c.tr.reportOf(t, sender.ID)]
 		if r.Path == nil {
 			t.Fatalf("the report follows no packet of the sender %d", sender.ID)
@@ -466,7 +466,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	// initial sequence number, less the SYN's 1, and not the FIN): 0
 	// after an orderly close, what the reset left unacknowledged after
 	// iperf3's.
-	t.Run("report_send_buffer_equals_tshark_acks", func(t *testing.T) {
+	check(t, "report_send_buffer_equals_tshark_acks", func(t testing.TB) {
 		r := c.tr.report.Connections[c.tr.reportOf(t, sender.ID)]
 		var acked int64
 		for _, f := range framesOf(c.frames, sender, false) {
@@ -482,7 +482,7 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 	})
 
 	// The listening socket belongs to the server process.
-	t.Run("listener_owner", func(t *testing.T) {
+	check(t, "listener_owner", func(t testing.TB) {
 		l := c.tr.only(t, "the server's listener", func(x conn) bool {
 			return x.Proto == "tcp" && x.NetNS == c.lab.Server.NetNSInode && x.Local.Port() == uint16(c.port) && x.Remote.Port() == 0
 		})

@@ -57,7 +57,7 @@ func TestIperf3UDP(t *testing.T) {
 	// IP_RECVERR the kernel counts UdpSndbufErrors and returns the
 	// length), and sends one 4-byte datagram before them to open the
 	// stream.
-	t.Run("client_sends_equal_iperf3", func(t *testing.T) {
+	check(t, "client_sends_equal_iperf3", func(t testing.TB) {
 		// iperf3 sends whole datagrams until it has sent at least -n.
 		if res.End.SumSent.Bytes != res.End.SumSent.Packets*size || res.End.SumSent.Bytes < total {
 			t.Fatalf("iperf3 sent %d datagrams, %d bytes, asked for %d: no ground truth", res.End.SumSent.Packets, res.End.SumSent.Bytes, total)
@@ -83,7 +83,7 @@ func TestIperf3UDP(t *testing.T) {
 
 	// The server: every datagram the kernel delivered to a socket
 	// (UdpInDatagrams) is one sock_recv, and iperf3 read them all.
-	t.Run("server_receives_equal_nstat", func(t *testing.T) {
+	check(t, "server_receives_equal_nstat", func(t testing.TB) {
 		var n, b int64
 		for _, c := range servers {
 			for _, e := range tr.events {
@@ -105,7 +105,7 @@ func TestIperf3UDP(t *testing.T) {
 	// Drops: the client's qdisc (tc -s, and UdpSndbufErrors, which the
 	// kernel counts for each datagram the qdisc refused) and the server's
 	// full receive buffer (UdpRcvbufErrors).
-	t.Run("drops_equal_tc_and_nstat", func(t *testing.T) {
+	check(t, "drops_equal_tc_and_nstat", func(t testing.TB) {
 		var qdisc, rcvbuf int64
 		for _, e := range tr.events {
 			if e.Event != "drop" {
@@ -132,7 +132,7 @@ func TestIperf3UDP(t *testing.T) {
 
 	// The report's drops by reason: the qdisc's on the client's socket,
 	// the receive buffer's on the server's, and host-wide.
-	t.Run("report_drops_equal_tc_and_nstat", func(t *testing.T) {
+	check(t, "report_drops_equal_tc_and_nstat", func(t testing.TB) {
 		var qdisc, rcvbuf uint64
 		for _, r := range tr.report.Connections {
 			switch r.Conn.NetNS {
@@ -154,7 +154,7 @@ func TestIperf3UDP(t *testing.T) {
 	// socket to the client after the hello and opens a new one on the
 	// same port, so from then on the connected socket's tuple is the one
 	// that matches.
-	t.Run("server_dev_recv_equals_tshark", func(t *testing.T) {
+	check(t, "server_dev_recv_equals_tshark", func(t testing.TB) {
 		var in []frame
 		for _, f := range frames {
 			if f.dst == lab.Server.Addr {
@@ -185,7 +185,7 @@ func TestIperf3UDP(t *testing.T) {
 
 	// Every UDP socket of the scenario was closed before the recording
 	// ended (iperf3 exited), and each has its conn_close.
-	t.Run("udp_sockets_closed", func(t *testing.T) {
+	check(t, "udp_sockets_closed", func(t testing.TB) {
 		for _, c := range append(clients, servers...) {
 			if _, ok := tr.closeOf(c.ID); !ok {
 				t.Errorf("UDP socket %d (%s → %s, pid %d %s) has no conn_close", c.ID, c.Local, c.Remote, c.PID, c.Comm)
