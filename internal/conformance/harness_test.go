@@ -669,8 +669,10 @@ type openCheck struct {
 	stopped bool
 }
 
-func (x *openCheck) Error(args ...any)                 { x.failed = append(x.failed, fmt.Sprint(args...)) }
-func (x *openCheck) Errorf(format string, args ...any) { x.failed = append(x.failed, fmt.Sprintf(format, args...)) }
+func (x *openCheck) Error(args ...any) { x.failed = append(x.failed, fmt.Sprint(args...)) }
+func (x *openCheck) Errorf(format string, args ...any) {
+	x.failed = append(x.failed, fmt.Sprintf(format, args...))
+}
 func (x *openCheck) Fail()                             { x.failed = append(x.failed, "failed") }
 func (x *openCheck) Failed() bool                      { return len(x.failed) > 0 }
 func (x *openCheck) Fatal(args ...any)                 { x.Error(args...); x.FailNow() }
