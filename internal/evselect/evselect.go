@@ -90,9 +90,9 @@ type Selector struct {
 
 type srcState struct {
 	header *trace.Header
-	conns map[uint64]*export.Conn
-	tasks map[uint32]task
-	match map[uint64]bool // pcap result per connection
+	conns  map[uint64]*export.Conn
+	tasks  map[uint32]task
+	match  map[uint64]bool // pcap result per connection
 }
 
 type task struct {
