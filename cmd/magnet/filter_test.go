@@ -112,7 +112,8 @@ func TestParsePcapFilter(t *testing.T) {
 		}
 		want := []string{lines[0]}
 		for _, l := range lines[1:] {
-			if f := strings.Split(l, "\t"); sel[f[connCol]] {
+			// Lost records stay: a selection must not hide losses.
+			if f := strings.Split(l, "\t"); sel[f[connCol]] || f[connCol+1] == "lost" {
 				want = append(want, l)
 			}
 		}
@@ -127,11 +128,20 @@ func TestParsePcapFilter(t *testing.T) {
 			t.Logf("%q: %d of %d lines, %d of %d connections", tc.expr, len(want)-1, len(lines)-1, len(sel), len(conns))
 		}
 	}
+	// export and report select the same events.
+	udp := magnet(t, "parse", trace, "udp")
+	csv := magnet(t, "export", trace, "--format", "csv", "-o", "-", "udp")
+	if csv.code != 0 || strings.Count(csv.stdout, "\n") != strings.Count(udp.stdout, "\n") {
+		t.Errorf("export udp: %d rows (exit %d, %s), parse udp: %d lines", strings.Count(csv.stdout, "\n"), csv.code, csv.stderr, strings.Count(udp.stdout, "\n"))
+	}
+	if rep := magnet(t, "report", trace, "ip6"); rep.code != 0 || strings.Count(rep.stdout, "\nconnection ") != 1 || !strings.Contains(rep.stdout, s6) {
+		t.Errorf("report ip6: want one connection, to %s; exit %d %s\n%s", s6, rep.code, rep.stderr, rep.stdout)
+	}
 	// The same through "--", and errors.
 	if a, b := magnet(t, "parse", trace, "udp"), magnet(t, "parse", trace, "--", "udp"); a.stdout != b.stdout || a.code != 0 {
 		t.Errorf("parse TRACE udp and parse TRACE -- udp differ")
 	}
 	oneLineError(t, magnet(t, "parse", trace, "tcp", "port"), "column 9 (end): port needs a value")
 	oneLineError(t, magnet(t, "parse", trace, "--filter", "fields.no_such_field > 1"), `no event in the traces has a field "no_such_field"`)
-	oneLineError(t, magnet(t, "parse", filepath.Join(dir, "missing.mgt"), "tcp"), "missing.mgt: no such trace file")
+	oneLineError(t, magnet(t, "parse", filepath.Join(dir, "missing.mgt"), "tcp"), "missing.mgt: no such file")
 }

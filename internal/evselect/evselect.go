@@ -19,6 +19,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/filter"
@@ -62,7 +65,7 @@ func ParsePcap(expr string) (*pcapfilter.Expr, error) {
 	if err != nil {
 		first, _, _ := strings.Cut(strings.TrimSpace(expr), " ")
 		if strings.ContainsAny(first, "/") || strings.HasSuffix(first, ".mgt") {
-			return nil, fmt.Errorf("%s: no such trace file or directory", first)
+			return nil, fmt.Errorf("%s: no such file or directory", first)
 		}
 		return nil, err
 	}
@@ -78,8 +81,8 @@ type Options struct {
 	Conn   uint64           // one connection id
 }
 
-// Selector decides per record. Build it with New, then Keep is the
-// export.MergeOptions.Keep of the sources it was built for.
+// Selector decides per record. Build it with New, then Apply it to the
+// sources it was built for: whatever reads them sees only what it keeps.
 type Selector struct {
 	opts    Options
 	cel     *filter.Filter
@@ -108,8 +111,17 @@ func (o Options) Active() bool {
 // New checks opts against the traces' dictionaries (an event type or a
 // field no trace has is an error, not an empty result) and, when an
 // expression needs them, reads each source once to learn its connections.
-func New(inputs []trace.Source, headers []*trace.Header, opts Options) (*Selector, error) {
+func New(inputs []trace.Source, opts Options) (*Selector, error) {
 	s := &Selector{opts: opts}
+	var headers []*trace.Header
+	for _, in := range inputs {
+		r, err := in.Open()
+		if err != nil {
+			return nil, err
+		}
+		headers = append(headers, r.Header())
+		r.Close()
+	}
 	if len(opts.Types) > 0 || len(opts.Groups) > 0 {
 		s.types = map[string]bool{}
 		for _, name := range opts.Types {
@@ -269,12 +281,21 @@ func protoNum(p string) uint8 {
 	return 0
 }
 
+// Apply makes inputs (those New was given) read only the selected records.
+func (s *Selector) Apply(inputs []trace.Source) {
+	for i := range inputs {
+		inputs[i].Keep = func(rec trace.Record) bool { return s.Keep(i, rec) }
+	}
+}
+
 // Keep reports whether the record of source src is selected. Metadata
-// records (task, iface) always are: whether they are printed is the
-// caller's choice.
+// records (task, iface) always are (the readers need them; whether they
+// are printed is theirs to decide), and so are lost records unless types
+// or groups leave them out: a selection must not hide that events were
+// lost.
 func (s *Selector) Keep(src int, rec trace.Record) bool {
 	name := rec.Type.Name
-	if name == "task" || name == "iface" {
+	if name == "task" || name == "iface" || name == "lost" && s.types == nil {
 		return true
 	}
 	if s.types != nil && !s.types[name] {
@@ -344,4 +365,57 @@ func (s *Selector) celEvent(st *srcState, rec trace.Record) *filter.Event {
 		return m
 	}
 	return e
+}
+
+// Flags are the selection flags every reader takes, one vocabulary
+// (docs/FILTERS.md): --types, --groups, --filter, and the pcap-filter
+// expression after the traces.
+type Flags struct {
+	Types, Groups []string
+	Expr          string
+	pcap          *pcapfilter.Expr
+}
+
+// Register adds --types, --groups and --filter to fs; what selects is
+// named by what (events, rows, ...).
+func (f *Flags) Register(fs *pflag.FlagSet, what string) {
+	fs.StringSliceVar(&f.Types, "types", nil, what+" of these event types only (comma-separated names)")
+	fs.StringSliceVar(&f.Groups, "groups", nil, what+" of these event groups only (comma-separated: sock, tcp, sched, ...)")
+	fs.StringVar(&f.Expr, "filter", "", what+" for which this CEL expression over the event's fields is true (docs/FILTERS.md)")
+}
+
+// Args splits the command's arguments into traces and the pcap-filter
+// expression (SplitArgs), which it parses; it returns the traces.
+func (f *Flags) Args(cmd *cobra.Command, args []string) ([]string, error) {
+	traces, src := SplitArgs(args, cmd.ArgsLenAtDash())
+	if len(traces) == 0 {
+		first, _, _ := strings.Cut(src, " ")
+		return nil, fmt.Errorf("%s: no such file or directory", first)
+	}
+	e, err := ParsePcap(src)
+	if err != nil {
+		return nil, err
+	}
+	f.pcap = e
+	return traces, nil
+}
+
+// Apply selects the records of inputs by the flags (and conn, when not
+// 0): every reader of inputs sees only those.
+func (f *Flags) Apply(inputs []trace.Source, conn uint64) error {
+	opts := Options{Pcap: f.pcap, Expr: f.Expr, Types: f.Types, Groups: f.Groups, Conn: conn}
+	if !opts.Active() {
+		return nil
+	}
+	s, err := New(inputs, opts)
+	if err != nil {
+		return err
+	}
+	s.Apply(inputs)
+	return nil
+}
+
+// Active reports whether the flags select anything (after Args).
+func (f *Flags) Active() bool {
+	return Options{Pcap: f.pcap, Expr: f.Expr, Types: f.Types, Groups: f.Groups}.Active()
 }

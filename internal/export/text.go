@@ -140,9 +140,6 @@ type TextOptions struct {
 	Meta bool
 	// Filter, if set, selects the records to print.
 	Filter func(trace.Record) bool
-	// Keep, if set, selects the records to print by source index and
-	// record (MergeOptions.Keep), after Filter.
-	Keep func(src int, rec trace.Record) bool
 	// FileOrder prints the records as stored, trace after trace, rather
 	// than in time order.
 	FileOrder bool
@@ -179,13 +176,8 @@ func WriteTexts(w io.Writer, sources []TableSource, opts TextOptions) (late uint
 		return err
 	}
 	var keep func(int, trace.Record) bool
-	switch {
-	case opts.Filter != nil && opts.Keep != nil:
-		keep = func(src int, rec trace.Record) bool { return opts.Filter(rec) && opts.Keep(src, rec) }
-	case opts.Filter != nil:
+	if opts.Filter != nil {
 		keep = func(_ int, rec trace.Record) bool { return opts.Filter(rec) }
-	case opts.Keep != nil:
-		keep = opts.Keep
 	}
 	m := NewMerge(sources, MergeOptions{Meta: opts.Meta, FileOrder: opts.FileOrder, Keep: keep})
 	for {

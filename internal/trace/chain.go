@@ -122,6 +122,8 @@ type Source struct {
 	Since, Until int64
 	// Salvage reads on after damaged data (Reader.SetSalvage).
 	Salvage bool
+	// Keep, if set, selects the records to read (Reader.SetKeep).
+	Keep func(Record) bool
 	// Notes are known before reading (files of the recording missing
 	// before the first): Warnings returns them first.
 	Notes []string
@@ -141,6 +143,7 @@ func (s Source) Open() (*Reader, error) {
 	}
 	r.SetWindow(s.Since, s.Until)
 	r.SetSalvage(s.Salvage)
+	r.SetKeep(s.Keep)
 	r.notes = s.Notes
 	return r, nil
 }

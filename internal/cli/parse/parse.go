@@ -24,9 +24,9 @@ func New() *cobra.Command {
 	var (
 		conns, meta, header, asJSON bool
 		fileOrder, salvage          bool
-		timeFmt, events, celExpr    string
-		types, groups               []string
+		timeFmt, events             string
 		conn                        uint64
+		evFlags                     evselect.Flags
 		selFlags                    archive.Flags
 	)
 	cmd := &cobra.Command{
@@ -76,17 +76,12 @@ combine with AND (docs/FILTERS.md).`,
   magnet parse /srv/magnet-archive --host web1 --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			args, pcapSrc := evselect.SplitArgs(args, cmd.ArgsLenAtDash())
-			if len(args) == 0 {
-				first, _, _ := strings.Cut(pcapSrc, " ")
-				return fmt.Errorf("parse: %s: no such trace file or directory", first)
-			}
-			pcap, err := evselect.ParsePcap(pcapSrc)
+			args, err := evFlags.Args(cmd, args)
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
 			}
 			if events != "" {
-				types = append(types, strings.Split(events, ",")...)
+				evFlags.Types = append(evFlags.Types, strings.Split(events, ",")...)
 			}
 			tf, err := export.ParseTimeFormat(timeFmt)
 			if err != nil {
@@ -103,6 +98,11 @@ combine with AND (docs/FILTERS.md).`,
 			defer cleanup()
 			for i := range inputs {
 				inputs[i].Salvage = salvage
+			}
+			if !conns && !header {
+				if err := evFlags.Apply(inputs, conn); err != nil {
+					return fmt.Errorf("parse: %w", err)
+				}
 			}
 			srcs, err := export.OpenTables(inputs)
 			if err != nil {
@@ -121,18 +121,6 @@ combine with AND (docs/FILTERS.md).`,
 				}
 			default:
 				opts := export.TextOptions{Time: tf, Meta: meta, FileOrder: fileOrder}
-				selOpts := evselect.Options{Pcap: pcap, Expr: celExpr, Types: types, Groups: groups, Conn: conn}
-				if selOpts.Active() {
-					hs := make([]*trace.Header, len(srcs))
-					for i, s := range srcs {
-						hs[i] = s.Reader.Header()
-					}
-					sel, err := evselect.New(inputs, hs, selOpts)
-					if err != nil {
-						return fmt.Errorf("parse: %w", err)
-					}
-					opts.Keep = sel.Keep
-				}
 				late, err := export.WriteTexts(out, srcs, opts)
 				if err != nil {
 					return fmt.Errorf("parse: %w", err)
@@ -158,11 +146,8 @@ combine with AND (docs/FILTERS.md).`,
 	f.BoolVar(&header, "header", false, "print the trace header (host, clock, settings, event dictionary) as JSON")
 	f.BoolVar(&meta, "meta", false, "also print metadata records (task, iface)")
 	f.StringVar(&timeFmt, "time", "rel", "time column: rel (seconds since the first record), abs (UTC wall clock) or raw (ns)")
-	f.StringSliceVar(&types, "types", nil, "print only these event types (comma-separated names)")
-	f.StringSliceVar(&groups, "groups", nil, "print only events of these groups (comma-separated: tcp, sock, sched, ...)")
-	f.StringVar(&celExpr, "filter", "", "print only events for which this CEL expression is true (docs/FILTERS.md)")
-	f.StringVar(&events, "events", "", "deprecated: use --types")
-	_ = f.MarkDeprecated("events", "use --types (the same list)")
+	evFlags.Register(f, "print events")
+	f.StringVar(&events, "events", "", "deprecated alias of --types (record's --events names groups)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
 	f.BoolVar(&fileOrder, "file-order", false, "print records in the order stored (each trace in turn) rather than in time order")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
