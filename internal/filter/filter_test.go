@@ -331,3 +331,36 @@ func TestMatchConnKeys(t *testing.T) {
 		}
 	}
 }
+
+// The pcap key means what it means to the readers (internal/pcapfilter):
+// src is the local end; an event without a connection never matches.
+func TestPcap(t *testing.T) {
+	e := sockRecv() // local 10.200.0.2:5201, remote 10.200.0.1:40000, tcp
+	for expr, want := range map[string]bool{
+		"tcp port 5201":                          true,
+		"udp":                                    false,
+		"src port 5201 and dst port 40000":       true,
+		"dst host 10.200.0.2":                    false,
+		"host 10.200.0.2 and not ip6":            true,
+		"net 10.200.0.0/24 and portrange 1-1024": false,
+	} {
+		f := mustParse(t, "pcap="+url.QueryEscape(expr))
+		if got := f.Match(e); got != want {
+			t.Errorf("%q: %v, want %v", expr, got, want)
+		}
+		if got := f.MatchConnKeys(true, e.Proto, e.Local, e.Remote); got != want {
+			t.Errorf("%q: MatchConnKeys %v, want %v", expr, got, want)
+		}
+		if got := f.MatchConn(Conn{Opened: true, Proto: e.Proto, Local: e.Local, Remote: e.Remote}); got != want {
+			t.Errorf("%q: MatchConn %v, want %v", expr, got, want)
+		}
+	}
+	none := &Event{Type: event.DevRecv, Name: "dev_recv"}
+	if mustParse(t, "pcap=not+udp").Match(none) {
+		t.Error("an event without a connection matched a pcap expression")
+	}
+	_, err := Parse(magnetclient.Filter{Pcap: "tcp port"}, Options{})
+	if !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "pcap: column 9 (end): port needs a value") {
+		t.Errorf("bad pcap expression: %v", err)
+	}
+}
