@@ -128,6 +128,21 @@ func TestParsePcapFilter(t *testing.T) {
 			t.Logf("%q: %d of %d lines, %d of %d connections", tc.expr, len(want)-1, len(lines)-1, len(sel), len(conns))
 		}
 	}
+	// The daemon's CEL means the same over the same connections.
+	for pcap, cel := range map[string]string{
+		"udp":                              `proto == "udp"`,
+		"dst port " + strconv.Itoa(port+1): "rport == " + strconv.Itoa(port+1),
+		"src host " + c4.String():          `laddr == "` + c4.String() + `"`,
+	} {
+		a, b := magnet(t, "parse", trace, pcap), magnet(t, "parse", trace, "--filter", cel)
+		if a.code != 0 || b.code != 0 || a.stdout != b.stdout {
+			t.Errorf("parse %q and parse --filter %q differ (exit %d %d: %s%s)", pcap, cel, a.code, b.code, a.stderr, b.stderr)
+		}
+	}
+	// --conns lists the connections an expression selects.
+	if r := magnet(t, "parse", "--conns", trace, "ip6"); r.code != 0 || strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stdout, s6) {
+		t.Errorf("parse --conns ip6: want the header and one connection, to %s:\n%s%s", s6, r.stdout, r.stderr)
+	}
 	// export and report select the same events.
 	udp := magnet(t, "parse", trace, "udp")
 	csv := magnet(t, "export", trace, "--format", "csv", "-o", "-", "udp")

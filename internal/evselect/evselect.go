@@ -10,9 +10,7 @@ package evselect
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"regexp"
@@ -232,7 +230,8 @@ func checkFields(expr string, hs []*trace.Header) error {
 	return nil
 }
 
-// learn reads a source once for its connection table and its tasks.
+// learn reads a source once for its connections (as export.Conns builds
+// them) and the last name of each of its threads.
 func learn(in trace.Source, pcap *pcapfilter.Expr) (*srcState, error) {
 	r, err := in.Open()
 	if err != nil {
@@ -240,33 +239,34 @@ func learn(in trace.Source, pcap *pcapfilter.Expr) (*srcState, error) {
 	}
 	defer r.Close()
 	st := &srcState{header: r.Header(), conns: map[uint64]*export.Conn{}, tasks: map[uint32]task{}, match: map[uint64]bool{}}
-	cs, _, err := export.Conns(r)
-	if err != nil && !errors.Is(err, io.EOF) {
-		// The table read so far still selects: the main pass reports the
-		// error where it meets it.
-		_ = err
+	rs := export.NewResolver(r.Header())
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			// A damaged trace: the connections read so far still
+			// select, and the reader's own pass reports the error.
+			break
+		}
+		if rs.Observe(rec) {
+			if rec.Type.Name == "task" {
+				pid, comm, _ := rs.Task(rec.TID())
+				st.tasks[rec.TID()] = task{pid, comm}
+			}
+			continue
+		}
+		if id := rec.Conn(); id != 0 {
+			c := st.conns[id]
+			if c == nil {
+				c = &export.Conn{ID: id, OpenNs: rec.Time()}
+				st.conns[id] = c
+			}
+			c.Observe(rs, rec)
+		}
 	}
-	for _, c := range cs {
-		st.conns[c.ID] = c
+	for id, c := range st.conns {
 		if pcap != nil && c.Proto != "" {
-			st.match[c.ID] = pcap.Match(pcapfilter.Conn{Proto: protoNum(c.Proto), Local: c.Local, Remote: c.Remote})
+			st.match[id] = pcap.Match(pcapfilter.Conn{Proto: protoNum(c.Proto), Local: c.Local, Remote: c.Remote})
 		}
-	}
-	if r2, err := in.Open(); err == nil {
-		rs := export.NewResolver(r2.Header())
-		for {
-			rec, err := r2.Next()
-			if err != nil {
-				break
-			}
-			if rs.Observe(rec) && rec.Type.Name == "task" {
-				tid, _ := rec.Uint("tid")
-				if pid, comm, ok := rs.Task(uint32(tid)); ok {
-					st.tasks[uint32(tid)] = task{pid, comm}
-				}
-			}
-		}
-		r2.Close()
 	}
 	return st, nil
 }

@@ -99,7 +99,8 @@ combine with AND (docs/FILTERS.md).`,
 			for i := range inputs {
 				inputs[i].Salvage = salvage
 			}
-			if !conns && !header {
+			// --conns lists the connections of the selected events.
+			if !header {
 				if err := evFlags.Apply(inputs, conn); err != nil {
 					return fmt.Errorf("parse: %w", err)
 				}
