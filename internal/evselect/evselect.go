@@ -83,6 +83,7 @@ type Options struct {
 // sources it was built for: whatever reads them sees only what it keeps.
 type Selector struct {
 	opts    Options
+	headers []*trace.Header
 	cel     *filter.Filter
 	types   map[string]bool // by name: the files of a chain have types of their own
 	needTab bool
@@ -92,13 +93,7 @@ type Selector struct {
 type srcState struct {
 	header *trace.Header
 	conns  map[uint64]*export.Conn
-	tasks  map[uint32]task
 	match  map[uint64]bool // pcap result per connection
-}
-
-type task struct {
-	pid  uint32
-	comm string
 }
 
 // Active reports whether opts select anything less than every record.
@@ -111,7 +106,7 @@ func (o Options) Active() bool {
 // expression needs them, reads each source once to learn its connections.
 func New(inputs []trace.Source, opts Options) (*Selector, error) {
 	s := &Selector{opts: opts}
-	var headers []*trace.Header
+	headers := make([]*trace.Header, 0, len(inputs))
 	for _, in := range inputs {
 		r, err := in.Open()
 		if err != nil {
@@ -120,6 +115,7 @@ func New(inputs []trace.Source, opts Options) (*Selector, error) {
 		headers = append(headers, r.Header())
 		r.Close()
 	}
+	s.headers = headers
 	if len(opts.Types) > 0 || len(opts.Groups) > 0 {
 		s.types = map[string]bool{}
 		for _, name := range opts.Types {
@@ -230,15 +226,15 @@ func checkFields(expr string, hs []*trace.Header) error {
 	return nil
 }
 
-// learn reads a source once for its connections (as export.Conns builds
-// them) and the last name of each of its threads.
+// learn reads a source once for its connections, as export.Conns builds
+// them.
 func learn(in trace.Source, pcap *pcapfilter.Expr) (*srcState, error) {
 	r, err := in.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	st := &srcState{header: r.Header(), conns: map[uint64]*export.Conn{}, tasks: map[uint32]task{}, match: map[uint64]bool{}}
+	st := &srcState{header: r.Header(), conns: map[uint64]*export.Conn{}, match: map[uint64]bool{}}
 	rs := export.NewResolver(r.Header())
 	for {
 		rec, err := r.Next()
@@ -248,10 +244,6 @@ func learn(in trace.Source, pcap *pcapfilter.Expr) (*srcState, error) {
 			break
 		}
 		if rs.Observe(rec) {
-			if rec.Type.Name == "task" {
-				pid, comm, _ := rs.Task(rec.TID())
-				st.tasks[rec.TID()] = task{pid, comm}
-			}
 			continue
 		}
 		if id := rec.Conn(); id != 0 {
@@ -284,7 +276,13 @@ func protoNum(p string) uint8 {
 // Apply makes inputs (those New was given) read only the selected records.
 func (s *Selector) Apply(inputs []trace.Source) {
 	for i := range inputs {
-		inputs[i].Keep = func(rec trace.Record) bool { return s.Keep(i, rec) }
+		h := s.headers[i]
+		inputs[i].Keep = func() func(trace.Record) bool {
+			// Each reader names threads as its own pass meets their task
+			// records, as parse's columns do.
+			rs := export.NewResolver(h)
+			return func(rec trace.Record) bool { return s.keep(i, rs, rec) }
+		}
 	}
 }
 
@@ -294,8 +292,20 @@ func (s *Selector) Apply(inputs []trace.Source) {
 // or groups leave them out: a selection must not hide that events were
 // lost.
 func (s *Selector) Keep(src int, rec trace.Record) bool {
+	return s.keep(src, nil, rec)
+}
+
+// keep is Keep with rs, which has seen the reader's records before rec
+// (nil: pid and comm are unknown to expressions).
+func (s *Selector) keep(src int, rs *export.Resolver, rec trace.Record) bool {
 	name := rec.Type.Name
-	if name == "task" || name == "iface" || name == "lost" && s.types == nil {
+	if name == "task" || name == "iface" {
+		if rs != nil {
+			rs.Observe(rec)
+		}
+		return true
+	}
+	if name == "lost" && s.types == nil {
 		return true
 	}
 	if s.types != nil && !s.types[name] {
@@ -314,20 +324,20 @@ func (s *Selector) Keep(src int, rec trace.Record) bool {
 		return false
 	}
 	if s.cel != nil {
-		return s.cel.MatchExpr(s.celEvent(st, rec))
+		return s.cel.MatchExpr(s.celEvent(st, rs, rec))
 	}
 	return true
 }
 
 // celEvent describes rec to a CEL expression as the daemon describes a live
 // event (internal/daemon), so that an expression means the same.
-func (s *Selector) celEvent(st *srcState, rec trace.Record) *filter.Event {
+func (s *Selector) celEvent(st *srcState, rs *export.Resolver, rec trace.Record) *filter.Event {
 	e := &filter.Event{
 		Name: rec.Type.Name, TimeNs: rec.Time(), CPU: rec.CPU(), TID: rec.TID(),
 		NetNS: rec.NetNS(), Conn: rec.Conn(), Size: rec.Size(), Flags: rec.Flags(), UID: -1,
 	}
-	if t, ok := st.tasks[rec.TID()]; ok {
-		e.PID, e.Comm = t.pid, t.comm
+	if rs != nil {
+		e.PID, e.Comm, _ = rs.Task(rec.TID())
 	}
 	if c := st.conns[rec.Conn()]; c != nil && c.Proto != "" {
 		e.HasConn, e.Proto = true, protoNum(c.Proto)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 func TestSplitArgs(t *testing.T) {
@@ -41,5 +43,52 @@ func TestSplitArgs(t *testing.T) {
 	}
 	if _, err := ParsePcap("./x udp"); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("a missing path reads as %v", err)
+	}
+}
+
+// A name no trace has is an error, not an empty result.
+func TestUnknownNames(t *testing.T) {
+	in := []trace.Source{{Name: "bigendian.mgt", Paths: []string{"../../testdata/bigendian.mgt"}}}
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Types: []string{"tcp_xmit", "tcp_xmt"}}, `unknown event type "tcp_xmt" (the traces have `},
+		{Options{Groups: []string{"bogus"}}, `unknown event group "bogus"`},
+		{Options{Expr: "fields.srtt > 1"}, `--filter: column 1: no event in the traces has a field "srtt"`},
+		{Options{Expr: `size > 0 && fields["nope"] == 1`}, `column 13: no event in the traces has a field "nope"`},
+		{Options{Expr: "nosuchvar == 1"}, "undeclared reference to 'nosuchvar'"},
+		{Options{Expr: "size +"}, "--filter: bad filter: expr: 1:"},
+	} {
+		_, err := New(in, tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: %v, want one line with %q", tc.opts, err, tc.want)
+		}
+	}
+	s, err := New(in, Options{Expr: "fields.seq > 0 && comm == 'curl'", Types: []string{"tcp_xmit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Apply(in)
+	r, err := in[0].Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		if name := rec.Type.Name; name != "task" && name != "iface" {
+			if name != "tcp_xmit" {
+				t.Errorf("selected a %s record", name)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Error("selected no tcp_xmit of curl")
 	}
 }

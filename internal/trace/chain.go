@@ -122,8 +122,10 @@ type Source struct {
 	Since, Until int64
 	// Salvage reads on after damaged data (Reader.SetSalvage).
 	Salvage bool
-	// Keep, if set, selects the records to read (Reader.SetKeep).
-	Keep func(Record) bool
+	// Keep, if set, makes the selection of records each Open reads
+	// (Reader.SetKeep): a new one per reader, since a selection may
+	// follow the trace as it is read (the names of its threads).
+	Keep func() func(Record) bool
 	// Notes are known before reading (files of the recording missing
 	// before the first): Warnings returns them first.
 	Notes []string
@@ -143,7 +145,9 @@ func (s Source) Open() (*Reader, error) {
 	}
 	r.SetWindow(s.Since, s.Until)
 	r.SetSalvage(s.Salvage)
-	r.SetKeep(s.Keep)
+	if s.Keep != nil {
+		r.SetKeep(s.Keep())
+	}
 	r.notes = s.Notes
 	return r, nil
 }
