@@ -244,6 +244,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("types=sock_recv&ports=5201", `{"types":["tcp_state"],"expr":"fields.cwnd > 10"}`)
 	f.Add("expr=size%20%3E%201000&addrs=10.0.0.0/8", `{"addrs":["::1"],"netns":["lab"]}`)
 	f.Add("groups=sched,conn&pids=1,2,3", `{"conns":[1,2],"protos":["udp"],"expr":"owner.comm == 'x'"}`)
+	f.Add("pcap=tcp%20port%20443%20and%20host%2010.0.0.2", `{"pcap":"not (udp or src net fd00::/8)"}`)
 	f.Fuzz(func(t *testing.T, query, body string) {
 		opts := Options{NetNS: func(string) (uint32, error) { return 0, errors.New("none") }}
 		check := func(spec magnetclient.Filter) {
