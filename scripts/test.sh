@@ -46,6 +46,7 @@ fuzz FuzzReader 400000x ./internal/trace
 fuzz FuzzExport 90000x ./internal/export
 fuzz FuzzReport 20000x ./internal/analyze
 fuzz FuzzParse 50000x ./internal/filter
+fuzz FuzzParse 100000x ./internal/pcapfilter
 fuzz FuzzDecodeMessage 200000x ./internal/bwprobe
 fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -80,6 +81,7 @@ type Filter struct {
 	netns   []uint32
 	protos  []uint8
 	expr    *program
+	pcap    *pcapfilter.Expr
 }
 
 // Options tell Parse how to resolve names.
@@ -181,6 +183,13 @@ func Parse(spec magnetclient.Filter, opts Options) (*Filter, error) {
 		default:
 			return nil, bad("protos: %q (want tcp or udp)", p)
 		}
+	}
+	if spec.Pcap != "" {
+		e, err := pcapfilter.Parse(spec.Pcap)
+		if err != nil {
+			return nil, bad("pcap: %v", strings.TrimPrefix(err.Error(), "pcap filter: "))
+		}
+		f.pcap = e
 	}
 	if spec.Expr != "" {
 		prg, err := compile(spec.Expr)
@@ -290,7 +299,7 @@ func (f *Filter) Match(e *Event) bool {
 			return false
 		}
 	}
-	if len(f.ports) > 0 || len(f.lports) > 0 || len(f.rports) > 0 || len(f.addrs) > 0 || len(f.protos) > 0 {
+	if f.connKeys() {
 		if !e.HasConn {
 			return false
 		}
@@ -299,12 +308,17 @@ func (f *Filter) Match(e *Event) bool {
 	return true
 }
 
+// connKeys reports whether the filter tests a connection's addresses.
+func (f *Filter) connKeys() bool {
+	return len(f.ports) > 0 || len(f.lports) > 0 || len(f.rports) > 0 || len(f.addrs) > 0 || len(f.protos) > 0 || f.pcap != nil
+}
+
 // MatchConnKeys applies only the tests of a connection's addresses
 // (ports, addrs, protos), which need nothing but the connection: a caller
 // runs it before building an Event, which most events of a busy host never
 // need. hasConn says whether the connection is known (Event.HasConn).
 func (f *Filter) MatchConnKeys(hasConn bool, proto uint8, local, remote netip.AddrPort) bool {
-	if len(f.ports) == 0 && len(f.lports) == 0 && len(f.rports) == 0 && len(f.addrs) == 0 && len(f.protos) == 0 {
+	if !f.connKeys() {
 		return true
 	}
 	return hasConn && f.matchConn(proto, local, remote)
@@ -329,6 +343,9 @@ func (f *Filter) matchConn(proto uint8, local, remote netip.AddrPort) bool {
 		if !slices.ContainsFunc(f.addrs, func(p netip.Prefix) bool { return p.Contains(la) || p.Contains(ra) }) {
 			return false
 		}
+	}
+	if f.pcap != nil && !f.pcap.Match(pcapfilter.Conn{Proto: proto, Local: local, Remote: remote}) {
+		return false
 	}
 	return true
 }
@@ -363,7 +380,7 @@ func (f *Filter) MatchConn(c Conn) bool {
 			return false
 		}
 	}
-	if len(f.ports) > 0 || len(f.lports) > 0 || len(f.rports) > 0 || len(f.addrs) > 0 || len(f.protos) > 0 {
+	if f.connKeys() {
 		return c.Opened && f.matchConn(c.Proto, c.Local, c.Remote)
 	}
 	return true
@@ -423,6 +440,11 @@ func FromQuery(q url.Values, extra ...string) (magnetclient.Filter, error) {
 			f.NetNS = list(key)
 		case "protos":
 			f.Protos = list(key)
+		case "pcap":
+			if len(vals) > 1 {
+				return f, bad("pcap: give one expression (combine with and)")
+			}
+			f.Pcap = vals[0]
 		case "expr":
 			if len(vals) > 1 {
 				return f, bad("expr: give one expression (combine with &&)")

@@ -244,6 +244,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("types=sock_recv&ports=5201", `{"types":["tcp_state"],"expr":"fields.cwnd > 10"}`)
 	f.Add("expr=size%20%3E%201000&addrs=10.0.0.0/8", `{"addrs":["::1"],"netns":["lab"]}`)
 	f.Add("groups=sched,conn&pids=1,2,3", `{"conns":[1,2],"protos":["udp"],"expr":"owner.comm == 'x'"}`)
+	f.Add("pcap=tcp%20port%20443%20and%20host%2010.0.0.2", `{"pcap":"not (udp or src net fd00::/8)"}`)
 	f.Fuzz(func(t *testing.T, query, body string) {
 		opts := Options{NetNS: func(string) (uint32, error) { return 0, errors.New("none") }}
 		check := func(spec magnetclient.Filter) {
@@ -329,5 +330,38 @@ func TestMatchConnKeys(t *testing.T) {
 		if got := f.MatchConnKeys(false, 0, netip.AddrPort{}, netip.AddrPort{}); got != noKeys {
 			t.Errorf("%+v, unknown connection: %v, want %v", tc.spec, got, noKeys)
 		}
+	}
+}
+
+// The pcap key means what it means to the readers (internal/pcapfilter):
+// src is the local end; an event without a connection never matches.
+func TestPcap(t *testing.T) {
+	e := sockRecv() // local 10.200.0.2:5201, remote 10.200.0.1:40000, tcp
+	for expr, want := range map[string]bool{
+		"tcp port 5201":                          true,
+		"udp":                                    false,
+		"src port 5201 and dst port 40000":       true,
+		"dst host 10.200.0.2":                    false,
+		"host 10.200.0.2 and not ip6":            true,
+		"net 10.200.0.0/24 and portrange 1-1024": false,
+	} {
+		f := mustParse(t, "pcap="+url.QueryEscape(expr))
+		if got := f.Match(e); got != want {
+			t.Errorf("%q: %v, want %v", expr, got, want)
+		}
+		if got := f.MatchConnKeys(true, e.Proto, e.Local, e.Remote); got != want {
+			t.Errorf("%q: MatchConnKeys %v, want %v", expr, got, want)
+		}
+		if got := f.MatchConn(Conn{Opened: true, Proto: e.Proto, Local: e.Local, Remote: e.Remote}); got != want {
+			t.Errorf("%q: MatchConn %v, want %v", expr, got, want)
+		}
+	}
+	none := &Event{Type: event.DevRecv, Name: "dev_recv"}
+	if mustParse(t, "pcap=not+udp").Match(none) {
+		t.Error("an event without a connection matched a pcap expression")
+	}
+	_, err := Parse(magnetclient.Filter{Pcap: "tcp port"}, Options{})
+	if !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "pcap: column 9 (end): port needs a value") {
+		t.Errorf("bad pcap expression: %v", err)
 	}
 }

@@ -122,6 +122,10 @@ type Source struct {
 	Since, Until int64
 	// Salvage reads on after damaged data (Reader.SetSalvage).
 	Salvage bool
+	// Keep, if set, makes the selection of records each Open reads
+	// (Reader.SetKeep): a new one per reader, since a selection may
+	// follow the trace as it is read (the names of its threads).
+	Keep func() func(Record) bool
 	// Notes are known before reading (files of the recording missing
 	// before the first): Warnings returns them first.
 	Notes []string
@@ -141,6 +145,9 @@ func (s Source) Open() (*Reader, error) {
 	}
 	r.SetWindow(s.Since, s.Until)
 	r.SetSalvage(s.Salvage)
+	if s.Keep != nil {
+		r.SetKeep(s.Keep())
+	}
 	r.notes = s.Notes
 	return r, nil
 }

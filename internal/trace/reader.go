@@ -33,8 +33,9 @@ type Reader struct {
 	chain      *chain        // set by OpenChain: the files after this one
 	notes      []string      // Source.Notes, first of Warnings
 
-	windowed       bool  // SetWindow: only events in [winFrom, winTo)
-	winFrom, winTo int64 // wall-clock ns; 0 = open
+	windowed       bool              // SetWindow: only events in [winFrom, winTo)
+	keep           func(Record) bool // SetKeep
+	winFrom, winTo int64             // wall-clock ns; 0 = open
 
 	hdr   Header
 	order binary.ByteOrder
@@ -178,11 +179,16 @@ func (r *Reader) Next() (Record, error) {
 		} else {
 			rec, err = r.next()
 		}
-		if err != nil || !r.windowed || r.inWindow(rec) {
+		if err != nil || (!r.windowed || r.inWindow(rec)) && (r.keep == nil || r.keep(rec)) {
 			return rec, err
 		}
 	}
 }
+
+// SetKeep makes Next return only the records keep accepts (nil: all); a
+// selection of events (internal/evselect) that every reader of the trace
+// then sees.
+func (r *Reader) SetKeep(keep func(Record) bool) { r.keep = keep }
 
 // SetWindow makes Next return only the events whose wall-clock time (ns
 // since the Unix epoch) is in [from, to); 0 leaves a side open. State

@@ -345,6 +345,9 @@ func (f Filter) Values() url.Values {
 	if f.Expr != "" {
 		q.Set("expr", f.Expr)
 	}
+	if f.Pcap != "" {
+		q.Set("pcap", f.Pcap)
+	}
 	return q
 }
 

@@ -22,6 +22,7 @@ type Filter struct {
 	NetNS       []string `json:"netns,omitempty"` // inode numbers or names under /run/netns
 	Protos      []string `json:"protos,omitempty"`
 	Expr        string   `json:"expr,omitempty"` // CEL, see docs/DAEMON.md
+	Pcap        string   `json:"pcap,omitempty"` // pcap-filter expression over the connection, see docs/FILTERS.md
 }
 
 // Status is GET /v1/status.

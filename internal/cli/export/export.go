@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -26,8 +27,9 @@ func New() *cobra.Command {
 	var ds datasetFlags
 	var noConns, salvage bool
 	var selFlags archive.Flags
+	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "export TRACE... --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
+		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -45,17 +47,28 @@ places them. --format pcapng merges the packets of several traces the same
 way (as mergecap does), an interface per trace, namespace and ifindex.
 
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
-directory or archive, narrowed with --host, --since and --until.`,
+directory or archive, narrowed with --host, --since and --until.
+
+Arguments after the traces are a pcap-filter expression ("tcp port 443");
+it, --filter, --types and --groups select the events exported
+(docs/FILTERS.md).`,
 		Example: `  magnet export ftp.mgt --format parquet -o ftp.parquet   # and ftp.conns.parquet
   magnet export sender.mgt receiver.mgt --format csv -o both.csv
   duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"
   magnet export /srv/magnet-archive --host a,b --since 10:00 --until 10:05 -f parquet -o ten.parquet`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := evFlags.Args(cmd, args)
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
 			if err := export.CheckFormat(format); err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
 			if ds.dir != "" {
+				if evFlags.Active() {
+					return fmt.Errorf("export: --dataset keeps every event; select with the readers of the dataset")
+				}
 				return ds.run(cmd, args, format, output, &selFlags)
 			}
 			if output == "" {
@@ -76,6 +89,9 @@ directory or archive, narrowed with --host, --since and --until.`,
 			defer cleanup()
 			for i := range inputs {
 				inputs[i].Salvage = salvage
+			}
+			if err := evFlags.Apply(inputs, 0); err != nil {
+				return fmt.Errorf("export: %w", err)
 			}
 			read := readPaths(args, inputs)
 			srcs, err := export.OpenTables(inputs)
@@ -160,6 +176,7 @@ directory or archive, narrowed with --host, --since and --until.`,
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
+	evFlags.Register(f, "export events")
 	ds.register(f)
 	return cmd
 }

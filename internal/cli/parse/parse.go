@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -25,10 +26,11 @@ func New() *cobra.Command {
 		fileOrder, salvage          bool
 		timeFmt, events             string
 		conn                        uint64
+		evFlags                     evselect.Flags
 		selFlags                    archive.Flags
 	)
 	cmd := &cobra.Command{
-		Use:   "parse TRACE... [--host H --since T --until T]",
+		Use:   "parse TRACE... [EXPRESSION] [--types T,...] [--filter CEL]",
 		Short: "Print traces as tab-separated text, one event a line, in time order",
 		Long: `Print traces as tab-separated text: a header line, then one event a line with
 the columns time, cpu, pid, tid, comm, netns, conn, event, size and fields
@@ -54,14 +56,33 @@ each trace's own clock.
 
 TRACE may be one file, the files of one rotated recording (read as one
 timeline, in order), or a directory or archive, narrowed with
---host/--since/--until (see magnet archive ls).`,
+--host/--since/--until (see magnet archive ls).
+
+Arguments after the traces are a pcap-filter expression, as tcpdump takes
+one ("tcp port 443 and host 10.0.0.2"): it selects the events of the
+connections it matches; events with no connection (sched) never match. The
+traces are the arguments up to the first that is not an existing file or
+directory; write "--" before the expression to end them explicitly.
+--filter takes a CEL expression over the event's fields, the daemon's
+language; --types and --groups select event types and groups. All of them
+combine with AND (docs/FILTERS.md).`,
 		Example: `  magnet parse ftp.mgt | head
   magnet parse --conns ftp.mgt
-  magnet parse --events tcp_xmit,tcp_rcv --conn 4097 ftp.mgt
+  magnet parse --types tcp_xmit,tcp_rcv --conn 4097 ftp.mgt
+  magnet parse web.mgt 'tcp port 443 and host 10.1.2.3'
+  magnet parse web.mgt --filter 'rport == 5201 && size > 1000'
+  magnet parse a.mgt b.mgt -- udp
   magnet parse sender.mgt receiver.mgt --time abs
   magnet parse /srv/magnet-archive --host web1 --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := evFlags.Args(cmd, args)
+			if err != nil {
+				return fmt.Errorf("parse: %w", err)
+			}
+			if events != "" {
+				evFlags.Types = append(evFlags.Types, strings.Split(events, ",")...)
+			}
 			tf, err := export.ParseTimeFormat(timeFmt)
 			if err != nil {
 				return fmt.Errorf("parse: %w", err)
@@ -77,6 +98,12 @@ timeline, in order), or a directory or archive, narrowed with
 			defer cleanup()
 			for i := range inputs {
 				inputs[i].Salvage = salvage
+			}
+			// --conns lists the connections of the selected events.
+			if !header {
+				if err := evFlags.Apply(inputs, conn); err != nil {
+					return fmt.Errorf("parse: %w", err)
+				}
 			}
 			srcs, err := export.OpenTables(inputs)
 			if err != nil {
@@ -95,22 +122,6 @@ timeline, in order), or a directory or archive, narrowed with
 				}
 			default:
 				opts := export.TextOptions{Time: tf, Meta: meta, FileOrder: fileOrder}
-				sel, err := selectEvents(srcs, events)
-				if err != nil {
-					return fmt.Errorf("parse: %w", err)
-				}
-				if sel != nil || conn != 0 {
-					// By name: the files of a chain have equal dictionaries
-					// but types of their own; the last answer is kept.
-					var lastType *trace.EventType
-					var lastSel bool
-					opts.Filter = func(rec trace.Record) bool {
-						if sel != nil && rec.Type != lastType {
-							lastType, lastSel = rec.Type, sel[rec.Type.Name]
-						}
-						return (sel == nil || lastSel) && (conn == 0 || rec.Conn() == conn)
-					}
-				}
 				late, err := export.WriteTexts(out, srcs, opts)
 				if err != nil {
 					return fmt.Errorf("parse: %w", err)
@@ -136,7 +147,8 @@ timeline, in order), or a directory or archive, narrowed with
 	f.BoolVar(&header, "header", false, "print the trace header (host, clock, settings, event dictionary) as JSON")
 	f.BoolVar(&meta, "meta", false, "also print metadata records (task, iface)")
 	f.StringVar(&timeFmt, "time", "rel", "time column: rel (seconds since the first record), abs (UTC wall clock) or raw (ns)")
-	f.StringVar(&events, "events", "", "print only these event types (comma-separated names)")
+	evFlags.Register(f, "print events")
+	f.StringVar(&events, "events", "", "deprecated alias of --types (record's --events names groups)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
 	f.BoolVar(&fileOrder, "file-order", false, "print records in the order stored (each trace in turn) rather than in time order")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
@@ -216,36 +228,4 @@ func writeConns(out io.Writer, srcs []export.TableSource, asJSON bool) error {
 		}
 	}
 	return rerr
-}
-
-// selectEvents checks a comma-separated list of event names against the
-// traces' dictionaries: a name no trace has is an error.
-func selectEvents(srcs []export.TableSource, list string) (map[string]bool, error) {
-	if list == "" {
-		return nil, nil
-	}
-	sel := map[string]bool{}
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		found := false
-		for _, s := range srcs {
-			if s.Reader.Header().TypeByName(name) != nil {
-				sel[name], found = true, true
-			}
-		}
-		if !found {
-			var names []string
-			seen := map[string]bool{}
-			for _, s := range srcs {
-				for _, et := range s.Reader.Header().Types {
-					if !seen[et.Name] {
-						seen[et.Name] = true
-						names = append(names, et.Name)
-					}
-				}
-			}
-			return nil, fmt.Errorf("unknown event type %q (the traces have %s)", name, strings.Join(names, ", "))
-		}
-	}
-	return sel, nil
 }

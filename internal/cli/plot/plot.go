@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/plot"
 )
@@ -26,9 +27,10 @@ func New() *cobra.Command {
 	var window time.Duration
 	var windowEvents int
 	var selFlags archive.Flags
+	var evFlags evselect.Flags
 	var salvage bool
 	cmd := &cobra.Command{
-		Use:   "plot TRACE... --kind KIND -o FILE.svg|FILE.png",
+		Use:   "plot TRACE... [EXPRESSION] --kind KIND -o FILE.svg|FILE.png",
 		Short: "Draw a chart of a trace (SVG or PNG), without external tools",
 		Long: `Draw one chart of a trace:
   modulation  application sends vs device transmits: size against time (MAGNeT Fig. 12)
@@ -42,9 +44,15 @@ The connection is the one that moved the most application bytes unless --conn sa
 The output's extension chooses the format: .svg (vector, for pages) or .png (an image
 at twice the chart's size, drawn with the built-in Go fonts).
 TRACE may be a file, the files of one rotated recording, or a directory or archive
-narrowed to one recording with --host, --since and --until.`,
+narrowed to one recording with --host, --since and --until.
+Arguments after the trace are a pcap-filter expression ("tcp port 443"); it,
+--filter, --types and --groups select the events drawn (docs/FILTERS.md).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := evFlags.Args(cmd, args)
+			if err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
 			if output == "" {
 				return fmt.Errorf("plot: an output file is required (-o FILE.svg or -o FILE.png)")
 			}
@@ -63,6 +71,9 @@ narrowed to one recording with --host, --since and --until.`,
 			defer cleanup()
 			for i := range srcs {
 				srcs[i].Salvage = salvage
+			}
+			if err := evFlags.Apply(srcs, 0); err != nil {
+				return fmt.Errorf("plot: %w", err)
 			}
 			if len(srcs) > 1 {
 				return fmt.Errorf("plot: the selection holds %d traces (%s, ...): plot draws one; narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
@@ -98,6 +109,7 @@ narrowed to one recording with --host, --since and --until.`,
 	f.IntVar(&windowEvents, "window-events", 0, "bandwidth: slide over this many events instead (MAGNET 2.0 used 1000)")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
+	evFlags.Register(f, "draw events")
 	return cmd
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
@@ -26,8 +27,9 @@ func New() *cobra.Command {
 	var asJSON, salvage bool
 	var htmlOut string
 	var selFlags archive.Flags
+	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "report TRACE... [--conn ID] [--json] [--host H --since T --until T]",
+		Use:   "report TRACE... [EXPRESSION] [--conn ID] [--json] [--host H --since T --until T]",
 		Short: "Show how each layer of the stack reshapes what the application sent (modulation)",
 		Long: `For each connection (busiest first) and for the host: at every layer the data
 passes, from the application's sends down to the device and up to the
@@ -51,13 +53,22 @@ wire (dev_xmit→dev_recv) to the receiver's sock_recv: "end to end".
 
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until: each
-recording selected is one trace of the report.`,
+recording selected is one trace of the report.
+
+Arguments after the traces are a pcap-filter expression ("tcp port 443"),
+--filter a CEL expression over the event's fields, --types and --groups
+event types and groups: the report sees only the events they select, as
+parse prints them (docs/FILTERS.md).`,
 		Example: `  magnet report ftp.mgt
   magnet report --json sender.mgt receiver.mgt
   magnet report --conn 4129 --html ftp.html ftp.mgt
   magnet report /srv/magnet-archive --host a,b --since 10:00 --until 10:05`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			args, err := evFlags.Args(cmd, args)
+			if err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
 			sel, err := selFlags.Selection(time.Now())
 			if err != nil {
 				return fmt.Errorf("report: %w", err)
@@ -69,6 +80,9 @@ recording selected is one trace of the report.`,
 			defer cleanup()
 			for i := range srcs {
 				srcs[i].Salvage = salvage
+			}
+			if err := evFlags.Apply(srcs, 0); err != nil {
+				return fmt.Errorf("report: %w", err)
 			}
 			rep, err := analyze.ModulationOf(srcs, conn)
 			if err != nil {
@@ -136,6 +150,7 @@ recording selected is one trace of the report.`,
 	cmd.Flags().StringVar(&htmlOut, "html", "", "write one self-contained HTML page with the tables and every plot")
 	cmd.Flags().BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(cmd.Flags())
+	evFlags.Register(cmd.Flags(), "report events")
 	return cmd
 }
 

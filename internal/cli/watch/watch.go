@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -27,18 +28,20 @@ import (
 func New() *cobra.Command {
 	var (
 		socket, tokenFile, expr string
-		types                   []string
+		types, groups           []string
 		ports, pids, conns      []uint
 		queue                   int
 		asJSON                  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "watch [flags]",
+		Use:   "watch [EXPRESSION] [flags]",
 		Short: "Print live events from the magnet daemon",
 		Long: `Print the events the magnet daemon sees, live, one a line: those of your own
 processes' connections (root, and members of the daemon's see-all groups: every
 event). Filters combine with AND; --filter takes a CEL expression over the
-event's fields (docs/DAEMON.md#filters). Other users' processes an event ran in
+event's fields and the arguments, joined, a pcap-filter expression over the
+event's connection ("tcp port 5201"), as parse, report, export and plot take
+them (docs/FILTERS.md). Other users' processes an event ran in
 (a softirq interrupts anyone's) show as pid 0 with no command.
 
 A watch is one of the daemon's subscriptions: a user holds at most
@@ -48,12 +51,17 @@ the daemon's access.user_groups allows them (docs/DAEMON.md#limits-per-user).
 
 Lines starting with "#" say that events were lost: by this watch when the
 terminal could not keep up, or by the recorder when a kernel ring was full.`,
-		Example: `  magnet watch --conn-port 5201
-  magnet watch --pid 1234 --type sock_send,sock_recv
-  magnet watch --type tcp_state --filter 'fields.srtt_us > 1000' --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := magnetclient.Filter{Types: types, Expr: expr}
+		Example: `  magnet watch 'tcp port 5201'
+  magnet watch --pid 1234 --types sock_send,sock_recv
+  magnet watch --types tcp_state --filter 'fields.srtt_us > 1000' --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := magnetclient.Filter{Types: types, Groups: groups, Expr: expr, Pcap: strings.Join(args, " ")}
+			if f.Pcap != "" {
+				// Checked here too, so that a typo fails before dialling.
+				if _, err := pcapfilter.Parse(f.Pcap); err != nil {
+					return fmt.Errorf("watch: %w", err)
+				}
+			}
 			for _, p := range ports {
 				if p == 0 || p > 65535 {
 					return fmt.Errorf("watch: --conn-port %d: want 1-65535", p)
@@ -121,7 +129,9 @@ terminal could not keep up, or by the recorder when a kernel ring was full.`,
 	fl.UintSliceVar(&ports, "conn-port", nil, "only connections with this local or remote port")
 	fl.UintSliceVar(&pids, "pid", nil, "only this process (the connections it owns)")
 	fl.UintSliceVar(&conns, "conn", nil, "only this connection id")
-	fl.StringSliceVar(&types, "type", nil, "only these event types (e.g. sock_send,tcp_state)")
+	fl.StringSliceVar(&types, "types", nil, "only these event types (e.g. sock_send,tcp_state)")
+	fl.StringSliceVar(&types, "type", nil, "deprecated alias of --types")
+	fl.StringSliceVar(&groups, "groups", nil, "only events of these groups (e.g. sock,tcp); enables them")
 	fl.StringVar(&expr, "filter", "", "a CEL expression the event must satisfy")
 	fl.IntVar(&queue, "queue", 0, "events the daemon may hold for this watch (0: its default)")
 	fl.BoolVar(&asJSON, "json", false, "print the daemon's messages as JSON, one a line")
