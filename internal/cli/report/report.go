@@ -112,6 +112,7 @@ recording selected is one trace of the report.`,
 					fmt.Fprintf(out, ", peer %d", c.Conn.Peer)
 				}
 				fmt.Fprintln(out)
+				writeVerdict(out, c.Verdict)
 				writeLayers(out, c.Layers)
 				writeDetails(out, c)
 			}
