@@ -170,6 +170,13 @@ func helper(cmd command, h netlab.Host, role string, vars map[string]string) *ex
 // verdict and the kernel's chrono figures.
 func runScenario(t *testing.T, cmd command, snd, rcv netlab.Host, sc scenario) (*analyze.ConnReport, chrono) {
 	t.Helper()
+	c, ch, _ := runScenarioReport(t, cmd, snd, rcv, sc)
+	return c, ch
+}
+
+// runScenarioReport is runScenario with the whole report.
+func runScenarioReport(t *testing.T, cmd command, snd, rcv netlab.Host, sc scenario) (*analyze.ConnReport, chrono, *analyze.Report) {
+	t.Helper()
 	port := 20000 + (os.Getpid()+int(time.Now().UnixNano()%1000))%20000
 	addr := fmt.Sprintf("%s:%d", rcv.Addr, port)
 	var ch chrono
@@ -215,11 +222,11 @@ func runScenario(t *testing.T, cmd command, snd, rcv netlab.Host, sc scenario) (
 			if c.Verdict == nil {
 				t.Fatalf("sender's connection has no verdict")
 			}
-			return c, ch
+			return c, ch, rep
 		}
 	}
 	t.Fatalf("no sender connection in the report")
-	return nil, ch
+	return nil, ch, nil
 }
 
 func logVerdict(t *testing.T, c *analyze.ConnReport, ch chrono) {
@@ -373,5 +380,51 @@ func TestVerdictCwndLimited(t *testing.T) {
 	}
 	if ch.RwndUs != 0 || v.Shares["rwnd_limited"] > 0.02 {
 		t.Errorf("rwnd-limited: kernel %d µs, verdict share %.3f; want none", ch.RwndUs, v.Shares["rwnd_limited"])
+	}
+}
+
+// Two runs of one scenario (a sender pausing 10 ms between 16 KiB writes)
+// differ in no figure beyond the noise; a different scenario (a slow
+// reader holding the window shut) differs in the verdict's shares and the
+// spacing of the sends (their throughputs happen to be close: 10 and 12
+// Mbit/s).
+func TestDiffRuns(t *testing.T) {
+	needRoot(t)
+	l := netlab.ForTest(t, netlab.Options{Name: "mgvdiff"})
+	app := func() *analyze.Report {
+		_, _, rep := runScenarioReport(t, l.Command, l.Client, l.Server, scenario{
+			recv: map[string]string{},
+			send: map[string]string{"COUNT": "50", "SIZE": "16384", "SLEEP_US": "10000"},
+		})
+		return rep
+	}
+	a1, a2 := app(), app()
+	_, _, rw := runScenarioReport(t, l.Command, l.Client, l.Server, scenario{
+		recv: map[string]string{"RCVBUF": "4096", "READ": "2048", "READ_SLEEP_US": "1000"},
+		send: map[string]string{"COUNT": "16", "SIZE": "65536"},
+	})
+	same := analyze.Compare(a1, a2)
+	for _, f := range same.Figures {
+		t.Logf("same scenario: %s %.4g vs %.4g significant %v", f.Name, f.A, f.B, f.Significant)
+	}
+	for _, x := range same.Dists {
+		t.Logf("same scenario: %s %s KS %.3f critical %.3f significant %v", x.Layer, x.What, x.KS, x.Critical, x.Significant)
+	}
+	if same.Significant != 0 {
+		t.Errorf("two runs of one scenario: %d differences beyond the noise", same.Significant)
+	}
+	d := analyze.Compare(a1, rw)
+	sig := map[string]bool{}
+	for _, f := range d.Figures {
+		sig[f.Name] = f.Significant
+	}
+	for _, x := range d.Dists {
+		sig[x.Layer+" "+x.What] = x.Significant
+	}
+	t.Logf("different scenarios: %v", sig)
+	for _, want := range []string{"share app_limited", "share rwnd_limited", "sock_send spacing_us"} {
+		if !sig[want] {
+			t.Errorf("%s: no significant difference between an app-limited and a window-limited run", want)
+		}
 	}
 }
