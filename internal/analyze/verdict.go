@@ -19,12 +19,13 @@ import (
 // (sock_send), sent (tcp_xmit), acknowledged (tcp_rcv, tcp_state) and the
 // windows of the latest tcp_state snapshot:
 //
-//   - app_limited: nothing unacknowledged, or nothing left unsent and the
-//     send buffer well below the most it held: the application had nothing
-//     for TCP to send;
-//   - sndbuf_limited: nothing left unsent, and what is unacknowledged fills
-//     at least half the most the send buffer ever held: the application's
-//     write waited for buffer space freed by ACKs;
+//   - app_limited: nothing unacknowledged; or nothing left unsent, no
+//     write call under way, and everything acknowledged before the next
+//     call sent anything: the application had nothing for TCP to send;
+//   - sndbuf_limited: nothing left unsent while a write call is under way
+//     (TCP sent bytes no returned call accounts for), or between calls
+//     when the next call sent before everything was acknowledged: the
+//     application's write waited for buffer space freed by ACKs;
 //   - rwnd_limited: data waiting, and the next segment would pass the
 //     peer's advertised window (snd_una + snd_wnd);
 //   - cwnd_limited: data waiting, the peer's window open: the congestion
@@ -68,6 +69,13 @@ const (
 	vRwnd
 	vCwnd
 	vStates
+	// vBetween: nothing unsent, something unacknowledged, no write call
+	// under way that sent anything. sock_send fires when a call returns,
+	// so a writer whose next call blocked at once on a full buffer looks
+	// the same as one that paused. The time is held until it is known:
+	// the application's if everything is acknowledged before more is
+	// sent, the send buffer's if the next call sends first.
+	vBetween = vStates
 )
 
 var verdictNames = [vStates]string{"unknown", "app_limited", "sndbuf_limited", "rwnd_limited", "cwnd_limited"}
@@ -132,6 +140,7 @@ type verdictTracker struct {
 	maxOcc           int64
 	maxFlight        int64
 	cwndFull         uint64
+	between          uint64 // vBetween time not yet given to a state
 	started          bool
 	last             uint64
 	spent            [vStates]uint64
@@ -153,27 +162,33 @@ func (v *verdictTracker) class() int {
 	if v.haveBase && occ <= 0 {
 		return vApp
 	}
-	if !v.haveSnap || !v.haveBase {
+	if !v.haveBase {
 		return vUnknown
 	}
 	mss := int64(v.snap.mss)
 	if mss <= 0 {
-		mss = 1448
+		mss = 1448 // before the first snapshot: Ethernet's
 	}
 	if v.written-v.sent >= mss {
-		if v.sent+mss > v.rel(v.snap.sndUna)+int64(v.snap.sndWnd) {
+		if !v.haveSnap {
+			return vUnknown
+		}
+		// The window's right edge is the latest snapshot's, taken before
+		// the ACK that triggered it was processed: until the next one it
+		// can lag an edge that ACK moved (tcp_rcv does not carry the
+		// window), which counts a little cwnd-bound time here.
+		if edge := v.rel(v.snap.sndUna) + int64(v.snap.sndWnd); v.sent+mss > edge {
 			return vRwnd
 		}
 		return vCwnd
 	}
 	// Nothing unsent. A write call is under way when TCP sent bytes no
-	// returned call accounts for: it waits for buffer space. Between calls,
-	// a buffer at least half as full as the most ever in flight is taken
-	// as full too (the next call blocked at once).
-	if v.sent > v.calls || 2*occ >= v.maxFlight {
+	// returned call accounts for: it waits for buffer space. Between calls
+	// it is not known yet: see vBetween.
+	if v.sent > v.calls {
 		return vSndbuf
 	}
-	return vApp
+	return vBetween
 }
 
 // observe takes one event of the connection end, in time order.
@@ -181,7 +196,9 @@ func (v *verdictTracker) observe(e *ev) {
 	if v.started && e.t > v.last {
 		dt := e.t - v.last
 		c := v.class()
-		if c == vApp && v.written-v.acked <= 0 {
+		if c == vBetween {
+			v.between += dt
+		} else if c == vApp && v.written-v.acked <= 0 {
 			// Nothing unacknowledged: the application's if it writes again,
 			// the connection's tail if it never does.
 			v.idle += dt
@@ -245,6 +262,16 @@ func (v *verdictTracker) observe(e *ev) {
 			v.sent = max(v.sent, min(v.rel(e.snap.sndNxt), v.written))
 		}
 	}
+	if v.between > 0 {
+		switch {
+		case v.written-v.acked <= 0:
+			v.spent[vApp] += v.between
+			v.between = 0
+		case v.sent > v.calls:
+			v.spent[vSndbuf] += v.between
+			v.between = 0
+		}
+	}
 	v.maxOcc = max(v.maxOcc, v.written-v.acked)
 	v.maxFlight = max(v.maxFlight, v.sent-v.acked)
 }
@@ -275,6 +302,9 @@ func (v *verdictTracker) finish(haveSnaps bool, retrans uint64) *Verdict {
 		return nil
 	}
 	vd := &Verdict{Shares: map[string]float64{}, RetransSegs: retrans}
+	// Nothing was written after it: the application's.
+	v.spent[vApp] += v.between
+	v.between = 0
 	var total uint64
 	for _, d := range v.spent {
 		total += d
@@ -332,7 +362,7 @@ func (v *verdictTracker) finish(haveSnaps bool, retrans uint64) *Verdict {
 		vd.Evidence = append(vd.Evidence, fmt.Sprintf("app_limited: %d pauses with nothing unacknowledged before the application wrote again, the longest %.3f ms", v.idleGaps, float64(v.longestIdle)/1e6))
 	}
 	if v.spent[vSndbuf] > 0 {
-		vd.Evidence = append(vd.Evidence, fmt.Sprintf("sndbuf_limited: nothing unsent while a write call was under way or at least half of the most ever in flight (%d B) was unacknowledged; the send buffer held at most %d B", v.maxFlight, v.maxOcc))
+		vd.Evidence = append(vd.Evidence, fmt.Sprintf("sndbuf_limited: nothing unsent while a write call waited; at most %d B in flight, %d B in the send buffer", v.maxFlight, v.maxOcc))
 	}
 	if v.rwndAt.N > 0 {
 		vd.Evidence = append(vd.Evidence, fmt.Sprintf("rwnd_limited: peer's window median %.0f B, min %.0f B; in flight median %.0f B", v.rwndAt.Quantile(0.5), v.rwndAt.Min, v.inflight.Quantile(0.5)))
