@@ -39,10 +39,10 @@ type FigureDiff struct {
 // DistDiff compares one distribution of both runs with the two-sample
 // Kolmogorov-Smirnov distance KS (the largest gap between their
 // cumulative distributions, read off the histograms' shared buckets). It
-// is significant when KS exceeds both the test's critical value at
-// alpha = 0.001 and NoiseFloor: with thousands of events the test alone
-// flags the small shifts that two runs of one workload on a shared host
-// always show.
+// is significant when KS exceeds the test's critical value at alpha =
+// 0.001 and NoiseFloor, and the medians differ by more than medianFloor:
+// KS is blind to scale, so two runs of a paced workload whose narrow
+// spacing moved by 2% (timer slack) differ in KS by up to 0.71.
 type DistDiff struct {
 	Layer       string  `json:"layer"`
 	What        string  `json:"what"` // "spacing_us" or "size_bytes"
@@ -58,10 +58,12 @@ type DistDiff struct {
 }
 
 // NoiseFloor is the KS distance below which two runs count as the same;
-// see DistDiff. Two runs of one paced workload (16 KiB every 10 ms) on the
-// 2-CPU test host differed by up to 0.41 in the spacing of sends and
-// receives: timer slack and CPU contention, not the network.
+// see DistDiff.
 const NoiseFloor = 0.5
+
+// medianFloor is the relative shift of the median a significant
+// distribution difference must also have.
+const medianFloor = 0.25
 
 // Floors of the single figures: see FigureDiff.
 // The same two runs differed by 48% in srtt (86 vs 167 µs on a veth) and
@@ -155,7 +157,11 @@ func distDiff(layer, what string, a, b *Dist) DistDiff {
 	x.KS = ksDistance(a, b)
 	n, m := float64(a.N), float64(b.N)
 	x.Critical = 1.949 * math.Sqrt((n+m)/(n*m)) // c(alpha) = sqrt(-ln(alpha/2)/2), alpha 0.001
-	x.Significant = x.KS > x.Critical && x.KS > NoiseFloor
+	shift := 0.0
+	if m := math.Max(x.MedianA, x.MedianB); m > 0 {
+		shift = math.Abs(x.MedianB-x.MedianA) / m
+	}
+	x.Significant = x.KS > x.Critical && x.KS > NoiseFloor && shift > medianFloor
 	return x
 }
 

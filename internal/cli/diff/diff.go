@@ -25,11 +25,12 @@ func New() *cobra.Command {
 distribution of every layer's sizes and spacings.
 
 Distributions are compared whole, with the two-sample Kolmogorov-Smirnov
-distance: a difference is significant when it exceeds both the test's
-critical value (alpha 0.001) and a noise floor of 0.2, the most two runs of
-one workload differed by when measured. Single figures have no spread of
-their own: they count as significant beyond 15% (relative) or 0.15 of the
-transfer (shares).`,
+distance: a difference is significant when it exceeds the test's critical
+value (alpha 0.001) and a noise floor of 0.5, and the medians moved by more
+than 25%. Single figures have no spread of their own: they count as
+significant beyond 50% (rates, times), 10 and 50% (retransmissions) or 0.15
+of the transfer (verdict shares). The floors are what two runs of one
+workload differed by when measured (docs/REPORT.md).`,
 		Example: `  magnet diff before.mgt after.mgt
   magnet diff --json a.mgt b.mgt`,
 		Args: cobra.ExactArgs(2),
