@@ -52,6 +52,8 @@ type ConnReport struct {
 	// Path follows the segments this end sent to the peer's application,
 	// when both ends are in the traces.
 	Path *Path `json:"path,omitempty"`
+	// Verdict: why the transfer went no faster (verdict.go).
+	Verdict *Verdict `json:"verdict,omitempty"`
 }
 
 // Report is the modulation of every connection and of the host.
@@ -136,6 +138,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	s.newConn = func(cs *connState) {
 		cs.detail = newConnDetail(cs.src.dec)
 		cs.hops = newHopTracker(cs)
+		cs.verdict = &verdictTracker{}
 	}
 	rx := make([]*rxTracker, len(s.srcs))
 	for i, src := range s.srcs {
@@ -159,6 +162,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		if cs != nil {
 			cs.detail.observe(e)
 			if !cs.notTCP {
+				cs.verdict.observe(e)
 				ht := cs.hops
 				ht.step(e)
 				if e.kind == kSockRecv && e.size > 0 && !ht.reads(e.tid) {
@@ -272,6 +276,9 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 					cr.Layers = append(cr.Layers, sr.st)
 				}
 			}
+			if !cs.notTCP {
+				cr.Verdict = cs.verdict.finish(src.dec.snap.ok, d.tcp.RetransSegs)
+			}
 			if len(cr.Layers) > 0 {
 				rep.Conns = append(rep.Conns, cr)
 			}
@@ -280,6 +287,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	if crossClock {
 		rep.Warnings = append(rep.Warnings, "traces of different machines were placed on one timeline by their wall clocks: one-way figures across them (the wire hop, end to end) are only as good as the machines' clock synchronisation (NTP: ~1 ms, PTP: ~1 µs)")
 	}
+	attachReceivers(rep.Conns)
 	// Busiest connections first.
 	sort.SliceStable(rep.Conns, func(i, j int) bool { return busiest(rep.Conns[i]) > busiest(rep.Conns[j]) })
 	for li, sr := range host {

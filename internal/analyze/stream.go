@@ -111,6 +111,8 @@ type ev struct {
 	kind          kind
 	flags         uint8
 	src           uint16 // index of the trace
+
+	snap *tcpSnap // tcp_state: the windows (verdict.go)
 }
 
 // decoder turns one trace's records into evs.
@@ -120,10 +122,11 @@ type decoder struct {
 	a, b, c, d, e [numKinds]fld
 	// conn_close's bytes_acked, a u64 split into b and c
 	bytesAcked fld
+	snap       snapFields
 }
 
 func newDecoder(h *trace.Header) *decoder {
-	d := &decoder{}
+	d := &decoder{snap: newSnapFields(h)}
 	byName := map[string]kind{}
 	for k, n := range kindNames {
 		if n != "" {
@@ -176,7 +179,8 @@ type connState struct {
 	layers [numLayers]*series
 	plot   *connSeries
 	// path: segments this end sent, followed to the peer's application.
-	path *pathStats
+	path    *pathStats
+	verdict *verdictTracker
 }
 
 // source is one trace being read.
@@ -391,6 +395,9 @@ func (s *stream) advance(src *source) error {
 		src.head = ev{t: uint64(ct), cs: cs, size: rec.Size(), tid: rec.TID(), kind: k, flags: b[31], cpu: ne.Uint16(b[28:]),
 			a: uint32(d.a[k].get(b)), b: uint32(d.b[k].get(b)), c: uint32(d.c[k].get(b)),
 			d: uint32(d.d[k].get(b)), e: uint32(d.e[k].get(b)), src: uint16(src.index)}
+		if k == kTCPState && cs != nil {
+			src.head.snap = d.snap.read(b)
+		}
 		if k == kConnClose {
 			n := d.bytesAcked.get(b)
 			src.head.b, src.head.c = uint32(n>>32), uint32(n)

@@ -9,6 +9,7 @@ import (
 	collectcmd "github.com/magnet-tracer/magnet/internal/cli/collect"
 	daemoncmd "github.com/magnet-tracer/magnet/internal/cli/daemon"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
+	diffcmd "github.com/magnet-tracer/magnet/internal/cli/diff"
 	exportcmd "github.com/magnet-tracer/magnet/internal/cli/export"
 	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
@@ -21,5 +22,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New, bwprobecmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New, bwprobecmd.New, diffcmd.New)
 }

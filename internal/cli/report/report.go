@@ -126,6 +126,7 @@ parse prints them (docs/FILTERS.md).`,
 					fmt.Fprintf(out, ", peer %d", c.Conn.Peer)
 				}
 				fmt.Fprintln(out)
+				writeVerdict(out, c.Verdict)
 				writeLayers(out, c.Layers)
 				writeDetails(out, c)
 			}
