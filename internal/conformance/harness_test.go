@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	mgt "github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // bin is the magnet binary built for this run, driven as a user types it.
@@ -152,6 +153,7 @@ func (r *recorder) stop(t *testing.T) *trace {
 	if err := <-r.wait; err != nil {
 		t.Fatalf("record: %v\n%s", err, r.stderr.String())
 	}
+	checkAccounted(t, r.path)
 	return load(t, r.path)
 }
 
@@ -692,5 +694,44 @@ func (x *openCheck) finish() {
 		x.T.Skipf("open defect (%s): %s", x.bug, strings.Join(x.failed, "; "))
 	default:
 		x.T.Logf("passed this run although listed as an open defect (%s)", x.bug)
+	}
+}
+
+// checkAccounted fails the test when the recorder wrote fewer events of a
+// type than the BPF side produced, less those counted as lost: an event
+// lost between the kernel and the file without a loss record.
+func checkAccounted(t *testing.T, path string) {
+	t.Helper()
+	rd, err := mgt.Open(path)
+	if err != nil {
+		t.Fatalf("open trace: %v", err)
+	}
+	defer rd.Close()
+	inFile := map[string]uint64{}
+	for {
+		rec, err := rd.Next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("read trace: %v", err)
+		}
+		if rec.Type != nil {
+			inFile[rec.Type.Name]++
+		}
+	}
+	sum := rd.Summary()
+	if sum == nil {
+		t.Fatalf("trace %s has no summary", path)
+	}
+	produced, _ := sum.Extra["produced"].(map[string]any)
+	lostBy, _ := sum.Extra["lost_by_type"].(map[string]any)
+	for name, v := range produced {
+		p, _ := v.(float64)
+		l, _ := lostBy[name].(float64)
+		if uint64(p) != inFile[name]+uint64(l) || inFile[name] != sum.Events[name] {
+			t.Errorf("%s: produced %d, in the file %d (the summary says %d), lost %d", name, uint64(p), inFile[name], sum.Events[name], uint64(l))
+		} else if strings.HasPrefix(name, "dev_") {
+			t.Logf("%s: produced %d = in the file %d + lost %d", name, uint64(p), inFile[name], uint64(l))
+		}
 	}
 }

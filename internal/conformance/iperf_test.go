@@ -443,6 +443,15 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 				desc = append(desc, fmt.Sprintf("len %d tcp.len %d flags %#x seq %d", f.len, f.tcpLen, f.flags, f.seq))
 			}
 			t.Errorf("%d of tshark's %d frames of the sender's tuple have no dev_xmit: %s", len(missing), len(fs), strings.Join(desc, "; "))
+			// Whether the missing frames went to another connection (or to
+			// none): every dev_xmit of the sender's netns, by connection.
+			byConn := map[uint64]int{}
+			for _, e := range c.tr.events {
+				if e.Event == "dev_xmit" && e.NetNS == sender.NetNS {
+					byConn[e.Conn]++
+				}
+			}
+			t.Logf("dev_xmit in the sender's netns by connection (the sender is %d): %v", sender.ID, byConn)
 		}
 		t.Logf("%d frames, %d wire segments (sum of gso_segs %d)", n, wire, segs)
 	})
