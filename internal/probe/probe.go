@@ -29,7 +29,7 @@ import (
 
 // Hook is one BPF program and the kernel hook it attaches to.
 type Hook struct {
-	Program string      // program name in bpf/magnet.bpf.c
+	Program string      // program name in bpf/layer/*.c
 	Kind    string      // tp_btf, sockops, cgroup_skb, cgroup_sock
 	Target  string      // tracepoint name or cgroup attach point
 	Groups  event.Group // the program is attached when any of these is enabled

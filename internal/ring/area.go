@@ -14,14 +14,14 @@ import (
 
 // AreaPosSize is the size of an area's positions in its positions map:
 // the producer's on the first cache line, the reader's on the second
-// (struct area_pos in bpf/magnet.bpf.c).
+// (struct area_pos in bpf/lib/maps.h).
 const AreaPosSize = 128
 
 // NewAreaReader reads an area: element index of data, a BPF_F_MMAPABLE
 // array whose elements are areas of a power-of-two size, with its positions
 // at element posIndex of pos, a BPF_F_MMAPABLE array of AreaPosSize-byte
 // elements. An area holds what a ring buffer holds, laid out the same way
-// (see bpf/magnet.bpf.c): its records are read by the same code. Like the
+// (see bpf/lib/area.h): its records are read by the same code. Like the
 // kernel's ring buffer, the area is mapped twice in a row, so that a view
 // from any position is contiguous; unlike it, an area has no descriptor to
 // wait on: its producer wakes the reader through another ring (Poller).

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* BPF-only helpers of magnet: constants vmlinux.h lacks (they are macros in
  * the kernel) and small readers of kernel structures. */
-#ifndef MAGNET_BPF_H
-#define MAGNET_BPF_H
+#ifndef MAGNET_LIB_KERNEL_H
+#define MAGNET_LIB_KERNEL_H
 
 #define AF_INET 2
 #define AF_INET6 10

@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* TCP: sendmsg, state, rate, retransmissions, connection lifecycle, and
+ * each segment transmitted (sockops or fentry). */
+
+/* ---------------------------------------------------------------- */
+/* TCP */
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(tcp_sendmsg_locked, struct sock *sk, struct msghdr *msg, struct sk_buff *skb,
+	     int size_goal)
+{
+	struct mg_hdr *r;
+	__u64 now, conn;
+	struct emit e;
+	__u32 left, room;
+
+	if (!enabled(MG_G_TCPSEND))
+		return 0;
+	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 1);
+	if (conn == FILTERED || !conn)
+		return 0;
+	now = bpf_ktime_get_ns();
+	left = msg->msg_iter.count;
+	room = size_goal;
+	if (skb)
+		room = size_goal - skb->len;
+	if ((__s32)room <= 0)
+		room = size_goal;
+	r = RESERVE_EVENT(struct mg_hdr, MG_TCP_SEND, now, &e);
+	if (!r)
+		return 0;
+	/* What this step of tcp_sendmsg_locked can take: the room left in the
+	 * tail skb (or a new one), bounded by what the call has left. */
+	fill(r, MG_TCP_SEND, now, e.pid_tgid, conn, left < room ? left : room, sk_netns(sk));
+	SUBMIT(r, &e);
+	return 0;
+}
+
+/* Write a tcp_state snapshot of sk. */
+static __noinline void emit_tcp_state_rec(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct mg_tcp_state *r;
+	struct emit e;
+
+	r = RESERVE_EVENT(struct mg_tcp_state, MG_TCP_STATE, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_STATE, now, e.pid_tgid, conn, 0, sk_netns(sk));
+	r->cwnd = tp->snd_cwnd;
+	r->ssthresh = tp->snd_ssthresh;
+	r->srtt_us = tp->srtt_us >> 3;
+	r->snd_wnd = tp->snd_wnd;
+	r->rcv_wnd = tp->rcv_wnd;
+	r->snd_una = tp->snd_una;
+	r->snd_nxt = tp->snd_nxt;
+	r->packets_out = tp->packets_out;
+	r->retrans_out = tp->retrans_out;
+	r->total_retrans = tp->total_retrans;
+	r->state = sk->__sk_common.skc_state;
+	r->ca_state = BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state);
+	r->rate_app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
+	r->_pad = 0;
+	r->mss = tp->mss_cache;
+	r->delivered = tp->delivered;
+	r->rate_delivered = tp->rate_delivered;
+	r->rate_interval_us = tp->rate_interval_us;
+	r->lost = tp->lost;
+	SUBMIT(r, &e);
+}
+
+static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct tcp_state_sent *ts;
+	__u32 srtt_us, ssthresh, retrans;
+	__u64 gap;
+
+	if (!enabled(MG_G_TCPSTATE))
+		return;
+	ts = bpf_sk_storage_get(&tcp_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ts)
+		return;
+	srtt_us = tp->srtt_us >> 3;
+	ssthresh = tp->snd_ssthresh;
+	retrans = tp->retrans_out;
+	/* A snapshot per smoothed RTT (at most one per 4 ms), and whenever loss
+	 * recovery changes something, keeps the series faithful at a fraction
+	 * of the cost of one per ACK: on a LAN, srtt is tens of microseconds. */
+	gap = (__u64)srtt_us * 1000;
+	if (gap < 4000000)
+		gap = 4000000;
+	if (!force && ts->time_ns && now - ts->time_ns < gap && ssthresh == ts->ssthresh &&
+	    retrans == ts->retrans)
+		return;
+	ts->time_ns = now;
+	ts->ssthresh = ssthresh;
+	ts->retrans = retrans;
+	emit_tcp_state_rec(sk, conn, now);
+}
+
+/*
+ * Write a tcp_rate if tp->delivered moved since the socket's last one. The
+ * kernel makes its delivery-rate sample in tcp_ack -> tcp_rate_gen, and no
+ * hook this kernel offers runs after it on the ACK path (tcp_probe fires
+ * before, at the top of tcp_rcv_established; sockops' RTT callback fires in
+ * tcp_clean_rtx_queue, also before): the sample is read at the next hook that
+ * sees the socket. On a busy sender that is the segment the ACK releases, in
+ * the same softirq; otherwise the next segment received or the next state
+ * change. docs/EVENTS.md says what this misses.
+ */
+static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct tcp_rate_sent *rs;
+	struct mg_tcp_rate *r;
+	__u32 delivered, rate_delivered, interval;
+	__u8 app_limited;
+	struct emit e;
+
+	delivered = tp->delivered;
+	rs = bpf_sk_storage_get(&tcp_rates, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rs || rs->delivered == delivered)
+		return;
+	rate_delivered = tp->rate_delivered;
+	interval = tp->rate_interval_us;
+	app_limited = BPF_CORE_READ_BITFIELD(tp, rate_app_limited);
+	r = RESERVE_EVENT(struct mg_tcp_rate, MG_TCP_RATE, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_RATE, now, e.pid_tgid, conn, delivered - rs->delivered, sk_netns(sk));
+	if (rs->delivered && rate_delivered == rs->rate_delivered && interval == rs->rate_interval_us &&
+	    app_limited == rs->app_limited)
+		r->hdr.flags = MG_RATE_SAME;
+	r->ack_ns = tp->delivered_mstamp * 1000;
+	r->delivered = delivered;
+	r->lost = tp->lost;
+	r->rate_delivered = rate_delivered;
+	r->rate_interval_us = interval;
+	r->mss = tp->mss_cache;
+	r->app_limited = app_limited;
+	r->ca_state = BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state);
+	r->_pad = 0;
+	SUBMIT(r, &e);
+	rs->delivered = delivered;
+	rs->rate_delivered = rate_delivered;
+	rs->rate_interval_us = interval;
+	rs->app_limited = app_limited;
+}
+
+/* tcp_probe fires for every segment tcp_rcv_established handles. */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
+{
+	struct cpu_state *st = my_state();
+	struct mg_tcp_rcv *r;
+	struct tcp_skb_cb *cb;
+	__u64 now, conn;
+	struct emit e;
+
+	if (!enabled(MG_G_TCP | MG_G_TCPSTATE | MG_G_RATE))
+		return 0;
+	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
+	if (conn == FILTERED || !conn)
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* The previous ACK's sample, if no segment sent since carried it. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (enabled(MG_G_TCP)) {
+		cb = tcp_cb(skb);
+		r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
+		if (r) {
+			fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
+			r->hdr.flags = cb->tcp_flags;
+			r->seq = cb->seq;
+			r->ack = cb->ack_seq;
+			SUBMIT(r, &e);
+		}
+	}
+	emit_tcp_state(sk, conn, now, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
+{
+	struct mg_tcp_retrans *r;
+	struct tcp_skb_cb *cb;
+	__u64 now, conn;
+	struct emit e;
+
+	if (!enabled(MG_G_TCP))
+		return 0;
+	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
+	if (conn == FILTERED || !conn)
+		return 0;
+	now = bpf_ktime_get_ns();
+	cb = tcp_cb(skb);
+	r = RESERVE_EVENT(struct mg_tcp_retrans, MG_TCP_RETRANS, now, &e);
+	if (!r)
+		return 0;
+	fill(&r->hdr, MG_TCP_RETRANS, now, e.pid_tgid, conn, err < 0 ? err : seg_len(cb), sk_netns(sk));
+	r->hdr.flags = cb->tcp_flags;
+	r->seq = cb->seq;
+	r->state = sk->__sk_common.skc_state;
+	r->_pad[0] = r->_pad[1] = r->_pad[2] = 0;
+	SUBMIT(r, &e);
+	emit_tcp_state(sk, conn, now, 1);
+	return 0;
+}
+
+static __always_inline void emit_conn_close(struct sock *sk, struct conn_info *ci, __u64 cookie, __u64 now)
+{
+	struct mg_conn_close *r;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	struct sock_addrs a;
+	struct emit e;
+
+	read_addrs(sk, &a);
+	/*
+	 * A TCP connection's packets do not end at TCP_CLOSE: a socket that
+	 * closes on its way to TIME_WAIT (or into the FIN_WAIT2 mini socket
+	 * an orphan moves to) still gets the peer's FIN and sends the last
+	 * ACK, and after a reset, what was in flight still arrives and is
+	 * answered with resets. The kernel's own TIME_WAIT socket answers
+	 * for it, and nothing tells a program when that one goes. So its
+	 * tuple stays, like its conns entry (closed): those packets stay
+	 * attributed to it until a new socket of the same addresses takes
+	 * the tuple over, or the LRU map ages it out. A listener's, and a
+	 * UDP socket's (which others may share), go.
+	 */
+	if (a.proto != IPPROTO_TCP_ || !a.rport)
+		forget_conn_tuple(&a, ci, cookie);
+	r = RESERVE_CONTROL(struct mg_conn_close, MG_CONN_CLOSE, now, &e);
+	if (r) {
+		fill(&r->hdr, MG_CONN_CLOSE, now, e.pid_tgid, cookie, 0, a.netns);
+		if (a.proto == IPPROTO_TCP_) {
+			r->bytes_acked = BPF_CORE_READ(tp, bytes_acked);
+			r->bytes_received = BPF_CORE_READ(tp, bytes_received);
+			r->total_retrans = BPF_CORE_READ(tp, total_retrans);
+		} else {
+			r->bytes_acked = 0;
+			r->bytes_received = 0;
+			r->total_retrans = 0;
+		}
+		r->state = a.state;
+		r->_pad[0] = r->_pad[1] = r->_pad[2] = 0;
+		SUBMIT(r, &e);
+	}
+	/* Kept (the LRU map ages it out) so that the last ACKs and a reused
+	 * cookie lookup do not announce the connection again. */
+	ci->closed = 1;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
+{
+	__u64 now, cookie, conn;
+
+	if (sk->sk_protocol != IPPROTO_TCP_)
+		return 0;
+	/* ACKs that reach a closing connection go through
+	 * tcp_rcv_state_process, where tcp_probe does not fire: their sample
+	 * is caught at the state change they cause (FIN acknowledged). */
+	if (enabled(MG_G_RATE) && newstate >= TCP_FIN_WAIT1_ && newstate <= TCP_CLOSING_ &&
+	    newstate != TCP_CLOSE_ && newstate != TCP_LISTEN_) {
+		conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
+		if (conn != FILTERED && conn)
+			emit_tcp_rate(sk, conn, bpf_ktime_get_ns());
+	}
+	if (newstate == TCP_LISTEN_) {
+		/* Announced by its owner, in listen(): the first SYN then finds
+		 * it by address, and the table names the process that listens
+		 * rather than the one a SYN's softirq interrupted. */
+		conn_of(my_state(), sk, cookie_of(sk, sk), PROCESS_LISTEN);
+		return 0;
+	}
+	if (newstate != TCP_CLOSE_ && newstate != TCP_ESTABLISHED_)
+		return 0;
+	cookie = cookie_of(sk, sk);
+	if (newstate == TCP_ESTABLISHED_) {
+		/* Learn the tuple now that both ends are known. */
+		conn_of(my_state(), sk, cookie, 0);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (!ci || ci->closed)
+		return 0;
+	conn = ci->selected ? cookie : 0;
+	if (conn && enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (conn && enabled(MG_G_TCPSTATE))
+		emit_tcp_state(sk, conn, now, 1);
+	if (conn) {
+		emit_conn_close(sk, ci, cookie, now);
+	} else {
+		struct sock_addrs a;
+
+		read_addrs(sk, &a);
+		forget_conn_tuple(&a, ci, cookie);
+		bpf_map_delete_elem(&conns, &cookie);
+	}
+	return 0;
+}
+
+/* UDP sockets have no state changes: they end when released. */
+SEC("cgroup/sock_release")
+int udp_release(struct bpf_sock *ctx)
+{
+	__u64 cookie, now;
+	struct conn_info *ci;
+	struct sock *sk;
+
+	if (ctx->protocol != IPPROTO_UDP_)
+		return 1;
+	cookie = bpf_get_socket_cookie(ctx);
+	ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (!ci || ci->closed)
+		return 1;
+	now = bpf_ktime_get_ns();
+	sk = (struct sock *)bpf_cast_to_kern_ctx(ctx);
+	if (!ci->selected) {
+		struct sock_addrs a;
+
+		read_addrs(sk, &a);
+		forget_conn_tuple(&a, ci, cookie);
+		bpf_map_delete_elem(&conns, &cookie);
+		return 1;
+	}
+	emit_conn_close(sk, ci, cookie, now);
+	return 1;
+}
+
+/*
+ * A UDP socket bound to a port is announced at bind time, so that the
+ * first datagram it receives is attributed at the device layer already.
+ */
+static __always_inline int udp_bound(struct bpf_sock *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP_)
+		return 1;
+	conn_of(my_state(), (struct sock *)bpf_cast_to_kern_ctx(ctx), bpf_get_socket_cookie(ctx), 1);
+	return 1;
+}
+
+SEC("cgroup/post_bind4")
+int udp_bind4(struct bpf_sock *ctx)
+{
+	return udp_bound(ctx);
+}
+
+SEC("cgroup/post_bind6")
+int udp_bind6(struct bpf_sock *ctx)
+{
+	return udp_bound(ctx);
+}
+
+static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk, struct sk_buff *skb,
+					 __u64 conn, __u32 snd_nxt, __u64 now)
+{
+	struct mg_tcp_xmit *r;
+	struct tcp_skb_cb *cb = tcp_cb(skb);
+	__u32 seq = cb->seq;
+	__s32 len = seg_len(cb);
+	__u16 segs = cb->tcp_gso_segs;
+	struct emit e;
+
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_XMIT, now, e.pid_tgid, conn, len, sk_netns(sk));
+	r->hdr.flags = cb->tcp_flags;
+	r->seq = seq;
+	r->gso_segs = segs ? segs : 1;
+	r->retrans = len > 0 && seq_before(seq, snd_nxt);
+	r->_pad = 0;
+	SUBMIT(r, &e);
+}
+
+/*
+ * sockops: enable the per-segment header callbacks on every TCP socket as it
+ * connects or is accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each
+ * segment TCP builds, before it goes to IP. We reserve no option space, so
+ * the wire is untouched.
+ */
+SEC("sockops")
+int tcp_segments(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock_ops_kern *k;
+	struct cpu_state *st;
+	struct sock *sk;
+	struct sk_buff *skb;
+	__u64 now, conn;
+
+	switch (skops->op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
+		__u64 cookie = bpf_get_socket_cookie(skops);
+
+		k = bpf_cast_to_kern_ctx(skops);
+		sk = k->sk;
+		st = my_state();
+		conn = sk ? conn_of(st, sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
+		/* The flag makes TCP run this program for every segment it
+		 * sends and every time it works out its MSS: a socket the
+		 * filters leave out for good (another netns, port or cgroup;
+		 * not one the pid filter may still select) goes without. */
+		if (!xmit_by_fentry && !(conn == FILTERED && left_out(st, cookie)))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+		return 1;
+	}
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
+		break;
+	default:
+		return 1;
+	}
+	k = bpf_cast_to_kern_ctx(skops);
+	skb = k->skb;
+	/* tcp_current_mss() asks for the option length with no skb, once or
+	 * more per send call: a third of this program's runs return here,
+	 * before anything outside the context is read. */
+	if (!skb)
+		return 1;
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry)
+		return 1;
+	sk = k->sk;
+	if (!sk)
+		return 1;
+	st = my_state();
+	conn = conn_of(st, sk, cookie_of(sk, skops), 0);
+	if (conn == FILTERED || !conn)
+		return 1;
+	now = bpf_ktime_get_ns();
+	/* The sample of the ACK that let this segment go comes first. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (enabled(MG_G_TCP))
+		emit_tcp_xmit(st, sk, skb, conn, skops->snd_nxt, now);
+	return 1;
+}
+
+/*
+ * Where the kernel allows fentry, tcp_xmit (and the tcp_rate a segment
+ * carries out) comes from __tcp_transmit_skb itself: it needs no per-socket
+ * flag, so it also sees connections that existed before recording started.
+ * The recorder then sets xmit_by_fentry and sockops stops reporting segments.
+ */
+SEC("fentry/__tcp_transmit_skb")
+int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
+{
+	struct cpu_state *st;
+	__u64 now, conn;
+
+	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry)
+		return 0;
+	st = my_state();
+	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
+	if (conn == FILTERED || !conn)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, now);
+	if (enabled(MG_G_TCP))
+		emit_tcp_xmit(st, sk, skb, conn, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt, now);
+	return 0;
+}

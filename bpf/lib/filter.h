@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The recorder's filters (--netns, --port, --pid, --cgroup, the excluded
+ * cgroup) and each CPU's cache of verdicts that cannot change. */
+#ifndef MAGNET_LIB_FILTER_H
+#define MAGNET_LIB_FILTER_H
+
+/* Whether the port filter turns down a socket or packet of these ports
+ * (host order): neither is the filter's. */
+static __always_inline int port_filtered(__u16 lport, __u16 rport)
+{
+	return filter_port && lport != filter_port && rport != filter_port;
+}
+
+/* Whether cg is the cgroup with this id or below it (16 levels at most). */
+static __always_inline int cgroup_matches(struct cgroup *cg)
+{
+	return cgroup_under(cg, filter_cgroup);
+}
+
+/*
+ * A task of the excluded cgroup (collect's shipper, and its ssh children):
+ * no scheduler event that names it is recorded. Its cgroup is the one it is
+ * in now (task->cgroups->dfl_cgrp), as for --cgroup.
+ */
+static __always_inline int task_excluded(struct task_struct *t)
+{
+	return cgroup_under(BPF_CORE_READ(t, cgroups, dfl_cgrp), exclude_cgroup);
+}
+
+static __always_inline int task_selected(struct task_struct *t)
+{
+	if (filter_tgid && BPF_CORE_READ(t, tgid) != filter_tgid)
+		return 0;
+	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(t, cgroups, dfl_cgrp)))
+		return 0;
+	return 1;
+}
+
+#define VERDICT_NONE 0
+#define VERDICT_SELECTED 1
+#define VERDICT_FILTERED 2
+
+static __always_inline int cached_verdict(struct cpu_state *st, __u64 cookie)
+{
+	__u64 v;
+
+	if (!st)
+		return VERDICT_NONE;
+	v = st->verdicts[cookie & (CONN_CACHE_SLOTS - 1)];
+	if (v >> 1 != cookie)
+		return VERDICT_NONE;
+	return v & 1 ? VERDICT_SELECTED : VERDICT_FILTERED;
+}
+
+/* Only for verdicts that cannot change. */
+static __always_inline void cache_verdict(__u64 cookie, int selected)
+{
+	struct cpu_state *st = my_state();
+
+	if (st && !(cookie >> 63))
+		st->verdicts[cookie & (CONN_CACHE_SLOTS - 1)] = cookie << 1 | !!selected;
+}
+
+
+/*
+ * Whether a filter leaves sk out with an answer that cannot change while
+ * the socket lives: its netns or its cgroup, or, for a TCP socket whose two
+ * ports are known (they stay until it closes, when the local one is
+ * zeroed, which cannot make a socket match), its ports. Such a socket is
+ * kept in neither the table nor the tuples: each CPU's verdict cache
+ * answers for it, a CPU that has not seen it asks this again, and a packet
+ * looked up by its addresses finds nothing, which these same filters drop
+ * as unattributed (unattributed_ok; the netns filter drops it at the
+ * device, by the device's netns, before any lookup). A host with many
+ * short connections besides the recorded ones would otherwise pay, for
+ * each of its sockets, a miss, two insertions and two deletions in the LRU
+ * maps. A UDP socket's remote port, and an unconnected socket's, can still
+ * change: the table keeps its first verdict, as for any other socket.
+ */
+static __always_inline int stays_filtered(const struct sock *s)
+{
+	const struct sock *sk = KERNEL_CAST(struct sock, s);
+	__u16 lport, rport;
+
+	if (filter_netns && sk->__sk_common.skc_net.net->ns.inum != filter_netns)
+		return 1;
+	if (filter_cgroup && !cgroup_matches(BPF_CORE_READ(s, sk_cgrp_data.cgroup)))
+		return 1;
+	if (!filter_port || sk->sk_protocol != IPPROTO_TCP_)
+		return 0;
+	lport = sk->__sk_common.skc_num;
+	rport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	return lport && rport && port_filtered(lport, rport);
+}
+
+
+/* Whether the filters leave the socket of this cookie out whatever it
+ * does, right after conn_of judged it FILTERED: a verdict that cannot
+ * change (the netns, port or cgroup filter, or the excluded cgroup; not
+ * the pid filter's) is the only kind the CPU's verdict cache keeps, and
+ * conn_of has just put it there. */
+static __always_inline int left_out(struct cpu_state *st, __u64 cookie)
+{
+	return cached_verdict(st, cookie) == VERDICT_FILTERED;
+}
+
+/* An event without a connection passes only when no filter needs one. */
+static __always_inline int unattributed_ok(__u32 netns)
+{
+	if (filter_netns && netns != filter_netns)
+		return 0;
+	return !filter_port && !filter_tgid && !filter_cgroup;
+}
+
+#endif
