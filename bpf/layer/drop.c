@@ -4,19 +4,27 @@
 /* ---------------------------------------------------------------- */
 /* drops */
 
+/*
+ * rx_sk, the socket a received packet was for, is the tracepoint's fourth
+ * argument from Linux 6.11 on. Where the kernel's record of the tracepoint
+ * has no such field, the branch that reads it is dead once CO-RE has
+ * resolved the check, so the verifier never sees a read past the three
+ * arguments older kernels pass, and the drop is attributed by skb->sk.
+ */
 SEC("tp_btf/kfree_skb")
-int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
-	     struct sock *rx_sk)
+int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
 	struct mg_drop *r;
 	struct net_device *dev;
-	struct sock *sk = rx_sk;
+	struct sock *sk = NULL;
 	__u32 netns = 0, ifindex = 0;
 	__u64 now, conn = 0;
 	struct emit e;
 
 	if (!enabled(MG_G_DROP))
 		return 0;
+	if (bpf_core_field_exists(struct trace_event_raw_kfree_skb, rx_sk))
+		sk = (struct sock *)ctx[3];
 	if (!sk)
 		sk = skb->sk;
 	dev = skb->dev;

@@ -603,9 +603,17 @@ func (p *Probe) EventRings() ([]*ring.Reader, error) {
 // offers: each tracepoint must exist in the kernel's BTF.
 func CheckHooks() []HookStatus {
 	kernel, kerr := btf.LoadKernelSpec()
+	spec, serr := loadMagnet()
 	var out []HookStatus
 	for _, h := range Hooks {
 		st := HookStatus{Hook: h, Available: true}
+		if kerr == nil && serr == nil {
+			if missing := missingKfunc(spec.Programs[h.Program], kernel); missing != "" {
+				st.Available, st.Reason = false, missing
+				out = append(out, st)
+				continue
+			}
+		}
 		switch h.Kind {
 		case "tp_btf":
 			if kerr != nil {
@@ -637,6 +645,41 @@ func CheckHooks() []HookStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// kfuncSince names the kernel release that added each kernel function the
+// programs call, for the reason a hook is unavailable on an older kernel.
+var kfuncSince = map[string]string{
+	"bpf_rdonly_cast":      "6.2",
+	"bpf_cast_to_kern_ctx": "6.2",
+}
+
+// missingKfunc says which kernel function the program calls that this
+// kernel's BTF lacks ("" when none): such a program fails to load with a
+// verifier message that does not say what to upgrade, so the hook is
+// reported unavailable beforehand with the release that has it.
+func missingKfunc(prog *ebpf.ProgramSpec, kernel *btf.Spec) string {
+	if prog == nil {
+		return ""
+	}
+	for _, ins := range prog.Instructions {
+		if !ins.IsKfuncCall() {
+			continue
+		}
+		name := ins.Reference() // the ksym the call is linked against
+		if name == "" {
+			continue
+		}
+		var kfn *btf.Func
+		if err := kernel.TypeByName(name, &kfn); err == nil {
+			continue
+		}
+		if since := kfuncSince[name]; since != "" {
+			return "needs the kernel function " + name + " (Linux " + since + "+), absent from this kernel"
+		}
+		return "needs the kernel function " + name + ", absent from this kernel"
+	}
+	return ""
 }
 
 // tryLoad loads one program (and the maps it uses, made small) to learn
