@@ -175,3 +175,27 @@ func TestSplitGroups(t *testing.T) {
 		t.Errorf("--events napi alone: rest %q, want conn", rest)
 	}
 }
+
+// A kprobe is planned only on a kernel with kprobes and for a function it
+// has; the answer names what is missing.
+func TestKprobeAvailable(t *testing.T) {
+	if ok, err := inKallsyms("tcp_sendmsg"); err != nil || !ok {
+		t.Fatalf("tcp_sendmsg in /proc/kallsyms: %v, %v", ok, err)
+	}
+	if ok, _ := inKallsyms("no_such_function_here"); ok {
+		t.Error("a function no kernel has was found")
+	}
+	err := kprobeAvailable("no_such_function_here")
+	if _, serr := os.Stat("/sys/bus/event_source/devices/kprobe"); serr != nil {
+		if err == nil || !strings.Contains(err.Error(), "CONFIG_KPROBE_EVENTS") {
+			t.Errorf("kernel without kprobes: %v", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "no such kernel function") {
+		t.Errorf("unknown function: %v", err)
+	}
+	if err := kprobeAvailable("tcp_sendmsg"); err != nil {
+		t.Errorf("tcp_sendmsg: %v", err)
+	}
+}

@@ -3,11 +3,13 @@
 package kevent
 
 import (
-	"errors"
+	"bufio"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 
 	"github.com/magnet-tracer/magnet/internal/tpformat"
@@ -39,11 +41,7 @@ func Kinds() []Availability {
 	up := pmu("uprobe", "CONFIG_UPROBE_EVENTS")
 	out = append(out, up)
 	out = append(out, Availability{Kind: "usdt", Available: up.Available, Why: up.Why})
-	kp := pmu("kprobe", "CONFIG_KPROBE_EVENTS")
-	if kp.Available {
-		kp.Available, kp.Why = false, errKprobeBuild.Error()
-	}
-	out = append(out, kp)
+	out = append(out, pmu("kprobe", "CONFIG_KPROBE_EVENTS"))
 	return out
 }
 
@@ -57,12 +55,43 @@ func pmu(name, config string) Availability {
 	return a
 }
 
-// kprobeAvailable explains why a --kprobe cannot be recorded.
+// kprobeAvailable says why a --kprobe cannot be recorded, nil when it can:
+// the kernel has kprobes and the function is one it can probe (in its BTF
+// or its symbol table: a function inlined everywhere is in neither).
 func kprobeAvailable(fn string) error {
 	if a := pmu("kprobe", "CONFIG_KPROBE_EVENTS"); !a.Available {
 		return fmt.Errorf("kprobe %s: %s; a tracepoint near it (--tracepoint) may do", fn, a.Why)
 	}
-	return fmt.Errorf("kprobe %s: %w", fn, errKprobeBuild)
+	if kernel, err := btf.LoadKernelSpec(); err == nil {
+		var f *btf.Func
+		if kernel.TypeByName(fn, &f) == nil {
+			return nil
+		}
+	}
+	ok, err := inKallsyms(fn)
+	if err != nil {
+		return fmt.Errorf("kprobe %s: %w", fn, err)
+	}
+	if !ok {
+		return fmt.Errorf("kprobe %s: no such kernel function (not in the kernel's BTF nor /proc/kallsyms)", fn)
+	}
+	return nil
 }
 
-var errKprobeBuild = errors.New("kprobes are not recorded by this build of magnet; a tracepoint near the function (--tracepoint) may do")
+// inKallsyms says whether /proc/kallsyms lists fn as a text symbol.
+func inKallsyms(fn string) (bool, error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return false, fmt.Errorf("read the kernel's symbols: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// "ADDRESS TYPE NAME [MODULE]"; the address is never kept.
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 3 && fields[2] == fn && strings.ContainsAny(fields[1], "tT") {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}

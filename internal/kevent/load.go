@@ -62,7 +62,9 @@ func Load(events []*Event, opts Options) (s *Set, err error) {
 			return nil, fmt.Errorf("load kernel events object: %w", err)
 		}
 		prog := "kevent_tp"
-		if ev.Spec.Kind == Uprobe || ev.Spec.Kind == USDT {
+		// A kprobe runs the uprobe's program: both are kprobe-type
+		// programs given the probed task's registers.
+		if ev.Spec.Kind == Uprobe || ev.Spec.Kind == USDT || ev.Spec.Kind == Kprobe {
 			prog = "kevent_uprobe"
 		}
 		for name := range spec.Programs {
@@ -105,6 +107,8 @@ func Load(events []*Event, opts Options) (s *Set, err error) {
 			if ex, err = link.OpenExecutable(ev.Spec.Binary); err == nil {
 				l, err = ex.Uprobe("", s.progs[i], &link.UprobeOptions{Address: ev.usdt.Offset, RefCtrOffset: ev.usdt.Semaphore})
 			}
+		case Kprobe:
+			l, err = link.Kprobe(ev.Spec.Name, s.progs[i], nil)
 		default:
 			err = errors.New("cannot be attached")
 		}

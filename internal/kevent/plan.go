@@ -94,7 +94,9 @@ func Plan(specs []Spec, taken func(name string) bool) ([]*Event, error) {
 		case Uprobe, USDT:
 			err = ev.planUprobe()
 		case Kprobe:
-			err = kprobeAvailable(s.Name)
+			if err = kprobeAvailable(s.Name); err == nil {
+				err = ev.planUprobe()
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -216,10 +218,11 @@ func (ev *Event) planTracepoint(root string) error {
 	return nil
 }
 
-// uprobeArgs is the layout of a uprobe's record: the argument registers.
+// planUprobe lays out a uprobe's or kprobe's record: the six argument
+// registers of the calling convention, read from the same pt_regs.
 func (ev *Event) planUprobe() error {
 	if runtime.GOARCH != "amd64" {
-		return fmt.Errorf("%s: uprobes record x86-64 registers; this is %s", ev.Spec, runtime.GOARCH)
+		return fmt.Errorf("%s: uprobes and kprobes record x86-64 registers; this is %s", ev.Spec, runtime.GOARCH)
 	}
 	if ev.Spec.Kind == USDT {
 		return ev.planUSDT()
