@@ -2,7 +2,9 @@
 # Build, install and package magnet. Building needs Go only: the BPF object
 # is committed (internal/probe; `go generate ./internal/probe` remakes it).
 #
-#   make                   static binary, man pages and completions in build/
+#   make                   static binary, man pages and completions in build/;
+#                          also build/magnet-lab, the measurement lab (lab/),
+#                          which is neither installed nor packaged
 #   sudo make install      into /usr/local; PREFIX=/usr, DESTDIR=/stage honoured
 #                          (after `make`, it only copies: root needs no Go)
 #   sudo make uninstall    the same files (edited configuration is kept)
@@ -48,6 +50,7 @@ VERSION := $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) && ec
 endif
 
 BIN     := $(BUILDDIR)/magnet
+LAB     := $(BUILDDIR)/magnet-lab
 MAN     := $(BUILDDIR)/man/magnet.1.gz
 LDFLAGS := -s -w -X github.com/magnet-tracer/magnet/internal/cli.Version=$(VERSION)
 UNITS   := magnet-collect.service magnetd.service
@@ -55,11 +58,13 @@ CONFIGS := collect.yaml magnetd.yaml
 STAGE   := $(BUILDDIR)/deb-root
 # Everything go build reads (the BPF object is embedded from internal/probe).
 SOURCES := $(shell find cmd internal tools -type f ! -name '*_test.go') go.mod go.sum
+LABSOURCES := $(SOURCES) $(shell find lab -type f ! -name '*_test.go')
 
-.PHONY: all build docs install uninstall deb clean FORCE
+.PHONY: all build lab docs install uninstall deb clean FORCE
 
-all: build docs
+all: build lab docs
 build: $(BIN)
+lab: $(LAB)
 docs: $(MAN)
 
 # Rewritten only when the version changes, so that a new version relinks.
@@ -70,6 +75,9 @@ $(BUILDDIR)/version: FORCE
 $(BIN): $(SOURCES) $(BUILDDIR)/version
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/magnet
 	@$(GO) version -m $@ | grep -q 'CGO_ENABLED=0' || { echo "$@: not a static build (CGO_ENABLED=0)" >&2; exit 1; }
+
+$(LAB): $(LABSOURCES) $(BUILDDIR)/version
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./lab/cmd/magnet-lab
 
 # From the same tree as the binary, whenever it changes; regenerated whole,
 # so a removed command leaves no stale page behind.

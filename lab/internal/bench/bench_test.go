@@ -481,7 +481,7 @@ func TestCostSummariesAndBefore(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "before.json")
 	var buf bytes.Buffer
-	if err := (&Report{Command: "magnet bench --cost", Label: "main", Cost: old}).WriteJSON(&buf); err != nil {
+	if err := (&Report{Command: "magnet-lab bench --cost", Label: "main", Cost: old}).WriteJSON(&buf); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

@@ -38,7 +38,7 @@ func unavailable(config string) string {
 		return ""
 	}
 	if _, err := exec.LookPath(tool); err != nil {
-		return fmt.Sprintf("not available: %s not installed (bench/run.sh installs it with apt)", tool)
+		return fmt.Sprintf("not available: %s not installed (lab/scripts/run.sh installs it with apt)", tool)
 	}
 	return ""
 }

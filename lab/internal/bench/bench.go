@@ -154,7 +154,7 @@ type Before struct {
 }
 
 // ReadBefore reads the per-event cost of the JSON report at path (written
-// by magnet bench --json with --cost or --sweep).
+// by magnet-lab bench --json with --cost or --sweep).
 func ReadBefore(path string) (*Before, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -162,7 +162,7 @@ func ReadBefore(path string) (*Before, error) {
 	}
 	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a magnet bench JSON report: %w", path, err)
+		return nil, fmt.Errorf("%s: not a magnet-lab bench JSON report: %w", path, err)
 	}
 	if r.Cost == nil || len(r.Cost.Runs) == 0 {
 		return nil, fmt.Errorf("%s: the report has no per-event cost (run it with --cost)", path)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package primitivescmd is `magnet bench primitives`: what the kernel's
+// Package primitivescmd is `magnet-lab primitives`: what the kernel's
 // primitives cost per call here, and the floor they put under the cost of
-// recording every event (see internal/primbench).
+// recording every event (see lab/internal/primitives).
 package primitivescmd
 
 import (
@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/cli/benchreport"
-	"github.com/magnet-tracer/magnet/internal/primbench"
+	"github.com/magnet-tracer/magnet/lab/internal/primitives"
 )
 
 // New returns the primitives command.
@@ -38,31 +38,31 @@ in Go and run --runs times with BPF_PROG_TEST_RUN, which times the loop in
 the kernel; --reps repetitions, interleaved; figures net of an empty
 program's. Then the floor: the share of one CPU those take at
 --events-per-s, against the 1 % throughput goal. Needs root. See
-docs/BENCH.md and bench/PRIMITIVES.md.`,
-		Example: `  sudo magnet bench primitives
-  sudo magnet bench primitives --reps 20 --runs 40000 -o bench/PRIMITIVES.md`,
+docs/BENCH.md and lab/results/PRIMITIVES.md.`,
+		Example: `  sudo magnet-lab primitives
+  sudo magnet-lab primitives --reps 20 --runs 40000 -o lab/results/PRIMITIVES.md`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := primbench.Options{
-				Reps: reps, Runs: runs, EventsPerS: eventsPerS, EventsFrom: primbench.DefaultEventsFrom,
-				Command: "magnet " + strings.Join(os.Args[1:], " "), Note: note,
+			opts := primitives.Options{
+				Reps: reps, Runs: runs, EventsPerS: eventsPerS, EventsFrom: primitives.DefaultEventsFrom,
+				Command: "magnet-lab " + strings.Join(os.Args[1:], " "), Note: note,
 			}
 			if cmd.Flags().Changed("events-per-s") {
 				opts.EventsFrom = "given with --events-per-s"
 			}
 			if err := opts.Check(); err != nil {
-				return fmt.Errorf("bench primitives: %w", err)
+				return fmt.Errorf("primitives: %w", err)
 			}
 			// -o is checked before the run, not after it.
-			return benchreport.Run(cmd.Context(), "bench primitives", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*primbench.Report, error) {
-				return primbench.Run(ctx, opts)
+			return benchreport.Run(cmd.Context(), "primitives", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*primitives.Report, error) {
+				return primitives.Run(ctx, opts)
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 20, "repetitions: every program once per repetition, interleaved")
-	f.IntVar(&runs, "runs", 40000, fmt.Sprintf("program runs per repetition, timed together by the kernel (at most %d)", primbench.MaxRuns))
-	f.Float64Var(&eventsPerS, "events-per-s", primbench.DefaultEventsPerS, "event rate on the bottleneck CPU that the floor is taken at; the default is what record-sender wrote in the full bench run of 2026-11-23")
+	f.IntVar(&runs, "runs", 40000, fmt.Sprintf("program runs per repetition, timed together by the kernel (at most %d)", primitives.MaxRuns))
+	f.Float64Var(&eventsPerS, "events-per-s", primitives.DefaultEventsPerS, "event rate on the bottleneck CPU that the floor is taken at; the default is what record-sender wrote in the full bench run of 2026-11-23")
 	f.StringVar(&note, "note", "", "a note for the report's header (what else ran on the machine, ...)")
 	f.StringVarP(&out, "output", "o", "", "write the report to FILE (markdown, or JSON with --json); default stdout")
 	f.BoolVar(&asJSON, "json", false, "write JSON instead of markdown")

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package primbench measures what the kernel's own primitives cost per call
+// Package primitives measures what the kernel's own primitives cost per call
 // on this machine: the clocks, a helper call, per-CPU and hash map
 // accesses, a record written into the BPF ring buffer or into an array ring
 // (MAGNeT's design). Each is a small XDP program built with
 // cilium/ebpf/asm and run with BPF_PROG_TEST_RUN, which times the loop in
 // the kernel. From the figures follows the floor: the share of a CPU that
 // a tracer stamping and recording every event takes at least, at a given
-// event rate (`magnet bench primitives`, bench/PRIMITIVES.md).
-package primbench
+// event rate (`magnet-lab primitives`, lab/results/PRIMITIVES.md).
+package primitives
 
 import (
 	"context"
@@ -38,12 +38,12 @@ const (
 	MaxReps = 10_000
 )
 
-// The full bench run of 2026-11-23 (bench/RESULTS.md as committed that day,
+// The full bench run of 2026-11-23 (lab/results/RESULTS.md as committed that day,
 // pinned, unlimited veth): magnet record on the sender's side wrote 2,449,782 events per 5-second
 // transfer, the sender's side pinned to one CPU.
 const (
 	DefaultEventsPerS = 490_000
-	DefaultEventsFrom = "the full bench run of 2026-11-23 (bench/RESULTS.md of that day): record-sender wrote 2,449,782 events per 5 s transfer on the unlimited veth, the sender pinned to one CPU: 490 k events/s"
+	DefaultEventsFrom = "the full bench run of 2026-11-23 (lab/results/RESULTS.md of that day): record-sender wrote 2,449,782 events per 5 s transfer on the unlimited veth, the sender pinned to one CPU: 490 k events/s"
 )
 
 // Options says what to run.
@@ -189,7 +189,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// bpf_stats (another tool's, e.g. magnet bench --cost) adds two
+		// bpf_stats (another tool's, e.g. magnet-lab bench --cost) adds two
 		// clock reads to every run; a repetition it touched (a program's
 		// run count moved: the kernel counts runs only then) is measured
 		// again, within a bound.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package primbench
+package primitives
 
 // GoalPct is the recorder's overhead goal (docs/BENCH.md): recording costs
 // at most 1 % of the throughput.

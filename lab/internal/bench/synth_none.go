@@ -11,7 +11,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
-// Built with the tag magnet_nosynth (bench/cost-before.sh, which builds
+// Built with the tag magnet_nosynth (lab/scripts/cost-before.sh, which builds
 // today's bench over an earlier recording path that has no synthetic-event
 // programs), the bench has no synthetic measurement.
 func (b *bencher) synthStep(context.Context, *netlab.Lab, float64, time.Duration) (*SynthStep, float64, error) {

@@ -3,7 +3,10 @@
 package benchcmd
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +53,18 @@ func TestFlagErrors(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+func TestFindMagnet(t *testing.T) {
+	if _, err := FindMagnet(filepath.Join(t.TempDir(), "no-such-magnet")); err == nil || !strings.HasPrefix(err.Error(), "--magnet: ") {
+		t.Fatalf("a missing --magnet: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "magnet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindMagnet(bin); err != nil || got != bin {
+		t.Fatalf("FindMagnet(%s) = %q, %v", bin, got, err)
 	}
 }

@@ -30,7 +30,7 @@ func TestBpftraceDevQueueLikeMagnet(t *testing.T) {
 		t.Skip("needs root: network namespaces and bpftrace")
 	}
 	if _, err := exec.LookPath("bpftrace"); err != nil {
-		t.Skip("bpftrace is not installed (bench/run.sh installs it)")
+		t.Skip("bpftrace is not installed (lab/scripts/run.sh installs it)")
 	}
 	if testing.Short() {
 		t.Skip("starts bpftrace, which takes seconds")

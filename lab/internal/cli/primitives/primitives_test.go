@@ -27,16 +27,16 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--reps", "0"}, "bench primitives: --reps 0: want 1 to"},
-		{[]string{"--runs", "-1"}, "bench primitives: --runs -1: want 1 to"},
-		{[]string{"--runs", "0"}, "bench primitives: --runs 0"},
-		{[]string{"--runs", "2000000"}, "bench primitives: --runs 2000000: want 1 to 1000000"},
-		{[]string{"--events-per-s", "0"}, "bench primitives: --events-per-s 0: want a positive rate"},
+		{[]string{"--reps", "0"}, "primitives: --reps 0: want 1 to"},
+		{[]string{"--runs", "-1"}, "primitives: --runs -1: want 1 to"},
+		{[]string{"--runs", "0"}, "primitives: --runs 0"},
+		{[]string{"--runs", "2000000"}, "primitives: --runs 2000000: want 1 to 1000000"},
+		{[]string{"--events-per-s", "0"}, "primitives: --events-per-s 0: want a positive rate"},
 		{[]string{"--events-per-s", "-5"}, "--events-per-s -5"},
 		{[]string{"--events-per-s", "lots"}, `invalid argument "lots"`},
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"stray"}, `unknown command "stray"`},
-		{[]string{"-o", "/nonexistent-dir/p.md", "--reps", "1", "--runs", "1"}, "bench primitives: -o: stat /nonexistent-dir"},
+		{[]string{"-o", "/nonexistent-dir/p.md", "--reps", "1", "--runs", "1"}, "primitives: -o: stat /nonexistent-dir"},
 	} {
 		_, err := run(c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
@@ -61,7 +61,7 @@ func TestSmoke(t *testing.T) {
 	}
 	md := string(b)
 	for _, want := range []string{
-		"# magnet bench primitives", "repeat 2000", "2 repetitions",
+		"# magnet-lab primitives", "repeat 2000", "2 repetitions",
 		"| empty |", "| ktime_get_ns |", "| ringbuf_reserve_submit |", "| array_ring |", "| ktime_array_ring |",
 		"At **1,000,000 events/s** on the bottleneck CPU (given with --events-per-s), the 1 % goal leaves each event **10.0 ns**",
 	} {
