@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Measures how fast magnet reads, parses, reports and exports traces, and in
 # how much memory, and writes bench/ANALYSIS.md. No root needed: the traces
-# are synthetic (internal/synth: bulk TCP transfers, both ends, every layer).
+# are synthetic (internal/tracegen: bulk TCP transfers, both ends, every layer).
 #
 #   bench/analysis.sh                 # 1M and 10M events (Go benchmarks), ~1 GB trace (the binary)
 #   BIG_EVENTS=0 bench/analysis.sh    # skip the ~1 GB trace
@@ -71,7 +71,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 	echo "- **Load average** (1, 5, 15 min) before: $load_before; after: $load_after. On a shared machine the wall-clock"
 	echo "  rate falls with the load; events per CPU-second (user + system time of the process, garbage"
 	echo "  collection included) is the figure for \"on one core\"."
-	echo "- **Traces:** synthetic (\`internal/synth\`): 4 bulk TCP connections, both ends in one trace, every layer"
+	echo "- **Traces:** synthetic (\`internal/tracegen\`): 4 bulk TCP connections, both ends in one trace, every layer"
 	echo "  (sock, tcp, ip, dev, tcp_state), 4-segment GSO packets, an ACK every second packet; about 39 bytes"
 	echo "  per record."
 	echo "- **Goal:** \`parse\` and \`report\` at >= 5 million events/s on one core, in bounded memory."

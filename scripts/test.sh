@@ -47,7 +47,7 @@ fuzz FuzzExport 90000x ./internal/export
 fuzz FuzzReport 20000x ./internal/analyze
 fuzz FuzzParse 50000x ./internal/filter
 fuzz FuzzParse 100000x ./internal/pcapfilter
-fuzz FuzzDecodeMessage 200000x ./internal/bwprobe
+fuzz FuzzDecodeMessage 200000x ./internal/availbw
 fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
 fuzz FuzzFormat 100000x ./internal/tpformat

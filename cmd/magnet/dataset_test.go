@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/magnet-tracer/magnet/internal/synth"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // TestExportDataset runs docs/DEPLOY.md's `magnet export ARCHIVE --format
@@ -29,9 +29,9 @@ func TestExportDataset(t *testing.T) {
 		}
 		var err error
 		if len(fs) == 2 {
-			_, err = synth.WritePair(fs[0], fs[1], synth.Options{Events: 5000, Conns: 2})
+			_, err = tracegen.WritePair(fs[0], fs[1], tracegen.Options{Events: 5000, Conns: 2})
 		} else {
-			_, err = synth.Write(fs[0], synth.Options{Events: 3000, Conns: 1})
+			_, err = tracegen.Write(fs[0], tracegen.Options{Events: 3000, Conns: 1})
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
-	"github.com/magnet-tracer/magnet/internal/synth"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // exportFixture is the committed big-endian trace; parse gives the truth
@@ -207,7 +207,7 @@ func TestExportMergesTraces(t *testing.T) {
 		}
 		fs = append(fs, f)
 	}
-	if _, err := synth.WritePair(fs[0], fs[1], synth.Options{Events: 5000, Conns: 2, ReceiverClockOffset: 3 * time.Second}); err != nil {
+	if _, err := tracegen.WritePair(fs[0], fs[1], tracegen.Options{Events: 5000, Conns: 2, ReceiverClockOffset: 3 * time.Second}); err != nil {
 		t.Fatalf("synth: %v", err)
 	}
 	for _, f := range fs {

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/magnet-tracer/magnet/internal/synth"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // eventLines returns the lines of a parse after its header line.
@@ -40,7 +40,7 @@ func TestParseSeveral(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := synth.WritePair(fs, fr, synth.Options{Events: 20_000, Conns: 2}); err != nil {
+	if _, err := tracegen.WritePair(fs, fr, tracegen.Options{Events: 20_000, Conns: 2}); err != nil {
 		t.Fatal(err)
 	}
 	fs.Close()
@@ -78,7 +78,7 @@ func TestParseSeveral(t *testing.T) {
 		t.Errorf("--file-order: not the sender's lines then the receiver's")
 	}
 	oneLineError(t, magnet(t, "parse", "--events", "tcp_xmit,bogus", snd, rcv), `unknown event type "bogus"`)
-	if r := magnet(t, "parse", "--events", "sock_send", "--conn", strconv.FormatUint(synth.ConnID(1, false), 10), snd, rcv); r.code != 0 || strings.Count(r.stdout, "\tsock_send\t") == 0 || strings.Count(r.stdout, "\n") != strings.Count(r.stdout, "\tsock_send\t")+1 {
+	if r := magnet(t, "parse", "--events", "sock_send", "--conn", strconv.FormatUint(tracegen.ConnID(1, false), 10), snd, rcv); r.code != 0 || strings.Count(r.stdout, "\tsock_send\t") == 0 || strings.Count(r.stdout, "\n") != strings.Count(r.stdout, "\tsock_send\t")+1 {
 		t.Errorf("--events --conn over two traces: exit %d, %d lines", r.code, strings.Count(r.stdout, "\n"))
 	}
 }
@@ -92,7 +92,7 @@ func TestParseLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := synth.Write(f, synth.Options{Events: 5000, Conns: 1}); err != nil {
+	if _, err := tracegen.Write(f, tracegen.Options{Events: 5000, Conns: 1}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

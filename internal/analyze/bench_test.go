@@ -7,17 +7,17 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
-	"github.com/magnet-tracer/magnet/internal/synth"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
-// The benchmarks analyse a synthetic trace (synth.Bench: MAGNET_BENCH_EVENTS
+// The benchmarks analyse a synthetic trace (tracegen.Bench: MAGNET_BENCH_EVENTS
 // sets its size) and report events per second of wall and of CPU time and
 // the peak heap; bench/analysis.sh runs them for bench/ANALYSIS.md.
 
 // BenchmarkReport is `magnet report TRACE`: every table, both ends of
 // every connection followed.
 func BenchmarkReport(b *testing.B) {
-	synth.Bench(b, func(path string) error {
+	tracegen.Bench(b, func(path string) error {
 		_, err := analyze.Modulation([]string{path}, 0)
 		return err
 	})
@@ -25,7 +25,7 @@ func BenchmarkReport(b *testing.B) {
 
 // BenchmarkPerfetto is `magnet export --format perfetto`.
 func BenchmarkPerfetto(b *testing.B) {
-	synth.Bench(b, func(path string) error {
+	tracegen.Bench(b, func(path string) error {
 		_, err := analyze.WritePerfetto(io.Discard, []string{path})
 		return err
 	})

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
-	"github.com/magnet-tracer/magnet/internal/synth"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // synthFiles writes a synthetic transfer into one trace, or into a
 // sender's and a receiver's trace.
-func synthFiles(t *testing.T, opts synth.Options, pair bool) []string {
+func synthFiles(t *testing.T, opts tracegen.Options, pair bool) []string {
 	t.Helper()
 	dir := t.TempDir()
 	names := []string{"both.mgt"}
@@ -37,9 +37,9 @@ func synthFiles(t *testing.T, opts synth.Options, pair bool) []string {
 	}
 	var err error
 	if pair {
-		_, err = synth.WritePair(ws[0], ws[1], opts)
+		_, err = tracegen.WritePair(ws[0], ws[1], opts)
 	} else {
-		_, err = synth.Write(ws[0], opts)
+		_, err = tracegen.Write(ws[0], opts)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func synthFiles(t *testing.T, opts synth.Options, pair bool) []string {
 // to the receiver's application: with both ends in one trace, in two traces
 // of one machine, and in two traces of two machines whose clocks differ.
 func TestPathAcrossTraces(t *testing.T) {
-	opts := synth.Options{Events: 20000, Conns: 2, Hop: 3 * time.Microsecond, Wire: 25 * time.Microsecond}
+	opts := tracegen.Options{Events: 20000, Conns: 2, Hop: 3 * time.Microsecond, Wire: 25 * time.Microsecond}
 	hop, wire := 3.0, 25.0
 	// tcp_rcv→sock_recv is 3 hops in synth.
 	names := []string{"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "dev_xmit→dev_recv", "dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv"}
@@ -102,7 +102,7 @@ func TestPathAcrossTraces(t *testing.T) {
 			senders := 0
 			for _, cr := range rep.Conns {
 				p := cr.Path
-				if cr.Conn.Local.Addr() != synth.SenderAddr {
+				if cr.Conn.Local.Addr() != tracegen.SenderAddr {
 					if p != nil {
 						t.Errorf("receiving end %d has a path %+v: it sends pure ACKs only", cr.Conn.ID, p)
 					}
@@ -176,7 +176,7 @@ func FuzzReportPair(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := synth.WritePair(ws, wr, synth.Options{Events: 300, Conns: 1}); err != nil {
+	if _, err := tracegen.WritePair(ws, wr, tracegen.Options{Events: 300, Conns: 1}); err != nil {
 		f.Fatal(err)
 	}
 	ws.Close()

@@ -5,7 +5,6 @@ package cli
 import (
 	archivecmd "github.com/magnet-tracer/magnet/internal/cli/archive"
 	benchcmd "github.com/magnet-tracer/magnet/internal/cli/bench"
-	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
 	collectcmd "github.com/magnet-tracer/magnet/internal/cli/collect"
 	daemoncmd "github.com/magnet-tracer/magnet/internal/cli/daemon"
 	"github.com/magnet-tracer/magnet/internal/cli/demo"
@@ -14,6 +13,7 @@ import (
 	hostcheckcmd "github.com/magnet-tracer/magnet/internal/cli/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/cli/parse"
 	plotcmd "github.com/magnet-tracer/magnet/internal/cli/plot"
+	probecmd "github.com/magnet-tracer/magnet/internal/cli/probe"
 	"github.com/magnet-tracer/magnet/internal/cli/record"
 	"github.com/magnet-tracer/magnet/internal/cli/report"
 	"github.com/magnet-tracer/magnet/internal/cli/status"
@@ -22,5 +22,5 @@ import (
 )
 
 func init() {
-	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New, bwprobecmd.New, diffcmd.New)
+	subcommands = append(subcommands, record.New, parse.New, report.New, plotcmd.New, exportcmd.New, hostcheckcmd.New, benchcmd.New, demo.New, status.New, workloadcmd.New, archivecmd.New, collectcmd.New, daemoncmd.New, watch.New, probecmd.New, diffcmd.New)
 }

@@ -8,16 +8,16 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/export"
-	"github.com/magnet-tracer/magnet/internal/synth"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
-// The benchmarks read a synthetic trace (synth.Bench: MAGNET_BENCH_EVENTS
+// The benchmarks read a synthetic trace (tracegen.Bench: MAGNET_BENCH_EVENTS
 // sets its size) and report events per second of wall and of CPU time and
 // the peak heap; bench/analysis.sh runs them for bench/ANALYSIS.md.
 
 func benchReader(b *testing.B, fn func(r *trace.Reader) error) {
-	synth.Bench(b, func(path string) error {
+	tracegen.Bench(b, func(path string) error {
 		r, err := trace.Open(path)
 		if err != nil {
 			return err

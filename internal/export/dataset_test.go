@@ -16,13 +16,13 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/export"
-	"github.com/magnet-tracer/magnet/internal/synth"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // BenchmarkDataset is `magnet export --dataset` of one trace file.
 func BenchmarkDataset(b *testing.B) {
-	synth.Bench(b, func(path string) error {
+	tracegen.Bench(b, func(path string) error {
 		_, err := export.WriteDataset(b.TempDir(), []string{path}, export.DatasetOptions{Partition: []string{"host", "date"}})
 		return err
 	})
@@ -177,7 +177,7 @@ func TestDatasetDuckDB(t *testing.T) {
 		return paths
 	}
 	pair := write("s-0000,r-0000", func(w ...io.Writer) error {
-		_, err := synth.WritePair(w[0], w[1], synth.Options{Events: 60000, Conns: 3})
+		_, err := tracegen.WritePair(w[0], w[1], tracegen.Options{Events: 60000, Conns: 3})
 		return err
 	})
 	st, err := export.WriteDataset(dir, pair, export.DatasetOptions{Partition: []string{"host", "date"}})
@@ -185,7 +185,7 @@ func TestDatasetDuckDB(t *testing.T) {
 		t.Fatalf("first run: %+v %v", st, err)
 	}
 	one := write("s-0001", func(w ...io.Writer) error {
-		_, err := synth.Write(w[0], synth.Options{Events: 20000, Conns: 2})
+		_, err := tracegen.Write(w[0], tracegen.Options{Events: 20000, Conns: 2})
 		return err
 	})
 	all := append(pair, one...)

@@ -9,7 +9,7 @@ package benchcmd
 import (
 	"github.com/spf13/cobra"
 
-	bwprobecmd "github.com/magnet-tracer/magnet/internal/cli/bwprobe"
+	probecmd "github.com/magnet-tracer/magnet/internal/cli/probe"
 )
 
 // New returns the bench command.
@@ -19,6 +19,6 @@ func New() *cobra.Command {
 		Short: "Measure magnet on this host: the accuracy of magnet probe",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(bwprobecmd.NewBench())
+	cmd.AddCommand(probecmd.NewBench())
 	return cmd
 }

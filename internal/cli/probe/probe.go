@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package bwprobecmd is the `magnet probe` command: a server that sends
+// Package probecmd is the `magnet probe` command: a server that sends
 // probe streams to the client that asks, and a client that estimates the
-// available bandwidth from the server to itself (see internal/bwprobe).
-package bwprobecmd
+// available bandwidth from the server to itself (see internal/availbw).
+package probecmd
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/availbw"
 )
 
 // SecretEnv names the environment variable read when --secret is not
@@ -67,7 +67,7 @@ crosses the network).`,
   magnet probe server --listen 10.0.0.1:7207 --max-rate 10G --max-duration 30s --secret hunter2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rate, err := bwprobe.ParseRate(maxRate)
+			rate, err := availbw.ParseRate(maxRate)
 			if err != nil {
 				return fmt.Errorf("probe server: --max-rate: %w", err)
 			}
@@ -78,7 +78,7 @@ crosses the network).`,
 				secret = os.Getenv(SecretEnv)
 			}
 			errOut := cmd.ErrOrStderr()
-			srv, err := bwprobe.Listen(bwprobe.ServerConfig{
+			srv, err := availbw.Listen(availbw.ServerConfig{
 				Listen: listen, Secret: secret, MaxRate: rate, MaxDuration: maxDuration, RealTime: realTime,
 				Log: func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) },
 			})
@@ -90,7 +90,7 @@ crosses the network).`,
 			defer stop()
 			pace := "unknown"
 			if srv.Pace() > 0 {
-				pace = bwprobe.FormatRate(srv.Pace())
+				pace = availbw.FormatRate(srv.Pace())
 			}
 			rt := "at real-time priority (--realtime)"
 			switch {
@@ -101,15 +101,15 @@ crosses the network).`,
 			}
 			// Tests and scripts wait for this line.
 			fmt.Fprintf(cmd.OutOrStdout(), "listening %s (max rate %s, max duration %v, this host paces up to %s, sending %s)\n",
-				srv.Addr(), bwprobe.FormatRate(rate), maxDuration, pace, rt)
+				srv.Addr(), availbw.FormatRate(rate), maxDuration, pace, rt)
 			return srv.Serve(ctx)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", ":"+strconv.Itoa(bwprobe.DefaultPort), "control channel address, [host]:port")
+	f.StringVar(&listen, "listen", ":"+strconv.Itoa(availbw.DefaultPort), "control channel address, [host]:port")
 	f.StringVar(&secret, "secret", "", "shared secret clients must know (default $"+SecretEnv+")")
 	f.StringVar(&maxRate, "max-rate", "1G", "highest rate of any stream, bit/s (k, M, G suffixes)")
-	f.DurationVar(&maxDuration, "max-duration", bwprobe.DefaultMaxDuration, "longest session per client")
+	f.DurationVar(&maxDuration, "max-duration", availbw.DefaultMaxDuration, "longest session per client")
 	f.BoolVar(&realTime, "realtime", false, "send streams at real-time priority: only on a sender that runs nothing else (it starves this host's other traffic)")
 	return cmd
 }
@@ -145,7 +145,7 @@ timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 			}
 			var rate float64
 			if maxRate != "" {
-				if rate, err = bwprobe.ParseRate(maxRate); err != nil {
+				if rate, err = availbw.ParseRate(maxRate); err != nil {
 					return fmt.Errorf("probe client: --max-rate: %w", err)
 				}
 			}
@@ -154,17 +154,17 @@ timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 			}
 			// The library takes 0 for its default; a user who typed 0 meant
 			// something else.
-			if count < 10 || count > bwprobe.MaxStreamPackets {
-				return fmt.Errorf("probe client: --stream-packets %d outside 10..%d", count, bwprobe.MaxStreamPackets)
+			if count < 10 || count > availbw.MaxStreamPackets {
+				return fmt.Errorf("probe client: --stream-packets %d outside 10..%d", count, availbw.MaxStreamPackets)
 			}
-			if packetSize < bwprobe.MinPacketSize || packetSize > bwprobe.MaxPacketSize {
-				return fmt.Errorf("probe client: --packet-size %d outside %d..%d bytes", packetSize, bwprobe.MinPacketSize, bwprobe.MaxPacketSize)
+			if packetSize < availbw.MinPacketSize || packetSize > availbw.MaxPacketSize {
+				return fmt.Errorf("probe client: --packet-size %d outside %d..%d bytes", packetSize, availbw.MinPacketSize, availbw.MaxPacketSize)
 			}
 			if secret == "" {
 				secret = os.Getenv(SecretEnv)
 			}
-			cfg := bwprobe.ClientConfig{Server: addr, Secret: secret, MaxRate: rate,
-				Params: bwprobe.Params{PacketSize: packetSize, StreamPackets: count}}
+			cfg := availbw.ClientConfig{Server: addr, Secret: secret, MaxRate: rate,
+				Params: availbw.Params{PacketSize: packetSize, StreamPackets: count}}
 			if verbose {
 				errOut := cmd.ErrOrStderr()
 				cfg.Log = func(format string, args ...any) { fmt.Fprintf(errOut, format+"\n", args...) }
@@ -173,7 +173,7 @@ timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 			defer stop()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			c, err := bwprobe.Dial(ctx, cfg)
+			c, err := availbw.Dial(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("probe client: %w", err)
 			}
@@ -195,14 +195,14 @@ timestamps: lower bound only), the CPU time used, probe bytes and time taken.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&port, "port", bwprobe.DefaultPort, "server's control port")
+	f.IntVar(&port, "port", availbw.DefaultPort, "server's control port")
 	f.StringVar(&maxRate, "max-rate", "", "never probe above this rate, bit/s (k, M, G suffixes)")
 	f.StringVar(&secret, "secret", "", "the server's shared secret (default $"+SecretEnv+")")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log every stream to stderr")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
-	f.IntVar(&packetSize, "packet-size", bwprobe.DefaultParams.PacketSize, "IP size of the probe packets, bytes")
-	f.IntVar(&count, "stream-packets", bwprobe.DefaultParams.StreamPackets, "packets per stream")
+	f.IntVar(&packetSize, "packet-size", availbw.DefaultParams.PacketSize, "IP size of the probe packets, bytes")
+	f.IntVar(&count, "stream-packets", availbw.DefaultParams.StreamPackets, "packets per stream")
 	return cmd
 }
 
@@ -227,40 +227,40 @@ func serverAddr(host string, port int, portSet bool) (string, error) {
 }
 
 // Write prints a result as text.
-func Write(w io.Writer, r *bwprobe.Result) error {
+func Write(w io.Writer, r *availbw.Result) error {
 	p := &printer{w: w}
 	p.linef("available bandwidth from %s to this host", r.Server)
 	switch {
 	case (r.HostLimited || r.RateLimited) && r.High == 0:
-		p.field("estimate", "at least %s (%s)", bwprobe.FormatRate(r.Low), limitWord(r))
+		p.field("estimate", "at least %s (%s)", availbw.FormatRate(r.Low), limitWord(r))
 	case r.HostLimited:
-		p.field("estimate", "%s (range %s to %s; host-limited: may be this host's limit)", bwprobe.FormatRate(r.Point),
-			bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
+		p.field("estimate", "%s (range %s to %s; host-limited: may be this host's limit)", availbw.FormatRate(r.Point),
+			availbw.FormatRate(r.Low), availbw.FormatRate(float64(r.High)))
 	case r.Coalesced:
-		p.field("estimate", "at least %s (lower bound: the receiver's timestamps are coalesced)", bwprobe.FormatRate(r.Low))
+		p.field("estimate", "at least %s (lower bound: the receiver's timestamps are coalesced)", availbw.FormatRate(r.Low))
 	case r.High > 0:
-		p.field("estimate", "%s (range %s to %s)", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
+		p.field("estimate", "%s (range %s to %s)", availbw.FormatRate(r.Point), availbw.FormatRate(r.Low), availbw.FormatRate(float64(r.High)))
 	default:
-		p.field("estimate", "%s (no fleet was above it)", bwprobe.FormatRate(r.Point))
+		p.field("estimate", "%s (no fleet was above it)", availbw.FormatRate(r.Point))
 	}
 	if r.GreyHigh > 0 {
 		p.field("grey region", "%s to %s (fleets there disagreed: the available bandwidth varied)",
-			bwprobe.FormatRate(r.GreyLow), bwprobe.FormatRate(r.GreyHigh))
+			availbw.FormatRate(r.GreyLow), availbw.FormatRate(r.GreyHigh))
 	} else {
 		p.field("grey region", "none")
 	}
 	if r.CapacityAtLeast {
-		p.field("capacity", "at least %s (back-to-back trains arrived as fast as they were sent)", bwprobe.FormatRate(r.Capacity))
+		p.field("capacity", "at least %s (back-to-back trains arrived as fast as they were sent)", availbw.FormatRate(r.Capacity))
 	} else {
 		half := ""
 		if r.HalfCapacity > 0 {
-			half = "; half-size packets " + bwprobe.FormatRate(r.HalfCapacity)
+			half = "; half-size packets " + availbw.FormatRate(r.HalfCapacity)
 		}
-		p.field("capacity", "%s (median spacing of back-to-back trains%s)", bwprobe.FormatRate(r.Capacity), half)
+		p.field("capacity", "%s (median spacing of back-to-back trains%s)", availbw.FormatRate(r.Capacity), half)
 	}
 	pace := "unknown"
 	if r.ServerPace > 0 {
-		pace = bwprobe.FormatRate(r.ServerPace)
+		pace = availbw.FormatRate(r.ServerPace)
 	}
 	ts := "kernel receive timestamps"
 	if !r.KernelTimestamps {
@@ -271,7 +271,7 @@ func Write(w io.Writer, r *bwprobe.Result) error {
 		rt = "at normal priority"
 	}
 	p.field("host", "sender reached %s back to back (its send cost allows %s), sending %s; probed up to %s; %s",
-		bwprobe.FormatRate(r.TrainSendRate), pace, rt, bwprobe.FormatRate(r.ProbeLimit), ts)
+		availbw.FormatRate(r.TrainSendRate), pace, rt, availbw.FormatRate(r.ProbeLimit), ts)
 	if len(r.Flags) == 0 {
 		p.field("flags", "none")
 	}
@@ -283,7 +283,7 @@ func Write(w io.Writer, r *bwprobe.Result) error {
 	return p.err
 }
 
-func limitWord(r *bwprobe.Result) string {
+func limitWord(r *availbw.Result) string {
 	if r.HostLimited {
 		return "host-limited: this host cannot pace faster; the network may carry more"
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package probebench
+package probeaccuracy
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/availbw"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
@@ -53,7 +53,7 @@ func TestReducedGrid(t *testing.T) {
 		t.Fatalf("%d trials and %d unlimited runs, want 4 and 1", len(r.Trials), len(r.Unlimit))
 	}
 	for _, tr := range r.Trials {
-		name := tr.Cross + " " + bwprobe.FormatRate(tr.TrueBps)
+		name := tr.Cross + " " + availbw.FormatRate(tr.TrueBps)
 		if tr.Failed != "" {
 			t.Errorf("%s: %s", name, tr.Failed)
 			continue
@@ -63,12 +63,12 @@ func TestReducedGrid(t *testing.T) {
 			// A starved machine may not pace even 100 Mbit/s for a
 			// moment; then the probe must say so, and its lower bound
 			// must hold.
-			t.Logf("%s: host-limited (trains sent at %s), at least %s", name, bwprobe.FormatRate(res.TrainSendRate), bwprobe.FormatRate(res.Low))
+			t.Logf("%s: host-limited (trains sent at %s), at least %s", name, availbw.FormatRate(res.TrainSendRate), availbw.FormatRate(res.Low))
 			if res.Low > 1.05*tr.TrueBps {
-				t.Errorf("%s: host-limited with a lower bound of %s above the true A", name, bwprobe.FormatRate(res.Low))
+				t.Errorf("%s: host-limited with a lower bound of %s above the true A", name, availbw.FormatRate(res.Low))
 			}
 		case math.Abs(tr.Err) > 0.25 && !tr.Disturbed:
-			t.Errorf("%s: estimate %s, error %+.1f %%, want within 25 %%", name, bwprobe.FormatRate(res.Point), tr.Err*100)
+			t.Errorf("%s: estimate %s, error %+.1f %%, want within 25 %%", name, availbw.FormatRate(res.Point), tr.Err*100)
 		}
 		if tr.Result.Bytes > 3e6 || tr.Result.TookNs > int64(10*time.Second) {
 			t.Errorf("%s: %d bytes, %v", name, tr.Result.Bytes, time.Duration(tr.Result.TookNs))
@@ -77,7 +77,7 @@ func TestReducedGrid(t *testing.T) {
 			t.Errorf("%s: passive measurement %+v, want a recorded transfer", name, p)
 		}
 		if tr.CrossBps < 0.5*float64(tr.CapacityMbit)*1e6*(1-tr.Share) {
-			t.Errorf("%s: cross traffic %s, far below its nominal rate", name, bwprobe.FormatRate(tr.CrossBps))
+			t.Errorf("%s: cross traffic %s, far below its nominal rate", name, availbw.FormatRate(tr.CrossBps))
 		}
 	}
 	if u := r.Unlimit[0]; u.Result == nil || !u.Result.HostLimited {
@@ -114,8 +114,8 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	res := func(point float64, hostLimited bool) *bwprobe.Result {
-		return &bwprobe.Result{Estimate: &bwprobe.Estimate{Point: point, Low: point, HostLimited: hostLimited, Bytes: 1e6}, TookNs: 1e9}
+	res := func(point float64, hostLimited bool) *availbw.Result {
+		return &availbw.Result{Estimate: &availbw.Estimate{Point: point, Low: point, HostLimited: hostLimited, Bytes: 1e6}, TookNs: 1e9}
 	}
 	r := &Report{Settings: Settings{Capacities: []int{100}, Shares: []float64{0.5}, Cross: []string{CBR}}}
 	r.Trials = []Trial{

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package probebench measures how accurate and how cheap `magnet probe` is
+// Package probeaccuracy measures how accurate and how cheap `magnet probe` is
 // on a path whose available bandwidth is known: namespaces sender → router
 // → receiver, a tc tbf bottleneck on the router's egress toward the
 // receiver, and constant-rate or bursty UDP cross traffic injected at the
@@ -12,7 +12,7 @@
 // recorded by magnet, its delivery rate read from the trace.
 //
 // Everything here needs root, iproute2 and a built magnet binary.
-package probebench
+package probeaccuracy
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/availbw"
 	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
@@ -166,7 +166,7 @@ type Trial struct {
 	// delivered (its timer is served late when the host is overloaded),
 	// so the true A was lower than capacity − cross traffic.
 	Disturbed bool             `json:"disturbed,omitempty"`
-	Result    *bwprobe.Result  `json:"result"`
+	Result    *availbw.Result  `json:"result"`
 	Load      [3]float64       `json:"load_before"`
 	Passive   *PassiveMeasured `json:"passive,omitempty"`
 	Failed    string           `json:"failed,omitempty"`
@@ -187,7 +187,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			Unlimited: opts.Unlimited, IPv6: opts.IPv6, Passive: opts.Passive, PassiveDuration: opts.PassiveDuration.Seconds(),
 			ClientArgs: opts.ClientArgs},
 	}
-	p, err := netlab.NewPath(netlab.PathOptions{Name: "magnet-probebench", Cross: true, IPv6: opts.IPv6})
+	p, err := netlab.NewPath(netlab.PathOptions{Name: "magnet-probeaccuracy", Cross: true, IPv6: opts.IPv6})
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (l *lab) stopServer() {
 }
 
 // probe runs one `magnet probe client --json` in the receiver's namespace.
-func (l *lab) probe(ctx context.Context) (*bwprobe.Result, error) {
+func (l *lab) probe(ctx context.Context) (*availbw.Result, error) {
 	args := []string{"netns", "exec", l.path.Receiver.NS, l.opts.Magnet, "probe", "client",
 		l.addr(l.path.Sender).String(), "--port", strconv.Itoa(probePort), "--json", "--timeout", "60s"}
 	args = append(args, l.opts.ClientArgs...)
@@ -317,7 +317,7 @@ func (l *lab) probe(ctx context.Context) (*bwprobe.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe client: %v: %s", err, oneLine(stderr.String()))
 	}
-	var r bwprobe.Result
+	var r availbw.Result
 	if err := json.Unmarshal(out, &r); err != nil {
 		return nil, fmt.Errorf("probe client output: %w", err)
 	}
@@ -378,9 +378,9 @@ func (t *Trial) summary() string {
 		return "failed: " + t.Failed
 	}
 	r := t.Result
-	s := fmt.Sprintf("estimate %s [%s, %s]", bwprobe.FormatRate(r.Point), bwprobe.FormatRate(r.Low), bwprobe.FormatRate(float64(r.High)))
+	s := fmt.Sprintf("estimate %s [%s, %s]", availbw.FormatRate(r.Point), availbw.FormatRate(r.Low), availbw.FormatRate(float64(r.High)))
 	if t.TrueBps > 0 {
-		s += fmt.Sprintf(" true %s e=%+.3f", bwprobe.FormatRate(t.TrueBps), t.Err)
+		s += fmt.Sprintf(" true %s e=%+.3f", availbw.FormatRate(t.TrueBps), t.Err)
 	}
 	s += fmt.Sprintf(" %d fleets %d streams (%d rejected) %.2f MB %.2f s", len(r.Fleets), r.Streams, r.Rejected,
 		float64(r.Bytes)/1e6, float64(r.TookNs)/1e9)
@@ -388,13 +388,13 @@ func (t *Trial) summary() string {
 		s += " flags: " + strings.Join(r.Flags, "; ")
 	}
 	if t.Disturbed {
-		s += fmt.Sprintf(" (disturbed: trains saw %s)", bwprobe.FormatRate(r.Capacity))
+		s += fmt.Sprintf(" (disturbed: trains saw %s)", availbw.FormatRate(r.Capacity))
 	}
 	if p := t.Passive; p != nil {
 		if p.Failed != "" {
 			s += " passive failed: " + p.Failed
 		} else {
-			s += fmt.Sprintf(" passive %s e=%+.3f", bwprobe.FormatRate(p.GoodputBps), p.Err)
+			s += fmt.Sprintf(" passive %s e=%+.3f", availbw.FormatRate(p.GoodputBps), p.Err)
 		}
 	}
 	return s

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bwprobecmd
+package probecmd
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/availbw"
 )
 
 // run executes "magnet probe args..." in process.
@@ -72,11 +72,11 @@ func TestServerAddr(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	r := &bwprobe.Result{
+	r := &availbw.Result{
 		Server: "10.0.0.1:7207",
-		Estimate: &bwprobe.Estimate{Low: 48e6, High: 52e6, Point: 50.1e6, GreyLow: 49e6, GreyHigh: 51e6, Capacity: 98.8e6,
+		Estimate: &availbw.Estimate{Low: 48e6, High: 52e6, Point: 50.1e6, GreyLow: 49e6, GreyHigh: 51e6, Capacity: 98.8e6,
 			TrainSendRate: 2.1e9, ProbeLimit: 1.68e9, Streams: 14, Rejected: 1, Bytes: 940_000,
-			Fleets: make([]bwprobe.Fleet, 4)},
+			Fleets: make([]availbw.Fleet, 4)},
 		ServerPace: 14.8e9, ServerRealTime: true, KernelTimestamps: true, ClientCPUSeconds: 0.05, ServerCPUSeconds: 0.2, TookNs: 380e6,
 	}
 	var b bytes.Buffer
@@ -113,7 +113,7 @@ func TestWrite(t *testing.T) {
 	if !strings.Contains(string(js), `"high_bps":null`) {
 		t.Errorf("no upper bound in JSON: %s", js)
 	}
-	var back bwprobe.Result
+	var back availbw.Result
 	if err := json.Unmarshal(js, &back); err != nil || back.High != 0 || back.Low != 1.68e9 {
 		t.Errorf("JSON read back: %v, high %v low %v", err, back.High, back.Low)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package probebench
+package probeaccuracy
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/magnet-tracer/magnet/internal/bwprobe"
+	"github.com/magnet-tracer/magnet/internal/availbw"
 	"github.com/magnet-tracer/magnet/internal/machine"
 )
 
@@ -272,8 +272,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				continue
 			}
 			res := t.Result
-			p("| %d | ≥ %s | %s | %s | %v | %s | %.2f s | %.2f MB |", i+1, bwprobe.FormatRate(res.Low), bwprobe.FormatRate(res.ProbeLimit),
-				bwprobe.FormatRate(res.TrainSendRate), res.HostLimited, strings.Join(res.Flags, "; "), float64(res.TookNs)/1e9, float64(res.Bytes)/1e6)
+			p("| %d | ≥ %s | %s | %s | %v | %s | %.2f s | %.2f MB |", i+1, availbw.FormatRate(res.Low), availbw.FormatRate(res.ProbeLimit),
+				availbw.FormatRate(res.TrainSendRate), res.HostLimited, strings.Join(res.Flags, "; "), float64(res.TookNs)/1e9, float64(res.Bytes)/1e6)
 		}
 		p("")
 	}
@@ -289,23 +289,23 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		res := t.Result
 		grey := "–"
 		if res.GreyHigh > 0 {
-			grey = fmt.Sprintf("%s – %s", bwprobe.FormatRate(res.GreyLow), bwprobe.FormatRate(res.GreyHigh))
+			grey = fmt.Sprintf("%s – %s", availbw.FormatRate(res.GreyLow), availbw.FormatRate(res.GreyHigh))
 		}
 		passive := "–"
 		if pm := t.Passive; pm != nil {
 			if pm.Failed != "" {
 				passive = "failed: " + oneLine(pm.Failed)
 			} else {
-				passive = fmt.Sprintf("%s (%+.1f %%)", bwprobe.FormatRate(pm.GoodputBps), pm.Err*100)
+				passive = fmt.Sprintf("%s (%+.1f %%)", availbw.FormatRate(pm.GoodputBps), pm.Err*100)
 			}
 		}
-		saw := bwprobe.FormatRate(res.Capacity)
+		saw := availbw.FormatRate(res.Capacity)
 		if t.Disturbed {
 			saw += " (disturbed)"
 		}
 		p("| %d Mbit/s | %s | %.0f %% | %s | %s [%s, %s] | %s | %+.1f %% | %s | %d | %d (%d) | %.2f s | %.2f MB | %.2f + %.2f s | %.2f | %s |",
-			t.CapacityMbit, t.Cross, t.Share*100, bwprobe.FormatRate(t.TrueBps), bwprobe.FormatRate(res.Point),
-			bwprobe.FormatRate(res.Low), bwprobe.FormatRate(float64(res.High)), grey, t.Err*100, saw, len(res.Fleets), res.Streams, res.Rejected,
+			t.CapacityMbit, t.Cross, t.Share*100, availbw.FormatRate(t.TrueBps), availbw.FormatRate(res.Point),
+			availbw.FormatRate(res.Low), availbw.FormatRate(float64(res.High)), grey, t.Err*100, saw, len(res.Fleets), res.Streams, res.Rejected,
 			float64(res.TookNs)/1e9, float64(res.Bytes)/1e6, res.ClientCPUSeconds, res.ServerCPUSeconds, t.Load[0], passive)
 	}
 	_, err := io.WriteString(w, b.String())

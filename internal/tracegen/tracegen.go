@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package synth writes synthetic traces: what magnet would record of bulk
+// Package tracegen writes synthetic traces: what magnet would record of bulk
 // TCP transfers between two hosts, event by event and layer by layer, with
 // the real event dictionary. Benchmarks use them to measure the analyses on
 // traces of any size without a kernel, and tests use them where exact,
@@ -12,7 +12,7 @@
 // on the receiver; a pure ACK back every second packet, and a tcp_state
 // snapshot every fourth ACK. Every hop takes a fixed time (Hop), the wire
 // takes Wire, so the delays a report finds are known in advance.
-package synth
+package tracegen
 
 import (
 	"container/heap"
@@ -187,7 +187,7 @@ func (e *encoder) field(typ, name string) int {
 	et := e.h.TypeByName(typ)
 	f, ok := et.Field(name)
 	if !ok {
-		panic("synth: no field " + typ + "." + name)
+		panic("tracegen: no field " + typ + "." + name)
 	}
 	e.off[k] = f.Offset
 	return f.Offset
@@ -472,7 +472,7 @@ func (e *encoder) connClose(w int, t uint64, c *conn, host int) error {
 	return e.put(w, b)
 }
 
-var errUnknown = errors.New("synth: unknown event")
+var errUnknown = errors.New("tracegen: unknown event")
 
 func (e *encoder) emit(w int, x ev) error {
 	tid := uint32(tidSender)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package bwprobecmd
+package probecmd
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/cli/benchreport"
-	"github.com/magnet-tracer/magnet/internal/probebench"
+	"github.com/magnet-tracer/magnet/internal/probeaccuracy"
 )
 
 // Defaults of the documented full grid.
@@ -70,7 +70,7 @@ grid. Needs root. See docs/PROBE.md.`,
 					passive = true
 				}
 			}
-			opts := probebench.Options{Reps: reps, Unlimited: unlimited, IPv6: ipv6, Passive: passive, PassiveDuration: passiveDur,
+			opts := probeaccuracy.Options{Reps: reps, Unlimited: unlimited, IPv6: ipv6, Passive: passive, PassiveDuration: passiveDur,
 				Log: cmd.ErrOrStderr(), Command: commandLine(os.Args[1:]), ClientArgs: strings.Fields(clientArgs)}
 			var err error
 			if opts.Capacities, err = parseInts(capacities); err != nil {
@@ -95,8 +95,8 @@ grid. Needs root. See docs/PROBE.md.`,
 				return fmt.Errorf("bench probe: find the magnet binary: %w", err)
 			}
 			// -o is checked before the long run, not after it.
-			return benchreport.Run(cmd.Context(), "bench probe", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*probebench.Report, error) {
-				return probebench.Run(ctx, opts)
+			return benchreport.Run(cmd.Context(), "bench probe", cmd.OutOrStdout(), out, asJSON, func(ctx context.Context) (*probeaccuracy.Report, error) {
+				return probeaccuracy.Run(ctx, opts)
 			})
 		},
 	}

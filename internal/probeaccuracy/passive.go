@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package probebench
+package probeaccuracy
 
 import (
 	"bufio"
@@ -56,7 +56,7 @@ type PassiveMeasured struct {
 // records the receiver's namespace, and reads the delivery rate back from
 // the trace.
 func (l *lab) passive(ctx context.Context, capBits float64) (*PassiveMeasured, error) {
-	work, err := os.MkdirTemp("", "magnet-probebench-")
+	work, err := os.MkdirTemp("", "magnet-probeaccuracy-")
 	if err != nil {
 		return nil, err
 	}
