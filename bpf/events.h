@@ -23,7 +23,6 @@
 #define MG_COMM_LEN 16
 #define MG_SNAP_LEN 128
 #define MG_NTYPES 32
-#define MG_SYNTH_BURST 16 /* events per synth_burst run (probe.SyntheticBurst) */
 
 /* Event type ids: stable, written into every trace's dictionary. */
 enum mg_type {

@@ -38,4 +38,3 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "layer/dev.c"
 #include "layer/drop.c"
 #include "layer/sched.c"
-#include "layer/synth.c"

@@ -20,11 +20,19 @@ install_staticcheck
 echo "== BPF objects and events.h's Go side match bpf/ (go generate)"
 # tools/genevents writes internal/event/types_gen.go, internal/probe's
 # layouts_gen.go and bpf/events_btf.h; bpf2go the objects and their Go types.
-generated="internal/probe internal/kevent internal/event bpf/events_btf.h"
-go generate ./internal/probe ./internal/kevent
+generated="internal/probe internal/kevent internal/event bpf/events_btf.h lab/internal/synthevent"
+go generate ./internal/probe ./internal/kevent ./lab/internal/synthevent
 if ! git diff --quiet -- $generated 2>/dev/null; then
-	echo "generated files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent'"
+	echo "generated files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent ./lab/internal/synthevent'"
 	git diff --stat -- $generated
+	exit 1
+fi
+
+echo "== the product carries no lab"
+# magnet-lab's packages (lab/) are never linked into magnet (and probe's
+# TestObjectHasNoLabPrograms keeps the lab's programs out of its object).
+if lab=$(go list -deps ./cmd/magnet | grep '/lab/'); then
+	echo "cmd/magnet depends on lab packages: $lab"
 	exit 1
 fi
 

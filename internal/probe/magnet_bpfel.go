@@ -577,10 +577,6 @@ const (
 	magnetProgSchedWakeup      = "sched_wakeup"
 	magnetProgSockRecvLength   = "sock_recv_length"
 	magnetProgSockSendLength   = "sock_send_length"
-	magnetProgSynthBurst       = "synth_burst"
-	magnetProgSynthEmpty       = "synth_empty"
-	magnetProgSynthEvent       = "synth_event"
-	magnetProgSynthNested      = "synth_nested"
 	magnetProgTcpProbe         = "tcp_probe"
 	magnetProgTcpRetransmitSkb = "tcp_retransmit_skb"
 	magnetProgTcpSegments      = "tcp_segments"
@@ -685,10 +681,6 @@ type magnetProgramSpecs struct {
 	SchedWakeup      *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.ProgramSpec `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.ProgramSpec `ebpf:"sock_send_length"`
-	SynthBurst       *ebpf.ProgramSpec `ebpf:"synth_burst"`
-	SynthEmpty       *ebpf.ProgramSpec `ebpf:"synth_empty"`
-	SynthEvent       *ebpf.ProgramSpec `ebpf:"synth_event"`
-	SynthNested      *ebpf.ProgramSpec `ebpf:"synth_nested"`
 	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.ProgramSpec `ebpf:"tcp_segments"`
@@ -884,10 +876,6 @@ type magnetPrograms struct {
 	SchedWakeup      *ebpf.Program `ebpf:"sched_wakeup"`
 	SockRecvLength   *ebpf.Program `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.Program `ebpf:"sock_send_length"`
-	SynthBurst       *ebpf.Program `ebpf:"synth_burst"`
-	SynthEmpty       *ebpf.Program `ebpf:"synth_empty"`
-	SynthEvent       *ebpf.Program `ebpf:"synth_event"`
-	SynthNested      *ebpf.Program `ebpf:"synth_nested"`
 	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
 	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 	TcpSegments      *ebpf.Program `ebpf:"tcp_segments"`
@@ -913,10 +901,6 @@ func (p *magnetPrograms) Close() error {
 		p.SchedWakeup,
 		p.SockRecvLength,
 		p.SockSendLength,
-		p.SynthBurst,
-		p.SynthEmpty,
-		p.SynthEvent,
-		p.SynthNested,
 		p.TcpProbe,
 		p.TcpRetransmitSkb,
 		p.TcpSegments,

@@ -91,9 +91,6 @@ type Options struct {
 	// Disable lists programs not to load, as if this kernel lacked their
 	// hooks (for testing the fallback, and for working around a bad hook).
 	Disable []string
-	// Synthetic loads synth_event and synth_empty, never attached, for
-	// magnet bench to run with BPF_PROG_TEST_RUN (Probe.Synthetic).
-	Synthetic bool
 	// WakeupFill is how full (a fraction of its size) an events ring gets
 	// before BPF wakes the reader; 0 means DefaultWakeupFill. A fraction
 	// below one record wakes it as soon as the ring holds anything; 1 only
@@ -114,10 +111,6 @@ type Options struct {
 // at half it lost nothing in the bench's synthetic rates and loss sweep
 // (docs/BENCH.md, "The drain, eighth round").
 const DefaultWakeupFill = 1.0 / 2
-
-// SyntheticBurstEvents is how many events one run of Probe.SyntheticBurst
-// makes (MG_SYNTH_BURST in bpf/events.h).
-const SyntheticBurstEvents = 16
 
 // wakeupBytes is the events_wakeup threshold of a ring of perCPU bytes.
 func wakeupBytes(perCPU int, fill float64) uint64 {
@@ -144,22 +137,12 @@ type Probe struct {
 	Counters *ebpf.Map    // per-CPU produced/lost counters per type
 	Lost     *ebpf.Map    // per-CPU losses not yet reported in the stream
 	Status   []HookStatus // as attached by Load; SetGroups does not change it
-	// Synthetic puts one dev_xmit event (conn 0, ifindex 0) in the
-	// events ring of the CPU it runs on, through the hooks' path, at each
-	// test run; SyntheticEmpty does nothing. Both nil unless
-	// Options.Synthetic, or when the kernel refused them.
-	Synthetic, SyntheticEmpty *ebpf.Program
-	// SyntheticBurst puts SyntheticBurstEvents such events in the ring per test
-	// run (bpf_loop; nil where the kernel lacks it): the run's own cost
-	// is then shared by many events.
-	SyntheticBurst *ebpf.Program
-	// syntheticNested makes, in one run, an event, a second one while
-	// the first is held (the nested area's) and a third while both are
-	// (lost): what interrupts do, for the tests.
-	syntheticNested *ebpf.Program
-	coll            *ebpf.Collection
-	mask            *ebpf.Variable
-	cgroup          string
+	coll     *ebpf.Collection
+	mask     *ebpf.Variable
+	cgroup   string
+	// settings are the values Load gave the object's constants
+	// (bpf/lib/settings.h), by name, for LoadSharing.
+	settings map[string]any
 
 	mu      sync.Mutex
 	links   map[int]link.Link // by index in Status: the programs attached now
@@ -193,6 +176,7 @@ func Load(opts Options) (*Probe, error) {
 		return nil
 	}
 	// Wake the reader once a ring is filled past opts.WakeupFill; it also polls.
+	settings := map[string]any{}
 	for _, kv := range []struct {
 		name string
 		v    any
@@ -215,6 +199,7 @@ func Load(opts Options) (*Probe, error) {
 		if err := set(kv.name, kv.v); err != nil {
 			return nil, err
 		}
+		settings[kv.name] = kv.v
 	}
 
 	status := CheckHooks()
@@ -233,13 +218,6 @@ func Load(opts Options) (*Probe, error) {
 		if !st.Available || st.Groups&opts.Groups == 0 {
 			delete(spec.Programs, st.Program)
 		}
-	}
-
-	if !opts.Synthetic {
-		delete(spec.Programs, "synth_event")
-		delete(spec.Programs, "synth_burst")
-		delete(spec.Programs, "synth_empty")
-		delete(spec.Programs, "synth_nested")
 	}
 
 	// A program the verifier refuses is dropped and the rest loaded again.
@@ -265,22 +243,19 @@ func Load(opts Options) (*Probe, error) {
 	}
 
 	p := &Probe{
-		Areas:           coll.Maps["areas"],
-		Nested:          coll.Maps["nested_areas"],
-		AreaPos:         coll.Maps["area_pos"],
-		AreaCPUs:        online,
-		Doorbell:        coll.Maps["doorbell"],
-		Control:         coll.Maps["control"],
-		Counters:        coll.Maps["counters"],
-		Lost:            coll.Maps["lost_states"],
-		coll:            coll,
-		mask:            coll.Variables["events_mask"],
-		cgroup:          cgroupRoot,
-		links:           map[int]link.Link{},
-		Synthetic:       coll.Programs["synth_event"],
-		SyntheticEmpty:  coll.Programs["synth_empty"],
-		SyntheticBurst:  coll.Programs["synth_burst"],
-		syntheticNested: coll.Programs["synth_nested"],
+		Areas:    coll.Maps["areas"],
+		Nested:   coll.Maps["nested_areas"],
+		AreaPos:  coll.Maps["area_pos"],
+		AreaCPUs: online,
+		Doorbell: coll.Maps["doorbell"],
+		Control:  coll.Maps["control"],
+		Counters: coll.Maps["counters"],
+		Lost:     coll.Maps["lost_states"],
+		coll:     coll,
+		mask:     coll.Variables["events_mask"],
+		cgroup:   cgroupRoot,
+		links:    map[int]link.Link{},
+		settings: settings,
 	}
 	for i := range status {
 		st := &status[i]
@@ -297,6 +272,43 @@ func Load(opts Options) (*Probe, error) {
 	}
 	p.Status = status
 	return p, nil
+}
+
+// LoadSharing loads the programs of spec, an object built from the same
+// bpf/lib headers as magnet's (bpf/synthevent.bpf.c), so that they write
+// events into this probe's rings exactly as its own programs do: every map
+// of spec that this probe has by name (areas, positions, per-CPU state,
+// counters, rings) is this probe's, and every setting of bpf/lib/settings.h
+// takes the value Load gave it. Nothing is attached. The caller must Close
+// the collection, before or after the probe. It exists so that programs
+// the product never loads (the lab's synthetic events) stay out of
+// magnet's own object.
+func (p *Probe) LoadSharing(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	spec = spec.Copy()
+	replace := map[string]*ebpf.Map{}
+	for name, ms := range spec.Maps {
+		m := p.coll.Maps[name]
+		if m == nil || strings.HasPrefix(name, ".") {
+			// Sections of globals (.rodata, .bss) are each object's own.
+			continue
+		}
+		// The sizes Load chose for this machine (sizeAreas), not the
+		// object's defaults.
+		ms.KeySize, ms.ValueSize, ms.MaxEntries = m.KeySize(), m.ValueSize(), m.MaxEntries()
+		replace[name] = m
+	}
+	for name, v := range p.settings {
+		if sv := spec.Variables[name]; sv != nil {
+			if err := sv.Set(v); err != nil {
+				return nil, fmt.Errorf("set %s: %w", name, err)
+			}
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: replace})
+	if err != nil {
+		return nil, fmt.Errorf("load beside the probe: %s", firstLine(err))
+	}
+	return coll, nil
 }
 
 // attach attaches the program of status[i]. p.mu must be held, or p not

@@ -46,3 +46,22 @@ func TestLoadAll(t *testing.T) {
 	}
 	t.Logf("tcp_xmit served by %s", served["tcp_xmit"])
 }
+
+// TestObjectHasNoLabPrograms: the product's object carries only its hooks'
+// programs; the lab's synthetic events are in bpf/synthevent.bpf.c, loaded
+// beside it (LoadSharing), never shipped in it.
+func TestObjectHasNoLabPrograms(t *testing.T) {
+	spec, err := loadMagnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked := map[string]bool{}
+	for _, h := range Hooks {
+		hooked[h.Program] = true
+	}
+	for name := range spec.Programs {
+		if !hooked[name] {
+			t.Errorf("program %s in magnet's object is no hook's (a lab program belongs in an object of its own)", name)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/event"
@@ -79,23 +81,56 @@ func TestWakeOncePerCrossing(t *testing.T) {
 	}
 }
 
+// synthProbe is a probe with the synthetic events' programs
+// (bpf/synthevent.bpf.c, a test-only object) loaded beside it.
+type synthProbe struct {
+	*Probe
+	// event puts one dev_xmit event in this CPU's area per test run;
+	// burst synthBurstEvents (nil where the kernel lacks bpf_loop); nested
+	// an event, a second one while the first is held (the nested area's)
+	// and a third while both are (lost): what interrupts do.
+	event, burst, nested *ebpf.Program
+}
+
+// synthBurstEvents is SYNTH_BURST in bpf/synthevent.bpf.c.
+const synthBurstEvents = 16
+
 // loadSynth loads the synthetic programs beside the control hooks only, so
-// that nothing but synth_event writes to the events rings; ringBytes is
-// the events rings' total.
-func loadSynth(t *testing.T, ringBytes int, wakeupFill float64) *Probe {
+// that nothing but them writes to the events rings; ringBytes is the
+// events rings' total.
+func loadSynth(t *testing.T, ringBytes int, wakeupFill float64) *synthProbe {
+	t.Helper()
+	return loadSynthWith(t, Options{Groups: event.GroupConn, BufferBytes: ringBytes, ControlBytes: 64 << 10, WakeupFill: wakeupFill})
+}
+
+func loadSynthWith(t *testing.T, opts Options) *synthProbe {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
-	p, err := Load(Options{Groups: event.GroupConn, BufferBytes: ringBytes, ControlBytes: 64 << 10, Synthetic: true, WakeupFill: wakeupFill})
+	p, err := Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	if p.Synthetic == nil {
-		t.Fatal("synth_event not loaded")
+	spec, err := loadSynthevent()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p
+	if !haveBPFLoop() {
+		delete(spec.Programs, "synth_burst")
+	}
+	coll, err := p.LoadSharing(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coll.Close)
+	return &synthProbe{p, coll.Programs["synth_event"], coll.Programs["synth_burst"], coll.Programs["synth_nested"]}
+}
+
+// haveBPFLoop says whether this kernel has bpf_loop (5.17).
+func haveBPFLoop() bool {
+	return features.HaveProgramHelper(ebpf.SchedCLS, asm.FnLoop) == nil
 }
 
 // wakeups watches m's wake-ups, edge-triggered as the recorder does: the
@@ -139,7 +174,7 @@ func wakeups(t *testing.T, m *ebpf.Map) func(wait time.Duration) bool {
 // pinToRing pins the test's thread to the last online CPU until the test
 // ends, and returns that CPU, the ring that wakes the reader (the doorbell)
 // and a reader of the CPU's events area.
-func pinToRing(t *testing.T, p *Probe) (int, *ebpf.Map, *ring.Reader) {
+func pinToRing(t *testing.T, p *synthProbe) (int, *ebpf.Map, *ring.Reader) {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
@@ -168,9 +203,9 @@ func pinToRing(t *testing.T, p *Probe) (int, *ebpf.Map, *ring.Reader) {
 }
 
 // synthRuns runs synth_event n times on this CPU: n dev_xmit events.
-func synthRuns(t *testing.T, p *Probe, n int) {
+func synthRuns(t *testing.T, p *synthProbe, n int) {
 	t.Helper()
-	if _, _, err := p.Synthetic.Benchmark(make([]byte, 64), n, nil); err != nil {
+	if _, _, err := p.event.Benchmark(make([]byte, 64), n, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -286,23 +321,23 @@ func irqWorkInterrupts(cpu int) (uint64, bool) {
 	return 0, false
 }
 
-// TestSyntheticBurst: one run of synth_burst puts SyntheticBurstEvents
+// TestSyntheticBurst: one run of synth_burst puts synthBurstEvents
 // dev_xmit events in this CPU's ring, in time order, and counts them as
-// produced: the bench's producer multiplies its runs by that constant, which
-// must match MG_SYNTH_BURST in bpf/events.h.
+// produced: the lab's producer multiplies its runs by that constant, which
+// must match SYNTH_BURST in bpf/synthevent.bpf.c.
 func TestSyntheticBurst(t *testing.T) {
 	p := loadSynth(t, 1<<20, 0)
-	if p.SyntheticBurst == nil {
+	if p.burst == nil {
 		t.Skip("synth_burst did not load (bpf_loop needs Linux 5.17)")
 	}
 	_, _, rd := pinToRing(t, p)
 	const runs = 3
-	if _, _, err := p.SyntheticBurst.Benchmark(make([]byte, 64), runs, nil); err != nil {
+	if _, _, err := p.burst.Benchmark(make([]byte, 64), runs, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs := takeRecords(t, rd, -1)
-	if len(recs) != runs*SyntheticBurstEvents {
-		t.Fatalf("%d records from %d runs, want %d each", len(recs), runs, SyntheticBurstEvents)
+	if len(recs) != runs*synthBurstEvents {
+		t.Fatalf("%d records from %d runs, want %d each", len(recs), runs, synthBurstEvents)
 	}
 	var last uint64
 	for i, r := range recs {
@@ -319,8 +354,8 @@ func TestSyntheticBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if produced[event.DevXmit] != runs*SyntheticBurstEvents || lost[event.DevXmit] != 0 {
-		t.Fatalf("counters: %d produced, %d lost; want %d, 0", produced[event.DevXmit], lost[event.DevXmit], runs*SyntheticBurstEvents)
+	if produced[event.DevXmit] != runs*synthBurstEvents || lost[event.DevXmit] != 0 {
+		t.Fatalf("counters: %d produced, %d lost; want %d, 0", produced[event.DevXmit], lost[event.DevXmit], runs*synthBurstEvents)
 	}
 }
 
@@ -331,9 +366,6 @@ func TestSyntheticBurst(t *testing.T) {
 // the three in one run, with sizes 1, 2 and 3.
 func TestNestedArea(t *testing.T) {
 	p := loadSynth(t, 1<<20, 0)
-	if p.syntheticNested == nil {
-		t.Fatal("synth_nested not loaded")
-	}
 	_, _, rd := pinToRing(t, p)
 	slot := len(p.AreaCPUs) - 1
 	nested, err := ring.NewAreaReader(p.Nested, slot, p.AreaPos, 2*slot+1)
@@ -342,7 +374,7 @@ func TestNestedArea(t *testing.T) {
 	}
 	t.Cleanup(func() { nested.Close() })
 	const runs = 3
-	if _, _, err := p.syntheticNested.Benchmark(make([]byte, 64), runs, nil); err != nil {
+	if _, _, err := p.nested.Benchmark(make([]byte, 64), runs, nil); err != nil {
 		t.Fatal(err)
 	}
 	sizes := func(recs [][]byte) []uint32 {
@@ -385,14 +417,7 @@ func TestNestedArea(t *testing.T) {
 // are published with an exchange; that path, forced here, loads and gives
 // every event, in order.
 func TestOrderedPublish(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loading BPF needs root")
-	}
-	p, err := Load(Options{Groups: event.GroupConn, BufferBytes: 1 << 20, ControlBytes: 64 << 10, Synthetic: true, orderedPublish: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := loadSynthWith(t, Options{Groups: event.GroupConn, BufferBytes: 1 << 20, ControlBytes: 64 << 10, orderedPublish: true})
 	_, _, rd := pinToRing(t, p)
 	const runs = 1000
 	synthRuns(t, p, runs)

@@ -89,9 +89,6 @@ type Config struct {
 	// ExcludeCgroupID is a cgroup2 id whose sockets are never recorded:
 	// the collect service's shipper runs in it. 0 = none.
 	ExcludeCgroupID uint64
-	// Synthetic loads the never-attached programs magnet bench uses to
-	// make events at a chosen rate (probe.Options.Synthetic).
-	Synthetic bool
 	// WakeupFill is the fill of an events ring (a fraction of its size)
 	// at which BPF wakes the recorder; 0 means probe.DefaultWakeupFill.
 	WakeupFill float64
@@ -320,7 +317,6 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		SelfTGID:        uint32(os.Getpid()),
 		Disable:         cfg.DisableHooks,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
-		Synthetic:       cfg.Synthetic,
 		WakeupFill:      cfg.WakeupFill,
 	})
 	if err != nil {

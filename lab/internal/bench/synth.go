@@ -13,7 +13,7 @@ import (
 )
 
 // Synthetic events: the recording path without a network stack around it.
-// synth_event (bpf/magnet.bpf.c), run with BPF_PROG_TEST_RUN, puts one
+// synth_event (bpf/synthevent.bpf.c), run with BPF_PROG_TEST_RUN, puts one
 // dev_xmit event in the events ring of the CPU it runs on through the path
 // every hook takes (clock, counters, per-CPU ring, task). The bench runs it
 // from one thread (Options.SynthProducers: more, sharing the rate) at a

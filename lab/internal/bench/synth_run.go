@@ -17,6 +17,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/lab/internal/synthevent"
 )
 
 // synthStep records while one thread (Options.SynthProducers: more, each at
@@ -31,13 +32,14 @@ import (
 // record-sender does (--netns of the sender's namespace, on the sender's
 // CPU under --pin, where the producer then runs too): the workload's events
 // are recorded beside the synthetic ones. synth_event reserves its event
-// without asking any filter (bpf/magnet.bpf.c), so its events are produced
-// and recorded under either filter.
+// without asking any filter (bpf/synthevent.bpf.c), so its events are
+// produced and recorded under either filter. The programs are loaded
+// beside the recorder's, on its maps (synthevent.Load), once it has loaded.
 func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, d time.Duration) (*SynthStep, float64, error) {
-	var p *probe.Probe
+	var p *synthevent.Programs
+	var loadErr error
 	synthetic := func(c *record.Config) {
-		c.Synthetic = true
-		c.Loaded = func(lp *probe.Probe) { p = lp }
+		c.Loaded = func(lp *probe.Probe) { p, loadErr = synthevent.Load(lp) }
 	}
 	port := b.nextPort()
 	var t tracer
@@ -52,11 +54,17 @@ func (b *bencher) synthStep(ctx context.Context, lab *netlab.Lab, rate float64, 
 	if err != nil {
 		return nil, 0, err
 	}
-	if p == nil || p.Synthetic == nil || p.SyntheticEmpty == nil {
+	if p != nil {
+		defer p.Close()
+	}
+	if p == nil || p.Event == nil || p.Empty == nil {
 		_, _ = t.stop()
+		if loadErr != nil {
+			b.logf("synthetic events: %v", loadErr)
+		}
 		return nil, 0, errNoSynth
 	}
-	emptyNs, err := emptyRunNs(p.SyntheticEmpty)
+	emptyNs, err := emptyRunNs(p.Empty)
 	if err != nil {
 		_, _ = t.stop()
 		return nil, 0, err
@@ -160,14 +168,14 @@ type producer struct {
 }
 
 // synthProducer is synth_burst where the kernel loaded it, whose runs make
-// probe.SyntheticBurstEvents events each (a test run's own cost, ~16 ns and
+// synthevent.BurstEvents events each (a test run's own cost, ~16 ns and
 // ~60 while any process has run statistics on, then no longer bounds the
 // producer below the recorder), else synth_event, one per run.
-func synthProducer(p *probe.Probe) producer {
-	if p.SyntheticBurst != nil {
-		return producer{p.SyntheticBurst, probe.SyntheticBurstEvents}
+func synthProducer(p *synthevent.Programs) producer {
+	if p.Burst != nil {
+		return producer{p.Burst, synthevent.BurstEvents}
 	}
-	return producer{p.Synthetic, 1}
+	return producer{p.Event, 1}
 }
 
 // produceOn runs produce on n threads at once (at least one), each at

@@ -1,21 +1,38 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Synthetic events for the bench; never attached. */
-
-/* ---------------------------------------------------------------- */
-/* synthetic events (magnet bench) */
-
 /*
- * Never attached, and loaded only on request (probe.Options.Synthetic):
- * `magnet bench` runs synth_event with BPF_PROG_TEST_RUN to put events in
- * the rings through the path every hook takes (clock, counters, this CPU's
- * ring, the task), at a rate it chooses and without any network stack
- * around it, which measures that path's cost alone and the highest rate
- * the recorder keeps up with. synth_empty is the same call doing nothing:
- * the cost of the test run itself. synth_burst makes MG_SYNTH_BURST events
- * per run, so that the test run's own cost (~16 ns, ~60 while any process
- * has run statistics on) is shared: one producer thread, sharing its CPU
- * with a transfer, can then outrun the recorder.
+ * Synthetic events: programs that are never attached, run with
+ * BPF_PROG_TEST_RUN, and put dev_xmit events (conn 0, ifindex 0) in the
+ * rings through the path every hook takes (lib/area.h: clock, counters,
+ * this CPU's area, the task). They are not in magnet.bpf.c, so the product
+ * never carries them: this object is loaded beside a recording's programs,
+ * on the same maps and with the same settings (probe.Probe.LoadSharing),
+ * by the measurement lab (lab/internal/synthevent) and by internal/probe's
+ * tests of the rings.
+ *
+ * magnet-lab bench runs synth_event at a rate it chooses and without any
+ * network stack around it, which measures that path's cost alone and the
+ * highest rate the recorder keeps up with. synth_empty is the same call
+ * doing nothing: the cost of the test run itself. synth_burst makes
+ * SYNTH_BURST events per run, so that the test run's own cost (~16 ns,
+ * ~60 while any process has run statistics on) is shared: one producer
+ * thread, sharing its CPU with a transfer, can then outrun the recorder.
  */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "events.h"
+#include "lib/kernel.h"
+#include "lib/settings.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#include "lib/maps.h"
+#include "lib/area.h"
+
+/* Events per synth_burst run: synthevent.BurstEvents in Go. */
+#define SYNTH_BURST 16
+
 static __always_inline void synth_put(__u32 len)
 {
 	struct mg_dev *r;
@@ -50,7 +67,7 @@ int synth_burst(struct __sk_buff *ctx)
 {
 	__u32 len = ctx->len;
 
-	bpf_loop(MG_SYNTH_BURST, synth_burst_one, &len, 0);
+	bpf_loop(SYNTH_BURST, synth_burst_one, &len, 0);
 	return 0;
 }
 
