@@ -245,7 +245,7 @@ struct emit {
 	__u64 next;   /* an area's producer position once the record is published */
 	/* For an area record, what publishing it touches, kept from the
 	 * reservation rather than looked up again (two map lookups fewer;
-	 * measured no faster, docs/BENCH.md "One state lookup per run", but
+	 * measured no faster, docs/BENCH.md at d71bc17 "One state lookup per run", but
 	 * one way to reach them). */
 	struct area_pos *ap;  /* the area's positions */
 	struct cpu_state *st; /* this CPU's state, whose depth submit() restores */

@@ -109,7 +109,7 @@ type Options struct {
 // default, it used 1.10-1.15 times the CPU time per event it uses woken at
 // half (64 KiB and 64-byte veth floods, paired; at a quarter, 1.07), and
 // at half it lost nothing in the bench's synthetic rates and loss sweep
-// (docs/BENCH.md, "The drain, eighth round").
+// (docs/BENCH.md at d71bc17, "The drain, eighth round").
 const DefaultWakeupFill = 1.0 / 2
 
 // wakeupBytes is the events_wakeup threshold of a ring of perCPU bytes.

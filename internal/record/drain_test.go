@@ -268,7 +268,7 @@ func TestBusyRingDoesNotBlockOthers(t *testing.T) {
 
 // BenchmarkDrain measures the recorder's cost per ring record on a mix like
 // a bulk TCP transfer's, from two CPUs' rings merged by time to the trace
-// writer's blocks: what `magnet bench`'s "drain ns/event" is made of, minus
+// writer's blocks: what `magnet-lab bench`'s "drain ns/event" is made of, minus
 // the write system calls and the cache misses of reading what another CPU
 // just wrote. The CPUs take turns in runs of records: "single" is the worst
 // case for the drain's merge, a CPU change at every record; "veth" has runs

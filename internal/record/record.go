@@ -173,7 +173,7 @@ var ErrStopped = errors.New("recording stopped")
 // at least (`magnet record --flush-every`): what a crash or SIGKILL can lose,
 // and how far a reader of the growing file lags the recording. Each flush is
 // a direct write of whatever the file writer's chunk holds, with its system
-// call and wake-ups; docs/BENCH.md ("The drain, seventh round") has what a
+// call and wake-ups; docs/BENCH.md at d71bc17 ("The drain, seventh round") has what a
 // longer interval saves. A second: with the polls following it, the
 // recorder used 0.76-0.80 (64 KiB veth flood) and 0.92 (64-byte) of its CPU
 // at 200 ms (paired). Tracers users know buffer longer still (tcpdump -w
@@ -573,7 +573,7 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 // timer. With 50 ms, and a deadline then pushed back at each wait (they
 // still woke at the old one), that was 20 futile wake-ups a second of each;
 // 200 ms used 0.78 ± 0.08 and 0.92 ± 0.03 of the recorder's CPU time
-// (64 KiB and 64-byte veth floods, `magnet bench --cost --compare-with`).
+// (64 KiB and 64-byte veth floods, `magnet-lab bench --cost --compare-with`).
 // The deadline is also fixed between flushes now (waitClock).
 //
 // So the rings are read as often as the trace is flushed unless asked

@@ -38,7 +38,7 @@ type Status struct {
 
 // statusFile is rewritten in place, once a second: creating a file and
 // renaming it over the last took ~87 µs a time where /run is ext4 (this
-// VM's), a write to an open one ~0.4 µs (docs/BENCH.md, "The drain, eighth
+// VM's), a write to an open one ~0.4 µs (docs/BENCH.md at d71bc17, "The drain, eighth
 // round"). A reader can then catch a write half done: ReadStatuses reads
 // again when what it read does not parse.
 type statusFile struct {

@@ -210,7 +210,7 @@ type ConfigResult struct {
 	// whether or not the CPU bounds the link. A transfer the CPU bounds
 	// turns that cost into throughput lost; one with CPU to spare (a
 	// rate-limited link, or a sender that waits) does not, and its
-	// throughput can even rise with work added (see docs/BENCH.md).
+	// throughput can even rise with work added (see docs/BENCH.md at d71bc17).
 	CPUPerGB   Stat `json:"cpu_s_per_gb"`
 	CPUCostPct Stat `json:"cpu_cost_pct"`
 	// How busy each host's CPU was over the transfer, when pinned: a

@@ -30,7 +30,7 @@ type Machine struct {
 	MHz    float64 `json:"mhz"` // "cpu MHz" of /proc/cpuinfo, for ns → cycles
 	// Idle is how the CPUs idle (hostcheck.CPU.IdleSummary): on a VM guest
 	// that halts at once, a transfer that waits pays a hypervisor wake-up
-	// each time, which moves the baseline (docs/BENCH.md, "A machine whose
+	// each time, which moves the baseline (docs/BENCH.md at d71bc17, "A machine whose
 	// sender waits").
 	Idle string `json:"idle,omitempty"`
 	// WakeUpNs is how long an idle CPU took to run a thread woken from

@@ -126,7 +126,7 @@ the magnet binary's (--magnet). Needs root.`,
 			opts.Pin = pin
 			if full && !f.Changed("pin") {
 				// Two "hosts", as the papers had: unpinned, placement on
-				// 2 vCPUs makes the baseline bimodal (docs/BENCH.md).
+				// 2 vCPUs makes the baseline bimodal (docs/BENCH.md at d71bc17).
 				opts.Pin = true
 			}
 			if full && !f.Changed("unlimited-reps") {

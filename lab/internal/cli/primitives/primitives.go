@@ -38,7 +38,7 @@ in Go and run --runs times with BPF_PROG_TEST_RUN, which times the loop in
 the kernel; --reps repetitions, interleaved; figures net of an empty
 program's. Then the floor: the share of one CPU those take at
 --events-per-s, against the 1 % throughput goal. Needs root. See
-docs/BENCH.md and lab/results/PRIMITIVES.md.`,
+lab/README.md and lab/results/PRIMITIVES.md.`,
 		Example: `  sudo magnet-lab primitives
   sudo magnet-lab primitives --reps 20 --runs 40000 -o lab/results/PRIMITIVES.md`,
 		Args: cobra.NoArgs,
