@@ -86,7 +86,7 @@ $(MAN): $(BIN)
 	$(GO) run ./tools/gendocs -version '$(VERSION)' -man $(BUILDDIR)/man -completions $(BUILDDIR)/completions
 	gzip -9nf $(BUILDDIR)/man/*.1
 
-install: all
+install: build docs
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/magnet \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/magnet
