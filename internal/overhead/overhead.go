@@ -167,12 +167,16 @@ func (m *measurer) workload(lab *netlab.Lab) (workload, error) {
 }
 
 func (m *measurer) log(r Run) {
+	reps := m.opts.Reps
+	if r.Phase == PhaseDiagnostic {
+		reps = 1
+	}
 	if r.Err != "" {
-		fmt.Fprintf(m.opts.Log, "%s %d/%d %-16s failed: %s\n", r.Phase, r.Rep, m.opts.Reps, r.Config, r.Err)
+		fmt.Fprintf(m.opts.Log, "%s %d/%d %-16s failed: %s\n", r.Phase, r.Rep, reps, r.Config, r.Err)
 		return
 	}
 	fmt.Fprintf(m.opts.Log, "%s %d/%d %-16s %6.2f Gbit/s  %6.3f CPU s/GB (tracer %.3f)  %9d events  %d lost\n",
-		r.Phase, r.Rep, m.opts.Reps, r.Config, r.Gbps(), r.CPUPerGB(), r.TracerS/r.GB(), r.Events, r.Lost)
+		r.Phase, r.Rep, reps, r.Config, r.Gbps(), r.CPUPerGB(), r.TracerS/r.GB(), r.Events, r.Lost)
 }
 
 // hooks run beside a transfer with the tracer's process id: start just

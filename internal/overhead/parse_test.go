@@ -53,9 +53,9 @@ func TestParseProcCPU(t *testing.T) {
 }
 
 func TestParseProgFdinfo(t *testing.T) {
-	prog := "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t1057\nprog_type:\ttracing\nprog_jited:\t1\nprog_tag:\t0123456789abcdef\nmemlock:\t4096\nprog_id:\t889\nrun_time_ns:\t1730659\nrun_cnt:\t13088\nrecursion_misses:\t0\nverified_insns:\t420\n"
+	prog := "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t1057\nprog_type:\t26\nprog_jited:\t1\nprog_tag:\t0123456789abcdef\nmemlock:\t4096\nprog_id:\t889\nrun_time_ns:\t1730659\nrun_cnt:\t13088\nrecursion_misses:\t0\nverified_insns:\t420\n"
 	id, c, ok := parseProgFdinfo(strings.NewReader(prog))
-	if !ok || id != 889 || c.RunNs != 1730659 || c.Runs != 13088 || c.Type != "tracing" {
+	if !ok || id != 889 || c.RunNs != 1730659 || c.Runs != 13088 || c.Type != "Tracing" {
 		t.Fatalf("program: %d %+v %v", id, c, ok)
 	}
 	// A link names its program but is not one.

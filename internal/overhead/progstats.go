@@ -18,7 +18,7 @@ import (
 // progCounts are the kernel's bpf_stats of one BPF program: its runs and
 // the time spent in its body (counted only while bpf_stats is enabled).
 type progCounts struct {
-	Type        string
+	Name, Type  string
 	RunNs, Runs uint64
 }
 
@@ -40,6 +40,8 @@ func processProgs(pid int) (map[uint32]progCounts, error) {
 		id, c, ok := parseProgFdinfo(f)
 		f.Close()
 		if ok {
+			// Named now: the programs go with the process.
+			c.Name = progName(id)
 			out[id] = c
 		}
 	}
@@ -60,6 +62,9 @@ func parseProgFdinfo(r io.Reader) (id uint32, c progCounts, ok bool) {
 		switch k {
 		case "prog_type":
 			c.Type = v
+			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+				c.Type = ebpf.ProgramType(n).String()
+			}
 		case "prog_id":
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil {
@@ -100,7 +105,7 @@ func progDiff(before, after map[uint32]progCounts, gb float64) []ProgStat {
 		if runs == 0 {
 			continue
 		}
-		st := ProgStat{Name: progName(id), Type: a.Type, Runs: runs, NsPerRun: float64(ns) / float64(runs)}
+		st := ProgStat{Name: a.Name, Type: a.Type, Runs: runs, NsPerRun: float64(ns) / float64(runs)}
 		if gb > 0 {
 			st.NsPerGB = float64(ns) / gb
 		}

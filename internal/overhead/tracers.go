@@ -283,17 +283,26 @@ func startPerf(ctx context.Context, work string, seq int) (*perfTracer, error) {
 }
 
 var (
-	reSamples  = regexp.MustCompile(`\((\d+) samples\)`)
+	reSamples  = regexp.MustCompile(`SAMPLE events:\s+(\d+)`)
 	rePerfLost = regexp.MustCompile(`lost (\d+) chunks`)
 )
 
+// stop ends perf and counts the samples it wrote with perf report --stats
+// (perf record, without its build-id pass, does not count them).
 func (t *perfTracer) stop() (traced, error) {
 	defer os.Remove(t.output)
 	if err := t.end(); err != nil {
 		return traced{}, err
 	}
-	msg := t.stderrText()
-	return traced{Events: firstNumber(reSamples, msg), Lost: firstNumber(rePerfLost, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
+	tr := traced{Lost: firstNumber(rePerfLost, t.stderrText()), Written: t.size(), TraceSent: -1, TraceRecv: -1}
+	out, err := exec.Command("perf", "report", "--stats", "-i", t.output).CombinedOutput()
+	if err != nil {
+		return tr, fmt.Errorf("perf report --stats: %v: %s", err, oneLine(string(out)))
+	}
+	// The first SAMPLE line is every event's together.
+	tr.Events = firstNumber(reSamples, string(out))
+	tr.Lost += firstNumber(rePerfLost, string(out))
+	return tr, nil
 }
 
 // bpftraceScript prints a line per event of the tracepoints perf records.
