@@ -63,12 +63,16 @@ var recordModes = []Config{
 // other tools.
 func Configs() []Config {
 	cs := []Config{{Name: Baseline, Kind: Nothing, What: "nothing recording"}}
+	// conn is always on: alone it is the least any recording attaches,
+	// and every other group alone carries it.
+	cs = append(cs, Config{Name: "record-conn", Kind: Magnet, Args: []string{"--events", "conn"},
+		What: "`magnet record --events conn`: connection lifecycle only, the least a recording attaches"})
 	for _, g := range event.DefaultGroups.Names() {
 		if g == "conn" {
-			continue // always on: every group alone carries it
+			continue
 		}
 		cs = append(cs, Config{Name: "record-" + g, Kind: Magnet, Args: []string{"--events", g},
-			What: fmt.Sprintf("`magnet record --events %s` (with conn, always on)", g)})
+			What: fmt.Sprintf("`magnet record --events %s` (with conn)", g)})
 	}
 	cs = append(cs, recordModes...)
 	return append(cs,

@@ -163,7 +163,7 @@ func (r *Report) writeMadeOf(p func(string, ...any)) {
 			rec.TracerPerGB.Mean*1e3, (added-rec.TracerPerGB.Mean)*1e3)
 	}
 	if len(parts) > 0 {
-		p("; each group alone (with conn): %s", strings.Join(parts, ", "))
+		p("; each group alone (conn alone, then each with conn): %s", strings.Join(parts, ", "))
 	}
 	p(".\n")
 }

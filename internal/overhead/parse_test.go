@@ -107,7 +107,7 @@ func TestSelect(t *testing.T) {
 		t.Error("unknown configuration accepted")
 	}
 	all := Names(Configs())
-	for _, want := range []string{"baseline", "record-sock", "record-tcp", "record-tcpstate", "record-ip", "record-dev", "record-drop", "record", "tcpdump", "perf", "bpftrace"} {
+	for _, want := range []string{"baseline", "record-conn", "record-sock", "record-tcp", "record-tcpstate", "record-ip", "record-dev", "record-drop", "record", "tcpdump", "perf", "bpftrace"} {
 		found := false
 		for _, n := range all {
 			found = found || n == want

@@ -40,7 +40,8 @@ configuration, interleaved (each repetition runs every configuration once),
 unpinned, --reps times of --duration:
 
   baseline          nothing recording
-  record-GROUP      magnet record --events GROUP, for each default group
+  record-conn       magnet record --events conn: connection lifecycle only, the floor
+  record-GROUP      magnet record --events GROUP, for each other default group
   record            magnet record, default groups (the whole host, as users run it)
   tcpdump           tcpdump -s 96 -w FILE on the sender's veth
   perf              perf record -a of the tracepoints magnet's default groups use
