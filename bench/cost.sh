@@ -10,7 +10,7 @@
 #
 # The documented run: 5 repetitions of 4 s, every configuration at 4 Gbit/s,
 # baseline, record, tcpdump, perf and bpftrace at saturation, and the
-# bpf_stats diagnostic: about 8 minutes on 2 vCPUs.
+# bpf_stats diagnostic: about 7 minutes on 2 vCPUs (82 s per repetition).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/cost.sh: run as root (network namespaces and BPF)" >&2; exit 1; }

@@ -30,6 +30,19 @@ const (
 	Bpftrace
 )
 
+var kindNames = [...]string{Nothing: "nothing", Magnet: "magnet", Tcpdump: "tcpdump", Perf: "perf", Bpftrace: "bpftrace"}
+
+// String names the kind.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind %d", int(k))
+}
+
+// MarshalText writes the kind by name in JSON reports.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // Config is one way of running the workload: with nothing, with magnet in
 // one of its modes, or with another tool.
 type Config struct {

@@ -66,7 +66,14 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			dash(row.Config, pct(row.MoreCPU)), dash(row.Config, num(row.EventsPerGB, 0)), dash(row.Config, num(row.NsPerEvent, 0)),
 			dash(row.Config, num(row.TracerPerGB, 3)), dash(row.Config, fmt.Sprint(row.Lost)), runs(row))
 	}
-	p("\nEvents: magnet's records (task, interface and lost records are not events); tcpdump's packets captured; perf's samples; bpftrace's lines. " +
+	if slow := r.belowRate(); len(slow) > 0 {
+		p("\nDid not keep the fixed rate (throughput 5 %% or more below the baseline's, same repetition, on average): %s; the tracer bounds the transfer there, and its CPU per GB is that of a saturated link.\n", strings.Join(slow, ", "))
+	}
+	p("\n")
+	if r.WorkDir != "" {
+		p("The tracers wrote their files under %s. ", r.WorkDir)
+	}
+	p("Events: magnet's records (task, interface and lost records are not events); tcpdump's packets captured; perf's samples; bpftrace's lines. " +
 		"Lost: events the recorder lost (tcpdump: dropped by kernel; perf: lost chunks). Added CPU per event: the CPU per GB above the same repetition's baseline, over the events per GB. " +
 		"Tracer process: the tracer's own user and system time over the transfer, a part of the CPU per GB; the rest of what it adds is in the kernel (hooks, programs, the paths they turn on, wake-ups).\n")
 	acc := false
@@ -166,6 +173,18 @@ func (r *Report) writeMadeOf(p func(string, ...any)) {
 		p("; each group alone (conn alone, then each with conn): %s", strings.Join(parts, ", "))
 	}
 	p(".\n")
+}
+
+// belowRate names the configurations whose fixed-rate throughput fell
+// short of the baseline's by 5 % or more.
+func (r *Report) belowRate() []string {
+	var out []string
+	for _, row := range r.Fixed {
+		if row.Config != Baseline && row.Loss.N > 0 && row.Loss.Mean >= 5 {
+			out = append(out, fmt.Sprintf("%s (%s)", row.Config, pct(row.Loss)))
+		}
+	}
+	return out
 }
 
 func dash(config, s string) string {

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -95,6 +96,7 @@ func Measure(ctx context.Context, opts Options) (*Report, error) {
 	defer os.RemoveAll(work)
 
 	rep := newReport(opts)
+	rep.WorkDir = filepath.Dir(work)
 	m := &measurer{opts: opts, work: work, rep: rep}
 	if err := m.phase(ctx, PhaseFixed, opts.RateMbit, opts.Configs); err != nil {
 		return nil, err

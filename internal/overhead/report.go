@@ -96,6 +96,8 @@ type Report struct {
 	RateMbit int       `json:"rate_mbit"`
 	Reps     int       `json:"reps"`
 	Duration float64   `json:"duration_s"`
+	// WorkDir is where the tracers wrote their files.
+	WorkDir string `json:"work_dir"`
 	// BPFStatsOn: someone had bpf_stats on when the run began, which adds
 	// two clock reads to every BPF program run, magnet's included.
 	BPFStatsOn  bool              `json:"bpf_stats_on,omitempty"`

@@ -46,6 +46,12 @@ func synthetic(t *testing.T) *Report {
 	}
 	// A failed run is reported and left out.
 	r.Runs = append(r.Runs, Run{Phase: PhaseFixed, Rep: 3, Config: TcpdumpName, Err: "tcpdump: boom"})
+	// tcpdump's second repetition could not keep the rate: 20 % less.
+	for i := range r.Runs {
+		if x := &r.Runs[i]; x.Phase == PhaseFixed && x.Config == TcpdumpName && x.Rep == 2 {
+			x.Seconds = 1 / 0.8
+		}
+	}
 	r.summarize()
 	return r
 }
@@ -132,6 +138,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"- perf: perf not installed",
 		"- fixed, repetition 3, tcpdump: tcpdump: boom",
 		"record 3 of 3 exact",
+		"Did not keep the fixed rate (throughput 5 % or more below the baseline's, same repetition, on average): tcpdump (+10.0 ± 127.1 %)",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q", s)
