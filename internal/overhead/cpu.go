@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // userHZ is the unit of /proc/stat's times, USER_HZ, which the ABI fixes
@@ -73,6 +72,3 @@ func parseBusy(r io.Reader) (uint64, error) {
 func ticksSeconds(n uint64) float64 {
 	return float64(n) / userHZ
 }
-
-// tick is one /proc/stat tick, the resolution of the CPU figures.
-const tick = time.Second / userHZ
