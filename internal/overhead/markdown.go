@@ -36,19 +36,28 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	} else {
 		p(".\n\n")
 	}
-	work := "iperf3 (one TCP stream, `iperf3 -c … -t %g -J`)"
+	work := fmt.Sprintf("iperf3 (one TCP stream, `iperf3 -c … -t %g -J`)", r.Duration)
+	counter := "iperf3's receiver"
 	if r.Workload == MagnetFlood {
-		work = "`magnet workload send --flood %gs --size 65536` (one TCP connection)"
+		work = fmt.Sprintf("`magnet workload send --flood %gs --size 65536` (one TCP connection)", r.Duration)
+		counter = "`magnet workload serve`"
 	}
-	p("The workload is "+work+" from one network namespace to another over a veth pair, "+
-		"at a fixed rate below saturation (%s, tc tbf on both veth ends) and at saturation (the veth unlimited). "+
+	phases := fmt.Sprintf("at a fixed rate below saturation (%s, tc tbf on both veth ends)", rate)
+	if len(r.SatConfigs) > 0 {
+		phases += " and at saturation (the veth unlimited)"
+	}
+	reps := "repetitions"
+	if r.Reps == 1 {
+		reps = "repetition"
+	}
+	p("The workload is %s from one network namespace to another over a veth pair, %s. "+
 		"Each repetition runs every configuration once, in the order of the tables (interleaved), unpinned; "+
-		"%d repetitions of %gs. CPU is the busy time of all CPUs over each transfer from /proc/stat "+
+		"%d %s of %gs. CPU is the busy time of all CPUs over each transfer from /proc/stat "+
 		"(user, nice, system, irq, softirq; steal and guest excluded): the workload, the tracer, softirq, kernel threads, "+
-		"BPF programs, whatever ran. **CPU per GB** is that over the GB (10⁹ bytes) iperf3's receiver counted; "+
+		"BPF programs, whatever ran. **CPU per GB** is that over the GB (10⁹ bytes) %s counted; "+
 		"**more CPU per GB** is the ratio to the same repetition's baseline, less 1. Figures are the mean ± the half-width "+
 		"of the 95 %% confidence interval (Student t) over the repetitions; a goal is met only when the whole interval is on its side.\n\n",
-		r.Duration, rate, r.Reps, r.Duration)
+		work, phases, r.Reps, reps, r.Duration, counter)
 	if r.BPFStatsOn {
 		p("**bpf_stats was on when this run began** (kernel.bpf_stats_enabled): every BPF program run, magnet's and bpftrace's, also read the clock twice. Figures are dearer than on a host without it.\n\n")
 	}
