@@ -26,6 +26,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	# Best effort: a missing tool is reported by the bench itself.
 	apt-get install -y -qq "${need[@]}" >/dev/null || echo "bench/cost.sh: could not install ${need[*]}; those configurations will be skipped" >&2
 fi
+# bpf_stats adds two clock reads to every BPF program run: the report says
+# so when it is on, but the figures are then not the users'.
+if [ "$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)" != 0 ]; then
+	echo "bench/cost.sh: kernel.bpf_stats_enabled is on (every BPF program run is dearer); sysctl -w kernel.bpf_stats_enabled=0 first for the users' figure" >&2
+fi
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 mkdir -p bin
 go build -o bin/magnet ./cmd/magnet
