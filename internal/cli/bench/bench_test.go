@@ -3,52 +3,49 @@
 package benchcmd
 
 import (
-	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/overhead"
 )
 
-func TestParseLinks(t *testing.T) {
-	got, err := ParseLinks("unlimited, 1000,100mbit")
-	if err != nil || !slices.Equal(got, []int{0, 1000, 100}) {
-		t.Fatalf("ParseLinks = %v, %v", got, err)
+func TestCheckFlags(t *testing.T) {
+	opts := overhead.Options{Reps: 5, Duration: 4 * time.Second, RateMbit: 4000, Workload: "iperf3", TcpdumpSnaplen: 96}
+	if err := checkFlags(&opts, "record,tcpdump", "none"); err != nil {
+		t.Fatal(err)
 	}
-	if got, err := ParseLinks("none"); err != nil || len(got) != 0 {
-		t.Fatalf("ParseLinks(none) = %v, %v", got, err)
+	if got := strings.Join(overhead.Names(opts.Configs), ","); got != "baseline,record,tcpdump" || opts.Saturation != nil {
+		t.Errorf("configs %s, saturation %v", got, opts.Saturation)
 	}
-	for _, bad := range []string{"", "fast", "-5"} {
-		if _, err := ParseLinks(bad); err == nil {
-			t.Errorf("ParseLinks(%q) accepted", bad)
-		}
-	}
-}
-
-func TestParseConfigs(t *testing.T) {
-	got, err := ParseConfigs("baseline,record-sender")
-	if err != nil || !slices.Equal(got, []string{"baseline", "record-sender"}) {
-		t.Fatalf("ParseConfigs = %v, %v", got, err)
-	}
-	if _, err := ParseConfigs("baseline,strace"); err == nil {
-		t.Error("unknown configuration accepted")
-	}
-	got, err = ParseConfigs("record-sender-proc,record-sender-other")
-	if err != nil || !slices.Equal(got, []string{"record-sender-proc", "record-sender-other"}) {
-		t.Fatalf("ParseConfigs(process configurations) = %v, %v", got, err)
+	if err := checkFlags(&opts, "record", "record"); err != nil || len(opts.Saturation) != 2 {
+		t.Errorf("saturation %v, %v", opts.Saturation, err)
 	}
 }
 
 func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--reps", "0"},
-		{"--links", "fast"},
+		{"--rate", "0"},
 		{"--configs", "nope"},
+		{"--saturation-configs", "baseline,strace"},
 		{"--duration", "10ms"},
-		{"--synth-producers", "0"},
+		{"--duration", "1500ms"},
+		{"--workload", "netperf"},
+		{"--tcpdump-snaplen", "0"},
+		{"extra"},
 	} {
 		cmd := New()
 		cmd.SetArgs(args)
 		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		if err := cmd.Execute(); err == nil {
+		err := cmd.Execute()
+		if err == nil {
 			t.Errorf("%v: no error", args)
+			continue
+		}
+		// One line a user can act on.
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %q spans lines", args, err)
 		}
 	}
 }
