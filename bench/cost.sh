@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Regenerates bench/RESULTS.md: what recording costs on this host, the way
+# users measure it (magnet bench; docs/BENCH.md, "The users' figure").
+# Needs root. Installs iperf3, tcpdump, bpftrace and perf with apt when
+# missing; a comparison tool that still cannot run is listed under "Not
+# run" in the results, not an error. Run it on a quiet machine: the figures
+# are the whole machine's CPU. Extra arguments go to `magnet bench` (e.g.
+# --reps 2 --duration 2s for a quick look, which is not the documented run).
+#
+# The documented run: 5 repetitions of 4 s, every configuration at 4 Gbit/s,
+# baseline, record, tcpdump, perf and bpftrace at saturation, and the
+# bpf_stats diagnostic: about 7 minutes on 2 vCPUs (82 s per repetition).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "bench/cost.sh: run as root (network namespaces and BPF)" >&2; exit 1; }
+./scripts/deps.sh
+need=()
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v bpftrace >/dev/null || need+=(bpftrace)
+command -v perf >/dev/null || need+=(linux-perf)
+if [ ${#need[@]} -gt 0 ]; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq || true
+	# Best effort: a missing tool is reported by the bench itself.
+	apt-get install -y -qq "${need[@]}" >/dev/null || echo "bench/cost.sh: could not install ${need[*]}; those configurations will be skipped" >&2
+fi
+# bpf_stats adds two clock reads to every BPF program run: the report says
+# so when it is on, but the figures are then not the users'.
+if [ "$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)" != 0 ]; then
+	echo "bench/cost.sh: kernel.bpf_stats_enabled is on (every BPF program run is dearer); sysctl -w kernel.bpf_stats_enabled=0 first for the users' figure" >&2
+fi
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+mkdir -p bin
+go build -o bin/magnet ./cmd/magnet
+exec ./bin/magnet bench -o bench/RESULTS.md "$@"

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package overhead measures what recording costs on this host, the way
+// users measure it: a real workload (iperf3) between two network
+// namespaces over a veth pair, at a fixed rate below saturation and at
+// saturation, with nothing, with magnet record in each of its
+// configurations and with other tools (tcpdump, perf, bpftrace), the
+// configurations interleaved and unpinned; CPU time over all CPUs from
+// /proc/stat per GB received, and throughput. What a program body costs
+// (bpf_stats) is measured apart, as a diagnostic: it is not what the system
+// pays for a hook (entry, trampolines, the kernel paths it turns on, cache
+// and wake-ups).
+//
+// Everything here needs root, iproute2 and iperf3.
+package overhead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+)
+
+// ErrNotRoot is returned by Measure when not run as root.
+var ErrNotRoot = errors.New("need root: network namespaces, BPF and the tracers (run with sudo)")
+
+// Options configures Run.
+type Options struct {
+	// Magnet is the magnet binary whose record is measured (and whose
+	// workload runs with Workload MagnetFlood).
+	Magnet string
+	// Workload is Iperf3 or MagnetFlood.
+	Workload string
+	// RateMbit is the fixed rate below saturation (tc tbf on the veth).
+	RateMbit int
+	// Reps is the number of repetitions; each runs every configuration
+	// once, in order.
+	Reps int
+	// Duration of each transfer (whole seconds: iperf3 -t).
+	Duration time.Duration
+	// Configs run at the fixed rate; Saturation on the unlimited veth
+	// (none: no saturation phase). The baseline must come first in both.
+	Configs, Saturation []Config
+	// Diagnostic adds one run of magnet record's default groups at the
+	// fixed rate with bpf_stats on, for the per-program table.
+	Diagnostic bool
+	// TcpdumpSnaplen is tcpdump's -s.
+	TcpdumpSnaplen int
+	// WorkDir holds the tracers' output files while they run (the
+	// system's temporary directory if empty).
+	WorkDir string
+	// Log gets a line per run; nil for none.
+	Log io.Writer
+	// Command is what was typed, for the report.
+	Command string
+}
+
+// Measure measures. It fails only if the measurement cannot be made at all (no
+// lab, no workload); a configuration that fails in a repetition is
+// reported with its error and left out of the figures.
+func Measure(ctx context.Context, opts Options) (*Report, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if err := netlab.Available(); err != nil {
+		return nil, err
+	}
+	if opts.Workload == Iperf3 {
+		if _, err := exec.LookPath("iperf3"); err != nil {
+			return nil, errors.New("iperf3 not installed (bench/cost.sh installs it; or --workload magnet)")
+		}
+	}
+	if opts.Reps < 1 || opts.Duration < time.Second || opts.RateMbit < 1 {
+		return nil, fmt.Errorf("want at least 1 repetition of 1s at 1 Mbit/s, got %d of %v at %d", opts.Reps, opts.Duration, opts.RateMbit)
+	}
+	if len(opts.Configs) == 0 || opts.Configs[0].Name != Baseline || len(opts.Saturation) > 0 && opts.Saturation[0].Name != Baseline {
+		return nil, errors.New("the baseline must be the first configuration")
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	work, err := os.MkdirTemp(opts.WorkDir, "magnet-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+
+	rep := newReport(opts)
+	rep.WorkDir = filepath.Dir(work)
+	m := &measurer{opts: opts, work: work, rep: rep}
+	if err := m.phase(ctx, PhaseFixed, opts.RateMbit, opts.Configs); err != nil {
+		return nil, err
+	}
+	if len(opts.Saturation) > 0 {
+		if err := m.phase(ctx, PhaseSaturation, 0, opts.Saturation); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Diagnostic {
+		if err := m.diagnostic(ctx); err != nil {
+			rep.Notes = append(rep.Notes, "diagnostic not run: "+err.Error())
+		}
+	}
+	rep.Ended = time.Now().UTC()
+	rep.summarize()
+	return rep, nil
+}
+
+// Phases of a measurement.
+const (
+	PhaseFixed      = "fixed"
+	PhaseSaturation = "saturation"
+	PhaseDiagnostic = "diagnostic"
+)
+
+type measurer struct {
+	opts Options
+	work string
+	rep  *Report
+	seq  int
+}
+
+// phase builds a lab at rateMbit (0: unlimited) and runs configs, opts.Reps
+// times, interleaved.
+func (m *measurer) phase(ctx context.Context, phase string, rateMbit int, configs []Config) error {
+	lab, err := netlab.New(netlab.Options{Name: "mgbench", RateMbit: rateMbit})
+	if err != nil {
+		return err
+	}
+	defer lab.Close()
+	wl, err := m.workload(lab)
+	if err != nil {
+		return err
+	}
+	defer wl.close()
+	for r := 1; r <= m.opts.Reps; r++ {
+		for _, c := range configs {
+			if why := c.unavailable(); why != "" {
+				m.rep.Unavailable[c.Name] = why
+				continue
+			}
+			run := m.runOne(ctx, lab, wl, c, hooks{})
+			run.Phase, run.Rep = phase, r
+			m.rep.Runs = append(m.rep.Runs, run)
+			m.log(run)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+func (m *measurer) workload(lab *netlab.Lab) (workload, error) {
+	if m.opts.Workload == MagnetFlood {
+		return &magnetFlood{lab: lab, bin: m.opts.Magnet}, nil
+	}
+	return startIperf3(lab)
+}
+
+func (m *measurer) log(r Run) {
+	reps := m.opts.Reps
+	if r.Phase == PhaseDiagnostic {
+		reps = 1
+	}
+	if r.Err != "" {
+		fmt.Fprintf(m.opts.Log, "%s %d/%d %-16s failed: %s\n", r.Phase, r.Rep, reps, r.Config, r.Err)
+		return
+	}
+	fmt.Fprintf(m.opts.Log, "%s %d/%d %-16s %6.2f Gbit/s  %6.3f CPU s/GB (tracer %.3f)  %9d events  %d lost\n",
+		r.Phase, r.Rep, reps, r.Config, r.Gbps(), r.CPUPerGB(), r.TracerS/r.GB(), r.Events, r.Lost)
+}
+
+// hooks run beside a transfer with the tracer's process id: start just
+// after the CPU is first read, end just after the transfer, before the
+// tracer stops.
+type hooks struct{ start, end func(pid int) }
+
+// runOne runs the workload once under c. CPU is read from /proc/stat just
+// before the sender starts and just after the transfer ends: the tracer's
+// start and its end (loading programs, writing out what it holds) are not
+// what recording costs while the workload runs.
+func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c Config, h hooks) Run {
+	run := Run{Config: c.Name, TraceSent: -1, TraceRecv: -1}
+	m.seq++
+	var (
+		t   tracer
+		err error
+	)
+	switch c.Kind {
+	case Nothing:
+		t = nothing{}
+	case Magnet:
+		t, err = startMagnet(ctx, m.opts.Magnet, m.work, m.seq, c, netip.AddrPortFrom(lab.Server.Addr, dataPort), lab.Client.Addr)
+	case Tcpdump:
+		t, err = startTcpdump(lab, m.work, m.seq, m.opts.TcpdumpSnaplen)
+	case Perf:
+		t, err = startPerf(ctx, m.work, m.seq)
+	case Bpftrace:
+		t, err = startBpftrace(ctx, m.work, m.seq)
+	default:
+		err = fmt.Errorf("unknown kind %d", c.Kind)
+	}
+	if err != nil {
+		run.Err = err.Error()
+		return run
+	}
+	var busy0, proc0 uint64
+	var berr error
+	x, werr := wl.run(ctx, m.opts.Duration, func() {
+		busy0, berr = busyTicks()
+		proc0 = procCPU(t.pid())
+		if h.start != nil {
+			h.start(t.pid())
+		}
+	})
+	busy1, berr1 := busyTicks()
+	proc1 := procCPU(t.pid())
+	if h.end != nil && werr == nil {
+		h.end(t.pid())
+	}
+	tr, serr := t.stop()
+	switch {
+	case werr != nil:
+		run.Err = werr.Error()
+		return run
+	case berr != nil || berr1 != nil:
+		run.Err = errors.Join(berr, berr1).Error()
+		return run
+	case serr != nil:
+		run.Err = serr.Error()
+		return run
+	}
+	run.Sent, run.Received, run.Seconds = x.Sent, x.Received, x.Seconds
+	run.BusyS = ticksSeconds(busy1 - busy0)
+	if proc1 >= proc0 {
+		run.TracerS = ticksSeconds(proc1 - proc0)
+	}
+	run.Events, run.Lost, run.Written = tr.Events, tr.Lost, tr.Written
+	run.TraceSent, run.TraceRecv = tr.TraceSent, tr.TraceRecv
+	return run
+}
+
+// diagnostic runs magnet record's default groups once at the fixed rate
+// with bpf_stats on, and reads each program's runs and run time over the
+// transfer. Kept apart from the figures: bpf_stats itself adds two clock
+// reads to every program run.
+func (m *measurer) diagnostic(ctx context.Context) error {
+	rec := recordModes[0] // the default groups
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return fmt.Errorf("enable bpf_stats: %w", err)
+	}
+	defer stats.Close()
+	lab, err := netlab.New(netlab.Options{Name: "mgbench", RateMbit: m.opts.RateMbit})
+	if err != nil {
+		return err
+	}
+	defer lab.Close()
+	wl, err := m.workload(lab)
+	if err != nil {
+		return err
+	}
+	defer wl.close()
+	var before, after map[uint32]progCounts
+	var perr, perr1 error
+	run := m.runOne(ctx, lab, wl, rec, hooks{
+		start: func(pid int) { before, perr = processProgs(pid) },
+		end:   func(pid int) { after, perr1 = processProgs(pid) },
+	})
+	run.Phase, run.Rep = PhaseDiagnostic, 1
+	m.log(run)
+	if run.Err != "" {
+		return errors.New(run.Err)
+	}
+	if err := errors.Join(perr, perr1); err != nil {
+		return err
+	}
+	m.rep.Diagnostic = &Diagnostic{Run: run, Programs: progDiff(before, after, float64(run.Received)/1e9)}
+	return nil
+}

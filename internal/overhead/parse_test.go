@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package overhead
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseBusy(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice:
+	// busy = 100+2+30+4+5 - (7+1); idle, iowait and steal never count.
+	stat := "cpu  100 2 30 5000 60 4 5 99 7 1\ncpu0 50 1 15 2500 30 2 2 50 3 0\nintr 1 2 3\n"
+	n, err := parseBusy(strings.NewReader(stat))
+	if err != nil || n != 133 {
+		t.Fatalf("parseBusy = %d, %v; want 133", n, err)
+	}
+	// An older kernel without the guest columns.
+	n, err = parseBusy(strings.NewReader("cpu 10 0 5 100 0 1 1 0\n"))
+	if err != nil || n != 17 {
+		t.Fatalf("parseBusy(8 columns) = %d, %v; want 17", n, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 x 3 4 5 6 7 8\n"} {
+		if _, err := parseBusy(strings.NewReader(bad)); err == nil {
+			t.Errorf("parseBusy(%q) accepted", bad)
+		}
+	}
+	if ticksSeconds(250) != 2.5 {
+		t.Error("ticksSeconds(250) != 2.5")
+	}
+}
+
+func FuzzParseBusy(f *testing.F) {
+	f.Add("cpu  100 2 30 5000 60 4 5 99 7 1\n")
+	f.Add("cpu 1 2\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _ = parseBusy(strings.NewReader(s))
+	})
+}
+
+func TestParseProcCPU(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 17, stime 4.
+	line := "4242 (my (tool) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 4 0 0 20 0 3 0 100 1000 50 18446744073709551615"
+	n, err := parseProcCPU(line)
+	if err != nil || n != 21 {
+		t.Fatalf("parseProcCPU = %d, %v; want 21", n, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 u 4 0"} {
+		if _, err := parseProcCPU(bad); err == nil {
+			t.Errorf("parseProcCPU(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseProgFdinfo(t *testing.T) {
+	prog := "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t1057\nprog_type:\t26\nprog_jited:\t1\nprog_tag:\t0123456789abcdef\nmemlock:\t4096\nprog_id:\t889\nrun_time_ns:\t1730659\nrun_cnt:\t13088\nrecursion_misses:\t0\nverified_insns:\t420\n"
+	id, c, ok := parseProgFdinfo(strings.NewReader(prog))
+	if !ok || id != 889 || c.RunNs != 1730659 || c.Runs != 13088 || c.Type != "Tracing" {
+		t.Fatalf("program: %d %+v %v", id, c, ok)
+	}
+	// A link names its program but is not one.
+	link := "pos:\t0\nlink_type:\ttracing\nlink_id:\t12\nprog_tag:\t0123456789abcdef\nprog_id:\t889\n"
+	if _, _, ok := parseProgFdinfo(strings.NewReader(link)); ok {
+		t.Error("a link's fdinfo read as a program's")
+	}
+	if _, _, ok := parseProgFdinfo(strings.NewReader("pos:\t0\nflags:\t0\n")); ok {
+		t.Error("a file's fdinfo read as a program's")
+	}
+}
+
+func TestProgDiff(t *testing.T) {
+	before := map[uint32]progCounts{1: {Type: "tracing", RunNs: 1000, Runs: 10}, 2: {RunNs: 50, Runs: 1}}
+	after := map[uint32]progCounts{1: {Type: "tracing", RunNs: 5000, Runs: 60}, 2: {RunNs: 50, Runs: 1}, 3: {RunNs: 900, Runs: 3}}
+	got := progDiff(before, after, 2)
+	// Program 2 did not run; 1 ran 50 times for 4000 ns, 3 (new) 3 for 900.
+	if len(got) != 2 {
+		t.Fatalf("progDiff = %+v", got)
+	}
+	if got[0].Runs != 50 || got[0].NsPerRun != 80 || got[0].NsPerGB != 2000 || got[1].Runs != 3 || got[1].NsPerGB != 450 {
+		t.Errorf("progDiff = %+v", got)
+	}
+}
+
+func TestParseIperf3(t *testing.T) {
+	js := `{"start":{},"end":{"sum_sent":{"bytes":500000000,"seconds":1.0},"sum_received":{"bytes":499000000,"seconds":1.002}}}`
+	x, err := parseIperf3([]byte(js))
+	if err != nil || x.Sent != 500000000 || x.Received != 499000000 || x.Seconds != 1.002 {
+		t.Fatalf("parseIperf3 = %+v, %v", x, err)
+	}
+	for _, bad := range []string{`{"error":"unable to connect to server: Connection refused"}`, `{"end":{}}`, `not json`} {
+		if _, err := parseIperf3([]byte(bad)); err == nil {
+			t.Errorf("parseIperf3(%s) accepted", bad)
+		}
+	}
+}
+
+func TestSelect(t *testing.T) {
+	cs, err := Select("tcpdump,record-sock,record")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The baseline first, then in Configs' order.
+	if got := strings.Join(Names(cs), ","); got != "baseline,record-sock,record,tcpdump" {
+		t.Errorf("Select = %s", got)
+	}
+	if _, err := Select("record,strace"); err == nil {
+		t.Error("unknown configuration accepted")
+	}
+	all := Names(Configs())
+	for _, want := range []string{"baseline", "record-conn", "record-sock", "record-tcp", "record-tcpstate", "record-ip", "record-dev", "record-drop", "record", "tcpdump", "perf", "bpftrace"} {
+		found := false
+		for _, n := range all {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("Configs lacks %s: %v", want, all)
+		}
+	}
+}

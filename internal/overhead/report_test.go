@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package overhead
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+)
+
+// synthetic builds a report from made-up runs whose figures are known:
+// 1 GB received per run, the baseline 1 CPU s/GB and 8 Gbit/s.
+func synthetic(t *testing.T) *Report {
+	t.Helper()
+	fixed, err := Select("record,tcpdump,perf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sat, err := Select("record,tcpdump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Report{Workload: Iperf3, RateMbit: 4000, Reps: 3, Duration: 4, Configs: fixed, SatConfigs: sat,
+		Unavailable: map[string]string{PerfName: "perf not installed"}}
+	run := func(phase, config string, rep int, recv uint64, busy float64, events, lost uint64) Run {
+		x := Run{Phase: phase, Rep: rep, Config: config, Sent: recv + 1000, Received: recv, Seconds: 1, BusyS: busy,
+			TracerS: busy / 10, Events: events, Lost: lost, TraceSent: -1, TraceRecv: -1}
+		if config == Record {
+			x.TraceSent, x.TraceRecv = int64(x.Sent)+iperf3Cookie, int64(recv)+iperf3Cookie
+		}
+		return x
+	}
+	for rep := 1; rep <= 3; rep++ {
+		f := float64(rep)
+		r.Runs = append(r.Runs,
+			run(PhaseFixed, Baseline, rep, 1e9, 1, 0, 0),
+			run(PhaseFixed, Record, rep, 1e9, 1+0.01*f, 200000, 0), // +1, +2, +3 %
+			run(PhaseSaturation, Baseline, rep, 1e9, 1, 0, 0),
+			run(PhaseSaturation, Record, rep, 0.98e9, 1, 200000, 0),   // 2 % lost
+			run(PhaseSaturation, TcpdumpName, rep, 0.7e9, 1, 1000, 0), // 30 % lost
+		)
+		if rep < 3 {
+			r.Runs = append(r.Runs, run(PhaseFixed, TcpdumpName, rep, 1e9, 1.1+0.01*f, 1000, 0))
+		}
+	}
+	// A failed run is reported and left out.
+	r.Runs = append(r.Runs, Run{Phase: PhaseFixed, Rep: 3, Config: TcpdumpName, Err: "tcpdump: boom"})
+	// tcpdump's second repetition could not keep the rate: 20 % less.
+	for i := range r.Runs {
+		if x := &r.Runs[i]; x.Phase == PhaseFixed && x.Config == TcpdumpName && x.Rep == 2 {
+			x.Seconds = 1 / 0.8
+		}
+	}
+	r.summarize()
+	return r
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestSummarizeRows(t *testing.T) {
+	r := synthetic(t)
+	if len(r.Fixed) != 3 { // perf was unavailable
+		t.Fatalf("fixed rows: %+v", r.Fixed)
+	}
+	rec := r.row(r.Fixed, Record)
+	if rec.Runs != 3 || !near(rec.MoreCPU.Mean, 2) || !near(rec.MoreCPU.Half, 4.303/math.Sqrt(3)) {
+		t.Errorf("record more CPU: %+v", rec.MoreCPU)
+	}
+	// 2 % more of 1 s/GB over 200,000 events per GB: 100 ns per event.
+	if !near(rec.NsPerEvent.Mean, 100) || !near(rec.EventsPerGB.Mean, 200000) || !near(rec.Gbps.Mean, 8) {
+		t.Errorf("record: %+v", rec)
+	}
+	if rec.Accounting != "3 of 3 exact" {
+		t.Errorf("accounting %q", rec.Accounting)
+	}
+	td := r.row(r.Fixed, TcpdumpName)
+	if td.Runs != 2 || td.Failed != 1 || !near(td.MoreCPU.Mean, 11.5) {
+		t.Errorf("tcpdump: %+v", td)
+	}
+	if l := r.row(r.Saturation, TcpdumpName).Loss; !near(l.Mean, 30) || !near(l.Half, 0) {
+		t.Errorf("tcpdump loss %+v", l)
+	}
+}
+
+func TestGoals(t *testing.T) {
+	r := synthetic(t)
+	want := []string{"met", "met", "not measured", "not measured", "met", "met", "met"}
+	if len(r.Goals) != len(want) {
+		t.Fatalf("goals: %+v", r.Goals)
+	}
+	for i, g := range r.Goals {
+		if g.Verdict != want[i] {
+			t.Errorf("goal %q: %s (%s), want %s", g.Goal, g.Verdict, g.Measured, want[i])
+		}
+	}
+	// One lost event fails "nothing lost"; a byte off fails the accounting.
+	r.Runs[1].Lost = 1
+	r.Runs[1].TraceRecv++
+	r.summarize()
+	if g := r.Goals[5]; g.Verdict != "not met" || !strings.Contains(g.Measured, "1 events lost") {
+		t.Errorf("lost: %+v", g)
+	}
+	if g := r.Goals[6]; g.Verdict != "not met" || g.Measured != "exact in 5 of 6 transfers" {
+		t.Errorf("accounting: %+v", g)
+	}
+	// An interval over the 5 % bound leaves the first goal open.
+	for i := range r.Runs {
+		if r.Runs[i].Phase == PhaseFixed && r.Runs[i].Config == Record {
+			r.Runs[i].BusyS += 0.03
+		}
+	}
+	r.summarize()
+	if g := r.Goals[0]; g.Verdict != "undecided" {
+		t.Errorf("+5 ± 2.5 %%: %+v", g)
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	r := synthetic(t)
+	r.Diagnostic = &Diagnostic{Programs: []ProgStat{{Name: "mg_sock_send", Type: "tracing", Runs: 1000, NsPerRun: 50, NsPerGB: 5e6}}}
+	var b bytes.Buffer
+	if err := r.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, s := range []string{
+		"## Against the goals",
+		"| default groups at 4 Gbit/s: ≤ 5 % more CPU per GB than the baseline | +2.0 ± 2.5 % | **met** |",
+		"## CPU per GB at 4 Gbit/s",
+		"| record | `magnet record`, default groups | 8.00 ± 0.00 | 1.020 ± 0.025 | +2.0 ± 2.5 % | 200000 ± 0 | 100 ± 124 | 0.102 ± 0.002 | 0 | 3 |",
+		"| tcpdump |", "2 (1 failed)",
+		"## Throughput at saturation",
+		"| tcpdump | 5.60 ± 0.00 | +30.0 ± 0.0 % |",
+		"## Diagnostic: program bodies only (bpf_stats), not what the system pays",
+		"| mg_sock_send | tracing | 1000 | 50 | 5.00 |",
+		"Program bodies together: **5.0 ms per GB**; what the system paid for recording, from the table above: **20.0 ms per GB**",
+		"- perf: perf not installed",
+		"- fixed, repetition 3, tcpdump: tcpdump: boom",
+		"record 3 of 3 exact",
+		"Did not keep the fixed rate (throughput 5 % or more below the baseline's, same repetition, on average): tcpdump (+10.0 ± 127.1 %)",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q", s)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package overhead
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// traced is what a tracer says it did over a run.
+type traced struct {
+	Events  uint64 // events written (tcpdump: packets captured; perf: samples)
+	Lost    uint64 // events lost before the file (tcpdump: dropped by kernel)
+	Written int64  // bytes of its output file
+	// TraceSent and TraceRecv are, for a magnet trace with socket events,
+	// the application bytes its sock_send and sock_recv events give the
+	// workload's data connection; -1 when it cannot say.
+	TraceSent, TraceRecv int64
+}
+
+// tracer is whatever records beside the workload.
+type tracer interface {
+	// pid is the tracer's process, 0 for none.
+	pid() int
+	// stop ends the tracer the way a user would (SIGINT) and says what it did.
+	stop() (traced, error)
+}
+
+type nothing struct{}
+
+func (nothing) pid() int              { return 0 }
+func (nothing) stop() (traced, error) { return traced{TraceSent: -1, TraceRecv: -1}, nil }
+
+// proc is a tracer process whose stderr is kept for its closing words.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	output string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	closed chan struct{} // stderr reached EOF
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) stderrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// startProc starts cmd and waits until it says it is ready: a line of its
+// stderr contains mark, or the file readyPath exists (a tool that cannot
+// print when it is ready creates a file; there is nothing else to wait on).
+func startProc(name string, cmd *exec.Cmd, output, mark, readyPath string) (*proc, error) {
+	p := &proc{name: name, cmd: cmd, output: output, closed: make(chan struct{})}
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	ready := make(chan struct{})
+	go p.readStderr(pipe, mark, ready)
+	deadline := time.After(60 * time.Second)
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ready:
+			return p, nil
+		case <-p.closed:
+			_ = cmd.Wait()
+			os.Remove(output)
+			return nil, fmt.Errorf("%s exited before it was ready: %s", name, oneLine(p.stderrText()))
+		case <-deadline:
+			_ = p.end()
+			os.Remove(output)
+			return nil, fmt.Errorf("%s not ready after 60s: %s", name, oneLine(p.stderrText()))
+		case <-poll.C:
+			if readyPath != "" {
+				if _, err := os.Stat(readyPath); err == nil {
+					os.Remove(readyPath)
+					return p, nil
+				}
+			}
+		}
+	}
+}
+
+func (p *proc) readStderr(r io.Reader, mark string, ready chan<- struct{}) {
+	defer close(p.closed)
+	sc := bufio.NewScanner(r)
+	sent := false
+	for sc.Scan() {
+		p.mu.Lock()
+		p.stderr.WriteString(sc.Text() + "\n")
+		p.mu.Unlock()
+		if !sent && mark != "" && strings.Contains(sc.Text(), mark) {
+			close(ready)
+			sent = true
+		}
+	}
+}
+
+// end stops the process with SIGINT, after which each of these tools
+// writes out what it holds, killing it if it takes over two minutes.
+func (p *proc) end() error {
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	timer := time.AfterFunc(2*time.Minute, func() { _ = p.cmd.Process.Kill() })
+	defer timer.Stop()
+	<-p.closed
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	// Ended by our SIGINT is a normal end (tcpdump, perf: 0; bpftrace: 0
+	// or 130; a shell-style 128+SIGINT).
+	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() > 1 && ee.ExitCode() != 130) {
+		return fmt.Errorf("%s: %s", p.name, oneLine(p.stderrText()+" "+err.Error()))
+	}
+	return nil
+}
+
+// size is the output file's size, 0 if there is none.
+func (p *proc) size() int64 {
+	fi, err := os.Stat(p.output)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// magnetTracer is `magnet record` on the whole host, as a user runs it.
+type magnetTracer struct {
+	*proc
+	// server is the workload's listening address and client the
+	// sender's, to find its connection among the host's.
+	server netip.AddrPort
+	client netip.Addr
+}
+
+func startMagnet(ctx context.Context, bin, work string, seq int, c Config, server netip.AddrPort, client netip.Addr) (*magnetTracer, error) {
+	out := filepath.Join(work, fmt.Sprintf("run-%d.mgt", seq))
+	ready := out + ".ready"
+	args := append([]string{"record", "-q", "-o", out, "--ready-file", ready}, c.Args...)
+	p, err := startProc("magnet record", exec.CommandContext(ctx, bin, args...), out, "", ready)
+	if err != nil {
+		return nil, err
+	}
+	return &magnetTracer{proc: p, server: server, client: client}, nil
+}
+
+func (t *magnetTracer) stop() (traced, error) {
+	defer os.Remove(t.output)
+	if err := t.end(); err != nil {
+		return traced{}, err
+	}
+	tr := traced{Written: t.size(), TraceSent: -1, TraceRecv: -1}
+	r, err := trace.Open(t.output)
+	if err != nil {
+		return tr, fmt.Errorf("read the trace: %w", err)
+	}
+	defer r.Close()
+	conns, _, err := export.Conns(r)
+	if err != nil {
+		return tr, fmt.Errorf("read the trace: %w", err)
+	}
+	sum := r.Summary()
+	if sum == nil {
+		return tr, errors.New("read the trace: no summary (recording did not end properly)")
+	}
+	tr.Lost = sum.Lost
+	for name, n := range sum.Events {
+		// Task and interface records describe events, lost records
+		// count them: none is an event.
+		if name != "task" && name != "iface" && name != "lost" {
+			tr.Events += n
+		}
+	}
+	if hasSock(r.Header()) {
+		tr.TraceSent, tr.TraceRecv = dataBytes(conns, t.server, t.client)
+	}
+	return tr, nil
+}
+
+// hasSock reports whether the trace records socket calls (its settings
+// name the groups recorded).
+func hasSock(h *trace.Header) bool {
+	for _, e := range h.Settings.Events {
+		if e == "sock" || e == "sock_send" || e == "sock_recv" {
+			return true
+		}
+	}
+	return false
+}
+
+// dataBytes returns what the trace's socket events say the workload's data
+// connection carried: the bytes sent by the client's end (from client to
+// server) and received by the server's end (at server, from client) of
+// the connection between them that carried most. A control connection to
+// the same port (iperf3's) carries far less; the lab's addresses are its
+// own, other labs' connections (the trace is the whole host's) are not.
+func dataBytes(conns []*export.Conn, server netip.AddrPort, client netip.Addr) (sent, recv int64) {
+	sent, recv = -1, -1
+	for _, c := range conns {
+		if c.Proto != "tcp" {
+			continue
+		}
+		if c.Remote == server && c.Local.Addr() == client && c.SentApp > sent {
+			sent = c.SentApp
+		}
+		if c.Local == server && c.Remote.Addr() == client && c.RecvApp > recv {
+			recv = c.RecvApp
+		}
+	}
+	return sent, recv
+}
+
+// tcpdumpTracer is tcpdump writing the sender's veth to a file.
+type tcpdumpTracer struct{ *proc }
+
+func startTcpdump(lab *netlab.Lab, work string, seq, snaplen int) (*tcpdumpTracer, error) {
+	out := filepath.Join(work, fmt.Sprintf("run-%d.pcap", seq))
+	// -Z root: tcpdump would otherwise drop to a user that cannot write
+	// the work directory.
+	cmd := lab.Command(lab.Client, "tcpdump", "-n", "-i", lab.Client.Iface, "-s", strconv.Itoa(snaplen), "-w", out, "-Z", "root")
+	p, err := startProc("tcpdump", cmd, out, "listening on", "")
+	if err != nil {
+		return nil, err
+	}
+	return &tcpdumpTracer{p}, nil
+}
+
+var (
+	reCaptured = regexp.MustCompile(`(\d+) packets? captured`)
+	reDropped  = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
+)
+
+func (t *tcpdumpTracer) stop() (traced, error) {
+	defer os.Remove(t.output)
+	if err := t.end(); err != nil {
+		return traced{}, err
+	}
+	msg := t.stderrText()
+	return traced{Events: firstNumber(reCaptured, msg), Lost: firstNumber(reDropped, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
+}
+
+// perfTracer is perf record of magnet's tracepoints on every CPU.
+type perfTracer struct{ *proc }
+
+func startPerf(ctx context.Context, work string, seq int) (*perfTracer, error) {
+	out := filepath.Join(work, fmt.Sprintf("run-%d.perf", seq))
+	// -D 1 makes perf say "Events enabled" once its events are on: the
+	// only sign of readiness it gives. --no-buildid: the build-id pass
+	// over the samples at the end is not what recording costs.
+	args := []string{"record", "-a", "-D", "1", "--no-buildid", "-o", out}
+	for _, tp := range tracepoints {
+		args = append(args, "-e", tp)
+	}
+	p, err := startProc("perf record", exec.CommandContext(ctx, "perf", args...), out, "Events enabled", "")
+	if err != nil {
+		return nil, err
+	}
+	return &perfTracer{p}, nil
+}
+
+var (
+	reSamples  = regexp.MustCompile(`SAMPLE events:\s+(\d+)`)
+	rePerfLost = regexp.MustCompile(`lost (\d+) chunks`)
+)
+
+// stop ends perf and counts the samples it wrote with perf report --stats
+// (perf record, without its build-id pass, does not count them).
+func (t *perfTracer) stop() (traced, error) {
+	defer os.Remove(t.output)
+	if err := t.end(); err != nil {
+		return traced{}, err
+	}
+	tr := traced{Lost: firstNumber(rePerfLost, t.stderrText()), Written: t.size(), TraceSent: -1, TraceRecv: -1}
+	out, err := exec.Command("perf", "report", "--stats", "-i", t.output).CombinedOutput()
+	if err != nil {
+		return tr, fmt.Errorf("perf report --stats: %v: %s", err, oneLine(string(out)))
+	}
+	// The first SAMPLE line is every event's together.
+	tr.Events = firstNumber(reSamples, string(out))
+	tr.Lost += firstNumber(rePerfLost, string(out))
+	return tr, nil
+}
+
+// bpftraceScript prints a line per event of the tracepoints perf records.
+// BEGIN runs once every probe is attached; the file it touches says so
+// (output to a file is block-buffered: a printed line would not show).
+const bpftraceScript = `
+BEGIN { system("touch READY_FILE"); }
+tracepoint:sock:sock_send_length { printf("%llu %d %d sock_send %d\n", nsecs, cpu, tid, args->ret); }
+tracepoint:sock:sock_recv_length { printf("%llu %d %d sock_recv %d\n", nsecs, cpu, tid, args->ret); }
+tracepoint:tcp:tcp_probe { printf("%llu %d %d tcp_rcv %u %u %u\n", nsecs, cpu, tid, args->data_len, args->snd_nxt, args->snd_una); }
+tracepoint:tcp:tcp_retransmit_skb { printf("%llu %d %d tcp_retrans\n", nsecs, cpu, tid); }
+tracepoint:sock:inet_sock_set_state { printf("%llu %d %d tcp_state %d %d\n", nsecs, cpu, tid, args->oldstate, args->newstate); }
+tracepoint:net:net_dev_queue { printf("%llu %d %d dev_queue %u\n", nsecs, cpu, tid, args->len); }
+tracepoint:net:net_dev_start_xmit { printf("%llu %d %d dev_xmit %u %u\n", nsecs, cpu, tid, args->len, args->gso_segs); }
+tracepoint:net:netif_receive_skb { printf("%llu %d %d dev_recv %u\n", nsecs, cpu, tid, args->len); }
+tracepoint:skb:kfree_skb { printf("%llu %d %d drop %d\n", nsecs, cpu, tid, args->reason); }
+`
+
+type bpftraceTracer struct{ *proc }
+
+func startBpftrace(ctx context.Context, work string, seq int) (*bpftraceTracer, error) {
+	out := filepath.Join(work, fmt.Sprintf("run-%d.bt", seq))
+	ready := out + ".ready"
+	script := strings.ReplaceAll(bpftraceScript, "READY_FILE", ready)
+	p, err := startProc("bpftrace", exec.CommandContext(ctx, "bpftrace", "--unsafe", "-B", "full", "-o", out, "-e", script), out, "", ready)
+	if err != nil {
+		return nil, err
+	}
+	return &bpftraceTracer{p}, nil
+}
+
+var reBpftraceLost = regexp.MustCompile(`Lost (\d+) events`)
+
+func (t *bpftraceTracer) stop() (traced, error) {
+	defer os.Remove(t.output)
+	if err := t.end(); err != nil {
+		return traced{}, err
+	}
+	tr := traced{Written: t.size(), TraceSent: -1, TraceRecv: -1}
+	f, err := os.Open(t.output)
+	if err != nil {
+		return tr, fmt.Errorf("bpftrace output: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) > 0 && line[0] >= '0' && line[0] <= '9':
+			tr.Events++
+		case bytes.HasPrefix(line, []byte("Lost ")):
+			tr.Lost += firstNumber(reBpftraceLost, string(line))
+		}
+	}
+	tr.Lost += firstNumber(reBpftraceLost, t.stderrText())
+	return tr, sc.Err()
+}
+
+func firstNumber(re *regexp.Regexp, s string) uint64 {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	return n
+}
+
+// oneLine joins a tool's message into one line for an error.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// procCPU is a process's CPU time (user + system) from /proc/PID/stat, in
+// ticks; 0 once it is gone.
+func procCPU(pid int) uint64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	n, _ := parseProcCPU(string(b))
+	return n
+}
+
+// parseProcCPU reads utime + stime (fields 14 and 15) of a /proc/PID/stat
+// line; the command name (field 2) may hold spaces and parentheses, so
+// fields are counted from its last ')'.
+func parseProcCPU(s string) (uint64, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("no command name")
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime is field 14, f[11].
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	}
+	u, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	st, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return u + st, nil
+}
