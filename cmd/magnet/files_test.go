@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
@@ -137,6 +138,39 @@ func TestPlantedSymlink(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: --ready-file: ") || !strings.Contains(r.stderr, "is a symbolic link") {
 		t.Fatalf("record with a planted ready file: code %d, stderr %q", r.code, r.stderr)
 	}
+	sameContent(t, target, orig)
+
+	// The daemon's ready file and CPU profile: the daemon serves on, and
+	// says why it wrote no ready file.
+	sock := filepath.Join(t.TempDir(), "magnet.sock")
+	d := exec.Command(bin, "daemon", "--socket", sock, "--ready-file", plant("daemon-ready"))
+	log := &lockedBuffer{}
+	d.Stderr = log
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	deadline := time.After(60 * time.Second)
+	for !strings.Contains(log.String(), "warning: --ready-file: ") {
+		select {
+		case err := <-exited:
+			t.Fatalf("daemon exited: %v\n%s", err, log.String())
+		case <-deadline:
+			_ = d.Process.Kill()
+			t.Fatalf("no warning about the planted ready file within 60s\n%s", log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = d.Process.Signal(syscall.SIGTERM)
+	if err := <-exited; err != nil {
+		t.Errorf("daemon exit: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "is a symbolic link") {
+		t.Errorf("daemon's warning: %s", log.String())
+	}
+	sameContent(t, target, orig)
+	oneLineError(t, magnet(t, "daemon", "--socket", filepath.Join(t.TempDir(), "m.sock"), "--cpuprofile", plant("daemon.pprof")), "is a symbolic link in "+shared)
 	sameContent(t, target, orig)
 }
 

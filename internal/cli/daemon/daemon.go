@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/daemon"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
 // New returns the daemon command.
@@ -75,7 +76,7 @@ more while they last):
 			if cpuProfile != "" {
 				// Where the daemon's own CPU goes once it records (the
 				// loading before is not what a profile is wanted for).
-				if profile, err = os.Create(cpuProfile); err != nil {
+				if profile, err = outfile.Create(cpuProfile, outfile.Options{}); err != nil {
 					return fmt.Errorf("daemon: cpu profile: %w", err)
 				}
 				defer profile.Close()
@@ -89,7 +90,9 @@ more while they last):
 					}
 				}
 				if readyFile != "" {
-					_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
+					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
+						fmt.Fprintf(os.Stderr, "magnet daemon: warning: --ready-file: %v\n", err)
+					}
 				}
 			}
 			d, err := daemon.New(cfg, opts)
