@@ -38,6 +38,7 @@ func New() *cobra.Command {
 		rotateSize, onFull                               string
 		keep                                             int
 		kernel                                           kernelFlags
+		summaryEvery                                     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -60,6 +61,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
   sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
+  sudo magnet record --summary=10s --rotate 1h -o /var/lib/magnet/%h-%Y%m%dT%H%M%S.mgt
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -103,6 +105,17 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if !cmd.Flags().Changed("flush-every") {
 				flushEvery = record.FlushEveryFor(rotateEvery)
 			}
+			if cmd.Flags().Changed("summary") {
+				if summaryEvery < 100*time.Millisecond {
+					return fmt.Errorf("record: --summary %v: want an interval of at least 100ms", summaryEvery)
+				}
+				if !cmd.Flags().Changed("events") {
+					groups = 0 // what summary mode summarizes
+				}
+				if !cmd.Flags().Changed("buffer") {
+					bufBytes = 0 // summary mode's small default
+				}
+			}
 			cfg := record.Config{
 				Output:       output,
 				Groups:       groups,
@@ -115,6 +128,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 				PollInterval: pollInterval,
 				FlushEvery:   flushEvery,
 				KernelEvents: kspecs,
+				Summary:      summaryEvery,
+			}
+			if !cmd.Flags().Changed("summary") {
+				cfg.Summary = 0
 			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
@@ -176,6 +193,8 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
+	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode: instead of events, write each connection's figures (bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms) every interval as conn_summary records (--summary or --summary=5s)")
+	f.Lookup("summary").NoOptDefVal = "1s"
 	kernel.add(f)
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
