@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// lossyPath is a routed path whose bottleneck (200 Mbit/s, a 32 KiB queue)
+// drops a bulk TCP flow's packets in the router: real losses, which the
+// sender retransmits, unlike drops in its own qdisc, which TCP learns of
+// at once and sends again unmarked.
+func lossyPath(t *testing.T) *netlab.Path {
+	t.Helper()
+	return netlab.PathForTest(t, netlab.PathOptions{BottleneckMbit: 200, QueueBytes: 32 << 10})
+}
+
+// pathIperf3Server starts `iperf3 -s -1` in the path's receiver and returns
+// once it listens.
+func pathIperf3Server(t *testing.T, p *netlab.Path, port int) *exec.Cmd {
+	t.Helper()
+	cmd := p.Command(p.Receiver, "iperf3", "-s", "-1", "--forceflush", "-p", strconv.Itoa(port))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "Server listening on") {
+			go io.Copy(io.Discard, stdout)
+			return cmd
+		}
+	}
+	t.Fatal("iperf3 server did not start")
+	return nil
+}
+
+// pathIperf3Send sends n bytes from the path's sender to the receiver's
+// iperf3 server and returns what iperf3 says it sent and retransmitted.
+func pathIperf3Send(t *testing.T, p *netlab.Path, port int, n string) (sent, retrans uint64) {
+	t.Helper()
+	out, err := p.Command(p.Sender, "iperf3", "-c", p.Receiver.Addr.String(), "-p", strconv.Itoa(port), "-n", n, "-J").Output()
+	if err != nil {
+		t.Fatalf("iperf3 client: %v\n%s", err, out)
+	}
+	var res struct {
+		End struct {
+			SumSent struct {
+				Bytes       uint64 `json:"bytes"`
+				Retransmits uint64 `json:"retransmits"`
+			} `json:"sum_sent"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("iperf3 client output: %v\n%s", err, out)
+	}
+	return res.End.SumSent.Bytes, res.End.SumSent.Retransmits
+}
+
+// nstatCounter reads one of the kernel's SNMP counters in h's namespace,
+// absolute (the namespace is the test's own, so that is its traffic's).
+func nstatCounter(t *testing.T, p *netlab.Path, h netlab.Host, name string) uint64 {
+	t.Helper()
+	out, err := p.Command(h, "nstat", "-a", "-z", "-s", name).Output()
+	if err != nil {
+		t.Fatalf("nstat: %v", err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == name {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatalf("nstat line %q: %v", l, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("nstat has no %s:\n%s", name, out)
+	return 0
+}
+
+// pathQuiet waits until no socket of port in the path's end hosts is still
+// exchanging packets (each is gone or in TIME-WAIT).
+func pathQuiet(t *testing.T, p *netlab.Path, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := ""
+		for _, h := range []netlab.Host{p.Sender, p.Receiver} {
+			out, err := p.Command(h, "ss", "-Htan").Output()
+			if err != nil {
+				t.Fatalf("ss: %v", err)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				f := strings.Fields(l)
+				if len(f) < 5 || f[0] == "TIME-WAIT" || f[0] == "LISTEN" {
+					continue
+				}
+				if strings.HasSuffix(f[3], ":"+strconv.Itoa(port)) || strings.HasSuffix(f[4], ":"+strconv.Itoa(port)) {
+					busy = l
+				}
+			}
+		}
+		if busy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a socket of port %d stays open: %s", port, busy)
+		}
+		// ss cannot wait for a state change; the kernel reaches it within
+		// a few round trips.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// summaryConn is what a summary trace says of one connection.
+type summaryConn struct {
+	netns        uint32
+	lport, rport uint64
+	records      int
+	sum          map[string]uint64 // conn_summary fields added up
+	closed       bool
+	totalRetrans uint64 // conn_close's
+	lastEnd      uint64 // the previous record's time
+}
+
+// readSummaries reads a summary trace's connections, checking on the way
+// what holds for every conn_summary record: its histograms count its
+// samples, and its interval starts where the connection's previous one
+// ended.
+func readSummaries(t *testing.T, path string) map[uint64]*summaryConn {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, ok := r.Header().Extra["summary_interval_ns"]; !ok {
+		t.Errorf("header has no summary_interval_ns: %v", r.Header().Extra)
+	}
+	conns := map[uint64]*summaryConn{}
+	of := func(id uint64) *summaryConn {
+		c := conns[id]
+		if c == nil {
+			c = &summaryConn{sum: map[string]uint64{}}
+			conns[id] = c
+		}
+		return c
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec.Type.Name {
+		case "conn_open":
+			c := of(rec.Conn())
+			c.netns = rec.NetNS()
+			c.lport, _ = rec.Uint("lport")
+			c.rport, _ = rec.Uint("rport")
+		case "conn_close":
+			c := of(rec.Conn())
+			c.closed = true
+			c.totalRetrans, _ = rec.Uint("total_retrans")
+		case "conn_summary":
+			c := of(rec.Conn())
+			c.records++
+			var rtt, cwnd uint64
+			for _, f := range rec.Type.Fields {
+				v, _ := rec.FieldUint(f)
+				c.sum[f.Name] += v
+				if strings.HasPrefix(f.Name, "rtt_hist_") {
+					rtt += v
+				}
+				if strings.HasPrefix(f.Name, "cwnd_hist_") {
+					cwnd += v
+				}
+			}
+			samples, _ := rec.Uint("rtt_samples")
+			segs, _ := rec.Uint("tcp_rcv_segs")
+			if rtt != samples || cwnd != samples || samples > segs {
+				t.Errorf("conn %d: conn_summary at %d: rtt_hist %d, cwnd_hist %d, rtt_samples %d, tcp_rcv_segs %d: want the histograms to count the samples, at most one per segment received", rec.Conn(), rec.Time(), rtt, cwnd, samples, segs)
+			}
+			start, _ := rec.Uint("start_ns")
+			if c.lastEnd != 0 && start < c.lastEnd || start >= rec.Time() {
+				t.Errorf("conn %d: conn_summary [%d, %d] after one ending at %d", rec.Conn(), start, rec.Time(), c.lastEnd)
+			}
+			c.lastEnd = rec.Time()
+		case "tcp_xmit", "tcp_rcv", "sock_send", "sock_recv", "ip_send", "ip_recv", "dev_xmit", "dev_recv", "tcp_state":
+			t.Errorf("a %s event in a summary trace", rec.Type.Name)
+		}
+	}
+	return conns
+}
+
+// TestSummaryTruth records an iperf3 transfer across a lossy bottleneck in
+// summary mode and holds the figures against what magnet does not
+// compute: the application's byte count, the kernel's retransmission
+// counts (nstat TcpRetransSegs of the sender's namespace, and each
+// connection's tcpi_total_retrans at close, which conn_close reads).
+func TestSummaryTruth(t *testing.T) {
+	needRoot(t)
+	needTools(t, "iperf3", "nstat", "ss")
+	p := lossyPath(t)
+	port := uniquePort()
+	pathIperf3Server(t, p, port)
+	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
+	sent, appRetrans := pathIperf3Send(t, p, port, "24M")
+	pathQuiet(t, p, port)
+	res := rec.stop(t)
+	if res.Lost != 0 {
+		t.Errorf("lost %d (%v)", res.Lost, res.LostBy)
+	}
+	conns := readSummaries(t, rec.path)
+
+	var data *summaryConn
+	var retrans, closeRetrans uint64
+	for id, c := range conns {
+		if c.netns != p.Sender.NetNSInode {
+			continue
+		}
+		if c.records == 0 && c.sum["sock_send_bytes"] == 0 {
+			continue
+		}
+		if !c.closed {
+			t.Errorf("sender's conn %d (port %d) has no conn_close", id, c.lport)
+		}
+		retrans += c.sum["retrans_segs"]
+		closeRetrans += c.totalRetrans
+		if data == nil || c.sum["sock_send_bytes"] > data.sum["sock_send_bytes"] {
+			data = c
+		}
+	}
+	if data == nil {
+		t.Fatalf("no sender connection in the trace: %+v", conns)
+	}
+	// iperf3 writes a 37-byte cookie on each stream before the data it
+	// counts.
+	if got, want := data.sum["sock_send_bytes"], sent+37; got != want {
+		t.Errorf("data connection's sock_send_bytes %d, iperf3 sent %d + 37", got, sent)
+	}
+	if data.sum["tcp_xmit_bytes"] < data.sum["sock_send_bytes"] {
+		t.Errorf("tcp_xmit_bytes %d below sock_send_bytes %d", data.sum["tcp_xmit_bytes"], data.sum["sock_send_bytes"])
+	}
+	want := nstatCounter(t, p, p.Sender, "TcpRetransSegs")
+	if want == 0 {
+		t.Fatalf("no retransmission in the sender's namespace (iperf3: %d): the bottleneck did not drop, nothing to check", appRetrans)
+	}
+	if retrans != want {
+		t.Errorf("retrans_segs over the sender's connections %d, nstat TcpRetransSegs %d", retrans, want)
+	}
+	if closeRetrans != want {
+		t.Errorf("conn_close total_retrans over the sender's connections %d, nstat TcpRetransSegs %d", closeRetrans, want)
+	}
+	if data.records < 2 {
+		t.Errorf("the data connection has %d conn_summary records; a transfer of a second at 200 ms intervals should have several", data.records)
+	}
+	t.Logf("sent %d; data conn: %d records, %v", sent, data.records, fmt.Sprint(data.sum["sock_send_bytes"], " sock bytes, ", data.sum["retrans_segs"], " retrans segs, ", data.sum["rtt_samples"], " rtt samples"))
+	t.Logf("retransmitted segments: nstat %d, summary %d, conn_close %d, iperf3 %d; trace %d bytes; events %v", want, retrans, closeRetrans, appRetrans, res.Bytes, res.Events)
+}
