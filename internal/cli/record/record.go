@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -39,6 +40,8 @@ func New() *cobra.Command {
 		keep                                             int
 		kernel                                           kernelFlags
 		summaryEvery                                     time.Duration
+		flightWindow, flightAfter                        time.Duration
+		flightMemory, triggers                           string
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -133,6 +136,17 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if !cmd.Flags().Changed("summary") {
 				cfg.Summary = 0
 			}
+			var fl **flight.Sink
+			if cmd.Flags().Changed("flight") {
+				if cfg.Summary > 0 || rotateEvery > 0 || rotateSize != "" || keep > 0 {
+					return fmt.Errorf("record: --flight writes a file per trigger: it cannot be combined with --summary, --rotate, --rotate-size or --keep")
+				}
+				if fl, err = flightRecorder(&cfg, cmd.Flags().Changed("events"), flightWindow, flightAfter, flightMemory, triggers, quiet); err != nil {
+					return fmt.Errorf("record: %w", err)
+				}
+			} else if cmd.Flags().Changed("trigger") || cmd.Flags().Changed("flight-after") || cmd.Flags().Changed("flight-memory") {
+				return fmt.Errorf("record: --trigger, --flight-after and --flight-memory need --flight")
+			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
 				return fmt.Errorf("record: %w", err)
@@ -154,6 +168,20 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if fl != nil {
+				// SIGUSR1 fires the flight recorder, whatever its
+				// --trigger: the operator saw something.
+				usr1 := make(chan os.Signal, 1)
+				signal.Notify(usr1, syscall.SIGUSR1)
+				defer signal.Stop(usr1)
+				go func() {
+					for range usr1 {
+						if *fl != nil {
+							(*fl).Trigger("signal")
+						}
+					}
+				}()
+			}
 			record.OneProc()
 			res, err := record.Run(ctx, cfg)
 			if cfg.Live != nil {
@@ -161,6 +189,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			if res != nil && !quiet {
 				printSummary(res)
+				if fl != nil && *fl != nil {
+					printFlight((*fl).Files())
+				}
 				if sink != nil && *sink != nil {
 					st := (*sink).Stats()
 					fmt.Fprintf(os.Stderr, "  files:  %d started, %d finished files dropped (%d bytes)\n", st.Files, st.Dropped, st.DroppedBytes)
@@ -195,6 +226,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
 	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode: instead of events, write each connection's figures (bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms) every interval as conn_summary records (--summary or --summary=5s)")
 	f.Lookup("summary").NoOptDefVal = "1s"
+	f.DurationVar(&flightWindow, "flight", 30*time.Second, "flight recorder: keep the last this long of events in memory and write nothing until a trigger (--trigger, SIGUSR1); then write -o's stem-<time>.mgt with that much before it")
+	f.DurationVar(&flightAfter, "flight-after", 2*time.Second, "flight recorder: go on writing this long after the last trigger of a file")
+	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: at most this much memory for the kept events (the window falls short past it, and the files say so)")
+	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop of a recorded connection's packet), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
@@ -261,6 +296,55 @@ func rotation(cfg *record.Config, every time.Duration, size string, keep int, on
 		return s, err
 	}
 	return sink, nil
+}
+
+// flightRecorder sets cfg up to keep the recording in memory and write a
+// file per trigger. It returns where the sink will be.
+func flightRecorder(cfg *record.Config, eventsSet bool, window, after time.Duration, memory, trig string, quiet bool) (**flight.Sink, error) {
+	if window < time.Second {
+		return nil, fmt.Errorf("--flight %v: want a window of at least 1s", window)
+	}
+	if after < 0 {
+		return nil, fmt.Errorf("--flight-after %v: want a duration of 0 or more", after)
+	}
+	mem, err := bytesize.Parse(memory)
+	if err != nil {
+		return nil, fmt.Errorf("--flight-memory: %w", err)
+	}
+	tr, err := flight.ParseTriggers(trig)
+	if err != nil {
+		return nil, fmt.Errorf("--trigger: %w", err)
+	}
+	if strings.Contains(cfg.Output, "%") {
+		return nil, fmt.Errorf("--flight names its files after -o (x.mgt: x-<time>.mgt); -o %q is a pattern", cfg.Output)
+	}
+	// The triggers' events must be recorded for them to fire.
+	if need := tr.Groups(); cfg.Groups&need != need {
+		if eventsSet {
+			return nil, fmt.Errorf("--trigger %s needs the %s events: add them to --events", tr, need&^cfg.Groups)
+		}
+		cfg.Groups |= need
+	}
+	logf := func(format string, args ...any) {
+		if !quiet {
+			fmt.Fprintf(os.Stderr, "\r\033[Kmagnet: "+format+"\n", args...)
+		}
+	}
+	sink := new(*flight.Sink)
+	cfg.NewSink = func(h *trace.Header) (record.Sink, error) {
+		s, err := flight.New(h, flight.Options{Output: cfg.Output, Window: window, After: after, Memory: mem, Triggers: tr, Log: logf})
+		*sink = s
+		return s, err
+	}
+	return sink, nil
+}
+
+func printFlight(files []string) {
+	if len(files) == 0 {
+		fmt.Fprintln(os.Stderr, "  flight: no trigger fired: nothing written")
+		return
+	}
+	fmt.Fprintf(os.Stderr, "  flight: %d file(s): %s\n", len(files), strings.Join(files, ", "))
 }
 
 // exitStatus passes the recorded command's exit code on as magnet's.
