@@ -278,6 +278,29 @@ func TestSummaryTruth(t *testing.T) {
 	if closeRetrans != want {
 		t.Errorf("conn_close total_retrans over the sender's connections %d, nstat TcpRetransSegs %d", closeRetrans, want)
 	}
+	// What a user reads: magnet report's summary table, as JSON.
+	var rep struct {
+		Summaries []struct {
+			NetNS   uint32            `json:"netns"`
+			Figures map[string]uint64 `json:"figures"`
+		} `json:"summary_connections"`
+	}
+	out, err := exec.Command(magnetBin, "report", "--json", rec.path).Output()
+	if err != nil {
+		t.Fatalf("magnet report: %v", err)
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("magnet report --json: %v\n%s", err, out)
+	}
+	var reported uint64
+	for _, c := range rep.Summaries {
+		if c.NetNS == p.Sender.NetNSInode {
+			reported += c.Figures["retrans_segs"]
+		}
+	}
+	if reported != want {
+		t.Errorf("magnet report's retrans_segs over the sender's connections %d, nstat %d", reported, want)
+	}
 	if data.records < 2 {
 		t.Errorf("the data connection has %d conn_summary records; a transfer of a second at 200 ms intervals should have several", data.records)
 	}
