@@ -46,6 +46,9 @@ const DefaultMemory = 256 << 20
 // chunkBytes is the unit in which memory is kept and given back.
 const chunkBytes = 1 << 20
 
+// MinMemory is the least Options.Memory: a few chunks.
+const MinMemory = 4 * chunkBytes
+
 // drainSlack is how long after a capture's end time it stays open: records
 // made before that time may reach the recorder that much later (it reads
 // the rings at least every second).
@@ -219,11 +222,11 @@ type Sink struct {
 	cap     *capture
 	taken   map[string]bool
 	bytes   int64 // of finished files
-	files   []string
 	err     error
 
 	mu      sync.Mutex
-	pending []Fired // from Trigger
+	pending []Fired  // from Trigger
+	files   []string // written so far
 }
 
 type chunkMark struct {
@@ -242,8 +245,8 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	if opts.Memory == 0 {
 		opts.Memory = DefaultMemory
 	}
-	if opts.Memory < 4*chunkBytes {
-		return nil, fmt.Errorf("flight: memory %d: want at least %d bytes", opts.Memory, 4*chunkBytes)
+	if opts.Memory < MinMemory {
+		return nil, fmt.Errorf("flight: memory %d: want at least %d bytes", opts.Memory, MinMemory)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -280,8 +283,12 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	return s, nil
 }
 
-// Files returns the files written so far.
-func (s *Sink) Files() []string { return slices.Clone(s.files) }
+// Files returns the files written so far; safe from any goroutine.
+func (s *Sink) Files() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.files)
+}
 
 // Trigger asks for a file as if a trigger fired now (a signal, an API
 // call); safe from any goroutine. The recorder's next write or flush (at
@@ -699,7 +706,9 @@ func (s *Sink) finish(sum *trace.Summary) error {
 	if err != nil {
 		return s.fail(fmt.Errorf("flight: end %s: %w", c.path, err))
 	}
+	s.mu.Lock()
 	s.files = append(s.files, c.path)
+	s.mu.Unlock()
 	s.opts.Log("wrote %s: %d records in [%s, %s] around %v trigger(s), %d evicted from memory", c.path,
 		c.res.RecordsInWindow, strconv.FormatUint(c.res.FromNs, 10), strconv.FormatUint(c.res.ToNs, 10), c.res.Fired, c.res.EvictedRecords)
 	if s.opts.OnFinish != nil {
