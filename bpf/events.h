@@ -300,21 +300,22 @@ struct mg_conn_summary {
 	__u64 sock_recv_bytes;
 	__u64 sock_recv_calls;
 	__u64 tcp_xmit_bytes; /* payload bytes TCP handed to IP, retransmissions included */
-	__u64 tcp_xmit_segs;  /* segments (a TSO super-segment counts its gso_segs) */
+	__u64 tcp_xmit_skbs;  /* tcp_xmit events: a TSO super-segment is one */
+	__u64 tcp_xmit_segs;  /* segments: a TSO super-segment counts its gso_segs */
 	__u64 tcp_rcv_bytes;  /* payload bytes of segments reaching the established socket */
-	__u64 tcp_rcv_segs;
+	__u64 tcp_rcv_skbs;
 	__u64 retrans_bytes; /* of tcp_xmit's: segments that start below snd_nxt */
-	__u64 retrans_segs;
+	__u64 retrans_segs;  /* in segments, as the kernel counts them */
 	__u64 ip_send_bytes;
 	__u64 ip_send_packets;
 	__u64 ip_recv_bytes;
 	__u64 ip_recv_packets;
 	__u64 dev_queue_bytes;
-	__u64 dev_queue_packets;
+	__u64 dev_queue_skbs; /* dev_* events: a GSO packet is one */
 	__u64 dev_xmit_bytes;
-	__u64 dev_xmit_packets;
+	__u64 dev_xmit_skbs;
 	__u64 dev_recv_bytes;
-	__u64 dev_recv_packets;
+	__u64 dev_recv_skbs;
 	__u64 drop_bytes; /* packets of the connection freed with a drop reason */
 	__u64 drop_packets;
 	__u64 rtt_samples; /* srtt read at each segment tcp_probe sees, once the socket has one */

@@ -69,9 +69,9 @@ static __always_inline __u32 log2_bucket(__u64 v, __u32 buckets)
 	return b < buckets ? b : buckets - 1;
 }
 
-/* One packet (or call) of bytes at the layer of event type: pkts counts
- * the segments of a GSO packet. */
-static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes, __u32 pkts)
+/* One event's bytes at the layer of event type: what the event would have
+ * said, counted. */
+static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes)
 {
 	struct mg_conn_summary *s;
 
@@ -101,15 +101,15 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes, __u32 
 		break;
 	case MG_DEV_QUEUE:
 		s->dev_queue_bytes += bytes;
-		s->dev_queue_packets += pkts;
+		s->dev_queue_skbs++;
 		break;
 	case MG_DEV_XMIT:
 		s->dev_xmit_bytes += bytes;
-		s->dev_xmit_packets += pkts;
+		s->dev_xmit_skbs++;
 		break;
 	case MG_DEV_RECV:
 		s->dev_recv_bytes += bytes;
-		s->dev_recv_packets += pkts;
+		s->dev_recv_skbs++;
 		break;
 	case MG_DROP:
 		s->drop_bytes += bytes;
@@ -118,13 +118,10 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes, __u32 
 	}
 }
 
-/* A packet at the device: its segments from the skb's shared info. */
+/* A packet at the device. */
 static __always_inline void summarize_dev(__u64 conn, __u8 type, struct sk_buff *skb)
 {
-	struct skb_shared_info *si = KERNEL_CAST(struct skb_shared_info, skb->head + skb->end);
-	__u16 segs = si->gso_segs;
-
-	summarize(conn, type, skb->len, segs ? segs : 1);
+	summarize(conn, type, skb->len);
 }
 
 /* A segment TCP hands to IP; snd_nxt as tcp_xmit's retrans flag reads it. */
@@ -140,12 +137,11 @@ static __always_inline void summarize_xmit(__u64 conn, struct sk_buff *skb, __u3
 		return;
 	if (!segs)
 		segs = 1;
-	if (len <= 0) {
-		s->tcp_xmit_segs += segs;
-		return;
-	}
-	s->tcp_xmit_bytes += len;
+	s->tcp_xmit_skbs++;
 	s->tcp_xmit_segs += segs;
+	if (len <= 0)
+		return;
+	s->tcp_xmit_bytes += len;
 	if (seq_before(cb->seq, snd_nxt)) {
 		s->retrans_bytes += len;
 		s->retrans_segs += segs;
@@ -165,7 +161,7 @@ static __always_inline void summarize_rcv(__u64 conn, struct sock *sk, struct sk
 	if (!s)
 		return;
 	s->tcp_rcv_bytes += len > 0 ? len : 0;
-	s->tcp_rcv_segs++;
+	s->tcp_rcv_skbs++;
 	srtt_us = tp->srtt_us >> 3;
 	if (!srtt_us)
 		return;

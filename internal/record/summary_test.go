@@ -203,9 +203,9 @@ func readSummaries(t *testing.T, path string) map[uint64]*summaryConn {
 				}
 			}
 			samples, _ := rec.Uint("rtt_samples")
-			segs, _ := rec.Uint("tcp_rcv_segs")
+			segs, _ := rec.Uint("tcp_rcv_skbs")
 			if rtt != samples || cwnd != samples || samples > segs {
-				t.Errorf("conn %d: conn_summary at %d: rtt_hist %d, cwnd_hist %d, rtt_samples %d, tcp_rcv_segs %d: want the histograms to count the samples, at most one per segment received", rec.Conn(), rec.Time(), rtt, cwnd, samples, segs)
+				t.Errorf("conn %d: conn_summary at %d: rtt_hist %d, cwnd_hist %d, rtt_samples %d, tcp_rcv_skbs %d: want the histograms to count the samples, at most one per segment received", rec.Conn(), rec.Time(), rtt, cwnd, samples, segs)
 			}
 			start, _ := rec.Uint("start_ns")
 			if c.lastEnd != 0 && start < c.lastEnd || start >= rec.Time() {
@@ -229,11 +229,14 @@ func TestSummaryTruth(t *testing.T) {
 	needTools(t, "iperf3", "nstat", "ss")
 	p := lossyPath(t)
 	port := uniquePort()
+	needTools(t, "tcpdump", "tshark")
 	pathIperf3Server(t, p, port)
+	capt := startCaptureWith(t, p.Command, p.Sender, "tcp port "+strconv.Itoa(port))
 	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	sent, appRetrans := pathIperf3Send(t, p, port, "24M")
 	pathQuiet(t, p, port)
 	res := rec.stop(t)
+	frames := capt.stop(t)
 	if res.Lost != 0 {
 		t.Errorf("lost %d (%v)", res.Lost, res.LostBy)
 	}
@@ -277,6 +280,25 @@ func TestSummaryTruth(t *testing.T) {
 	}
 	if closeRetrans != want {
 		t.Errorf("conn_close total_retrans over the sender's connections %d, nstat TcpRetransSegs %d", closeRetrans, want)
+	}
+	// The device layer of the sender's connections: the frames of each
+	// one's tuple leaving the sender's veth, as tcpdump saw them there
+	// (the tap runs in the same xmit call as net_dev_start_xmit: the same
+	// skbs, GSO packets whole).
+	for id, c := range conns {
+		if c.netns != p.Sender.NetNSInode || c.records == 0 {
+			continue
+		}
+		var n, b uint64
+		for _, f := range frames {
+			if f.src.Port() == uint16(c.lport) && f.dst.Port() == uint16(c.rport) {
+				n++
+				b += uint64(f.len)
+			}
+		}
+		if c.sum["dev_xmit_skbs"] != n || c.sum["dev_xmit_bytes"] != b {
+			t.Errorf("conn %d (port %d): dev_xmit %d skbs, %d bytes; tcpdump: %d frames, %d bytes", id, c.lport, c.sum["dev_xmit_skbs"], c.sum["dev_xmit_bytes"], n, b)
+		}
 	}
 	// What a user reads: magnet report's summary table, as JSON.
 	var rep struct {
