@@ -8,6 +8,8 @@
 #   flight    magnet record --flight 30s --trigger rtt>10s -o FILE --port P
 #             (events kept in memory; the trigger never fires: the cost
 #             between triggers)
+#   flight2s  the same with a 2 s window (not in the default list): its
+#             memory is reused after 2 s, the steady state within a run
 # interleaved, in an order that rotates between repetitions. Prints a
 # markdown table (mean ± sd over repetitions), the recorder's own CPU time
 # per GB (its process: user space only, unaffected by the rest of the
@@ -111,6 +113,7 @@ run() {
 	default) "$magnet" record -o "$out" --port "$port" --ready-file "$ready" 2>"$log" & pid=$! ;;
 	summary) "$magnet" record --summary=1s -o "$out" --port "$port" --ready-file "$ready" 2>"$log" & pid=$! ;;
 	flight) "$magnet" record --flight 30s --trigger 'rtt>10s' -o "$out" --port "$port" --ready-file "$ready" 2>"$log" & pid=$! ;;
+	flight2s) "$magnet" record --flight 2s --trigger 'rtt>10s' -o "$out" --port "$port" --ready-file "$ready" 2>"$log" & pid=$! ;;
 	*) echo "bench/alwayson.sh: unknown config $cfg" >&2; exit 2 ;;
 	esac
 	if [ -n "$pid" ]; then

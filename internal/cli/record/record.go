@@ -188,7 +188,11 @@ Event groups (--events, comma-separated; "-group" removes one):
 				fmt.Fprint(os.Stderr, "\r\033[K")
 			}
 			if res != nil && !quiet {
-				printSummary(res)
+				what := res.Output
+				if fl != nil {
+					what = "into memory (flight recorder)"
+				}
+				printSummary(res, what)
 				if fl != nil && *fl != nil {
 					printFlight((*fl).Files())
 				}
@@ -354,8 +358,8 @@ func (e *exitStatus) Error() string { return fmt.Sprintf("command exited with st
 func (e *exitStatus) ExitCode() int { return e.code }
 func (e *exitStatus) Silent() bool  { return true }
 
-func printSummary(res *record.Result) {
-	fmt.Fprintf(os.Stderr, "magnet: recorded %s\n", res.Output)
+func printSummary(res *record.Result, what string) {
+	fmt.Fprintf(os.Stderr, "magnet: recorded %s\n", what)
 	var parts []string
 	var total uint64
 	for _, name := range record.SortedCounts(res.Events) {
