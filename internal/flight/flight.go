@@ -350,24 +350,41 @@ func (s *Sink) AppendTallied(recs []byte, t *trace.Tally) error {
 		return errors.New("flight: records not in the room lent")
 	}
 	c.buf = c.buf[:n+len(recs)]
-	if s.cap == nil {
-		// Between triggers a run is walked only if it holds a record
-		// that keeps state or may fire a trigger: the tally says.
-		walk := false
-		for id := range t.Counts() {
-			walk = walk || s.watched[id]
-		}
-		if !walk {
-			if c.records == 0 || t.First() < c.first {
-				c.first = t.First()
-			}
-			c.last = max(c.last, t.Last())
-			c.records += uint64(t.Records())
-			s.newest = max(s.newest, t.Last())
-			return nil
-		}
+	if s.cap != nil {
+		return s.took(c, c.buf[n:])
 	}
-	return s.took(c, c.buf[n:])
+	// Between triggers the chunk takes the run's times and count from the
+	// tally, and the run is walked only if it holds a record that keeps
+	// state or may fire a trigger, and then only those are looked at.
+	if c.records == 0 || t.First() < c.first {
+		c.first = t.First()
+	}
+	c.last = max(c.last, t.Last())
+	c.records += uint64(t.Records())
+	s.newest = max(s.newest, t.Last())
+	walk := false
+	for id := range t.Counts() {
+		walk = walk || s.watched[id]
+	}
+	if !walk {
+		return nil
+	}
+	var fired []Fired
+	for off := 0; off < len(recs); {
+		typ := recs[off+30]
+		size := s.sizes[typ]
+		if size == 0 || off+size > len(recs) {
+			return fmt.Errorf("flight: a record of type %d that the dictionary does not fit", typ)
+		}
+		if s.watched[typ] {
+			rec := recs[off : off+size]
+			if f, ok := s.observe(rec, binary.NativeEndian.Uint64(rec)); ok {
+				fired = append(fired, f)
+			}
+		}
+		off += size
+	}
+	return s.fireAll(fired)
 }
 
 // room returns the chunk to put n more bytes in, starting a new one if
@@ -445,6 +462,10 @@ func (s *Sink) took(c *chunk, recs []byte) error {
 			}
 		}
 	}
+	return s.fireAll(fired)
+}
+
+func (s *Sink) fireAll(fired []Fired) error {
 	for _, f := range fired {
 		if err := s.fire(f); err != nil {
 			return err
