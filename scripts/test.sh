@@ -52,3 +52,4 @@ fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
 fuzz FuzzFormat 100000x ./internal/tpformat
 fuzz FuzzParse 100000x ./internal/bytesize
+fuzz FuzzParseTriggers 100000x ./internal/flight

@@ -222,3 +222,21 @@ func TestRoomAppend(t *testing.T) {
 		t.Errorf("counts %v, result %+v", counts, res)
 	}
 }
+
+// FuzzParseTriggers: any --trigger value parses or fails with an error,
+// never a panic, and what parses prints back to the same triggers.
+func FuzzParseTriggers(f *testing.F) {
+	for _, s := range []string{"retrans", "drop,rtt>50ms", "rtt>1h2m", " retrans , drop ", "rtt>", "rtt>0s", ",,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tr, err := ParseTriggers(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseTriggers(tr.String())
+		if err != nil || back != tr {
+			t.Fatalf("%q: %+v prints as %q, which parses to %+v, %v", s, tr, tr.String(), back, err)
+		}
+	})
+}
