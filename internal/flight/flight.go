@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/rotate"
@@ -57,7 +58,7 @@ const drainSlack = 2 * time.Second
 // Triggers are the conditions that write a file.
 type Triggers struct {
 	Retrans bool          // a tcp_retrans event
-	Drop    bool          // a drop event of a recorded connection (it lost that connection's data)
+	Drop    bool          // a drop event whose reason loses data (analyze.DropLosesData: not teardown, not a duplicate)
 	RTT     time.Duration // a tcp_state whose srtt is above this; 0 = none
 }
 
@@ -207,10 +208,13 @@ type Sink struct {
 	// those the triggers test.
 	watched [256]bool
 	srtt    trace.Field // tcp_state's srtt_us
-	chunks  []*chunk    // oldest first; the last is being filled
-	free    [][]byte
-	kept    int64 // bytes of chunks
-	newest  uint64
+	reason  trace.Field // drop's reason
+	// harmless are the drop reasons (by value) that lose no data.
+	harmless map[uint32]bool
+	chunks   []*chunk // oldest first; the last is being filled
+	free     [][]byte
+	kept     int64 // bytes of chunks
+	newest   uint64
 	// The state a file repeats, by key; a conn_close removes its conn
 	// once it is older than any window.
 	tasks  map[uint32][]byte
@@ -266,6 +270,26 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	s.watched[event.TCPRetrans] = opts.Triggers.Retrans
 	s.watched[event.Drop] = opts.Triggers.Drop
 	s.watched[event.TCPState] = opts.Triggers.RTT > 0
+	if opts.Triggers.Drop {
+		dt := hdr.TypeByID(uint8(event.Drop))
+		if dt == nil {
+			return nil, errors.New("flight: the trace has no drop type for the drop trigger")
+		}
+		if f, ok := dt.Field("reason"); ok && f.Size == 4 {
+			s.reason = f
+		} else {
+			return nil, errors.New("flight: drop has no reason")
+		}
+		// Reasons as the running kernel names them (the header's
+		// enums); one it does not name counts as losing data.
+		s.harmless = map[uint32]bool{}
+		for v, name := range hdr.Enums["drop_reason"] {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err == nil && !analyze.DropLosesData(name) {
+				s.harmless[uint32(n)] = true
+			}
+		}
+	}
 	if opts.Triggers.RTT > 0 {
 		st := hdr.TypeByID(uint8(event.TCPState))
 		if st == nil {
@@ -498,7 +522,7 @@ func (s *Sink) observe(rec []byte, ts uint64) (Fired, bool) {
 			return Fired{Reason: "retrans", TimeNs: ts, Conn: conn}, true
 		}
 	case event.Drop:
-		if s.opts.Triggers.Drop && conn != 0 {
+		if s.opts.Triggers.Drop && !s.harmless[ne.Uint32(rec[s.reason.Offset:])] {
 			return Fired{Reason: "drop", TimeNs: ts, Conn: conn}, true
 		}
 	case event.TCPState:

@@ -49,7 +49,8 @@ func header(t *testing.T) *trace.Header {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &trace.Header{Format: trace.FormatName, Version: trace.Version, Common: trace.CommonFields, Types: types}
+	return &trace.Header{Format: trace.FormatName, Version: trace.Version, Common: trace.CommonFields, Types: types,
+		Enums: map[string]map[string]string{"drop_reason": {"5": "TCP_OLD_DATA", "6": "QDISC_DROP"}}}
 }
 
 // record makes a record of type typ at time ts on connection conn.
@@ -202,7 +203,15 @@ func TestRoomAppend(t *testing.T) {
 		room = append(room, r...)
 		tally.Add(r[30], uint64(1e9+i))
 	}
+	// A duplicate freed (TCP_OLD_DATA) loses nothing: no trigger; a
+	// qdisc drop does.
+	reason, _ := h.TypeByID(uint8(event.Drop)).Field("reason")
+	dup := record(h, event.Drop, 2e9-1, 7)
+	binary.NativeEndian.PutUint32(dup[reason.Offset:], 5)
+	room = append(room, dup...)
+	tally.Add(dup[30], 2e9-1)
 	drop := record(h, event.Drop, 2e9, 7)
+	binary.NativeEndian.PutUint32(drop[reason.Offset:], 6)
 	room = append(room, drop...)
 	tally.Add(drop[30], 2e9)
 	if err := s.AppendTallied(room, &tally); err != nil {
@@ -218,7 +227,7 @@ func TestRoomAppend(t *testing.T) {
 		t.Fatalf("files %v", s.Files())
 	}
 	counts, _, res := readFile(t, s.Files()[0])
-	if counts["sock_send"] != 10 || counts["drop"] != 1 || res.Triggers[0].Reason != "drop" || res.Triggers[0].Conn != 7 {
+	if counts["sock_send"] != 10 || counts["drop"] != 2 || res.Triggers[0].Reason != "drop" || res.Triggers[0].TimeNs != 2e9 || res.Fired["drop"] != 1 {
 		t.Errorf("counts %v, result %+v", counts, res)
 	}
 }
