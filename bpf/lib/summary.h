@@ -22,7 +22,14 @@ const volatile __u8 summary_mode = 0;
 
 /*
  * Per CPU, so that the sender's CPU and the one taking its ACKs never add
- * to the same cache line: plain adds are exact. Allocated as connections
+ * to the same cache line, and plain adds (no locked instruction) are
+ * exact: a program adding to a connection's field is not interrupted, on
+ * its CPU, by one adding to the same field of the same connection. A
+ * socket's sends, its segments transmitted (dev_queue_xmit() runs with
+ * bottom halves off) and the segments it takes in process context (its
+ * backlog) are under its lock, which a softirq finding it owned does not
+ * enter (it queues to the backlog); segments received and dev_recv run in
+ * softirq only, which does not nest in itself. Allocated as connections
  * appear (no preallocation of 65,536 × CPUs entries); the recorder deletes
  * those of closed connections once their figures stop moving. An entry
  * that cannot be made (the map is full) is counted in counters.lost of
