@@ -29,10 +29,9 @@ const volatile __u8 summary_mode = 0;
  * bottom halves off) and the segments it takes in process context (its
  * backlog) are under its lock, which a softirq finding it owned does not
  * enter (it queues to the backlog); segments received and dev_recv run in
- * softirq only, which does not nest in itself. Drops are the case left: a
- * softirq freeing a connection's packet over a process-context free of
- * another (a queue purged at close) loses one count if it comes between
- * the load and the store of drop_packets. Allocated as connections
+ * softirq only, which does not nest in itself. Drops can nest (a softirq
+ * freeing a connection's packet over a process-context purge of its
+ * queues at close), and are rare: they are added atomically. Allocated as connections
  * appear (no preallocation of 65,536 × CPUs entries); the recorder deletes
  * those of closed connections once their figures stop moving. An entry
  * that cannot be made (the map is full) is counted in counters.lost of
@@ -122,8 +121,8 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes)
 		s->dev_recv_skbs++;
 		break;
 	case MG_DROP:
-		s->drop_bytes += bytes;
-		s->drop_packets++;
+		__sync_fetch_and_add(&s->drop_bytes, bytes);
+		__sync_fetch_and_add(&s->drop_packets, 1);
 		break;
 	}
 }
