@@ -318,6 +318,8 @@ struct mg_conn_summary {
 	__u64 dev_recv_skbs;
 	__u64 drop_bytes; /* packets of the connection freed with a drop reason */
 	__u64 drop_packets;
+	__u64 drop_lost_packets; /* of which the reason loses data: not teardown, not a duplicate */
+	__u64 drop_dev_packets;  /* of which freed at a device (its qdisc, its driver) */
 	__u64 rtt_samples; /* srtt read at each segment tcp_probe sees, once the socket has one */
 	__u64 rtt_sum_us;
 	__u32 rtt_hist[MG_SUM_RTT_BUCKETS];

@@ -29,9 +29,8 @@ const volatile __u8 summary_mode = 0;
  * bottom halves off) and the segments it takes in process context (its
  * backlog) are under its lock, which a softirq finding it owned does not
  * enter (it queues to the backlog); segments received and dev_recv run in
- * softirq only, which does not nest in itself. Drops can nest (a softirq
- * freeing a connection's packet over a process-context purge of its
- * queues at close), and are rare: they are added atomically. Allocated as connections
+ * softirq only, which does not nest in itself. Drops can nest, and are
+ * added atomically (summarize_drop). Allocated as connections
  * appear (no preallocation of 65,536 × CPUs entries); the recorder deletes
  * those of closed connections once their figures stop moving. An entry
  * that cannot be made (the map is full) is counted in counters.lost of
@@ -120,11 +119,45 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes)
 		s->dev_recv_bytes += bytes;
 		s->dev_recv_skbs++;
 		break;
-	case MG_DROP:
-		__sync_fetch_and_add(&s->drop_bytes, bytes);
-		__sync_fetch_and_add(&s->drop_packets, 1);
-		break;
 	}
+}
+
+/* Whether drop reason r is the kernel's SKB_DROP_REASON_NAME, on a kernel
+ * that has it. */
+#define DROP_REASON_IS(r, NAME)                                                                    \
+	(bpf_core_enum_value_exists(enum skb_drop_reason, SKB_DROP_REASON_##NAME) &&               \
+	 (r) == bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_##NAME))
+
+/* Whether a drop of reason r loses data, as the readers class it
+ * (analyze.DropLosesData): not a teardown's, not a duplicate's. */
+static __noinline int drop_loses_data(__u32 r)
+{
+	return !(DROP_REASON_IS(r, NOT_SPECIFIED) || DROP_REASON_IS(r, QUEUE_PURGE) ||
+		 DROP_REASON_IS(r, SOCKET_CLOSE) || DROP_REASON_IS(r, TCP_CLOSE) ||
+		 DROP_REASON_IS(r, NO_SOCKET) || DROP_REASON_IS(r, TCP_RESET) ||
+		 DROP_REASON_IS(r, TCP_OLD_DATA) || DROP_REASON_IS(r, TCP_OLD_SEQUENCE) ||
+		 DROP_REASON_IS(r, TCP_OLD_ACK) || DROP_REASON_IS(r, TCP_OFOMERGE) ||
+		 DROP_REASON_IS(r, TCP_RFC7323_PAWS) || DROP_REASON_IS(r, DUP_FRAG));
+}
+
+/* A packet of the connection freed as dropped. Drops can nest (a softirq
+ * freeing one over a process-context purge of the queues at close), and
+ * are rare: they are added atomically. */
+static __noinline void summarize_drop(__u64 conn, struct sk_buff *skb, __u32 reason)
+{
+	struct mg_conn_summary *s;
+
+	if (!conn)
+		return;
+	s = summary_of(conn);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->drop_bytes, skb->len);
+	__sync_fetch_and_add(&s->drop_packets, 1);
+	if (drop_loses_data(reason))
+		__sync_fetch_and_add(&s->drop_lost_packets, 1);
+	if (skb->dev)
+		__sync_fetch_and_add(&s->drop_dev_packets, 1);
 }
 
 /* A packet at the device. */

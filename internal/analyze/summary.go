@@ -186,6 +186,8 @@ func srttOf(fig map[string]uint64) *SummaryRTT {
 func SummaryTable(w io.Writer, conns []*SummaryConn) {
 	fmt.Fprintf(w, "%-8s %-4s %-44s %7s %12s %12s %12s %12s %9s %7s %12s\n",
 		"conn", "", "local -> remote", "records", "app sent", "app recv", "tcp xmit", "dev xmit", "retrans", "drops", "srtt mean")
+	// drops: those that lose data (drop_lost_packets), as the event
+	// report's classes count them.
 	for _, c := range conns {
 		srtt := "-"
 		if c.SRTT != nil {
@@ -195,6 +197,6 @@ func SummaryTable(w io.Writer, conns []*SummaryConn) {
 		fmt.Fprintf(w, "%-8d %-4s %-44s %7d %12d %12d %12d %12d %9d %7d %12s\n", c.ID, c.Proto,
 			strings.TrimSpace(c.Local.String()+" -> "+c.Remote.String()), c.Records,
 			f["sock_send_bytes"], f["sock_recv_bytes"], f["tcp_xmit_bytes"], f["dev_xmit_bytes"],
-			f["retrans_segs"], f["drop_packets"], srtt)
+			f["retrans_segs"], f["drop_lost_packets"], srtt)
 	}
 }

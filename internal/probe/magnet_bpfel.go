@@ -130,34 +130,36 @@ type magnetMgConnSummary struct {
 		Type   uint8
 		Flags  uint8
 	}
-	StartNs       uint64
-	SockSendBytes uint64
-	SockSendCalls uint64
-	SockRecvBytes uint64
-	SockRecvCalls uint64
-	TcpXmitBytes  uint64
-	TcpXmitSkbs   uint64
-	TcpXmitSegs   uint64
-	TcpRcvBytes   uint64
-	TcpRcvSkbs    uint64
-	RetransBytes  uint64
-	RetransSegs   uint64
-	IpSendBytes   uint64
-	IpSendPackets uint64
-	IpRecvBytes   uint64
-	IpRecvPackets uint64
-	DevQueueBytes uint64
-	DevQueueSkbs  uint64
-	DevXmitBytes  uint64
-	DevXmitSkbs   uint64
-	DevRecvBytes  uint64
-	DevRecvSkbs   uint64
-	DropBytes     uint64
-	DropPackets   uint64
-	RttSamples    uint64
-	RttSumUs      uint64
-	RttHist       [24]uint32
-	CwndHist      [16]uint32
+	StartNs         uint64
+	SockSendBytes   uint64
+	SockSendCalls   uint64
+	SockRecvBytes   uint64
+	SockRecvCalls   uint64
+	TcpXmitBytes    uint64
+	TcpXmitSkbs     uint64
+	TcpXmitSegs     uint64
+	TcpRcvBytes     uint64
+	TcpRcvSkbs      uint64
+	RetransBytes    uint64
+	RetransSegs     uint64
+	IpSendBytes     uint64
+	IpSendPackets   uint64
+	IpRecvBytes     uint64
+	IpRecvPackets   uint64
+	DevQueueBytes   uint64
+	DevQueueSkbs    uint64
+	DevXmitBytes    uint64
+	DevXmitSkbs     uint64
+	DevRecvBytes    uint64
+	DevRecvSkbs     uint64
+	DropBytes       uint64
+	DropPackets     uint64
+	DropLostPackets uint64
+	DropDevPackets  uint64
+	RttSamples      uint64
+	RttSumUs        uint64
+	RttHist         [24]uint32
+	CwndHist        [16]uint32
 }
 
 type magnetMgCounters struct {
