@@ -51,7 +51,8 @@ enum mg_type {
 	MG_TASK = 22,  /* written by the recorder, not by BPF */
 	MG_IFACE = 23, /* an interface's name, the first time it is seen */
 	MG_TCP_RATE = 24,
-	MG_TYPE_MAX = 25,
+	MG_CONN_SUMMARY = 25, /* written by the recorder from the summaries map (summary mode) */
+	MG_TYPE_MAX = 26,
 };
 
 /* Event groups, chosen at run time through the events_mask global. */
@@ -67,6 +68,7 @@ enum mg_group {
 	MG_G_HEADERS = 1 << 8,
 	MG_G_RATE = 1 << 9,
 	MG_G_TCPSEND = 1 << 10, /* tcp_send: opt-in, one per skb fill */
+	MG_G_SUMMARY = 1 << 11, /* conn_summary: `record --summary`, not an events_mask bit */
 };
 
 /* Common header of every record. */
@@ -274,6 +276,53 @@ struct mg_iface {
 	__u32 ifindex;
 	__u32 _pad;
 	char name[MG_COMM_LEN];
+};
+
+/*
+ * conn_summary: one connection's figures over one interval of a summary
+ * recording (`magnet record --summary`). In summary mode the programs add
+ * to the connection's entry in the summaries map (per CPU, this struct,
+ * hdr unused) instead of writing events; the recorder reads the map every
+ * interval and writes, for each connection whose figures moved, what moved
+ * since its previous conn_summary: every field is a count over
+ * [start_ns, hdr.time_ns], so the records of a connection add up to its
+ * totals. hdr.size = the interval in milliseconds.
+ */
+#define MG_SUM_RTT_BUCKETS 24  /* srtt: bucket i counts [2^i, 2^(i+1)) µs; 0 also < 1 µs */
+#define MG_SUM_CWND_BUCKETS 16 /* cwnd: bucket i counts [2^i, 2^(i+1)) segments */
+
+struct mg_conn_summary {
+	struct mg_hdr hdr;
+	__u64 start_ns;
+	__u64 sock_send_bytes; /* bytes the application's send calls handed over (errors aside) */
+	__u64 sock_send_calls;
+	__u64 sock_recv_bytes;
+	__u64 sock_recv_calls;
+	__u64 tcp_xmit_bytes; /* payload bytes TCP handed to IP, retransmissions included */
+	__u64 tcp_xmit_skbs;  /* tcp_xmit events: a TSO super-segment is one */
+	__u64 tcp_xmit_segs;  /* segments: a TSO super-segment counts its gso_segs */
+	__u64 tcp_rcv_bytes;  /* payload bytes of segments reaching the established socket */
+	__u64 tcp_rcv_skbs;
+	__u64 retrans_bytes; /* of tcp_xmit's: segments that start below snd_nxt */
+	__u64 retrans_segs;  /* in segments, as the kernel counts them */
+	__u64 ip_send_bytes;
+	__u64 ip_send_packets;
+	__u64 ip_recv_bytes;
+	__u64 ip_recv_packets;
+	__u64 dev_queue_bytes;
+	__u64 dev_queue_skbs; /* dev_* events: a GSO packet is one */
+	__u64 dev_xmit_bytes;
+	__u64 dev_xmit_skbs;
+	__u64 dev_recv_bytes;
+	__u64 dev_recv_skbs;
+	__u64 drop_bytes; /* packets of the connection freed with a drop reason */
+	__u64 drop_packets;
+	__u64 drop_lost_packets; /* of which the reason loses data: not teardown, not a duplicate */
+	__u64 drop_dev_packets;  /* of which freed at a device (its qdisc, its driver) */
+	__u64 rtt_samples; /* srtt read at each segment tcp_probe sees, once the socket has one */
+	__u64 rtt_sum_us;
+	__u32 rtt_hist[MG_SUM_RTT_BUCKETS];
+	__u32 cwnd_hist[MG_SUM_CWND_BUCKETS]; /* at the same points as rtt_hist */
 };
 
 /* Per-CPU production counters: one slot per type, read by the recorder at

@@ -22,6 +22,7 @@ struct mg_lost _btf_mg_lost = {};
 struct mg_headers _btf_mg_headers = {};
 struct mg_task_rec _btf_mg_task_rec = {};
 struct mg_iface _btf_mg_iface = {};
+struct mg_conn_summary _btf_mg_conn_summary = {};
 struct mg_counters _btf_mg_counters = {};
 enum mg_type _btf_mg_type = 0;
 enum mg_group _btf_mg_group = 0;

@@ -61,3 +61,4 @@ fuzz FuzzParseKeys 150000x ./internal/top
 fuzz FuzzFormat 100000x ./internal/tpformat
 fuzz FuzzParse 100000x ./internal/bytesize
 fuzz FuzzParseBusy 100000x ./internal/overhead
+fuzz FuzzParseTriggers 100000x ./internal/flight

@@ -275,6 +275,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	}
 	if (conn == FILTERED)
 		return;
+	if (summary_mode) { summarize_dev(conn, type, skb); return; }
 	if (!conn && !unattributed_ok(netns))
 		return;
 	now = bpf_ktime_get_ns();

@@ -38,6 +38,7 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 			return 0;
 		netns = sk_netns(sk);
 	}
+	if (summary_mode) { summarize_drop(conn, skb, reason); return 0; }
 	if (!conn && !unattributed_ok(netns))
 		return 0;
 	now = bpf_ktime_get_ns();

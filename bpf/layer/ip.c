@@ -24,6 +24,7 @@ static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 	conn = conn_of(st, sk, cookie_of(sk, ctx), 0);
 	if (conn == FILTERED || !conn)
 		return;
+	if (summary_mode) { summarize(conn, type, ctx->len); return; }
 	now = bpf_ktime_get_ns();
 	/* Here skb->data is the IP header, in the linear part. */
 	ip = KERNEL_CAST(struct iphdr, skb->data);

@@ -163,6 +163,7 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
+	if (summary_mode) { summarize_rcv(conn, sk, skb); return 0; }
 	now = bpf_ktime_get_ns();
 	/* The previous ACK's sample, if no segment sent since carried it. */
 	if (enabled(MG_G_RATE))
@@ -190,7 +191,7 @@ int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 	__u64 now, conn;
 	struct emit e;
 
-	if (!enabled(MG_G_TCP))
+	if (!enabled(MG_G_TCP) || summary_mode) /* summary: counted at tcp_xmit */
 		return 0;
 	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
@@ -434,6 +435,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	conn = conn_of(st, sk, cookie_of(sk, skops), 0);
 	if (conn == FILTERED || !conn)
 		return 1;
+	if (summary_mode) { summarize_xmit(conn, skb, skops->snd_nxt); return 1; }
 	now = bpf_ktime_get_ns();
 	/* The sample of the ACK that let this segment go comes first. */
 	if (enabled(MG_G_RATE))
@@ -461,6 +463,7 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
+	if (summary_mode) { summarize_xmit(conn, skb, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt); return 0; }
 	now = bpf_ktime_get_ns();
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);

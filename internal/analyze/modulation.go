@@ -68,7 +68,10 @@ type Report struct {
 	Sched       []*SchedStats `json:"sched,omitempty"` // per trace that recorded sched events
 	// ReceivePath: per trace recorded with the irq or napi groups.
 	ReceivePath []*RxPath `json:"receive_path,omitempty"`
-	Warnings    []string  `json:"warnings,omitempty"`
+	// Summaries: the connections of traces recorded in summary mode,
+	// their conn_summary records added up (Summaries).
+	Summaries []*SummaryConn `json:"summary_connections,omitempty"`
+	Warnings  []string       `json:"warnings,omitempty"`
 }
 
 // series accumulates one (connection, layer) or host layer, from events in

@@ -45,6 +45,10 @@ targets:
 	if c.groups&event.GroupDev != 0 || c.Filters.Port != 443 {
 		t.Fatalf("events/filters: %v %+v", c.groups, c.Filters)
 	}
+	sum, err := Parse([]byte("summary: 10s\n"))
+	if err != nil || sum.Summary != 10*time.Second || sum.groups != 0 {
+		t.Fatalf("summary: %+v %v; want 10s and the groups left to summary mode", sum, err)
+	}
 	def, err := Parse(nil)
 	if err != nil || def.Spool != DefaultSpool || def.Rotate.Interval != time.Hour || def.Ship.Interval != 10*time.Second {
 		t.Fatalf("defaults: %+v %v", def, err)
@@ -55,6 +59,7 @@ targets:
 		"rotate: {size: lots}":             "bad size",
 		"disk_budget: -1":                  "bad size",
 		"events: bogus":                    "unknown event group",
+		"summary: 10ms":                    "at least 100ms",
 		"pattern: a/%n.mgt":                "without directory",
 		"pattern: '%q.mgt'":                "unknown verb",
 		"targets: [{type: ftp}]":           "unknown type",

@@ -26,11 +26,14 @@ import (
 // Config is the collect service's configuration (collect.yaml). Every key
 // is documented in docs/COLLECT.md.
 type Config struct {
-	Host       string        `yaml:"host"`
-	Spool      string        `yaml:"spool"`
-	Pattern    string        `yaml:"pattern"`
-	Rotate     RotateConfig  `yaml:"rotate"`
-	Events     string        `yaml:"events"`
+	Host    string       `yaml:"host"`
+	Spool   string       `yaml:"spool"`
+	Pattern string       `yaml:"pattern"`
+	Rotate  RotateConfig `yaml:"rotate"`
+	Events  string       `yaml:"events"`
+	// Summary, if set, records in summary mode: per-connection figures
+	// every Summary instead of events (record --summary).
+	Summary    time.Duration `yaml:"summary"`
 	Filters    Filters       `yaml:"filters"`
 	Buffer     string        `yaml:"buffer"`
 	DiskBudget string        `yaml:"disk_budget"`
@@ -168,6 +171,12 @@ func (c *Config) fill() error {
 	var err error
 	if c.groups, err = event.ParseGroups(c.Events); err != nil {
 		return fmt.Errorf("events: %w", err)
+	}
+	if c.Summary < 0 || c.Summary > 0 && c.Summary < 100*time.Millisecond {
+		return fmt.Errorf("summary %s: want an interval of at least 100ms", c.Summary)
+	}
+	if c.Summary > 0 && strings.TrimSpace(c.Events) == "" {
+		c.groups = 0 // what summary mode summarizes
 	}
 	if c.Buffer != "" {
 		n, err := bytesize.Parse(c.Buffer)

@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 	rcfg := record.Config{
 		Output:          pat.Expand(time.Now(), 0),
 		Groups:          cfg.groups,
+		Summary:         cfg.Summary,
 		Filters:         record.Filters(cfg.Filters),
 		BufferBytes:     cfg.buffer,
 		Ready:           opts.Ready,

@@ -10,13 +10,16 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -73,6 +76,20 @@ type Config struct {
 		History      time.Duration `yaml:"history"`
 	} `yaml:"connections"`
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Flight runs a flight recorder beside the streams (docs/DAEMON.md):
+	// what the daemon records kept in memory for Window and written to a
+	// file on a trigger (Triggers, SIGUSR1, POST /v1/flight/trigger).
+	Flight FlightConfig `yaml:"flight"`
+}
+
+// FlightConfig configures the daemon's flight recorder, as magnet record's
+// --flight, --flight-after, --flight-memory and --trigger.
+type FlightConfig struct {
+	Window   time.Duration `yaml:"window"` // 0 = no flight recorder
+	After    time.Duration `yaml:"after"`
+	Output   string        `yaml:"output"` // x.mgt: x-<time>.mgt per trigger
+	Triggers string        `yaml:"triggers"`
+	Memory   string        `yaml:"memory"`
 }
 
 // Groups is a list of event groups as --events takes it: "sock,tcp" in a
@@ -133,8 +150,12 @@ func DefaultConfig() Config {
 	c.Connections.Bucket = lc.Bucket
 	c.Connections.History = lc.History
 	c.Metrics = DefaultMetricsConfig()
+	c.Flight = FlightConfig{After: 2 * time.Second, Output: DefaultFlightOutput, Memory: "256MiB"}
 	return c
 }
+
+// DefaultFlightOutput names the flight recorder's files.
+const DefaultFlightOutput = "/var/lib/magnet/flight/flight.mgt"
 
 // LoadConfig reads a YAML file over the defaults. Unknown keys are errors.
 func LoadConfig(path string) (Config, error) {
@@ -164,7 +185,8 @@ type settings struct {
 	userGroups event.Group // what a client that does not see all may enable
 	live       live.Config
 	kernel     []kevent.Spec
-	kernelKey  string // what was asked for, to tell a reload that changes it
+	kernelKey  string          // what was asked for, to tell a reload that changes it
+	flight     *flight.Options // nil: no flight recorder
 }
 
 // resolve checks c and resolves what it names (groups, files).
@@ -207,6 +229,17 @@ func (c Config) resolve() (*settings, error) {
 	}
 	if s.kernel, s.kernelKey, err = c.kernelSpecs(); err != nil {
 		return nil, err
+	}
+	if s.flight, err = c.Flight.options(); err != nil {
+		return nil, err
+	}
+	if s.flight != nil {
+		// The triggers' events are recorded whatever the subscriptions.
+		need := s.flight.Triggers.Groups()
+		if need&^s.available != 0 {
+			return nil, fmt.Errorf("config: flight.triggers %s needs %s, which events.available does not load", s.flight.Triggers, need&^s.available)
+		}
+		s.baseline |= need
 	}
 	if extra := s.baseline &^ s.available; extra != 0 {
 		return nil, fmt.Errorf("config: events.baseline has %s, which events.available does not load", extra)
@@ -327,5 +360,36 @@ func restartOnly(old, cur *settings) []string {
 	if old.live.Bucket != cur.live.Bucket || old.live.History != cur.live.History {
 		out = append(out, "connections.bucket/history")
 	}
+	if old.Flight != cur.Flight {
+		out = append(out, "flight")
+	}
 	return out
+}
+
+// options checks the flight section; nil without a window.
+func (f FlightConfig) options() (*flight.Options, error) {
+	if f.Window == 0 {
+		return nil, nil
+	}
+	if f.Window < time.Second {
+		return nil, fmt.Errorf("config: flight.window %s: want at least 1s (0: no flight recorder)", f.Window)
+	}
+	if f.After < 0 {
+		return nil, fmt.Errorf("config: flight.after %s: want 0 or more", f.After)
+	}
+	tr, err := flight.ParseTriggers(f.Triggers)
+	if err != nil {
+		return nil, fmt.Errorf("config: flight.triggers: %w", err)
+	}
+	mem, err := bytesize.Parse(f.Memory)
+	if err != nil || mem < flight.MinMemory {
+		return nil, fmt.Errorf("config: flight.memory %q: want a size of at least %d bytes", f.Memory, flight.MinMemory)
+	}
+	if f.Output == "" || strings.Contains(f.Output, "%") {
+		return nil, fmt.Errorf("config: flight.output %q: want a file name (x.mgt gives x-<time>.mgt)", f.Output)
+	}
+	if fi, err := os.Stat(filepath.Dir(f.Output)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("config: flight.output %s: its directory must exist", f.Output)
+	}
+	return &flight.Options{Output: f.Output, Window: f.Window, After: f.After, Memory: mem, Triggers: tr}, nil
 }

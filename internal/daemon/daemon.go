@@ -33,9 +33,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // figureGroups are what figure streams need enabled.
@@ -55,7 +57,10 @@ type Options struct {
 
 // Daemon is a running magnet daemon. Create it with New, run it with Run.
 type Daemon struct {
-	set     atomic.Pointer[settings]
+	set atomic.Pointer[settings]
+	// flight is the flight recorder, once the recording started with one
+	// (flight.window).
+	flight  atomic.Pointer[flight.Sink]
 	opts    Options
 	hub     *hub
 	started time.Time
@@ -197,7 +202,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		BufferBytes:  s.bufBytes,
 		FlushEvery:   handOverEvery,
 		StatusDir:    d.opts.StatusDir,
-		NewSink:      d.hub.newSink,
+		NewSink:      d.newSink,
 		Loaded: func(p *probe.Probe) {
 			d.probeMu.Lock()
 			d.probe = p
@@ -229,6 +234,74 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// newSink is the recording's sink: the hub, and beside it the flight
+// recorder if one is configured.
+func (d *Daemon) newSink(hdr *trace.Header) (record.Sink, error) {
+	hs, err := d.hub.newSink(hdr)
+	if err != nil || d.settings().flight == nil {
+		return hs, err
+	}
+	opts := *d.settings().flight
+	opts.Log = d.logf
+	fs, err := flight.New(hdr, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.flight.Store(fs)
+	return &teeSink{main: hs, side: fs, logf: d.logf}, nil
+}
+
+// ErrNoFlight: the daemon runs no flight recorder.
+var ErrNoFlight = errors.New("no flight recorder: set flight.window in the configuration")
+
+// TriggerFlight makes the flight recorder write a file with the window
+// before now (reason says why, in the file's summary).
+func (d *Daemon) TriggerFlight(reason string) error {
+	fs := d.flight.Load()
+	if fs == nil {
+		return ErrNoFlight
+	}
+	fs.Trigger(reason)
+	return nil
+}
+
+// teeSink hands every record to main and to side. A failure of side (the
+// flight recorder's disk) is logged and ends side only: the streams go on.
+type teeSink struct {
+	main, side record.Sink
+	logf       func(string, ...any)
+}
+
+func (t *teeSink) sideErr(err error) {
+	if err != nil && t.side != nil {
+		t.logf("flight recorder stopped: %v", err)
+		t.side = nil
+	}
+}
+
+func (t *teeSink) Write(rec []byte) error {
+	if t.side != nil {
+		t.sideErr(t.side.Write(rec))
+	}
+	return t.main.Write(rec)
+}
+
+func (t *teeSink) Flush() error {
+	if t.side != nil {
+		t.sideErr(t.side.Flush())
+	}
+	return t.main.Flush()
+}
+
+func (t *teeSink) Close(sum *trace.Summary) error {
+	if t.side != nil {
+		t.sideErr(t.side.Close(sum))
+	}
+	return t.main.Close(sum)
+}
+
+func (t *teeSink) Bytes() int64 { return t.main.Bytes() }
 
 // shutdown ends every stream (after what is queued), then the server.
 func (d *Daemon) shutdown() {

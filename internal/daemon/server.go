@@ -52,11 +52,31 @@ func (d *Daemon) routes() http.Handler {
 	handle("/v1/connections/{id}/bandwidth", get, d.handleBandwidth)
 	handle("/v1/events", getPost, d.handleEvents)
 	handle("/v1/figures", getPost, d.handleFigures)
+	handle("/v1/flight/trigger", []string{http.MethodPost}, d.handleFlightTrigger)
 	d.extraRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s (see docs/DAEMON.md)", r.URL.Path))
 	})
 	return mux
+}
+
+// handleFlightTrigger is POST /v1/flight/trigger: the flight recorder
+// writes a file with the window before now. Its files hold every user's
+// events, so only clients that see all may ask.
+func (d *Daemon) handleFlightTrigger(w http.ResponseWriter, r *http.Request, who *identity) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "/v1/flight/trigger takes no parameters")
+		return
+	}
+	if !who.seesAll {
+		writeError(w, http.StatusForbidden, "only root and access.see_all_groups may trigger the flight recorder: its files hold every user's events")
+		return
+	}
+	if err := d.TriggerFlight("api"); err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusAccepted, magnetclient.FlightTriggered{Triggered: true, Files: d.flight.Load().Files()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

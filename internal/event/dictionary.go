@@ -57,6 +57,18 @@ func Dictionary(layouts map[Type]reflect.Type) ([]trace.EventType, error) {
 				}
 				continue
 			}
+			if f.Type.Kind() == reflect.Array && f.Type.Elem().Kind() != reflect.Int8 && f.Type.Elem().Kind() != reflect.Uint8 {
+				// A histogram: one field per bucket, name_<i>.
+				ek, err := kindOf(f.Type.Elem())
+				if err != nil {
+					return nil, fmt.Errorf("event %s field %s: %w", in.Name, name, err)
+				}
+				es := int(f.Type.Elem().Size())
+				for i := 0; i < f.Type.Len(); i++ {
+					et.Fields = append(et.Fields, trace.Field{Name: fmt.Sprintf("%s_%d", name, i), Offset: int(f.Offset) + es*i, Size: es, Kind: ek})
+				}
+				continue
+			}
 			kind, err := kindOf(f.Type)
 			if err != nil {
 				return nil, fmt.Errorf("event %s field %s: %w", in.Name, name, err)

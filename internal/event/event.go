@@ -42,6 +42,7 @@ var groupNames = []struct {
 	{"headers", GroupHeaders, "packet headers at the device (opt-in): headers"},
 	{"rate", GroupRate, "the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate"},
 	{"tcpsend", GroupTCPSend, "TCP taking data from a send call, one per skb it fills (opt-in): tcp_send"},
+	{"summary", GroupSummary, "per-connection figures per interval, written by record --summary instead of events: conn_summary"},
 }
 
 // ParseGroups parses a comma-separated --events value. "default" stands for
@@ -88,13 +89,15 @@ func ParseGroups(s string) (Group, error) {
 	return g | GroupConn, nil
 }
 
-// AllGroups returns every group.
+// AllGroups returns every group of events the BPF programs write:
+// summary is not one (its records come from the recorder in summary
+// mode, `record --summary`).
 func AllGroups() Group {
 	var g Group
 	for _, gn := range groupNames {
 		g |= gn.g
 	}
-	return g
+	return g &^ GroupSummary
 }
 
 // GroupNames lists the group names accepted by ParseGroups.
@@ -165,6 +168,7 @@ var Catalogue = []Info{
 	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
 	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
 	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB, inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
+	{ConnSummary, "conn_summary", GroupSummary, "recorder", "summary mode (record --summary), from the summaries map: a connection's figures over one interval: bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms (size = the interval in ms)"},
 }
 
 // ByType returns the catalogue entry of t.

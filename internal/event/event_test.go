@@ -52,7 +52,7 @@ func TestParseGroupsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), `unknown event group "bogus"`) {
 			t.Errorf("ParseGroups(%q) error = %q, want it to name the unknown group", in, err)
 		}
-		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, tcpsend, default, all") {
+		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, tcpsend, summary, default, all") {
 			t.Errorf("ParseGroups(%q) error = %q, want it to list the valid names", in, err)
 		}
 		if g != 0 {
@@ -68,7 +68,7 @@ func TestAllGroups(t *testing.T) {
 }
 
 func TestGroupNames(t *testing.T) {
-	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "default", "all"}
+	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "summary", "default", "all"}
 	if got := GroupNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("GroupNames() = %q, want %q", got, want)
 	}
@@ -118,8 +118,8 @@ func TestGroupStringRoundTrip(t *testing.T) {
 func TestGroupHelp(t *testing.T) {
 	help := GroupHelp()
 	lines := strings.Split(strings.TrimSuffix(help, "\n"), "\n")
-	if len(lines) != 11 {
-		t.Fatalf("GroupHelp has %d lines, want 11:\n%s", len(lines), help)
+	if len(lines) != 12 {
+		t.Fatalf("GroupHelp has %d lines, want 12:\n%s", len(lines), help)
 	}
 	if want := "  sock      socket layer: sock_send, sock_recv"; lines[0] != want {
 		t.Errorf("GroupHelp line 1 = %q, want %q", lines[0], want)
@@ -216,7 +216,7 @@ func TestTypesIn(t *testing.T) {
 			t.Errorf("TypesIn(%s) = %v, want %v", tc.g, got, tc.want)
 		}
 	}
-	if got := TypesIn(AllGroups()); len(got) != len(Catalogue) {
+	if got := TypesIn(AllGroups() | GroupSummary); len(got) != len(Catalogue) {
 		t.Errorf("TypesIn(all) has %d types, want %d", len(got), len(Catalogue))
 	}
 }

@@ -32,6 +32,7 @@ const (
 	Task        Type = 22 // MG_TASK
 	Iface       Type = 23 // MG_IFACE
 	TCPRate     Type = 24 // MG_TCP_RATE
+	ConnSummary Type = 25 // MG_CONN_SUMMARY
 )
 
 // NumTypes bounds the per-type counters in BPF (MG_NTYPES).
@@ -50,6 +51,7 @@ const (
 	GroupHeaders  Group = 1 << 8  // MG_G_HEADERS
 	GroupRate     Group = 1 << 9  // MG_G_RATE
 	GroupTCPSend  Group = 1 << 10 // MG_G_TCPSEND
+	GroupSummary  Group = 1 << 11 // MG_G_SUMMARY
 )
 
 // cNames is each type's name in events.h, lower case without MG_: what
@@ -79,4 +81,5 @@ var cNames = map[Type]string{
 	Task:        "task",
 	Iface:       "iface",
 	TCPRate:     "tcp_rate",
+	ConnSummary: "conn_summary",
 }

@@ -38,6 +38,7 @@ func Layouts() map[event.Type]reflect.Type {
 		event.Task:        reflect.TypeOf(magnetMgTaskRec{}),
 		event.Iface:       reflect.TypeOf(magnetMgIface{}),
 		event.TCPRate:     reflect.TypeOf(magnetMgTcpRate{}),
+		event.ConnSummary: reflect.TypeOf(magnetMgConnSummary{}),
 	}
 }
 
@@ -68,6 +69,7 @@ var bpfTypes = map[event.Type]magnetMgType{
 	event.Task:        magnetMgTypeMG_TASK,
 	event.Iface:       magnetMgTypeMG_IFACE,
 	event.TCPRate:     magnetMgTypeMG_TCP_RATE,
+	event.ConnSummary: magnetMgTypeMG_CONN_SUMMARY,
 }
 
 var bpfGroups = map[event.Group]magnetMgGroup{
@@ -82,4 +84,5 @@ var bpfGroups = map[event.Group]magnetMgGroup{
 	event.GroupHeaders:  magnetMgGroupMG_G_HEADERS,
 	event.GroupRate:     magnetMgGroupMG_G_RATE,
 	event.GroupTCPSend:  magnetMgGroupMG_G_TCPSEND,
+	event.GroupSummary:  magnetMgGroupMG_G_SUMMARY,
 }

@@ -117,6 +117,51 @@ type magnetMgConnOpen struct {
 	Raddr  [16]uint8
 }
 
+type magnetMgConnSummary struct {
+	_   structs.HostLayout
+	Hdr struct {
+		_      structs.HostLayout
+		TimeNs uint64
+		Conn   uint64
+		Tid    uint32
+		Size   int32
+		Netns  uint32
+		Cpu    uint16
+		Type   uint8
+		Flags  uint8
+	}
+	StartNs         uint64
+	SockSendBytes   uint64
+	SockSendCalls   uint64
+	SockRecvBytes   uint64
+	SockRecvCalls   uint64
+	TcpXmitBytes    uint64
+	TcpXmitSkbs     uint64
+	TcpXmitSegs     uint64
+	TcpRcvBytes     uint64
+	TcpRcvSkbs      uint64
+	RetransBytes    uint64
+	RetransSegs     uint64
+	IpSendBytes     uint64
+	IpSendPackets   uint64
+	IpRecvBytes     uint64
+	IpRecvPackets   uint64
+	DevQueueBytes   uint64
+	DevQueueSkbs    uint64
+	DevXmitBytes    uint64
+	DevXmitSkbs     uint64
+	DevRecvBytes    uint64
+	DevRecvSkbs     uint64
+	DropBytes       uint64
+	DropPackets     uint64
+	DropLostPackets uint64
+	DropDevPackets  uint64
+	RttSamples      uint64
+	RttSumUs        uint64
+	RttHist         [24]uint32
+	CwndHist        [16]uint32
+}
+
 type magnetMgCounters struct {
 	_        structs.HostLayout
 	Produced [32]uint64
@@ -175,6 +220,7 @@ const (
 	magnetMgGroupMG_G_HEADERS  magnetMgGroup = 256
 	magnetMgGroupMG_G_RATE     magnetMgGroup = 512
 	magnetMgGroupMG_G_TCPSEND  magnetMgGroup = 1024
+	magnetMgGroupMG_G_SUMMARY  magnetMgGroup = 2048
 )
 
 type magnetMgHdr struct {
@@ -507,7 +553,8 @@ const (
 	magnetMgTypeMG_TASK         magnetMgType = 22
 	magnetMgTypeMG_IFACE        magnetMgType = 23
 	magnetMgTypeMG_TCP_RATE     magnetMgType = 24
-	magnetMgTypeMG_TYPE_MAX     magnetMgType = 25
+	magnetMgTypeMG_CONN_SUMMARY magnetMgType = 25
+	magnetMgTypeMG_TYPE_MAX     magnetMgType = 26
 )
 
 type magnetTcpRateSent struct {
@@ -560,6 +607,7 @@ const (
 	magnetMapIfacesSeen        = "ifaces_seen"
 	magnetMapLostStates        = "lost_states"
 	magnetMapNestedAreas       = "nested_areas"
+	magnetMapSummaries         = "summaries"
 	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
@@ -587,6 +635,7 @@ const (
 	magnetProgUdpRelease       = "udp_release"
 	magnetVarBtfMgConnClose    = "_btf_mg_conn_close"
 	magnetVarBtfMgConnOpen     = "_btf_mg_conn_open"
+	magnetVarBtfMgConnSummary  = "_btf_mg_conn_summary"
 	magnetVarBtfMgCounters     = "_btf_mg_counters"
 	magnetVarBtfMgDev          = "_btf_mg_dev"
 	magnetVarBtfMgDrop         = "_btf_mg_drop"
@@ -622,6 +671,7 @@ const (
 	magnetVarNestedWakeup      = "nested_wakeup"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
+	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
@@ -706,6 +756,7 @@ type magnetMapSpecs struct {
 	IfacesSeen  *ebpf.MapSpec `ebpf:"ifaces_seen"`
 	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
 	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
+	Summaries   *ebpf.MapSpec `ebpf:"summaries"`
 	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
 	Tuples      *ebpf.MapSpec `ebpf:"tuples"`
@@ -718,6 +769,7 @@ type magnetMapSpecs struct {
 type magnetVariableSpecs struct {
 	BtfMgConnClose   *ebpf.VariableSpec `ebpf:"_btf_mg_conn_close"`
 	BtfMgConnOpen    *ebpf.VariableSpec `ebpf:"_btf_mg_conn_open"`
+	BtfMgConnSummary *ebpf.VariableSpec `ebpf:"_btf_mg_conn_summary"`
 	BtfMgCounters    *ebpf.VariableSpec `ebpf:"_btf_mg_counters"`
 	BtfMgDev         *ebpf.VariableSpec `ebpf:"_btf_mg_dev"`
 	BtfMgDrop        *ebpf.VariableSpec `ebpf:"_btf_mg_drop"`
@@ -753,6 +805,7 @@ type magnetVariableSpecs struct {
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
+	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitByFentry     *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
@@ -788,6 +841,7 @@ type magnetMaps struct {
 	IfacesSeen  *ebpf.Map `ebpf:"ifaces_seen"`
 	LostStates  *ebpf.Map `ebpf:"lost_states"`
 	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
+	Summaries   *ebpf.Map `ebpf:"summaries"`
 	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
 	Tuples      *ebpf.Map `ebpf:"tuples"`
@@ -807,6 +861,7 @@ func (m *magnetMaps) Close() error {
 		m.IfacesSeen,
 		m.LostStates,
 		m.NestedAreas,
+		m.Summaries,
 		m.TcpRates,
 		m.TcpStates,
 		m.Tuples,
@@ -820,6 +875,7 @@ func (m *magnetMaps) Close() error {
 type magnetVariables struct {
 	BtfMgConnClose   *ebpf.Variable `ebpf:"_btf_mg_conn_close"`
 	BtfMgConnOpen    *ebpf.Variable `ebpf:"_btf_mg_conn_open"`
+	BtfMgConnSummary *ebpf.Variable `ebpf:"_btf_mg_conn_summary"`
 	BtfMgCounters    *ebpf.Variable `ebpf:"_btf_mg_counters"`
 	BtfMgDev         *ebpf.Variable `ebpf:"_btf_mg_dev"`
 	BtfMgDrop        *ebpf.Variable `ebpf:"_btf_mg_drop"`
@@ -855,6 +911,7 @@ type magnetVariables struct {
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
+	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitByFentry     *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -97,6 +98,11 @@ type Options struct {
 	// when the ring is
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
+	// Summary loads the programs in summary mode: they add to each
+	// connection's figures in the summaries map (Probe.ReadSummaries)
+	// instead of writing events; connection lifecycle still goes to the
+	// control ring.
+	Summary bool
 	// orderedPublish publishes events as on CPUs that reorder stores,
 	// for the tests on x86.
 	orderedPublish bool
@@ -131,15 +137,18 @@ type Probe struct {
 	Areas    *ebpf.Map
 	Nested   *ebpf.Map
 	AreaPos  *ebpf.Map
-	AreaCPUs []int        // the CPU of each slot
-	Doorbell *ebpf.Map    // ring buffer whose records only wake the reader
-	Control  *ebpf.Map    // ring buffer of connection lifecycle
-	Counters *ebpf.Map    // per-CPU produced/lost counters per type
-	Lost     *ebpf.Map    // per-CPU losses not yet reported in the stream
-	Status   []HookStatus // as attached by Load; SetGroups does not change it
-	coll     *ebpf.Collection
-	mask     *ebpf.Variable
-	cgroup   string
+	AreaCPUs []int     // the CPU of each slot
+	Doorbell *ebpf.Map // ring buffer whose records only wake the reader
+	Control  *ebpf.Map // ring buffer of connection lifecycle
+	Counters *ebpf.Map // per-CPU produced/lost counters per type
+	Lost     *ebpf.Map // per-CPU losses not yet reported in the stream
+	// Summaries holds each connection's figures per CPU in summary mode
+	// (Options.Summary): cookie → struct mg_conn_summary.
+	Summaries *ebpf.Map
+	Status    []HookStatus // as attached by Load; SetGroups does not change it
+	coll      *ebpf.Collection
+	mask      *ebpf.Variable
+	cgroup    string
 	// settings are the values Load gave the object's constants
 	// (bpf/lib/settings.h), by name, for LoadSharing.
 	settings map[string]any
@@ -195,6 +204,7 @@ func Load(opts Options) (*Probe, error) {
 		{"publish_ordered", publishOrdered(runtime.GOARCH) | b2u(opts.orderedPublish)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
+		{"summary_mode", uint8(b2u(opts.Summary))},
 	} {
 		if err := set(kv.name, kv.v); err != nil {
 			return nil, err
@@ -243,19 +253,20 @@ func Load(opts Options) (*Probe, error) {
 	}
 
 	p := &Probe{
-		Areas:    coll.Maps["areas"],
-		Nested:   coll.Maps["nested_areas"],
-		AreaPos:  coll.Maps["area_pos"],
-		AreaCPUs: online,
-		Doorbell: coll.Maps["doorbell"],
-		Control:  coll.Maps["control"],
-		Counters: coll.Maps["counters"],
-		Lost:     coll.Maps["lost_states"],
-		coll:     coll,
-		mask:     coll.Variables["events_mask"],
-		cgroup:   cgroupRoot,
-		links:    map[int]link.Link{},
-		settings: settings,
+		Areas:     coll.Maps["areas"],
+		Nested:    coll.Maps["nested_areas"],
+		AreaPos:   coll.Maps["area_pos"],
+		AreaCPUs:  online,
+		Doorbell:  coll.Maps["doorbell"],
+		Control:   coll.Maps["control"],
+		Counters:  coll.Maps["counters"],
+		Lost:      coll.Maps["lost_states"],
+		Summaries: coll.Maps["summaries"],
+		coll:      coll,
+		mask:      coll.Variables["events_mask"],
+		cgroup:    cgroupRoot,
+		links:     map[int]link.Link{},
+		settings:  settings,
 	}
 	for i := range status {
 		st := &status[i]
@@ -867,4 +878,40 @@ func (p *Probe) MissedRuns() ([]Missed, uint64, error) {
 		total += s.RecursionMisses
 	}
 	return out, total, nil
+}
+
+// ReadSummaries calls fn with each connection's figures in the summaries
+// map (summary mode): one struct mg_conn_summary per CPU, in the host's
+// byte order, valid during the call only.
+func (p *Probe) ReadSummaries(fn func(cookie uint64, perCPU [][]byte) error) error {
+	var (
+		cookie uint64
+		vals   []magnetMgConnSummary
+		bufs   [][]byte
+	)
+	size := int(unsafe.Sizeof(magnetMgConnSummary{}))
+	it := p.Summaries.Iterate()
+	for it.Next(&cookie, &vals) {
+		for len(bufs) < len(vals) {
+			bufs = append(bufs, make([]byte, size))
+		}
+		for i := range vals {
+			copy(bufs[i], unsafe.Slice((*byte)(unsafe.Pointer(&vals[i])), size))
+		}
+		if err := fn(cookie, bufs[:len(vals)]); err != nil {
+			return err
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read summaries: %w", err)
+	}
+	return nil
+}
+
+// ForgetSummary deletes a connection's figures from the summaries map.
+func (p *Probe) ForgetSummary(cookie uint64) error {
+	if err := p.Summaries.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete summary of %d: %w", cookie, err)
+	}
+	return nil
 }

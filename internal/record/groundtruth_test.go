@@ -86,12 +86,19 @@ func caughtUp(msg string) bool {
 // filter and returns once it captures ("listening on").
 func startCapture(t *testing.T, lab *netlab.Lab, h netlab.Host, filter string) *capture {
 	t.Helper()
+	return startCaptureWith(t, lab.Command, h, filter)
+}
+
+// startCaptureWith is startCapture with the command run by command in h
+// (a Lab's or a Path's Command).
+func startCaptureWith(t *testing.T, command func(h netlab.Host, name string, args ...string) *exec.Cmd, h netlab.Host, filter string) *capture {
+	t.Helper()
 	c := &capture{path: filepath.Join(t.TempDir(), "capture.pcap")}
 	// -s 128: headers are all the comparison needs; -Z root keeps tcpdump
 	// able to write the test's directory; --immediate-mode, because
 	// without it the packets of the capture ring's last block, not yet
 	// handed over when tcpdump is told to stop, are never written.
-	c.cmd = lab.Command(h, "tcpdump", "-n", "-i", h.Iface, "-s", "128", "-Z", "root", "--immediate-mode", "-w", c.path, filter)
+	c.cmd = command(h, "tcpdump", "-n", "-i", h.Iface, "-s", "128", "-Z", "root", "--immediate-mode", "-w", c.path, filter)
 	stderr, err := c.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +136,7 @@ type frame struct {
 	proto    string // "tcp" or "udp"
 	flags    uint64 // TCP flags
 	payload  int    // TCP segment data / UDP payload bytes
+	len      int    // frame.len: the skb as the tap saw it, link-layer header included
 }
 
 var (
@@ -166,7 +174,7 @@ func (c *capture) stop(t *testing.T) []frame {
 		"-T", "fields", "-E", "separator=,",
 		"-e", "ip.src", "-e", "ipv6.src", "-e", "ip.dst", "-e", "ipv6.dst",
 		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "udp.srcport", "-e", "udp.dstport",
-		"-e", "tcp.flags", "-e", "tcp.len", "-e", "udp.length").Output()
+		"-e", "tcp.flags", "-e", "tcp.len", "-e", "udp.length", "-e", "frame.len").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}
@@ -176,7 +184,7 @@ func (c *capture) stop(t *testing.T) []frame {
 			continue
 		}
 		f := strings.Split(line, ",")
-		if len(f) != 11 {
+		if len(f) != 12 {
 			t.Fatalf("tshark line %q", line)
 		}
 		addr := func(a, b string) netip.Addr {
@@ -194,6 +202,7 @@ func (c *capture) stop(t *testing.T) []frame {
 			src: netip.AddrPortFrom(addr(f[0], f[1]), port(f[4], f[6])),
 			dst: netip.AddrPortFrom(addr(f[2], f[3]), port(f[5], f[7])),
 		}
+		fr.len, _ = strconv.Atoi(f[11])
 		if f[4] != "" {
 			fr.proto = "tcp"
 			fr.flags, _ = strconv.ParseUint(strings.TrimPrefix(f[8], "0x"), 16, 16)

@@ -62,6 +62,11 @@ func buildHeader(cfg Config, hooks []probe.HookStatus, hc *hostcheck.Report) (*t
 		hookInfo[hs.Kind+"/"+hs.Target] = state
 	}
 	h.Extra = map[string]any{"hooks": hookInfo, "served_by": probe.ServedBy(hooks)}
+	if cfg.Summary > 0 {
+		// Readers tell a summary recording by this: its data events are
+		// conn_summary records, not events.
+		h.Extra["summary_interval_ns"] = cfg.Summary.Nanoseconds()
+	}
 	// Traces of one boot share CLOCK_MONOTONIC: an analysis of several
 	// traces can then compare their times directly, not through wall
 	// clocks (export.Timeline).

@@ -31,6 +31,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/ring"
 	"github.com/magnet-tracer/magnet/internal/streamfile"
+	"github.com/magnet-tracer/magnet/internal/summary"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -98,7 +99,20 @@ type Config struct {
 	// KernelEvents are kernel events chosen at run time (tracepoints,
 	// uprobes, the irq and napi groups), recorded beside Groups.
 	KernelEvents []kevent.Spec
+	// Summary, if not 0, records in summary mode: the programs add to
+	// per-connection figures in the kernel instead of writing events, and
+	// a conn_summary record per active connection is written every
+	// Summary (connection lifecycle is recorded as usual).
+	Summary time.Duration
 }
+
+// SummaryGroups are the groups summary mode summarizes: a group outside
+// them has nothing to add to the figures.
+const SummaryGroups = event.GroupSock | event.GroupTCP | event.GroupIP | event.GroupDev | event.GroupDrop | event.GroupConn
+
+// DefaultSummaryBufferBytes sizes the events areas of a summary recording,
+// into which nothing but loss records goes: a page per CPU is enough.
+const DefaultSummaryBufferBytes = 64 << 10
 
 // Sink takes the records of a recording, in drain order. trace.Writer is
 // the Sink of an ordinary recording.
@@ -241,6 +255,28 @@ func recount(path string, res *Result) {
 }
 
 func run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Summary < 0 {
+		return nil, fmt.Errorf("summary interval %v: want a positive duration", cfg.Summary)
+	}
+	if cfg.Summary > 0 {
+		if cfg.Groups == 0 {
+			cfg.Groups = SummaryGroups
+		}
+		if cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary) != 0 {
+			return nil, fmt.Errorf("summary mode summarizes %s; %s cannot be summarized (record them without --summary)", SummaryGroups, cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary))
+		}
+		if len(cfg.KernelEvents) > 0 {
+			return nil, errors.New("summary mode records no kernel events (--tracepoint, --uprobe, --usdt): record them without --summary")
+		}
+		// tcp_state is not written in summary mode: its srtt and cwnd go to
+		// the histograms.
+		cfg.Groups = cfg.Groups&SummaryGroups | event.GroupConn
+		if cfg.BufferBytes == 0 {
+			cfg.BufferBytes = DefaultSummaryBufferBytes
+		}
+	} else if cfg.Groups&event.GroupSummary != 0 {
+		return nil, errors.New("conn_summary records are written in summary mode: use --summary")
+	}
 	if cfg.BufferBytes == 0 {
 		cfg.BufferBytes = DefaultBufferBytes
 	}
@@ -318,6 +354,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		Disable:         cfg.DisableHooks,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
 		WakeupFill:      cfg.WakeupFill,
+		Summary:         cfg.Summary > 0,
 	})
 	if err != nil {
 		return nil, err
@@ -360,6 +397,12 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := newRecorder(cfg, w, hdr)
 	r.probe = p
+	if cfg.Summary > 0 {
+		if r.sum, err = summary.New(p, hdr.TypeByID(uint8(event.ConnSummary)), r.now()); err != nil {
+			return nil, err
+		}
+		r.nextSummary = time.Now().Add(cfg.Summary)
+	}
 	if r.events, err = p.EventRings(); err != nil {
 		return nil, err
 	}
@@ -487,6 +530,10 @@ type recorder struct {
 	writeErr  error
 	stopAt    time.Time // the end of Config.Duration; zero if none
 	kev       *kernelEvents
+	// sum writes the conn_summary records of summary mode (nil
+	// otherwise), at nextSummary.
+	sum         *summary.Collector
+	nextSummary time.Time
 }
 
 // newRecorder makes a recorder that writes to w, whose header is hdr; Run
@@ -530,6 +577,15 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		// stand for "everything produced until now is written" (the
 		// daemon's processed-up-to time), which holds only then.
 		now := time.Now()
+		if r.sum != nil && !now.Before(r.nextSummary) {
+			if err := r.writeSummaries(); err != nil {
+				return err
+			}
+			r.nextSummary = r.nextSummary.Add(r.cfg.Summary)
+			if r.nextSummary.Before(now) {
+				r.nextSummary = now.Add(r.cfg.Summary)
+			}
+		}
 		if clock.flushDue(now) {
 			if err := r.w.Flush(); err != nil {
 				return r.stopOnWrite(err)
@@ -552,8 +608,13 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 			// (preempted, most likely): it will not wake us up.
 			time.Sleep(100 * time.Microsecond)
 		case n == 0:
-			// Until the next flush, poll or the end (waitClock).
-			if err := r.poll.Wait(max(time.Until(clock.until()), 0)); err != nil {
+			// Until the next flush, poll or the end (waitClock), or
+			// the next summary.
+			until := clock.until()
+			if r.sum != nil && r.nextSummary.Before(until) {
+				until = r.nextSummary
+			}
+			if err := r.poll.Wait(max(time.Until(until), 0)); err != nil {
 				return err
 			}
 		}
@@ -870,6 +931,14 @@ func (r *recorder) handle(raw []byte) error {
 	default:
 		return fmt.Errorf("ring record of type %d is %d bytes, want %d or %d", typ, len(raw), size, size+probe.TaskSuffixSize)
 	}
+	if r.sum != nil {
+		switch event.Type(typ) {
+		case event.ConnOpen:
+			r.sum.Opened(binary.NativeEndian.Uint64(raw[8:]), binary.NativeEndian.Uint32(raw[24:]))
+		case event.ConnClose:
+			r.sum.Closed(binary.NativeEndian.Uint64(raw[8:]))
+		}
+	}
 	if err := r.w.Write(raw); err != nil {
 		return r.stopOnWrite(err)
 	}
@@ -990,6 +1059,11 @@ func (r *recorder) finish(res *Result) error {
 			res.MissedBy[m.Program] = m.RecursionMisses
 		}
 	}
+	if r.sum != nil && r.writeErr == nil && err == nil {
+		// The last interval: after the drain, so that its records come
+		// after the conn_close records of connections that ended in it.
+		err = r.writeSummaries()
+	}
 	if r.writeErr == nil && err == nil {
 		err = r.writePendingLosses()
 	}
@@ -1033,6 +1107,19 @@ func (r *recorder) finish(res *Result) error {
 		res.Truncated = true
 	}
 	res.Bytes = r.w.Bytes()
+	return err
+}
+
+// writeSummaries writes a conn_summary record for each connection whose
+// figures moved since its last one (summary mode).
+func (r *recorder) writeSummaries() error {
+	_, err := r.sum.Collect(r.now(), func(rec []byte) error {
+		if err := r.w.Write(rec); err != nil {
+			return r.stopOnWrite(err)
+		}
+		r.counts[event.ConnSummary]++
+		return nil
+	})
 	return err
 }
 

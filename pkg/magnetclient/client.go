@@ -126,6 +126,26 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	return &s, c.getJSON(ctx, "/v1/status", nil, &s)
 }
 
+// TriggerFlight asks the daemon's flight recorder for a file with the
+// window before now (root and see-all clients only; an *Error with
+// Status 404 when the daemon runs none).
+func (c *Client) TriggerFlight(ctx context.Context) (*FlightTriggered, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/flight/trigger", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var ft FlightTriggered
+	if err := json.NewDecoder(resp.Body).Decode(&ft); err != nil {
+		return nil, fmt.Errorf("magnet daemon: decode /v1/flight/trigger: %w", err)
+	}
+	return &ft, nil
+}
+
 // PullOption changes a pull request (Connections, Connection).
 type PullOption func(url.Values)
 

@@ -325,6 +325,14 @@ type End struct {
 	Dropped uint64 `json:"dropped"`
 }
 
+// FlightTriggered answers POST /v1/flight/trigger: the flight recorder
+// writes a file with the window before the call (its name comes once the
+// file is done; Files lists those written before).
+type FlightTriggered struct {
+	Triggered bool     `json:"triggered"`
+	Files     []string `json:"files"`
+}
+
 // ErrorBody is the body of every error answer.
 type ErrorBody struct {
 	Error string `json:"error"`

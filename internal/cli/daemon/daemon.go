@@ -107,11 +107,18 @@ more while they last):
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
+			defer signal.Stop(usr1)
 			go func() {
 				for {
 					select {
 					case <-ctx.Done():
 						return
+					case <-usr1:
+						if err := d.TriggerFlight("signal"); err != nil {
+							fmt.Fprintf(os.Stderr, "magnet daemon: SIGUSR1: %v\n", err)
+						}
 					case <-hup:
 						cfg, err := load()
 						if err == nil {

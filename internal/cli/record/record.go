@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -38,6 +39,9 @@ func New() *cobra.Command {
 		rotateSize, onFull                               string
 		keep                                             int
 		kernel                                           kernelFlags
+		summaryEvery                                     time.Duration
+		flightWindow, flightAfter                        time.Duration
+		flightMemory, triggers                           string
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
@@ -55,11 +59,19 @@ seconds), %h (host name), %n (file number), %%. No event is lost or doubled
 at a seam; each file reads on its own, and parse, report and export read the
 files of a chain as one timeline. --keep N deletes the oldest finished files.
 
+To leave it on: --summary[=INTERVAL] adds up each connection's figures in the
+kernel (bytes and events per layer, retransmissions, drops, srtt and cwnd
+histograms) and writes one conn_summary record per active connection every
+INTERVAL instead of events; --flight WINDOW keeps the events in memory and
+writes nothing until a --trigger fires or SIGUSR1 comes, then -o's
+stem-<UTC time>.mgt with the WINDOW before it and --flight-after past it.
+
 Event groups (--events, comma-separated; "-group" removes one):
 ` + event.GroupHelp() + kernelGroupHelp(),
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
   sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
+  sudo magnet record --summary=10s --rotate 1h -o /var/lib/magnet/%h-%Y%m%dT%H%M%S.mgt
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -103,6 +115,17 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if !cmd.Flags().Changed("flush-every") {
 				flushEvery = record.FlushEveryFor(rotateEvery)
 			}
+			if cmd.Flags().Changed("summary") {
+				if summaryEvery < 100*time.Millisecond {
+					return fmt.Errorf("record: --summary %v: want an interval of at least 100ms", summaryEvery)
+				}
+				if !cmd.Flags().Changed("events") {
+					groups = 0 // what summary mode summarizes
+				}
+				if !cmd.Flags().Changed("buffer") {
+					bufBytes = 0 // summary mode's small default
+				}
+			}
 			cfg := record.Config{
 				Output:       output,
 				Groups:       groups,
@@ -115,6 +138,21 @@ Event groups (--events, comma-separated; "-group" removes one):
 				PollInterval: pollInterval,
 				FlushEvery:   flushEvery,
 				KernelEvents: kspecs,
+				Summary:      summaryEvery,
+			}
+			if !cmd.Flags().Changed("summary") {
+				cfg.Summary = 0
+			}
+			var fl **flight.Sink
+			if cmd.Flags().Changed("flight") {
+				if cfg.Summary > 0 || rotateEvery > 0 || rotateSize != "" || keep > 0 {
+					return fmt.Errorf("record: --flight writes a file per trigger: it cannot be combined with --summary, --rotate, --rotate-size or --keep")
+				}
+				if fl, err = flightRecorder(&cfg, cmd.Flags().Changed("events"), flightWindow, flightAfter, flightMemory, triggers, quiet); err != nil {
+					return fmt.Errorf("record: %w", err)
+				}
+			} else if cmd.Flags().Changed("trigger") || cmd.Flags().Changed("flight-after") || cmd.Flags().Changed("flight-memory") {
+				return fmt.Errorf("record: --trigger, --flight-after and --flight-memory need --flight")
 			}
 			sink, err := rotation(&cfg, rotateEvery, rotateSize, keep, onFull, quiet)
 			if err != nil {
@@ -137,13 +175,34 @@ Event groups (--events, comma-separated; "-group" removes one):
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if fl != nil {
+				// SIGUSR1 fires the flight recorder, whatever its
+				// --trigger: the operator saw something.
+				usr1 := make(chan os.Signal, 1)
+				signal.Notify(usr1, syscall.SIGUSR1)
+				defer signal.Stop(usr1)
+				go func() {
+					for range usr1 {
+						if *fl != nil {
+							(*fl).Trigger("signal")
+						}
+					}
+				}()
+			}
 			record.OneProc()
 			res, err := record.Run(ctx, cfg)
 			if cfg.Live != nil {
 				fmt.Fprint(os.Stderr, "\r\033[K")
 			}
 			if res != nil && !quiet {
-				printSummary(res)
+				what := res.Output
+				if fl != nil {
+					what = "into memory (flight recorder)"
+				}
+				printSummary(res, what)
+				if fl != nil && *fl != nil {
+					printFlight((*fl).Files())
+				}
 				if sink != nil && *sink != nil {
 					st := (*sink).Stats()
 					fmt.Fprintf(os.Stderr, "  files:  %d started, %d finished files dropped (%d bytes)\n", st.Files, st.Dropped, st.DroppedBytes)
@@ -176,6 +235,12 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
+	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode (off unless given): instead of events, write each connection's figures (bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms) every interval as conn_summary records (--summary or --summary=5s)")
+	f.Lookup("summary").NoOptDefVal = "1s"
+	f.DurationVar(&flightWindow, "flight", 30*time.Second, "flight recorder (off unless given): keep the last this long of events in memory and write nothing until a trigger (--trigger, SIGUSR1); then write -o's stem-<time>.mgt with that much before it")
+	f.DurationVar(&flightAfter, "flight-after", 2*time.Second, "flight recorder: go on writing this long after the last trigger of a file")
+	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: at most this much memory for the kept events (the window falls short past it, and the files say so)")
+	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
@@ -244,6 +309,55 @@ func rotation(cfg *record.Config, every time.Duration, size string, keep int, on
 	return sink, nil
 }
 
+// flightRecorder sets cfg up to keep the recording in memory and write a
+// file per trigger. It returns where the sink will be.
+func flightRecorder(cfg *record.Config, eventsSet bool, window, after time.Duration, memory, trig string, quiet bool) (**flight.Sink, error) {
+	if window < time.Second {
+		return nil, fmt.Errorf("--flight %v: want a window of at least 1s", window)
+	}
+	if after < 0 {
+		return nil, fmt.Errorf("--flight-after %v: want a duration of 0 or more", after)
+	}
+	mem, err := bytesize.Parse(memory)
+	if err != nil {
+		return nil, fmt.Errorf("--flight-memory: %w", err)
+	}
+	tr, err := flight.ParseTriggers(trig)
+	if err != nil {
+		return nil, fmt.Errorf("--trigger: %w", err)
+	}
+	if strings.Contains(cfg.Output, "%") {
+		return nil, fmt.Errorf("--flight names its files after -o (x.mgt: x-<time>.mgt); -o %q is a pattern", cfg.Output)
+	}
+	// The triggers' events must be recorded for them to fire.
+	if need := tr.Groups(); cfg.Groups&need != need {
+		if eventsSet {
+			return nil, fmt.Errorf("--trigger %s needs the %s events: add them to --events", tr, need&^cfg.Groups)
+		}
+		cfg.Groups |= need
+	}
+	logf := func(format string, args ...any) {
+		if !quiet {
+			fmt.Fprintf(os.Stderr, "\r\033[Kmagnet: "+format+"\n", args...)
+		}
+	}
+	sink := new(*flight.Sink)
+	cfg.NewSink = func(h *trace.Header) (record.Sink, error) {
+		s, err := flight.New(h, flight.Options{Output: cfg.Output, Window: window, After: after, Memory: mem, Triggers: tr, Log: logf})
+		*sink = s
+		return s, err
+	}
+	return sink, nil
+}
+
+func printFlight(files []string) {
+	if len(files) == 0 {
+		fmt.Fprintln(os.Stderr, "  flight: no trigger fired: nothing written")
+		return
+	}
+	fmt.Fprintf(os.Stderr, "  flight: %d file(s): %s\n", len(files), strings.Join(files, ", "))
+}
+
 // exitStatus passes the recorded command's exit code on as magnet's.
 type exitStatus struct{ code int }
 
@@ -251,8 +365,8 @@ func (e *exitStatus) Error() string { return fmt.Sprintf("command exited with st
 func (e *exitStatus) ExitCode() int { return e.code }
 func (e *exitStatus) Silent() bool  { return true }
 
-func printSummary(res *record.Result) {
-	fmt.Fprintf(os.Stderr, "magnet: recorded %s\n", res.Output)
+func printSummary(res *record.Result, what string) {
+	fmt.Fprintf(os.Stderr, "magnet: recorded %s\n", what)
 	var parts []string
 	var total uint64
 	for _, name := range record.SortedCounts(res.Events) {

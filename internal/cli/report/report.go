@@ -19,6 +19,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // New returns the report command.
@@ -88,6 +89,23 @@ parse prints them (docs/FILTERS.md).`,
 			if err != nil {
 				return fmt.Errorf("report: %w", err)
 			}
+			// Traces recorded in summary mode have conn_summary records
+			// instead of events: their table comes from those.
+			var summarized []trace.Source
+			for _, s := range srcs {
+				ok, err := analyze.IsSummary(s)
+				if err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				if ok {
+					summarized = append(summarized, s)
+				}
+			}
+			if len(summarized) > 0 {
+				if rep.Summaries, err = analyze.Summaries(summarized, conn); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+			}
 			out := cmd.OutOrStdout()
 			if htmlOut != "" {
 				read := append([]string(nil), args...)
@@ -114,7 +132,11 @@ parse prints them (docs/FILTERS.md).`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			if conn != 0 && len(rep.Conns) == 0 {
+			if len(rep.Summaries) > 0 {
+				fmt.Fprintln(out, "summary mode: each connection's conn_summary records added up (bytes over the recording)")
+				analyze.SummaryTable(out, rep.Summaries)
+			}
+			if conn != 0 && len(rep.Conns) == 0 && len(rep.Summaries) == 0 {
 				return fmt.Errorf("report: no connection %d with data in %v", conn, args)
 			}
 			for _, w := range rep.Warnings {
