@@ -63,12 +63,13 @@ const (
 	BpftraceName  = "bpftrace"
 )
 
-// recordModes are magnet record's modes, each a configuration. The summary
-// mode and the flight recorder join here, one line each, once record has
-// them, e.g. {Name: RecordSummary, Kind: Magnet, Args: []string{"--summary"},
-// What: "magnet record --summary"}; the goals find them by name.
+// recordModes are magnet record's modes, each a configuration; the goals
+// find them by name.
 var recordModes = []Config{
 	{Name: Record, Kind: Magnet, What: "`magnet record`, default groups"},
+	{Name: RecordSummary, Kind: Magnet, Args: []string{"--summary=1s"}, What: "`magnet record --summary=1s`: per-connection figures aggregated in the kernel"},
+	// A trigger that never fires: the cost between triggers.
+	{Name: RecordFlight, Kind: Magnet, Args: []string{"--flight", "30s", "--trigger", "rtt>10s"}, What: "`magnet record --flight 30s --trigger 'rtt>10s'`: events kept in memory, none written"},
 }
 
 // Configs returns every configuration in the order a repetition runs them:

@@ -244,7 +244,7 @@ func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c C
 	run.Sent, run.Received, run.Seconds = x.Sent, x.Received, x.Seconds
 	run.BusyS = ticksSeconds(busy1 - busy0)
 	if proc1 >= proc0 {
-		run.TracerS = ticksSeconds(proc1 - proc0)
+		run.TracerS = float64(proc1-proc0) / 1e9
 	}
 	run.Events, run.Lost, run.Written = tr.Events, tr.Lost, tr.Written
 	run.TraceSent, run.TraceRecv = tr.TraceSent, tr.TraceRecv
