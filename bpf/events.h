@@ -68,6 +68,7 @@ enum mg_group {
 	MG_G_HEADERS = 1 << 8,
 	MG_G_RATE = 1 << 9,
 	MG_G_TCPSEND = 1 << 10, /* tcp_send: opt-in, one per skb fill */
+	MG_G_ACKS = 1 << 11,    /* ip and dev events of pure ACKs: opt-in */
 };
 
 /* Common header of every record. */

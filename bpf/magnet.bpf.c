@@ -31,6 +31,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "lib/area.h"
 #include "lib/filter.h"
 #include "lib/conn.h"
+#include "lib/acks.h"
 
 #include "layer/sock.c"
 #include "layer/tcp.c"

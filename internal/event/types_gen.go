@@ -50,6 +50,7 @@ const (
 	GroupHeaders  Group = 1 << 8  // MG_G_HEADERS
 	GroupRate     Group = 1 << 9  // MG_G_RATE
 	GroupTCPSend  Group = 1 << 10 // MG_G_TCPSEND
+	GroupAcks     Group = 1 << 11 // MG_G_ACKS
 )
 
 // cNames is each type's name in events.h, lower case without MG_: what

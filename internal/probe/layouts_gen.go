@@ -82,4 +82,5 @@ var bpfGroups = map[event.Group]magnetMgGroup{
 	event.GroupHeaders:  magnetMgGroupMG_G_HEADERS,
 	event.GroupRate:     magnetMgGroupMG_G_RATE,
 	event.GroupTCPSend:  magnetMgGroupMG_G_TCPSEND,
+	event.GroupAcks:     magnetMgGroupMG_G_ACKS,
 }

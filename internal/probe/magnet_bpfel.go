@@ -175,6 +175,7 @@ const (
 	magnetMgGroupMG_G_HEADERS  magnetMgGroup = 256
 	magnetMgGroupMG_G_RATE     magnetMgGroup = 512
 	magnetMgGroupMG_G_TCPSEND  magnetMgGroup = 1024
+	magnetMgGroupMG_G_ACKS     magnetMgGroup = 2048
 )
 
 type magnetMgHdr struct {
