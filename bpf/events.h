@@ -98,7 +98,7 @@ struct mg_tcp_xmit {
 	struct mg_hdr hdr;
 	__u32 seq;
 	__u16 gso_segs;
-	__u8 retrans; /* 1 = starts below snd_nxt: a retransmission */
+	__u8 retrans; /* 1 = starts below snd_nxt: a retransmission; 2 = new data sent again after a local drop */
 	__u8 _pad;
 };
 

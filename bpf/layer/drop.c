@@ -10,11 +10,15 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 {
 	struct mg_drop *r;
 	struct net_device *dev;
-	struct sock *sk = rx_sk;
+	struct sock *sk = rx_sk, *owner;
 	__u32 netns = 0, ifindex = 0;
 	__u64 now, conn = 0;
 	struct emit e;
 
+	/* Kept whatever the groups: tcp_xmit needs it. */
+	owner = skb->sk;
+	if (!rx_sk && owner && sk_is_full(owner))
+		note_local_drop(skb, owner);
 	if (!enabled(MG_G_DROP))
 		return 0;
 	if (!sk)

@@ -284,6 +284,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		conn_of(my_state(), sk, cookie, 0);
 		return 0;
 	}
+	forget_local_drop(sk);
 	now = bpf_ktime_get_ns();
 	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
 	if (!ci || ci->closed)
@@ -374,7 +375,11 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 	r->hdr.flags = cb->tcp_flags;
 	r->seq = seq;
 	r->gso_segs = segs ? segs : 1;
-	r->retrans = len > 0 && seq_before(seq, snd_nxt);
+	r->retrans = 0;
+	if (len > 0 && seq_before(seq, snd_nxt))
+		r->retrans = MG_RETRANS_NETWORK;
+	else if (len > 0 && local_drop_marks && resent_after_drop(sk, seq, len))
+		r->retrans = MG_RETRANS_LOCAL;
 	r->_pad = 0;
 	SUBMIT(r, &e);
 }
