@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/ring"
 )
@@ -315,5 +318,59 @@ func TestSilence(t *testing.T) {
 	// only because sockops set the callback flag all the same.
 	if got := countType(recs, event.TCPXmit); got < 3 {
 		t.Errorf("groups back: %d tcp_xmit events for a connection made while silenced, want at least 3", got)
+	}
+}
+
+// TestSegmentCallbacksOnlyForTCP: TCP runs the sockops program for each
+// segment only for sockets that connected while tcp_xmit or tcp_rate was
+// recorded; with neither, those runs would find nothing to do. The run
+// count of the program over 200 writes (a segment each, Go sets
+// TCP_NODELAY) shows it: at least 200 more runs with tcp, and with sock
+// alone fewer than 100 (the program is attached to the root cgroup:
+// other processes' connections opening meanwhile run it a few times
+// each, and nothing else).
+func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("run counts: %v", err)
+	}
+	defer stats.Close()
+	for _, tc := range []struct {
+		groups  event.Group
+		perSegs bool
+	}{
+		{event.GroupSock | event.GroupConn, false},
+		{event.GroupSock | event.GroupTCP | event.GroupConn, true},
+	} {
+		t.Run(tc.groups.String(), func(t *testing.T) {
+			p, ln := loadForListener(t, tc.groups)
+			prog := p.coll.Programs["tcp_segments"]
+			if prog == nil {
+				t.Fatal("no tcp_segments program")
+			}
+			c := loopbackPair(t, ln)
+			runs := func() uint64 {
+				s, err := prog.Stats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s.RunCount
+			}
+			before := runs()
+			msg := make([]byte, 100)
+			for range 200 {
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := runs() - before
+			t.Logf("%s: tcp_segments ran %d times over 200 writes", tc.groups, n)
+			if tc.perSegs && n < 200 {
+				t.Errorf("%d runs, want at least one per segment (200)", n)
+			}
+			if !tc.perSegs && n >= 100 {
+				t.Errorf("%d runs, want none per segment", n)
+			}
+		})
 	}
 }
