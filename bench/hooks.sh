@@ -12,14 +12,15 @@
 # and ns per run (kernel.bpf_stats_enabled), events per GB and trace bytes
 # per GB. Needs root, iperf3, tcpdump, bpftool.
 #   bench/hooks.sh [REPS] [SECONDS]; RATE=4gbit (default) or RATE=0;
-#   CONFIGS="base default ip dev tcpdump" to choose.
+#   CONFIGS="base default ip dev tcpdump" to choose ("old:default" with
+#   MAGNET_OLD=path: another build, for before/after in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/hooks.sh: run as root" >&2; exit 1; }
 REPS=${1:-3}
 SECS=${2:-5}
 RATE=${RATE:-4gbit}
-PORT=${PORT:-5299} # recorded alone: other helpers' traffic stays out
+PORT=${PORT:-5391} # recorded alone: other helpers' traffic stays out
 # REC_PORT: the port magnet records (another one: every hook runs, none emits)
 CONFIGS=${CONFIGS:-"base default sock tcp,tcpstate ip dev tcpdump"}
 MAGNET=${MAGNET:-bin/magnet}
@@ -78,8 +79,11 @@ for rep in $(seq 1 "$REPS"); do
 			ip netns exec $A tcpdump -i va -s 96 -w "$tmp/t.pcap" -q 2>/dev/null &
 			tracer=$!; sleep 1 ;;
 		*)
-			ev=$cfg; [ "$cfg" = default ] || ev="$cfg"
-			"$MAGNET" record -q -e "$ev" --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
+			# old:GROUPS records with $MAGNET_OLD (a build of another
+			# commit), for a before/after comparison in one run.
+			bin=$MAGNET ev=$cfg
+			case $cfg in old:*) bin=${MAGNET_OLD:?set MAGNET_OLD} ev=${cfg#old:} ;; esac
+			"$bin" record -q -e "$ev" --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
 			tracer=$!
 			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done ;;
 		esac
@@ -98,7 +102,7 @@ for rep in $(seq 1 "$REPS"); do
 		evs=0; tb=0
 		if [ -e "$tmp/t.mgt" ]; then
 			tb=$(stat -c %s "$tmp/t.mgt")
-			"$MAGNET" parse "$tmp/t.mgt" 2>/dev/null | awk 'NR>1{n[$8]++}END{for(t in n)print t, n[t]}' >"$tmp/types"
+			"$bin" parse "$tmp/t.mgt" 2>/dev/null | awk 'NR>1{n[$8]++}END{for(t in n)print t, n[t]}' >"$tmp/types"
 			evs=$(awk '{s+=$2}END{print s+0}' "$tmp/types")
 		fi
 		python3 - "$cfg" "$rep" "$bytes" "$SECS" "$c0" "$c1" "$hz" "$evs" "$tb" "$((p1-p0))" "$((r1-r0))" "$tmp/p0" "$tmp/p1" <<'PY'
