@@ -27,7 +27,10 @@ MAGNET=${MAGNET:-bin/magnet}
 [ -x "$MAGNET" ] || { mkdir -p bin; go build -o bin/magnet ./cmd/magnet; }
 tmp=$(mktemp -d /tmp/hooks.XXXXXX)
 A=hooksa$$ B=hooksb$$
+tracer=""
 cleanup() {
+	# A tracer still running (the script interrupted) ends with it.
+	if [ -n "$tracer" ]; then kill -INT "$tracer" 2>/dev/null && wait "$tracer" 2>/dev/null; fi
 	ip netns del $A 2>/dev/null || true
 	ip netns del $B 2>/dev/null || true
 	rm -rf "$tmp"
@@ -96,7 +99,7 @@ for rep in $(seq 1 "$REPS"); do
 		c1=$(cpu); p1=$(pkts)
 		r1=$(tcpu "$tracer")
 		progs "$tracer" >"$tmp/p1"
-		if [ -n "$tracer" ]; then kill -INT "$tracer"; wait "$tracer" || true; fi
+		if [ -n "$tracer" ]; then kill -INT "$tracer"; wait "$tracer" || true; tracer=""; fi
 		bytes=$(python3 -c 'import json;print(json.load(open("'"$tmp/ip.json"'"))["end"]["sum_sent"]["bytes"])')
 		gb=$(python3 -c "print($bytes/1e9)")
 		evs=0; tb=0
