@@ -69,6 +69,7 @@ enum mg_group {
 	MG_G_RATE = 1 << 9,
 	MG_G_TCPSEND = 1 << 10, /* tcp_send: opt-in, one per skb fill */
 	MG_G_SUMMARY = 1 << 11, /* conn_summary: `record --summary`, not an events_mask bit */
+	MG_G_ACKS = 1 << 12,    /* ip and dev events of pure ACKs: opt-in */
 };
 
 /* Common header of every record. */
@@ -98,7 +99,7 @@ struct mg_tcp_xmit {
 	struct mg_hdr hdr;
 	__u32 seq;
 	__u16 gso_segs;
-	__u8 retrans; /* 1 = starts below snd_nxt: a retransmission */
+	__u8 retrans; /* 1 = starts below snd_nxt: a retransmission; 2 = new data sent again after a local drop */
 	__u8 _pad;
 };
 

@@ -32,6 +32,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "lib/filter.h"
 #include "lib/conn.h"
 #include "lib/summary.h"
+#include "lib/acks.h"
+#include "lib/localdrop.h"
 
 #include "layer/sock.c"
 #include "layer/tcp.c"

@@ -242,6 +242,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	__u16 l3proto, segs;
 	int ingress = type == MG_DEV_RECV;
 	struct cpu_state *st;
+	int ack_out;
 
 	if (!enabled(MG_G_DEV | MG_G_HEADERS))
 		return;
@@ -256,6 +257,10 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		l3 = skb->data;
 	else
 		l3 = head + skb->network_header;
+	/* A pure ACK still goes to headers, which pcap export needs whole. */
+	ack_out = enabled(MG_G_DEV) && skip_ack(l3, l3proto);
+	if (ack_out && !enabled(MG_G_HEADERS))
+		return;
 	sk = skb->sk;
 	st = my_state();
 	if (!ingress && sk && sk_is_full(sk))
@@ -291,7 +296,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		};
 		emit_headers(skb, &at);
 	}
-	if (!enabled(MG_G_DEV))
+	if (!enabled(MG_G_DEV) || ack_out)
 		return;
 	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
 	segs = si->gso_segs;

@@ -16,17 +16,22 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 {
 	struct mg_drop *r;
 	struct net_device *dev;
-	struct sock *sk = NULL;
+	struct sock *sk, *rx_sk = NULL, *owner;
 	__u32 netns = 0, ifindex = 0;
 	__u64 now, conn = 0;
 	struct emit e;
 
+	if (bpf_core_field_exists(struct trace_event_raw_kfree_skb, rx_sk))
+		rx_sk = (struct sock *)ctx[3];
+	/* Kept whatever the groups: tcp_xmit needs it. */
+	owner = skb->sk;
+	if (!rx_sk && owner && sk_is_full(owner))
+		note_local_drop(skb, owner);
 	if (!enabled(MG_G_DROP))
 		return 0;
-	if (bpf_core_field_exists(struct trace_event_raw_kfree_skb, rx_sk))
-		sk = (struct sock *)ctx[3];
+	sk = rx_sk;
 	if (!sk)
-		sk = skb->sk;
+		sk = owner;
 	dev = skb->dev;
 	if (dev) {
 		netns = dev->nd_net.net->ns.inum;

@@ -20,14 +20,16 @@ static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 	sk = skb->sk;
 	if (!sk)
 		return;
+	/* Here skb->data is the IP header, in the linear part. */
+	ip = KERNEL_CAST(struct iphdr, skb->data);
+	if (skip_ack(skb->data, BPF_CORE_READ_BITFIELD(ip, version) == 4 ? ETH_P_IP : ETH_P_IPV6))
+		return;
 	st = my_state();
 	conn = conn_of(st, sk, cookie_of(sk, ctx), 0);
 	if (conn == FILTERED || !conn)
 		return;
 	if (summary_mode) { summarize(conn, type, ctx->len); return; }
 	now = bpf_ktime_get_ns();
-	/* Here skb->data is the IP header, in the linear part. */
-	ip = KERNEL_CAST(struct iphdr, skb->data);
 	r = RESERVE_EVENT_IN(st, struct mg_ip, type, now, &e);
 	if (!r)
 		return;

@@ -285,6 +285,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		conn_of(my_state(), sk, cookie, 0);
 		return 0;
 	}
+	forget_local_drop(sk);
 	now = bpf_ktime_get_ns();
 	struct conn_info *ci = bpf_map_lookup_elem(&conns, &cookie);
 	if (!ci || ci->closed)
@@ -375,7 +376,11 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 	r->hdr.flags = cb->tcp_flags;
 	r->seq = seq;
 	r->gso_segs = segs ? segs : 1;
-	r->retrans = len > 0 && seq_before(seq, snd_nxt);
+	r->retrans = 0;
+	if (len > 0 && seq_before(seq, snd_nxt))
+		r->retrans = MG_RETRANS_NETWORK;
+	else if (len > 0 && local_drop_marks && resent_after_drop(sk, seq, len))
+		r->retrans = MG_RETRANS_LOCAL;
 	r->_pad = 0;
 	SUBMIT(r, &e);
 }
@@ -406,10 +411,17 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		st = my_state();
 		conn = sk ? conn_of(st, sk, cookie, skops->op == BPF_SOCK_OPS_TCP_CONNECT_CB) : 0;
 		/* The flag makes TCP run this program for every segment it
-		 * sends and every time it works out its MSS: a socket the
-		 * filters leave out for good (another netns, port or cgroup;
-		 * not one the pid filter may still select) goes without. */
-		if (!xmit_by_fentry && !(conn == FILTERED && left_out(st, cookie)))
+		 * sends and every time it works out its MSS (2.3 runs per
+		 * packet of a bulk transfer, ~70 ns each when they find
+		 * nothing to do, bench/hooks.sh): only while tcp_xmit or
+		 * tcp_rate is recorded, and a socket the filters leave out
+		 * for good (another netns, port or cgroup; not one the pid
+		 * filter may still select) goes without. A socket that
+		 * connects while neither is recorded gets no tcp_xmit if they
+		 * are switched on later (SetGroups). Silenced (no group: the
+		 * bench's hooks-alone figure) still asks, as when recording. */
+		if (!xmit_by_fentry && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		return 1;

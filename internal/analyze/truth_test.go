@@ -370,6 +370,7 @@ func TestLocalDropTruth(t *testing.T) {
 	if tcp.RetransSegs != retrans {
 		t.Errorf("report: %d segments retransmitted; nstat TcpRetransSegs %d", tcp.RetransSegs, retrans)
 	}
+	checkLocalResendMarks(t, path, snd.Conn.ID, tcp.LocalResendBytes)
 	// The queue: every packet that left went through dev_queue→dev_xmit;
 	// the dropped ones never reach dev_xmit and must not shift the pairs.
 	var queue *analyze.HopStats
@@ -401,6 +402,59 @@ func TestLocalDropTruth(t *testing.T) {
 	// 1/128 octave (0.8 %).
 	if d := queue.Delay.Median - med; d > med*0.01 || d < -med*0.01-10 {
 		t.Errorf("report: queue median %.1f µs; ip_send to the device by ip id %.1f µs", queue.Delay.Median, med)
+	}
+}
+
+// checkLocalResendMarks checks the recorder's own mark of segments sent
+// again after a local drop (tcp_xmit retrans 2) against the connection's
+// sequence numbers in a trace that lost nothing: a segment of new data
+// (retrans 0 or 2) wholly below the highest sequence sent before it is
+// such a re-send, and one that reaches past it is not; every one must be
+// marked so and none other. A segment across that end is new data in part
+// (the report splits it: its re-sent part is in resent but not in marked).
+func checkLocalResendMarks(t *testing.T, path string, conn uint64, resent int64) {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var hi uint32
+	var have bool
+	var marked, wrong, missed int64
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Conn() != conn || rec.Type.Name != "tcp_xmit" || rec.Size() <= 0 {
+			continue
+		}
+		seq, _ := rec.Uint("seq")
+		rt, _ := rec.Uint("retrans")
+		end := uint32(seq) + uint32(rec.Size())
+		below := have && int32(hi-end) >= 0
+		switch {
+		case rt == 2 && below:
+			marked += int64(rec.Size())
+		case rt == 2:
+			wrong++
+		case rt == 0 && below:
+			missed++
+		}
+		if !have || int32(end-hi) > 0 {
+			hi, have = end, true
+		}
+	}
+	t.Logf("re-sent after local drops: %d B marked by the recorder, %d B in the report", marked, resent)
+	if wrong != 0 || missed != 0 {
+		t.Errorf("tcp_xmit retrans 2: %d segments marked that reach past the highest sequence sent before them; %d re-sent wholly and not marked", wrong, missed)
+	}
+	if marked == 0 || marked > resent {
+		t.Errorf("recorder marked %d B re-sent after local drops; the report counts %d B", marked, resent)
 	}
 }
 

@@ -99,7 +99,7 @@ func TestNginxCurl(t *testing.T) {
 			nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
 			_, _, drops0 := qdiscStats(t, lab.Server)
 			capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
-			rec := record(t, "--port", strconv.Itoa(p))
+			rec := record(t, append(everyFrame, "--port", strconv.Itoa(p))...)
 			out, err := exec.Command("ip", "netns", "exec", lab.Client.NS, "curl", "-sS", "-g", "-o", "/dev/null",
 				"-w", "%{http_code} %{size_download} %{size_header} %{size_request}", sc.url(lab, p)).Output()
 			if err != nil {
@@ -199,7 +199,7 @@ func TestGoHTTP(t *testing.T) {
 	nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
 	_, _, drops0 := qdiscStats(t, lab.Server)
 	capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
-	rec := record(t, "--port", strconv.Itoa(p))
+	rec := record(t, append(everyFrame, "--port", strconv.Itoa(p))...)
 
 	// The client is this test binary run again in the client's namespace
 	// (TestGoHTTPClient), so that the listener's owner is a question with

@@ -124,7 +124,7 @@ func TestIperf3TCP(t *testing.T) {
 			nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
 			_, _, drops0 := qdiscStats(t, lab.Client)
 			capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
-			rec := record(t, "--port", strconv.Itoa(p))
+			rec := record(t, append(everyFrame, "--port", strconv.Itoa(p))...)
 			res := runIperf3Client(t, lab.Client, "-c", sc.to(lab).String(), "-p", strconv.Itoa(p), "-n", strconv.Itoa(total))
 			srv.Wait()
 			settled(t, lab, p)

@@ -122,7 +122,7 @@ const BaselineGroups = event.GroupSock | event.GroupTCP | event.GroupTCPState | 
 
 // DefaultUserGroups are the groups beyond the baseline any user may
 // enable: the per-ACK delivery-rate samples, which magnet top and the page
-// ask for. sched, headers, ip and tcpsend cost every packet or every
+// ask for. sched, headers, ip, tcpsend and acks cost every packet or every
 // context switch on the host; they need a see-all client unless the
 // configuration lists them.
 const DefaultUserGroups = event.GroupRate

@@ -43,6 +43,7 @@ var groupNames = []struct {
 	{"rate", GroupRate, "the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate"},
 	{"tcpsend", GroupTCPSend, "TCP taking data from a send call, one per skb it fills (opt-in): tcp_send"},
 	{"summary", GroupSummary, "per-connection figures per interval, written by record --summary instead of events: conn_summary"},
+	{"acks", GroupAcks, "with ip and dev: their events for pure ACKs too (opt-in; tcp_xmit and tcp_rcv have every ACK)"},
 }
 
 // ParseGroups parses a comma-separated --events value. "default" stands for

@@ -19,8 +19,9 @@ func TestParseGroups(t *testing.T) {
 		{"default,sched", DefaultGroups | GroupSched},
 		{"default, sched ,headers", DefaultGroups | GroupSched | GroupHeaders},
 		{"default,-dev", DefaultGroups &^ GroupDev},
-		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate | GroupTCPSend},
-		{"all,-sched,-headers,-rate,-tcpsend", DefaultGroups},
+		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate | GroupTCPSend | GroupAcks},
+		{"all,-sched,-headers,-rate,-tcpsend,-acks", DefaultGroups},
+		{"default,acks", DefaultGroups | GroupAcks},
 		{"default,rate", DefaultGroups | GroupRate},
 		{"default,tcpsend", DefaultGroups | GroupTCPSend},
 		{"tcpsend", GroupTCPSend | GroupConn},
@@ -52,7 +53,7 @@ func TestParseGroupsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), `unknown event group "bogus"`) {
 			t.Errorf("ParseGroups(%q) error = %q, want it to name the unknown group", in, err)
 		}
-		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, tcpsend, summary, default, all") {
+		if !strings.Contains(err.Error(), "sock, tcp, tcpstate, ip, dev, drop, conn, sched, headers, rate, tcpsend, summary, acks, default, all") {
 			t.Errorf("ParseGroups(%q) error = %q, want it to list the valid names", in, err)
 		}
 		if g != 0 {
@@ -62,13 +63,13 @@ func TestParseGroupsErrors(t *testing.T) {
 }
 
 func TestAllGroups(t *testing.T) {
-	if got, want := AllGroups(), Group(1<<11-1); got != want {
+	if got, want := AllGroups(), Group(1<<13-1)&^GroupSummary; got != want {
 		t.Errorf("AllGroups() = %#x, want %#x", uint32(got), uint32(want))
 	}
 }
 
 func TestGroupNames(t *testing.T) {
-	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "summary", "default", "all"}
+	want := []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "summary", "acks", "default", "all"}
 	if got := GroupNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("GroupNames() = %q, want %q", got, want)
 	}
@@ -84,7 +85,7 @@ func TestGroupString(t *testing.T) {
 		{GroupSock, []string{"sock"}, "sock"},
 		{GroupSched | GroupSock, []string{"sock", "sched"}, "sock,sched"},
 		{DefaultGroups, []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn"}, "sock,tcp,tcpstate,ip,dev,drop,conn"},
-		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate,tcpsend"},
+		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "acks"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate,tcpsend,acks"},
 		// Bits no group has are ignored.
 		{GroupHeaders | 1<<20, []string{"headers"}, "headers"},
 	} {
@@ -118,8 +119,8 @@ func TestGroupStringRoundTrip(t *testing.T) {
 func TestGroupHelp(t *testing.T) {
 	help := GroupHelp()
 	lines := strings.Split(strings.TrimSuffix(help, "\n"), "\n")
-	if len(lines) != 12 {
-		t.Fatalf("GroupHelp has %d lines, want 12:\n%s", len(lines), help)
+	if len(lines) != 13 {
+		t.Fatalf("GroupHelp has %d lines, want 13:\n%s", len(lines), help)
 	}
 	if want := "  sock      socket layer: sock_send, sock_recv"; lines[0] != want {
 		t.Errorf("GroupHelp line 1 = %q, want %q", lines[0], want)

@@ -52,6 +52,7 @@ const (
 	GroupRate     Group = 1 << 9  // MG_G_RATE
 	GroupTCPSend  Group = 1 << 10 // MG_G_TCPSEND
 	GroupSummary  Group = 1 << 11 // MG_G_SUMMARY
+	GroupAcks     Group = 1 << 12 // MG_G_ACKS
 )
 
 // cNames is each type's name in events.h, lower case without MG_: what

@@ -85,4 +85,5 @@ var bpfGroups = map[event.Group]magnetMgGroup{
 	event.GroupRate:     magnetMgGroupMG_G_RATE,
 	event.GroupTCPSend:  magnetMgGroupMG_G_TCPSEND,
 	event.GroupSummary:  magnetMgGroupMG_G_SUMMARY,
+	event.GroupAcks:     magnetMgGroupMG_G_ACKS,
 }

@@ -65,6 +65,12 @@ type magnetFragKey struct {
 	Pad   uint8
 }
 
+type magnetLocalDrop struct {
+	_      structs.HostLayout
+	End    uint32
+	Marked uint32
+}
+
 type magnetLostState struct {
 	_       structs.HostLayout
 	FirstNs uint64
@@ -221,6 +227,7 @@ const (
 	magnetMgGroupMG_G_RATE     magnetMgGroup = 512
 	magnetMgGroupMG_G_TCPSEND  magnetMgGroup = 1024
 	magnetMgGroupMG_G_SUMMARY  magnetMgGroup = 2048
+	magnetMgGroupMG_G_ACKS     magnetMgGroup = 4096
 )
 
 type magnetMgHdr struct {
@@ -605,6 +612,7 @@ const (
 	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
+	magnetMapLocalDrops        = "local_drops"
 	magnetMapLostStates        = "lost_states"
 	magnetMapNestedAreas       = "nested_areas"
 	magnetMapSummaries         = "summaries"
@@ -667,6 +675,7 @@ const (
 	magnetVarFilterNetns       = "filter_netns"
 	magnetVarFilterPort        = "filter_port"
 	magnetVarFilterTgid        = "filter_tgid"
+	magnetVarLocalDropMarks    = "local_drop_marks"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
 	magnetVarPublishOrdered    = "publish_ordered"
@@ -754,6 +763,7 @@ type magnetMapSpecs struct {
 	Doorbell    *ebpf.MapSpec `ebpf:"doorbell"`
 	Frags       *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen  *ebpf.MapSpec `ebpf:"ifaces_seen"`
+	LocalDrops  *ebpf.MapSpec `ebpf:"local_drops"`
 	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
 	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
 	Summaries   *ebpf.MapSpec `ebpf:"summaries"`
@@ -801,6 +811,7 @@ type magnetVariableSpecs struct {
 	FilterNetns      *ebpf.VariableSpec `ebpf:"filter_netns"`
 	FilterPort       *ebpf.VariableSpec `ebpf:"filter_port"`
 	FilterTgid       *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	LocalDropMarks   *ebpf.VariableSpec `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
@@ -839,6 +850,7 @@ type magnetMaps struct {
 	Doorbell    *ebpf.Map `ebpf:"doorbell"`
 	Frags       *ebpf.Map `ebpf:"frags"`
 	IfacesSeen  *ebpf.Map `ebpf:"ifaces_seen"`
+	LocalDrops  *ebpf.Map `ebpf:"local_drops"`
 	LostStates  *ebpf.Map `ebpf:"lost_states"`
 	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
 	Summaries   *ebpf.Map `ebpf:"summaries"`
@@ -859,6 +871,7 @@ func (m *magnetMaps) Close() error {
 		m.Doorbell,
 		m.Frags,
 		m.IfacesSeen,
+		m.LocalDrops,
 		m.LostStates,
 		m.NestedAreas,
 		m.Summaries,
@@ -907,6 +920,7 @@ type magnetVariables struct {
 	FilterNetns      *ebpf.Variable `ebpf:"filter_netns"`
 	FilterPort       *ebpf.Variable `ebpf:"filter_port"`
 	FilterTgid       *ebpf.Variable `ebpf:"filter_tgid"`
+	LocalDropMarks   *ebpf.Variable `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`

@@ -408,7 +408,10 @@ func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 // the traffic nothing (an attached program runs even when it returns at
 // once); it is attached again, before its groups are enabled, when one is.
 // Programs of groups enabled before and after are never touched, so they
-// lose no events. Programs not attached at Load stay detached.
+// lose no events. Programs not attached at Load stay detached. TCP runs
+// sockops for each segment only for sockets that connected while tcp or
+// rate was enabled: switching them on later gives no tcp_xmit for the
+// connections opened in between (docs/EVENTS.md, tcp_xmit).
 func (p *Probe) SetGroups(g event.Group) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

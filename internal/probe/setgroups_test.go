@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/ring"
 )
@@ -316,4 +320,86 @@ func TestSilence(t *testing.T) {
 	if got := countType(recs, event.TCPXmit); got < 3 {
 		t.Errorf("groups back: %d tcp_xmit events for a connection made while silenced, want at least 3", got)
 	}
+}
+
+// TestSegmentCallbacksOnlyForTCP: TCP runs the sockops program for each
+// segment only for sockets that connected while tcp_xmit or tcp_rate was
+// recorded; with neither, those runs would find nothing to do. The run
+// count of the program over 200 writes (a segment each, Go sets
+// TCP_NODELAY) shows it: at least 200 more runs with tcp, and with sock
+// alone fewer than 100 (the program is attached to the root cgroup:
+// other processes' connections opening meanwhile run it a few times
+// each, and nothing else). The flag is the socket's, and TCP then runs
+// every sockops program of the cgroup: another recorder of tcp on the
+// machine (other packages' tests) would flag our sockets too, so the test
+// skips, saying so, when it finds runs while another sockops program was
+// attached at its start or end.
+func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("run counts: %v", err)
+	}
+	defer stats.Close()
+	for _, tc := range []struct {
+		groups  event.Group
+		perSegs bool
+	}{
+		{event.GroupSock | event.GroupConn, false},
+		{event.GroupSock | event.GroupTCP | event.GroupConn, true},
+	} {
+		t.Run(tc.groups.String(), func(t *testing.T) {
+			p, ln := loadForListener(t, tc.groups)
+			prog := p.coll.Programs["tcp_segments"]
+			if prog == nil {
+				t.Fatal("no tcp_segments program")
+			}
+			c := loopbackPair(t, ln)
+			runs := func() uint64 {
+				s, err := prog.Stats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s.RunCount
+			}
+			alone := onlySockops(t)
+			before := runs()
+			msg := make([]byte, 100)
+			for range 200 {
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := runs() - before
+			t.Logf("%s: tcp_segments ran %d times over 200 writes", tc.groups, n)
+			if tc.perSegs && n < 200 {
+				t.Errorf("%d runs, want at least one per segment (200)", n)
+			}
+			if !tc.perSegs && n >= 100 {
+				if !alone || !onlySockops(t) {
+					t.Skipf("%d runs, but another sockops program is attached to the root cgroup (another recorder): it flags sockets for all", n)
+				}
+				t.Errorf("%d runs, want none per segment", n)
+			}
+		})
+	}
+}
+
+// onlySockops says whether one sockops program (ours) is attached to the
+// root cgroup.
+func onlySockops(t *testing.T) bool {
+	t.Helper()
+	root, err := Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	q, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: ebpf.AttachCGroupSockOps})
+	if err != nil {
+		t.Fatalf("query the root cgroup's sockops programs: %v", err)
+	}
+	return len(q.Programs) == 1
 }

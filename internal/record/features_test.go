@@ -82,12 +82,13 @@ func TestSchedEvents(t *testing.T) {
 }
 
 // TestHeadersEvents: the opt-in headers group snaps each packet's first
-// bytes at the device, from the Ethernet header.
+// bytes at the device, from the Ethernet header: every packet, pure ACKs
+// too (pcap export needs them), one per device event with the acks group.
 func TestHeadersEvents(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{Name: "mghdr"})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Groups: event.DefaultGroups | event.GroupHeaders, Filters: record.Filters{Port: port}})
+	rec := startRecording(t, record.Config{Groups: event.DefaultGroups | event.GroupHeaders | event.GroupAcks, Filters: record.Filters{Port: port}})
 	ftp(t, lab, "tcp", port, 5)
 	res := rec.stop(t)
 	if res.Events["headers"] != res.Events["dev_xmit"]+res.Events["dev_recv"] {

@@ -228,6 +228,27 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 	return n
 }
 
+// pureACK says whether a frame is a TCP segment with no payload and no
+// SYN, FIN or RST: what the device and IP layers leave out without the
+// acks group.
+func (f frame) pureACK() bool {
+	return f.proto == "tcp" && f.payload == 0 && f.flags&0x07 == 0 && f.flags&0x10 != 0
+}
+
+// framesWithout counts the frames from -> to less the pure ACKs.
+func framesWithout(frames []frame, from, to netip.AddrPort) (n, acks int) {
+	for _, f := range frames {
+		if f.src == from && f.dst == to {
+			if f.pureACK() {
+				acks++
+			} else {
+				n++
+			}
+		}
+	}
+	return n, acks
+}
+
 // iperf3Server starts `iperf3 -s` in h, on its default dual-stack socket
 // (bound to [::]), for one test, and returns once it listens (it says so
 // on a pipe only with --forceflush).
@@ -356,7 +377,8 @@ func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted ma
 	needTools(t, "iperf3", "tcpdump", "tshark")
 	lab := netlab.ForTest(t, netlab.Options{Name: name, RateMbit: 100})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	// acks: every frame, pure ACKs included, has its device and IP events.
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupAcks})
 	srv := iperf3Server(t, lab, lab.Server, port, serverArgs...)
 	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("tcp port %d", port))
 	// -R: the server sends. Its sockets then never close with data unread,
@@ -544,20 +566,26 @@ func TestUDPConnectedEnds(t *testing.T) {
 // each way, and an end that closes first while orphaned reaches TCP_CLOSE
 // (as it moves to the kernel's FIN_WAIT2 mini socket) before the peer's
 // FIN arrives, the last ACK then coming from the kernel's control socket.
+//
+// Without the acks group (the default), the device layer has every frame
+// but the pure ACKs, exactly: "fin-default" checks that against the same
+// capture.
 func TestClosingAttributed(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
+		name   string
+		args   []string
+		groups event.Group
 	}{
-		{"reset", []string{"-n", "2M"}},
-		{"fin", []string{"-R", "-n", "1M"}},
+		{"reset", []string{"-n", "2M"}, event.DefaultGroups | event.GroupAcks},
+		{"fin", []string{"-R", "-n", "1M"}, event.DefaultGroups | event.GroupAcks},
+		{"fin-default", []string{"-R", "-n", "1M"}, event.DefaultGroups},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			needRoot(t)
 			needTools(t, "iperf3", "tcpdump", "tshark")
 			lab := netlab.ForTest(t, netlab.Options{Name: "mgfin", RateMbit: 100})
 			port := uniquePort()
-			rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS}, Groups: event.DefaultGroups})
+			rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS}, Groups: tc.groups})
 			srv := iperf3Server(t, lab, lab.Server, port)
 			capt := startCapture(t, lab, lab.Client, fmt.Sprintf("tcp port %d", port))
 			iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, tc.args...)
@@ -576,6 +604,15 @@ func TestClosingAttributed(t *testing.T) {
 				n++
 				local := unmapped(c.Local)
 				out, in := framesBetween(frames, local, server), framesBetween(frames, server, local)
+				if tc.groups&event.GroupAcks == 0 {
+					var acksOut, acksIn int
+					out, acksOut = framesWithout(frames, local, server)
+					in, acksIn = framesWithout(frames, server, local)
+					t.Logf("%s: pure ACKs left out: %d out, %d in", describeConn(c), acksOut, acksIn)
+					if acksOut == 0 && acksIn == 0 {
+						t.Errorf("%s: no pure ACK in the capture: the check proves nothing", describeConn(c))
+					}
+				}
 				var fins, rsts int
 				for _, f := range frames {
 					if f.src == local || f.dst == local {

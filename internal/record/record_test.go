@@ -242,7 +242,8 @@ func TestFTPPatternTCP(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgtcp", RateMbit: 100})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	// acks: one ip_send and device event per tcp_xmit, pure ACKs included.
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupAcks})
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	srv, srvOut := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", addr)
 	out := run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr,
