@@ -181,6 +181,42 @@ static __always_inline int is_connection(const struct sock *s)
 		return sk->sk_type == SOCK_STREAM;
 	return sk->sk_protocol == IPPROTO_UDP_ && sk->sk_type == SOCK_DGRAM;
 }
+/* One end of a socket for the expression: an address v4-mapped in an IPv6
+ * socket is the IPv4 address it stands for, as the readers take it. */
+static __always_inline void pcap_end(__u8 *fam, __u32 *dst, __u8 family, const __u8 *src)
+{
+	const __u32 *w = (const __u32 *)src;
+
+	if (family == 4) {
+		*fam = 4;
+		dst[0] = w[0];
+		return;
+	}
+	if (w[0] == 0 && w[1] == 0 && w[2] == __builtin_bswap32(0xffff)) {
+		*fam = 4;
+		dst[0] = w[3];
+		return;
+	}
+	*fam = 6;
+	__builtin_memcpy(dst, src, 16);
+}
+
+/* Whether the pcap-filter expression leaves the socket of these addresses
+ * out. */
+static __always_inline int pcap_rejects(const struct sock_addrs *a)
+{
+	struct pcap_run r = {};
+
+	if (!pcap_len)
+		return 0;
+	r.t.proto = a->proto;
+	r.t.port[0] = a->lport;
+	r.t.port[1] = a->rport;
+	pcap_end(&r.t.fam[0], r.t.laddr, a->family, a->laddr);
+	pcap_end(&r.t.fam[1], r.t.raddr, a->family, a->raddr);
+	return !pcap_accepts(&r);
+}
+
 /* conn_of past the per-CPU cache: the connection table, and the filters
  * for a socket seen for the first time. */
 static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
@@ -222,8 +258,10 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	if (process == PROCESS_LISTEN)
 		a.state = TCP_LISTEN_;
 	/* What stays_filtered left to the table: the netns and cgroup
-	 * filters passed. */
-	if (port_filtered(a.lport, a.rport))
+	 * filters passed. The expression's verdict is the socket's for good,
+	 * kept in the table (a packet found by its addresses then gets it from
+	 * the CPU's caches) and in each CPU's verdict cache. */
+	if (port_filtered(a.lport, a.rport) || pcap_rejects(&a))
 		sel = 0;
 	/* The collect service ships traces from a cgroup of its own: its
 	 * sockets, and so every event of them at any layer, are left out. */

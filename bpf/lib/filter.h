@@ -4,6 +4,110 @@
 #ifndef MAGNET_LIB_FILTER_H
 #define MAGNET_LIB_FILTER_H
 
+/*
+ * The pcap-filter expression (magnet record EXPR), compiled by the recorder
+ * (internal/pcapfilter Compile) into tests of a socket's tuple, each with
+ * the instruction to go to when it holds and when not, every jump forward.
+ * A socket is judged once, when first seen (conn_slow), like --port: the
+ * expression selects connections, as the readers apply it
+ * (docs/FILTERS.md), so it costs a socket its first event and no packet
+ * anything more.
+ */
+#define PCAP_MAX_INSNS 128 /* pcapfilter.MaxInsns */
+#define PCAP_OP_PROTO 1    /* the protocol is val */
+#define PCAP_OP_FAMILY 2   /* the end's address is of family val (4, 6) */
+#define PCAP_OP_NET 3      /* of family val, and addr under mask */
+#define PCAP_OP_PORT 4     /* TCP or UDP, and the end's port in lo..hi */
+#define PCAP_ACCEPT 0xffff
+#define PCAP_REJECT 0xfffe
+
+struct pcap_insn {
+	__u8 op;
+	__u8 end; /* 0 local, 1 remote */
+	__u8 val;
+	__u8 _pad;
+	__u16 lo, hi;
+	__u16 jt, jf;  /* next instruction when the test holds, when not */
+	__u32 addr[4]; /* network order; IPv4 in the first word */
+	__u32 mask[4];
+};
+
+/* Written by the recorder before load; 0 instructions: no expression. */
+const volatile __u32 pcap_len = 0;
+const volatile struct pcap_insn pcap_prog[PCAP_MAX_INSNS] = {};
+
+/* A socket as the expression sees it: each end's address of family 4 when
+ * it is IPv4, also v4-mapped in an IPv6 socket (as on the wire). */
+struct pcap_tuple {
+	__u8 proto;
+	__u8 fam[2];
+	__u8 _pad;
+	__u16 port[2];
+	__u32 laddr[4];
+	__u32 raddr[4];
+};
+
+struct pcap_run {
+	struct pcap_tuple t;
+	__u32 pc;
+	__u32 accepted;
+};
+
+/* One instruction (a bpf_loop callback: verified once, whatever the
+ * program's length). */
+static long pcap_step(__u64 i, void *ctx)
+{
+	struct pcap_run *r = ctx;
+	const volatile struct pcap_insn *in;
+	const __u32 *a;
+	__u32 pc = r->pc;
+	__u16 port, next;
+	__u8 e;
+	int ok = 0;
+
+	if (pc >= PCAP_MAX_INSNS)
+		return 1;
+	in = &pcap_prog[pc];
+	e = in->end & 1;
+	a = e ? r->t.raddr : r->t.laddr;
+	port = e ? r->t.port[1] : r->t.port[0];
+	switch (in->op) {
+	case PCAP_OP_PROTO:
+		ok = r->t.proto == in->val;
+		break;
+	case PCAP_OP_FAMILY:
+		ok = r->t.fam[e] == in->val;
+		break;
+	case PCAP_OP_NET:
+		ok = r->t.fam[e] == in->val && (a[0] & in->mask[0]) == in->addr[0] &&
+		     (a[1] & in->mask[1]) == in->addr[1] && (a[2] & in->mask[2]) == in->addr[2] &&
+		     (a[3] & in->mask[3]) == in->addr[3];
+		break;
+	case PCAP_OP_PORT:
+		ok = (r->t.proto == IPPROTO_TCP_ || r->t.proto == IPPROTO_UDP_) && port >= in->lo &&
+		     port <= in->hi;
+		break;
+	}
+	next = ok ? in->jt : in->jf;
+	if (next == PCAP_ACCEPT) {
+		r->accepted = 1;
+		return 1;
+	}
+	if (next == PCAP_REJECT || next <= pc)
+		return 1;
+	r->pc = next;
+	return 0;
+}
+
+/* Whether the expression accepts the socket r->t. */
+static __always_inline int pcap_accepts(struct pcap_run *r)
+{
+	r->pc = 0;
+	r->accepted = 0;
+	bpf_loop(pcap_len, pcap_step, r, 0);
+	return r->accepted;
+}
+
 /* Whether the port filter turns down a socket or packet of these ports
  * (host order): neither is the filter's. */
 static __always_inline int port_filtered(__u16 lport, __u16 rport)
@@ -104,12 +208,13 @@ static __always_inline int left_out(struct cpu_state *st, __u64 cookie)
 	return cached_verdict(st, cookie) == VERDICT_FILTERED;
 }
 
-/* An event without a connection passes only when no filter needs one. */
+/* An event without a connection passes only when no filter needs one (an
+ * expression selects connections: it never matches such an event). */
 static __always_inline int unattributed_ok(__u32 netns)
 {
 	if (filter_netns && netns != filter_netns)
 		return 0;
-	return !filter_port && !filter_tgid && !filter_cgroup;
+	return !filter_port && !filter_tgid && !filter_cgroup && !pcap_len;
 }
 
 #endif

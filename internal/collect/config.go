@@ -58,6 +58,7 @@ type Filters struct {
 	Cgroup string `yaml:"cgroup"`
 	NetNS  string `yaml:"netns"`
 	Port   int    `yaml:"port"`
+	Pcap   string `yaml:"pcap"` // a pcap-filter expression, as magnet record takes it
 }
 
 // ShipConfig tunes the shipper.

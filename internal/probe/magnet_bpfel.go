@@ -510,6 +510,20 @@ const (
 	magnetMgTypeMG_TYPE_MAX     magnetMgType = 25
 )
 
+type magnetPcapInsn struct {
+	_    structs.HostLayout
+	Op   uint8
+	End  uint8
+	Val  uint8
+	Pad  uint8
+	Lo   uint16
+	Hi   uint16
+	Jt   uint16
+	Jf   uint16
+	Addr [4]uint32
+	Mask [4]uint32
+}
+
 type magnetTcpRateSent struct {
 	_              structs.HostLayout
 	Delivered      uint32
@@ -624,6 +638,8 @@ const (
 	magnetVarFilterTgid        = "filter_tgid"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
+	magnetVarPcapLen           = "pcap_len"
+	magnetVarPcapProg          = "pcap_prog"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
 	magnetVarTupleGens         = "tuple_gens"
@@ -759,6 +775,8 @@ type magnetVariableSpecs struct {
 	FilterTgid       *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	NestedSize       *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	PcapLen          *ebpf.VariableSpec `ebpf:"pcap_len"`
+	PcapProg         *ebpf.VariableSpec `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
@@ -861,6 +879,8 @@ type magnetVariables struct {
 	FilterTgid       *ebpf.Variable `ebpf:"filter_tgid"`
 	NestedSize       *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
+	PcapLen          *ebpf.Variable `ebpf:"pcap_len"`
+	PcapProg         *ebpf.Variable `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
