@@ -61,6 +61,8 @@ packet. Configurations:
   record-other-port    magnet record --port of a port no run uses, on the
                        sender's side: what every other connection pays
                        while magnet records one service (--churn's)
+  record-other-expr    the same with a pcap-filter expression that excludes
+                       every run's traffic instead of --port
 
 --churn adds connection churn on an unlimited link of its own: short
 connections one after another (magnet workload send --churn D --size 100:
