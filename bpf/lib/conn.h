@@ -181,26 +181,6 @@ static __always_inline int is_connection(const struct sock *s)
 		return sk->sk_type == SOCK_STREAM;
 	return sk->sk_protocol == IPPROTO_UDP_ && sk->sk_type == SOCK_DGRAM;
 }
-/* One end of a socket for the expression: an address v4-mapped in an IPv6
- * socket is the IPv4 address it stands for, as the readers take it. */
-static __always_inline void pcap_end(__u8 *fam, __u32 *dst, __u8 family, const __u8 *src)
-{
-	const __u32 *w = (const __u32 *)src;
-
-	if (family == 4) {
-		*fam = 4;
-		dst[0] = w[0];
-		return;
-	}
-	if (w[0] == 0 && w[1] == 0 && w[2] == __builtin_bswap32(0xffff)) {
-		*fam = 4;
-		dst[0] = w[3];
-		return;
-	}
-	*fam = 6;
-	__builtin_memcpy(dst, src, 16);
-}
-
 /* Whether the pcap-filter expression leaves the socket of these addresses
  * out. */
 static __always_inline int pcap_rejects(const struct sock_addrs *a)
@@ -209,12 +189,23 @@ static __always_inline int pcap_rejects(const struct sock_addrs *a)
 
 	if (!pcap_len)
 		return 0;
-	r.t.proto = a->proto;
-	r.t.port[0] = a->lport;
-	r.t.port[1] = a->rport;
-	pcap_end(&r.t.fam[0], r.t.laddr, a->family, a->laddr);
-	pcap_end(&r.t.fam[1], r.t.raddr, a->family, a->raddr);
+	pcap_fill(&r.t, a->proto, a->family, a->laddr, a->raddr, a->lport, a->rport);
 	return !pcap_accepts(&r);
+}
+
+/*
+ * Whether no listener the expression selects can take the packets of a
+ * TCP socket it rejects, were that socket not in the tuples map
+ * (pcap_listeners_rejected). The socket can then stay out of the maps, as
+ * --port leaves a socket out (stays_filtered): its packets find nothing,
+ * or a listener left out too.
+ */
+static __always_inline int pcap_rejects_listeners(const struct sock_addrs *a)
+{
+	struct pcap_run r = {};
+
+	pcap_fill(&r.t, a->proto, a->family, a->laddr, a->raddr, a->lport, a->rport);
+	return pcap_listeners_rejected(&r);
 }
 
 /* conn_of past the per-CPU cache: the connection table, and the filters
@@ -261,8 +252,19 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	 * filters passed. The expression's verdict is the socket's for good,
 	 * kept in the table (a packet found by its addresses then gets it from
 	 * the CPU's caches) and in each CPU's verdict cache. */
-	if (port_filtered(a.lport, a.rport) || pcap_rejects(&a))
+	if (port_filtered(a.lport, a.rport))
 		sel = 0;
+	if (pcap_rejects(&a)) {
+		/* A connected TCP socket whose packets no listener the
+		 * expression selects can take stays out of the maps, like one
+		 * --port leaves out: under churn, the inserts and deletions
+		 * are most of what a socket costs the programs. */
+		if (a.proto == IPPROTO_TCP_ && a.lport && a.rport && pcap_rejects_listeners(&a)) {
+			cache_verdict(cookie, 0);
+			return FILTERED;
+		}
+		sel = 0;
+	}
 	/* The collect service ships traces from a cgroup of its own: its
 	 * sockets, and so every event of them at any layer, are left out. */
 	if (exclude_cgroup && cgroup_under(BPF_CORE_READ(sk, sk_cgrp_data.cgroup), exclude_cgroup))

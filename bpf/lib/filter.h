@@ -108,6 +108,106 @@ static __always_inline int pcap_accepts(struct pcap_run *r)
 	return r->accepted;
 }
 
+/* One end of a socket for the expression: an address v4-mapped in an IPv6
+ * socket is the IPv4 address it stands for, as the readers take it. */
+static __always_inline void pcap_end(__u8 *fam, __u32 *dst, __u8 family, const __u8 *src)
+{
+	const __u32 *w = (const __u32 *)src;
+
+	if (family == 4) {
+		*fam = 4;
+		dst[0] = w[0];
+		return;
+	}
+	if (w[0] == 0 && w[1] == 0 && w[2] == __builtin_bswap32(0xffff)) {
+		*fam = 4;
+		dst[0] = w[3];
+		return;
+	}
+	*fam = 6;
+	__builtin_memcpy(dst, src, 16);
+}
+
+static __always_inline void pcap_fill(struct pcap_tuple *t, __u8 proto, __u8 family, const __u8 *laddr,
+				      const __u8 *raddr, __u16 lport, __u16 rport)
+{
+	t->proto = proto;
+	t->port[0] = lport;
+	t->port[1] = rport;
+	pcap_end(&t->fam[0], t->laddr, family, laddr);
+	pcap_end(&t->fam[1], t->raddr, family, raddr);
+}
+
+/*
+ * Whether the expression rejects every listener that can take the packets
+ * of the TCP tuple r->t when the tuples map does not hold that tuple: a
+ * packet whose own tuple is not there is looked up by its local address
+ * and port, then by its port alone (tuple_cookie), which finds a listener
+ * bound to that address or to the wildcard one, of either family. r->t is
+ * changed.
+ */
+static __always_inline int pcap_listeners_rejected(struct pcap_run *r)
+{
+	r->t.port[1] = 0;
+	__builtin_memset(r->t.raddr, 0, sizeof(r->t.raddr));
+	r->t.fam[1] = 4;
+	if (pcap_accepts(r))
+		return 0;
+	r->t.fam[1] = 6;
+	if (pcap_accepts(r))
+		return 0;
+	__builtin_memset(r->t.laddr, 0, sizeof(r->t.laddr));
+	r->t.fam[0] = 6;
+	if (pcap_accepts(r))
+		return 0;
+	r->t.fam[0] = r->t.fam[1] = 4;
+	return !pcap_accepts(r);
+}
+
+static __always_inline int tuple_key_is(const struct tuple_slot *ts, const __u32 *w)
+{
+	return ts->key[0] == w[0] && ts->key[1] == w[1] && ts->key[2] == w[2] && ts->key[3] == w[3] &&
+	       ts->key[4] == w[4] && ts->key[5] == w[5] && ts->key[6] == w[6] && ts->key[7] == w[7] &&
+	       ts->key[8] == w[8] && ts->key[9] == w[9] && ts->key[10] == w[10];
+}
+
+/*
+ * Whether a TCP packet of tuple k (family 4 or 6) is left out by the
+ * expression without a look-up: it rejects the packet's own tuple, which
+ * is its socket's if the table has it (a TCP socket is judged with both
+ * ports known, and its tuple does not change after), and every listener
+ * the look-up falls back to. The answer depends on k alone: the CPU's tuple
+ * cache keeps it as a FILTERED cookie, which tuple_cookie also returns, so
+ * the packets after cost a compare. UDP packets are looked up: a UDP
+ * socket's tuple in the map may be newer than the one it was judged by.
+ */
+static __always_inline int pcap_packet_out(struct cpu_state *st, struct tuple *k, __u8 family)
+{
+	const __u32 *w = (const __u32 *)k;
+	struct tuple_slot *ts = NULL;
+	struct pcap_run r = {};
+	__u32 slot, gen = 0;
+
+	if (!pcap_len || k->proto != IPPROTO_TCP_)
+		return 0;
+	if (st) {
+		slot = tuple_slot_of(w);
+		ts = &st->tuples[slot];
+		gen = tuple_gens[slot];
+		if (ts->gen == gen && ts->cookie == FILTERED && tuple_key_is(ts, w))
+			return 1;
+	}
+	pcap_fill(&r.t, k->proto, family, k->laddr, k->raddr, k->lport, k->rport);
+	if (pcap_accepts(&r) || !pcap_listeners_rejected(&r))
+		return 0;
+	if (ts) {
+		__builtin_memcpy(ts->key, k, sizeof(ts->key));
+		ts->gen = gen;
+		ts->cookie = FILTERED;
+	}
+	return 1;
+}
+
 /* Whether the port filter turns down a socket or packet of these ports
  * (host order): neither is the filter's. */
 static __always_inline int port_filtered(__u16 lport, __u16 rport)
