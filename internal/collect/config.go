@@ -20,6 +20,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
 
@@ -169,6 +170,15 @@ func (c *Config) fill() error {
 	var err error
 	if c.groups, err = event.ParseGroups(c.Events); err != nil {
 		return fmt.Errorf("events: %w", err)
+	}
+	if c.Filters.Pcap != "" {
+		e, err := pcapfilter.Parse(c.Filters.Pcap)
+		if err == nil {
+			_, err = e.Compile()
+		}
+		if err != nil {
+			return fmt.Errorf("filters.pcap: %w", err)
+		}
 	}
 	if c.Buffer != "" {
 		n, err := bytesize.Parse(c.Buffer)
