@@ -181,6 +181,7 @@ static __always_inline int is_connection(const struct sock *s)
 		return sk->sk_type == SOCK_STREAM;
 	return sk->sk_protocol == IPPROTO_UDP_ && sk->sk_type == SOCK_DGRAM;
 }
+
 /* Whether the pcap-filter expression leaves the socket of these addresses
  * out. */
 static __always_inline int pcap_rejects(const struct sock_addrs *a)
@@ -249,9 +250,9 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	if (process == PROCESS_LISTEN)
 		a.state = TCP_LISTEN_;
 	/* What stays_filtered left to the table: the netns and cgroup
-	 * filters passed. The expression's verdict is the socket's for good,
-	 * kept in the table (a packet found by its addresses then gets it from
-	 * the CPU's caches) and in each CPU's verdict cache. */
+	 * filters passed. The expression's verdict is the socket's for good:
+	 * in each CPU's verdict cache, and in the table (a packet found by its
+	 * addresses then gets it) unless the socket can stay out of it. */
 	if (port_filtered(a.lport, a.rport))
 		sel = 0;
 	if (pcap_rejects(&a)) {
