@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -346,5 +347,76 @@ func readerSelection(t *testing.T, sel *evselect.Selector, path string, cut uint
 			continue
 		}
 		out = append(out, eventOf(rec))
+	}
+}
+
+// TestPcapCommandLine records as a user types it: magnet record with an
+// expression as its argument, on the client's namespace, while the client
+// talks TCP to one port and UDP to another. The trace must hold the TCP
+// connection and not the UDP one, and its header must name the expression.
+func TestPcapCommandLine(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgpcapcli"})
+	tcpPort, udpPort := uniquePort(), uniquePort()
+	tcpAddr := fmt.Sprintf("%s:%d", lab.Server.Addr, tcpPort)
+	udpAddr := fmt.Sprintf("%s:%d", lab.Server.Addr, udpPort)
+	tsrv, tout := serve(t, lab, lab.Server, "--listen", tcpAddr, "--count", "20", "--size", "1000")
+	usrv, uout := serve(t, lab, lab.Server, "--proto", "udp", "--listen", udpAddr, "--count", "20", "--size", "1000")
+	dir := t.TempDir()
+	path, ready := dir+"/cli.mgt", dir+"/ready"
+	expr := fmt.Sprintf("tcp port %d", tcpPort)
+	rec := exec.Command(magnetBin, "record", "-q", "-o", path, "--netns", lab.Client.NS, "--ready-file", ready, "tcp", "port", fmt.Sprint(tcpPort))
+	var stderr strings.Builder
+	rec.Stderr = &stderr
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if rec.ProcessState == nil {
+			rec.Process.Kill()
+			rec.Wait()
+		}
+	}()
+	// The recorder writes the ready file once its probes are attached;
+	// nothing else says so.
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 600 {
+			t.Fatalf("recorder not ready after 60 s: %s", stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--to", tcpAddr, "--count", "20", "--size", "1000", "--interval", "1ms"))
+	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "udp", "--to", udpAddr, "--count", "20", "--size", "1000", "--interval", "1ms"))
+	tout.Scan()
+	uout.Scan()
+	tsrv.Wait()
+	usrv.Wait()
+	if !strings.Contains(tout.Text(), "received 20000 bytes") || !strings.Contains(uout.Text(), "received 20000 bytes") {
+		t.Fatalf("servers: %q, %q", tout.Text(), uout.Text())
+	}
+	if err := rec.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("record: %v: %s", err, stderr.String())
+	}
+	h, evs, _ := readTrace(t, path)
+	if h.Settings.Filters["pcap"] != expr {
+		t.Errorf("header filters %v, want pcap %q", h.Settings.Filters, expr)
+	}
+	cs := conns(t, path)
+	if len(cs) != 1 || cs[0].Proto != "tcp" || int(cs[0].Remote.Port()) != tcpPort {
+		t.Fatalf("connections %+v, want the one TCP connection to port %d", cs, tcpPort)
+	}
+	if s := count(evs, "sock_send", cs[0].ID); s.sum != 20000 {
+		t.Errorf("sock_send of the TCP connection: %d bytes, want 20000", s.sum)
+	}
+	for _, e := range evs {
+		if e.conn != 0 && e.conn != cs[0].ID {
+			t.Fatalf("an event of connection %d, which the trace does not announce", e.conn)
+		}
 	}
 }
