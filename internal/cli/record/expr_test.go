@@ -42,3 +42,14 @@ func TestExpressionArgs(t *testing.T) {
 		t.Fatalf("record tcp port -- true: %v", err)
 	}
 }
+
+// The readers' --filter is refused with where it applies.
+func TestCELFilterRefused(t *testing.T) {
+	cmd := New()
+	cmd.SetArgs([]string{"-o", t.TempDir() + "/x.mgt", "--filter", "size > 65536"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "applied when reading (magnet parse FILE --filter") {
+		t.Fatalf("record --filter: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ import (
 func New() *cobra.Command {
 	var (
 		output, events, buffer, cgroup, netns, readyFile string
+		celFilter                                        string
 		wakeupFill                                       float64
 		pollInterval, flushEvery                         time.Duration
 		pid, port                                        int
@@ -71,6 +72,9 @@ Event groups (--events, comma-separated; "-group" removes one):
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("filter") {
+				return fmt.Errorf("record: --filter %q: a CEL expression is applied when reading (magnet parse FILE --filter %q); record takes a pcap-filter expression, before --", celFilter, celFilter)
+			}
 			var pcap string
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				pcap, args = strings.Join(args[:dash], " "), args[dash:]
@@ -191,6 +195,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
 	kernel.add(f)
+	// The readers' --filter, taken only to say where it applies.
+	f.StringVar(&celFilter, "filter", "", "")
+	_ = f.MarkHidden("filter")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
 }
