@@ -19,6 +19,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/record"
@@ -417,6 +418,31 @@ func TestPcapCommandLine(t *testing.T) {
 	for _, e := range evs {
 		if e.conn != 0 && e.conn != cs[0].ID {
 			t.Fatalf("an event of connection %d, which the trace does not announce", e.conn)
+		}
+	}
+}
+
+// What an expression cannot keep is refused before anything loads, in one
+// line: a bad or too long expression, the sched group and kernel events
+// (none of whose events have a connection).
+func TestPcapRefused(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  record.Config
+		want string
+	}{
+		{record.Config{Filters: record.Filters{Pcap: "tcp port"}}, "pcap filter: column 9 (end): port needs a value"},
+		{record.Config{Filters: record.Filters{Pcap: strings.Repeat("port 1 or ", 64) + "port 2"}}, "more than 128 tests"},
+		{record.Config{Groups: event.DefaultGroups | event.GroupSched, Filters: record.Filters{Pcap: "tcp"}}, "the sched group with a pcap-filter expression"},
+		{record.Config{KernelEvents: []kevent.Spec{{Kind: kevent.Tracepoint, System: "napi", Name: "napi_poll"}}, Filters: record.Filters{Pcap: "tcp"}}, "kernel events with a pcap-filter expression"},
+	} {
+		tc.cfg.Output = t.TempDir() + "/x.mgt"
+		tc.cfg.StatusDir = t.TempDir()
+		_, err := record.Run(t.Context(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%+v: %v, want one line containing %q", tc.cfg.Filters, err, tc.want)
+		}
+		if _, serr := os.Stat(tc.cfg.Output); serr == nil {
+			t.Errorf("%q: the output was created", tc.want)
 		}
 	}
 }
