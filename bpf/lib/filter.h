@@ -99,13 +99,26 @@ static long pcap_step(__u64 i, void *ctx)
 	return 0;
 }
 
-/* Whether the expression accepts the socket r->t. */
+/*
+ * Whether the expression accepts the socket t. A global function: the
+ * verifier checks it once for each program, on its own, where a static one
+ * would be checked again at each of its calls in each state of the caller
+ * (loading took 2.4 s of CPU instead of 0.4 s with an expression).
+ */
+__noinline int pcap_eval(const struct pcap_tuple *t)
+{
+	struct pcap_run r = {};
+
+	if (!t)
+		return 0;
+	__builtin_memcpy(&r.t, t, sizeof(r.t));
+	bpf_loop(pcap_len, pcap_step, &r, 0);
+	return r.accepted;
+}
+
 static __always_inline int pcap_accepts(struct pcap_run *r)
 {
-	r->pc = 0;
-	r->accepted = 0;
-	bpf_loop(pcap_len, pcap_step, r, 0);
-	return r->accepted;
+	return pcap_eval(&r->t);
 }
 
 /* One end of a socket for the expression: an address v4-mapped in an IPv6
