@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The recorder's filters (--netns, --port, --pid, --cgroup, the excluded
- * cgroup) and each CPU's cache of verdicts that cannot change. */
+ * cgroup, the pcap-filter expression and its interpreter) and each CPU's
+ * cache of verdicts that cannot change. */
 #ifndef MAGNET_LIB_FILTER_H
 #define MAGNET_LIB_FILTER_H
 
@@ -10,8 +11,9 @@
  * the instruction to go to when it holds and when not, every jump forward.
  * A socket is judged once, when first seen (conn_slow), like --port: the
  * expression selects connections, as the readers apply it
- * (docs/FILTERS.md), so it costs a socket its first event and no packet
- * anything more.
+ * (docs/FILTERS.md), so it costs a socket its first event, and a received
+ * TCP packet looked up by its addresses a test of its tuple the first time
+ * the CPU sees it (pcap_packet_out).
  */
 #define PCAP_MAX_INSNS 128 /* pcapfilter.MaxInsns */
 #define PCAP_OP_PROTO 1    /* the protocol is val */
