@@ -96,7 +96,7 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		if (port_filtered(k.lport, k.rport))
+		if (port_filtered(k.lport, k.rport) || pcap_packet_out(st, &k, 4))
 			return FILTERED;
 		cookie = tuple_cookie(st, &k);
 		if (cookie && (frag & IP_MF))
@@ -121,7 +121,7 @@ static __always_inline __u64 conn_from_headers(struct cpu_state *st, unsigned ch
 		}
 		k.lport = __builtin_bswap16(ingress ? dport : sport);
 		k.rport = __builtin_bswap16(ingress ? sport : dport);
-		if (port_filtered(k.lport, k.rport))
+		if (port_filtered(k.lport, k.rport) || pcap_packet_out(st, &k, 6))
 			return FILTERED;
 		return tuple_cookie(st, &k);
 	}

@@ -297,6 +297,12 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit_tcp_state(sk, conn, now, 1);
 	if (conn) {
 		emit_conn_close(sk, ci, cookie, now);
+	} else if (!ci->eligible && ci->rport) {
+		/* Left out for good (--port, an expression): its late packets
+		 * stay its, as a recorded connection's do (emit_conn_close),
+		 * rather than fall to its listener, which the filters may
+		 * select. */
+		ci->closed = 1;
 	} else {
 		struct sock_addrs a;
 

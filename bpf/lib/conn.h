@@ -181,6 +181,34 @@ static __always_inline int is_connection(const struct sock *s)
 		return sk->sk_type == SOCK_STREAM;
 	return sk->sk_protocol == IPPROTO_UDP_ && sk->sk_type == SOCK_DGRAM;
 }
+
+/* Whether the pcap-filter expression leaves the socket of these addresses
+ * out. */
+static __always_inline int pcap_rejects(const struct sock_addrs *a)
+{
+	struct pcap_run r = {};
+
+	if (!pcap_len)
+		return 0;
+	pcap_fill(&r.t, a->proto, a->family, a->laddr, a->raddr, a->lport, a->rport);
+	return !pcap_accepts(&r);
+}
+
+/*
+ * Whether no listener the expression selects can take the packets of a
+ * TCP socket it rejects, were that socket not in the tuples map
+ * (pcap_listeners_rejected). The socket can then stay out of the maps, as
+ * --port leaves a socket out (stays_filtered): its packets find nothing,
+ * or a listener left out too.
+ */
+static __always_inline int pcap_rejects_listeners(const struct sock_addrs *a)
+{
+	struct pcap_run r = {};
+
+	pcap_fill(&r.t, a->proto, a->family, a->laddr, a->raddr, a->lport, a->rport);
+	return pcap_listeners_rejected(&r);
+}
+
 /* conn_of past the per-CPU cache: the connection table, and the filters
  * for a socket seen for the first time. */
 static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
@@ -222,9 +250,22 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	if (process == PROCESS_LISTEN)
 		a.state = TCP_LISTEN_;
 	/* What stays_filtered left to the table: the netns and cgroup
-	 * filters passed. */
+	 * filters passed. The expression's verdict is the socket's for good:
+	 * in each CPU's verdict cache, and in the table (a packet found by its
+	 * addresses then gets it) unless the socket can stay out of it. */
 	if (port_filtered(a.lport, a.rport))
 		sel = 0;
+	if (pcap_rejects(&a)) {
+		/* A connected TCP socket whose packets no listener the
+		 * expression selects can take stays out of the maps, like one
+		 * --port leaves out: under churn, the inserts and deletions
+		 * are most of what a socket costs the programs. */
+		if (a.proto == IPPROTO_TCP_ && a.lport && a.rport && pcap_rejects_listeners(&a)) {
+			cache_verdict(cookie, 0);
+			return FILTERED;
+		}
+		sel = 0;
+	}
 	/* The collect service ships traces from a cgroup of its own: its
 	 * sockets, and so every event of them at any layer, are left out. */
 	if (exclude_cgroup && cgroup_under(BPF_CORE_READ(sk, sk_cgrp_data.cgroup), exclude_cgroup))

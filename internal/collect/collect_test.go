@@ -29,7 +29,7 @@ host: web1
 spool: /tmp/spool
 rotate: {interval: 10m, size: 100MiB}
 events: default,-dev
-filters: {port: 443}
+filters: {port: 443, pcap: "tcp and net 10.1.0.0/16"}
 disk_budget: 2GiB
 targets:
   - {type: dir, path: /mnt/archive}
@@ -42,7 +42,7 @@ targets:
 	if c.budget != 2<<30 || c.rotateMax != 100<<20 || c.Rotate.Interval != 10*time.Minute || c.Targets[0].Name != "dir-0" || c.Targets[1].Name != "backup" || !*c.Compress {
 		t.Fatalf("parsed %+v", c)
 	}
-	if c.groups&event.GroupDev != 0 || c.Filters.Port != 443 {
+	if c.groups&event.GroupDev != 0 || c.Filters.Port != 443 || c.Filters.Pcap != "tcp and net 10.1.0.0/16" {
 		t.Fatalf("events/filters: %v %+v", c.groups, c.Filters)
 	}
 	sum, err := Parse([]byte("summary: 10s\n"))
@@ -60,6 +60,7 @@ targets:
 		"disk_budget: -1":                  "bad size",
 		"events: bogus":                    "unknown event group",
 		"summary: 10ms":                    "at least 100ms",
+		"filters: {pcap: 'tcp port'}":      "filters.pcap: pcap filter: column 9 (end): port needs a value",
 		"pattern: a/%n.mgt":                "without directory",
 		"pattern: '%q.mgt'":                "unknown verb",
 		"targets: [{type: ftp}]":           "unknown type",

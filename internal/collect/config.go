@@ -20,6 +20,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
 
@@ -61,6 +62,7 @@ type Filters struct {
 	Cgroup string `yaml:"cgroup"`
 	NetNS  string `yaml:"netns"`
 	Port   int    `yaml:"port"`
+	Pcap   string `yaml:"pcap"` // a pcap-filter expression, as magnet record takes it
 }
 
 // ShipConfig tunes the shipper.
@@ -177,6 +179,15 @@ func (c *Config) fill() error {
 	}
 	if c.Summary > 0 && strings.TrimSpace(c.Events) == "" {
 		c.groups = 0 // what summary mode summarizes
+	}
+	if c.Filters.Pcap != "" {
+		e, err := pcapfilter.Parse(c.Filters.Pcap)
+		if err == nil {
+			_, err = e.Compile()
+		}
+		if err != nil {
+			return fmt.Errorf("filters.pcap: %w", err)
+		}
 	}
 	if c.Buffer != "" {
 		n, err := bytesize.Parse(c.Buffer)

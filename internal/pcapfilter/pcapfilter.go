@@ -203,6 +203,16 @@ func lex(src string) ([]token, error) {
 			}
 			toks = append(toks, token{src[i:j], i})
 			i = j
+		case strings.IndexByte("<>=[]", c) >= 0:
+			// pcap-filter's arithmetic ("len > 100", "tcp[13] & 2 != 0")
+			// is about packets: name the word it applies to when that is
+			// one magnet refuses anyway.
+			if n := len(toks); n > 0 {
+				if why, bad := unsupported[strings.ToLower(toks[n-1].s)]; bad {
+					return nil, fmt.Errorf("%w: column %d: %q is not supported: %s", ErrSyntax, toks[n-1].pos+1, toks[n-1].s, why)
+				}
+			}
+			return nil, fmt.Errorf("%w: column %d: unexpected character %q: comparisons and packet bytes are not supported (an expression selects connections by protocol, address and port)", ErrSyntax, i+1, rune(c))
 		default:
 			return nil, fmt.Errorf("%w: column %d: unexpected character %q", ErrSyntax, i+1, rune(c))
 		}

@@ -134,6 +134,8 @@ func TestErrors(t *testing.T) {
 		{"ether host 00:11:22:33:44:55", `"ether" is not supported`},
 		{"tcp & udp", `column 5: "&": did you mean "&&"?`},
 		{"port 80 $", `column 9: unexpected character '$'`},
+		{"tcp and len > 100", `column 9: "len" is not supported: events have no packet length here`},
+		{"tcp[13] & 2 != 0", `column 4: unexpected character '[': comparisons and packet bytes are not supported`},
 		{"src", "column 4 (end): expected host, net, port or portrange"},
 		{"src and", `column 5: expected host, net, port or portrange, got "and"`},
 		{"port and 80", `column 6: port needs a value, got "and"`},

@@ -564,6 +564,20 @@ const (
 	magnetMgTypeMG_TYPE_MAX     magnetMgType = 26
 )
 
+type magnetPcapInsn struct {
+	_    structs.HostLayout
+	Op   uint8
+	End  uint8
+	Val  uint8
+	Pad  uint8
+	Lo   uint16
+	Hi   uint16
+	Jt   uint16
+	Jf   uint16
+	Addr [4]uint32
+	Mask [4]uint32
+}
+
 type magnetTcpRateSent struct {
 	_              structs.HostLayout
 	Delivered      uint32
@@ -678,6 +692,8 @@ const (
 	magnetVarLocalDropMarks    = "local_drop_marks"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
+	magnetVarPcapLen           = "pcap_len"
+	magnetVarPcapProg          = "pcap_prog"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
 	magnetVarSummaryMode       = "summary_mode"
@@ -814,6 +830,8 @@ type magnetVariableSpecs struct {
 	LocalDropMarks   *ebpf.VariableSpec `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	PcapLen          *ebpf.VariableSpec `ebpf:"pcap_len"`
+	PcapProg         *ebpf.VariableSpec `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
@@ -923,6 +941,8 @@ type magnetVariables struct {
 	LocalDropMarks   *ebpf.Variable `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
+	PcapLen          *ebpf.Variable `ebpf:"pcap_len"`
+	PcapProg         *ebpf.Variable `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`

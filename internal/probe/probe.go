@@ -8,6 +8,7 @@ package probe
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/ring"
 )
 
@@ -77,6 +79,9 @@ type Filters struct {
 	Port     uint16 // local or remote port
 	TGID     uint32 // process id
 	CgroupID uint64 // cgroup2 id: the cgroup and its descendants
+	// Pcap is a compiled pcap-filter expression (pcapfilter.Expr.Compile),
+	// which each socket must pass when first seen; nil: none.
+	Pcap []pcapfilter.Insn
 }
 
 // Options configure Load.
@@ -205,6 +210,8 @@ func Load(opts Options) (*Probe, error) {
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(opts.Groups)},
 		{"summary_mode", uint8(b2u(opts.Summary))},
+		{"pcap_len", uint32(len(opts.Filters.Pcap))},
+		{"pcap_prog", pcapProg(opts.Filters.Pcap)},
 	} {
 		if err := set(kv.name, kv.v); err != nil {
 			return nil, err
@@ -917,4 +924,20 @@ func (p *Probe) ForgetSummary(cookie uint64) error {
 		return fmt.Errorf("delete summary of %d: %w", cookie, err)
 	}
 	return nil
+}
+
+// pcapProg lays prog out as the BPF object's pcap_prog array: the address
+// and mask bytes go into the words as they are in memory.
+func pcapProg(prog []pcapfilter.Insn) [pcapfilter.MaxInsns]magnetPcapInsn {
+	var out [pcapfilter.MaxInsns]magnetPcapInsn
+	for i, in := range prog[:min(len(prog), pcapfilter.MaxInsns)] {
+		o := &out[i]
+		o.Op, o.End, o.Val = in.Op, in.End, in.Val
+		o.Lo, o.Hi, o.Jt, o.Jf = in.Lo, in.Hi, in.JT, in.JF
+		for w := range 4 {
+			o.Addr[w] = binary.NativeEndian.Uint32(in.Addr[4*w:])
+			o.Mask[w] = binary.NativeEndian.Uint32(in.Mask[4*w:])
+		}
+	}
+	return out
 }

@@ -96,6 +96,9 @@ func filterSettings(f Filters) map[string]string {
 	if f.Port > 0 {
 		m["port"] = strconv.Itoa(f.Port)
 	}
+	if f.Pcap != "" {
+		m["pcap"] = f.Pcap
+	}
 	if len(m) == 0 {
 		return nil
 	}

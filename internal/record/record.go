@@ -28,6 +28,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/outfile"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/ring"
 	"github.com/magnet-tracer/magnet/internal/streamfile"
@@ -54,6 +55,9 @@ type Filters struct {
 	Cgroup string // cgroup2 path; "" = any
 	NetNS  string // netns name (under /run/netns) or path; "" = any
 	Port   int    // local or remote port; 0 = any
+	// Pcap is a pcap-filter expression over connections (docs/FILTERS.md),
+	// judged in BPF for each socket when first seen; "" = any.
+	Pcap string
 }
 
 // Config configures a recording.
@@ -305,6 +309,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	kf, err := resolveFilters(cfg.Filters)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Filters.Pcap != "" {
+		if err := checkPcapGroups(cfg.Groups, len(cfg.KernelEvents) > 0); err != nil {
+			return nil, err
+		}
 	}
 	kev, err := planKernelEvents(cfg.KernelEvents)
 	if err != nil {
@@ -1261,7 +1270,29 @@ func resolveFilters(f Filters) (probe.Filters, error) {
 		}
 		kf.CgroupID = st.Ino
 	}
+	if f.Pcap != "" {
+		e, err := pcapfilter.Parse(f.Pcap)
+		if err != nil {
+			return kf, err
+		}
+		if kf.Pcap, err = e.Compile(); err != nil {
+			return kf, fmt.Errorf("%w: %q %v: record a wider selection and give the expression when reading (magnet parse FILE '%s')", pcapfilter.ErrSyntax, f.Pcap, err, f.Pcap)
+		}
+	}
 	return kf, nil
+}
+
+// checkPcapGroups refuses event groups whose events have no connection
+// with an expression: it selects connections, so it would keep none of
+// them (the readers apply it the same way).
+func checkPcapGroups(g event.Group, kernelEvents bool) error {
+	if g&event.GroupSched != 0 {
+		return fmt.Errorf("the sched group with a pcap-filter expression: scheduler events have no connection, so an expression keeps none (leave sched out, or record without the expression and give it when reading)")
+	}
+	if kernelEvents {
+		return fmt.Errorf("kernel events with a pcap-filter expression: they have no connection, so an expression keeps none (record without the expression and give it when reading)")
+	}
+	return nil
 }
 
 func humanBytes(n int64) string {

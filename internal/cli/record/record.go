@@ -6,6 +6,7 @@ package record
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/outfile"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/rotate"
@@ -29,6 +31,7 @@ import (
 func New() *cobra.Command {
 	var (
 		output, events, buffer, cgroup, netns, readyFile string
+		celFilter                                        string
 		wakeupFill                                       float64
 		pollInterval, flushEvery                         time.Duration
 		pid, port                                        int
@@ -44,13 +47,18 @@ func New() *cobra.Command {
 		flightMemory, triggers                           string
 	)
 	cmd := &cobra.Command{
-		Use:   "record -o FILE [flags] [-- COMMAND [ARGS...]]",
+		Use:   "record -o FILE [flags] [EXPRESSION] [-- COMMAND [ARGS...]]",
 		Short: "Record network-stack events into a trace file",
 		Long: `Record every step of data through the network stack into a trace file.
 
 Runs until COMMAND exits, --duration ends, or SIGINT/SIGTERM; then it drains
 everything still buffered and closes the file. With COMMAND, only the command
 and its children are recorded (they run in a cgroup of their own).
+
+EXPRESSION is a pcap-filter expression, as tcpdump takes it ('tcp port 443 and
+net 10.1.0.0/16'): it selects connections, judged in the kernel by each
+socket's addresses and ports when it is first seen, and the trace keeps every
+event of the connections it selects, at every layer (docs/FILTERS.md).
 
 With --rotate or --rotate-size the recording goes on across files: -o is a
 pattern whose verbs are expanded as each file starts (UTC): %Y %m %d, %H (the
@@ -70,13 +78,23 @@ Event groups (--events, comma-separated; "-group" removes one):
 ` + event.GroupHelp() + kernelGroupHelp(),
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
+  sudo magnet record -o web.mgt 'tcp port 443 and net 10.1.0.0/16'
   sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
   sudo magnet record --summary=10s --rotate 1h -o /var/lib/magnet/%h-%Y%m%dT%H%M%S.mgt
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() > 0 || (cmd.ArgsLenAtDash() < 0 && len(args) > 0) {
-				return fmt.Errorf("record: unexpected argument %q (put the command to record after --)", args[0])
+			if cmd.Flags().Changed("filter") {
+				return fmt.Errorf("record: --filter %q: a CEL expression is applied when reading (magnet parse FILE --filter %q); record takes a pcap-filter expression, before --", celFilter, celFilter)
+			}
+			var pcap string
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				pcap, args = strings.Join(args[:dash], " "), args[dash:]
+			} else {
+				pcap, args = strings.Join(args, " "), nil
+			}
+			if err := checkExpression(pcap); err != nil {
+				return fmt.Errorf("record: %w", err)
 			}
 			if output == "" {
 				return fmt.Errorf("record: an output file is required (-o FILE)")
@@ -129,7 +147,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 			cfg := record.Config{
 				Output:       output,
 				Groups:       groups,
-				Filters:      record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port},
+				Filters:      record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port, Pcap: pcap},
 				BufferBytes:  bufBytes,
 				Duration:     duration,
 				Command:      args,
@@ -242,8 +260,33 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: at most this much memory for the kept events (the window falls short past it, and the files say so)")
 	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
+	// The readers' --filter, taken only to say where it applies.
+	f.StringVar(&celFilter, "filter", "", "")
+	_ = f.MarkHidden("filter")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
+}
+
+// checkExpression parses the pcap-filter expression and compiles it, so
+// that a bad one is refused before anything loads. A command given
+// without "--" reads as an expression: when it does not parse and its
+// first word is a program, the error says where the command goes.
+func checkExpression(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	e, err := pcapfilter.Parse(s)
+	if err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+		if _, lerr := exec.LookPath(first); lerr == nil {
+			return fmt.Errorf("unexpected argument %q (put the command to record after --): %w", first, err)
+		}
+		return err
+	}
+	if _, err := e.Compile(); err != nil {
+		return fmt.Errorf("%w: %q %v: record a wider selection and give the expression when reading (magnet parse FILE '%s')", pcapfilter.ErrSyntax, s, err, s)
+	}
+	return nil
 }
 
 // checkHooks refuses a --disable-hook name that is no program's: it would

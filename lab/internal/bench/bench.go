@@ -56,6 +56,11 @@ const (
 	// pays per packet, but the full run's link tables leave it out
 	// (AllConfigs): no goal judges it there.
 	RecordOtherPort = "record-other-port"
+	// RecordOtherExpr is record-other-port with a pcap-filter expression
+	// (OtherExpr) instead of --port: what the expression's interpreter
+	// adds to each socket's first sight, for traffic it excludes. On a
+	// link or the churn, when --configs names it.
+	RecordOtherExpr = "record-other-expr"
 )
 
 // AllConfigs lists every configuration.

@@ -339,7 +339,8 @@ func TestSweepSmoke(t *testing.T) {
 // little; its accounting must be exact: both workload processes count the
 // same connections and bytes, record-sender announces and closes each
 // connection the sender made once (exactConns) and loses nothing, and
-// record-other-port, whose port no socket has, writes no event at all.
+// record-other-port, whose port no socket has, writes no event at all,
+// nor does record-other-expr, whose expression no socket matches.
 func TestChurnSmoke(t *testing.T) {
 	bin := smokeMagnet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -347,13 +348,13 @@ func TestChurnSmoke(t *testing.T) {
 	var log bytes.Buffer
 	r, err := Run(ctx, Options{
 		Magnet: bin, Reps: 1, Duration: time.Second, Churn: true,
-		ChurnConfigs: []string{Baseline, RecordSender, RecordOtherPort}, Log: &log,
+		ChurnConfigs: []string{Baseline, RecordSender, RecordOtherPort, RecordOtherExpr}, Log: &log,
 	})
 	t.Log(log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Churn == nil || len(r.Churn.Configs) != 3 || len(r.Links) != 0 {
+	if r.Churn == nil || len(r.Churn.Configs) != 4 || len(r.Links) != 0 {
 		t.Fatalf("churn %+v, %d links", r.Churn, len(r.Links))
 	}
 	for _, c := range r.Churn.Configs {
@@ -373,9 +374,9 @@ func TestChurnSmoke(t *testing.T) {
 			if tr.Events == 0 || tr.Lost != 0 || !exactConns(run) || c.ConnsExact != 1 {
 				t.Errorf("record-sender: %d events, %d lost, %d conn_open and %d conn_close for %d connections", tr.Events, tr.Lost, tr.ConnOpens, tr.ConnCloses, x.Connections)
 			}
-		case RecordOtherPort:
+		case RecordOtherPort, RecordOtherExpr:
 			if tr.Events != 0 || tr.Produced != 0 || tr.Lost != 0 || tr.ConnOpens != 0 || tr.ConnCloses != 0 {
-				t.Errorf("record-other-port: %d events (%d produced, %d lost, %d conn_open, %d conn_close), want none", tr.Events, tr.Produced, tr.Lost, tr.ConnOpens, tr.ConnCloses)
+				t.Errorf("%s: %d events (%d produced, %d lost, %d conn_open, %d conn_close), want none", c.Name, tr.Events, tr.Produced, tr.Lost, tr.ConnOpens, tr.ConnCloses)
 			}
 		}
 	}

@@ -23,6 +23,10 @@ const ChurnSize = 100
 // every one it takes within a few seconds.
 const OtherPort = 19999
 
+// OtherExpr is record-other-expr's expression: it excludes every run's
+// traffic, after tests of the protocol, both ports and both addresses.
+var OtherExpr = fmt.Sprintf("tcp port %d and net 10.99.0.0/16", OtherPort)
+
 // ChurnConfigs are the configurations of the churn measurement unless told
 // otherwise (Options.ChurnConfigs): the overhead table's magnet
 // configurations, record-other-port, and tcpdump on the sender's side as a

@@ -678,6 +678,7 @@ func (c *ChurnResult) summary() string {
 	for _, s := range []struct{ name, what string }{
 		{RecordSender, "Recording the sender's namespace (record-sender) costs"},
 		{RecordOtherPort, "recording another port (record-other-port) costs every other connection"},
+		{RecordOtherExpr, "recording with an expression that excludes the traffic (record-other-expr) costs"},
 	} {
 		cc := c.config(s.name)
 		if cc == nil || cc.ReductionPct.N == 0 {

@@ -29,7 +29,7 @@ const (
 // KnownConfigs are every configuration --configs takes: AllConfigs, the
 // two that record as a process (the full run adds them when it has a build
 // to compare with) and record-other-port (the churn measurement's).
-var KnownConfigs = append(append([]string{}, AllConfigs...), RecordSenderProc, RecordSenderOther, RecordOtherPort)
+var KnownConfigs = append(append([]string{}, AllConfigs...), RecordSenderProc, RecordSenderOther, RecordOtherPort, RecordOtherExpr)
 
 // unlimitedOnly are the configurations run on the unlimited link only: the
 // link where recording costs throughput (the rate-limited links have room

@@ -69,6 +69,10 @@ func (b *bencher) start(ctx context.Context, lab *netlab.Lab, config string, por
 		return b.startPinned(lab, lab.Client, func() (tracer, error) {
 			return b.startRecord(ctx, record.Filters{Port: OtherPort}, buffer, nil)
 		})
+	case RecordOtherExpr:
+		return b.startPinned(lab, lab.Client, func() (tracer, error) {
+			return b.startRecord(ctx, record.Filters{Pcap: OtherExpr}, buffer, nil)
+		})
 	case TcpdumpSender:
 		return b.startTcpdump(lab, lab.Client)
 	case TcpdumpReceiver:
