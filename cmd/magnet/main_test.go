@@ -102,7 +102,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--port", "70000"}, "port 70000"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--netns", "magnet-no-such-ns"}, "netns magnet-no-such-ns"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--cgroup", dir}, "not in a cgroup2 hierarchy"},
-		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "stray"}, "after --"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "ls"}, "after --"},
+		// An argument before -- is a pcap-filter expression.
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "stray"}, "pcap filter: column 1"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--summary=50ms"}, "--summary 50ms: want an interval of at least 100ms"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--summary", "--events", "default,sched"}, "sched cannot be summarized"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--flight", "10ms"}, "--flight 10ms: want a window of at least 1s"},
