@@ -646,8 +646,6 @@ func stopProc(cmd *exec.Cmd) {
 // the defect, so the rest of the suite guards what is already right. When
 // a comparison here passes, the log says so: take it off the list.
 var openBugs = map[string]string{
-	"listener_owner": "a listener that existed before recording began is first seen in a softirq, " +
-		"where its owner is unknown; it needs the owner found from the socket's inode, as ss -p finds it",
 	"report_send_buffer_equals_tshark_acks": "the send buffer of a server's accepted connection never drains " +
 		"(final = all it wrote), and a reset iperf3 connection's final is ~40 KB below what its acks leave",
 	"server_veth_frames_equal_tshark": "one 74-byte SYN per connection to a listener that existed before " +
