@@ -15,7 +15,17 @@ type Tracker struct {
 	acked      int64
 	isn        uint32
 	haveISN    bool
+	accepted   bool
 }
+
+// Accepted says the connection was first seen as its handshake completed,
+// an accepted one (conn_open in state SYN_RECV). Its SYN-ACK went out from
+// the listener's request socket, where tcp_xmit does not fire, so no SYN
+// tells where its data starts; but it has sent nothing since, and TCP
+// sends in order: the first segment it sends starts its data, and until
+// then the peer acknowledges up to there (the handshake's last ACK, and
+// the request that follows it). The first of these fixes the start.
+func (t *Tracker) Accepted() { t.accepted = true }
 
 // Known reports whether the SYN was seen, so that Occupancy means something.
 func (t *Tracker) Known() bool { return t.haveISN }
@@ -45,8 +55,12 @@ func (t *Tracker) AppWrote(n int64) bool {
 // often after TCP sent (and the peer acknowledged) its data: what TCP has
 // sent is a lower bound of what the application has written.
 func (t *Tracker) Sent(seq uint32, size int64, syn bool) bool {
-	if syn && !t.haveISN { // data starts after the SYN
+	switch {
+	case t.haveISN:
+	case syn: // data starts after the SYN
 		t.isn, t.haveISN = seq+1, true
+	case t.accepted:
+		t.isn, t.haveISN = seq, true
 	}
 	if !t.haveISN || size <= 0 {
 		return false
@@ -71,7 +85,10 @@ func (t *Tracker) unwrap(seq uint32, ref int64) int64 {
 // the ACK flag (tcp_rcv) and reports whether more was acknowledged.
 func (t *Tracker) Acked(ack uint32) bool {
 	if !t.haveISN {
-		return false
+		if !t.accepted {
+			return false
+		}
+		t.isn, t.haveISN = ack, true
 	}
 	if a := t.unwrap(ack, t.acked); a > t.acked {
 		t.acked = a

@@ -101,3 +101,47 @@ func TestTrackerAckedBytes(t *testing.T) {
 		t.Fatal("a smaller count acknowledges nothing new")
 	}
 }
+
+// TestTrackerAccepted: an accepted connection's SYN-ACK is never seen; its
+// data starts at its first segment, or at the peer's first acknowledgment
+// if that comes first (a server that reads a request before it answers).
+func TestTrackerAccepted(t *testing.T) {
+	start := uint32(0xfffffff0) // the data crosses the wrap
+	// The answer is sent first (a server that speaks first).
+	var tr Tracker
+	tr.Accepted()
+	tr.AppWrote(100)
+	if tr.Sent(start, 0, false) || !tr.Known() {
+		t.Fatal("the first segment fixes where the data starts")
+	}
+	tr.Sent(start, 100, false)
+	if !tr.Acked(start+60) || tr.Occupancy() != 40 {
+		t.Fatalf("occupancy %d after 60 of 100 bytes acknowledged, want 40", tr.Occupancy())
+	}
+	tr.Acked(start + 100)
+	if tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after all acknowledged", tr.Occupancy())
+	}
+
+	// The request comes first, acknowledging the SYN-ACK.
+	tr = Tracker{}
+	tr.Accepted()
+	if tr.Acked(start) || !tr.Known() {
+		t.Fatal("the first acknowledgment fixes where the data starts, and acknowledges no data")
+	}
+	tr.AppWrote(5000)
+	tr.Sent(start, 1448, false)
+	tr.Acked(start + 1448)
+	if tr.Occupancy() != 5000-1448 {
+		t.Fatalf("occupancy %d, want %d", tr.Occupancy(), 5000-1448)
+	}
+	if !tr.AckedBytes(5000) || tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after conn_close's bytes_acked covers all", tr.Occupancy())
+	}
+
+	// Not accepted: nothing but a SYN fixes the start.
+	tr = Tracker{}
+	if tr.Acked(start) || tr.Sent(start, 10, false) || tr.Known() {
+		t.Fatal("without a SYN or Accepted the start is unknown")
+	}
+}
