@@ -646,7 +646,6 @@ func stopProc(cmd *exec.Cmd) {
 // the defect, so the rest of the suite guards what is already right. When
 // a comparison here passes, the log says so: take it off the list.
 var openBugs = map[string]string{
-	"report_send_buffer_equals_tshark_acks": "a reset iperf3 connection's final send buffer is 20-45 KB below what its acks leave",
 	"server_veth_frames_equal_tshark": "one 74-byte SYN per connection to a listener that existed before " +
 		"recording began has no dev_recv",
 	"report_follows_every_data_packet":       "1-2 data packets of a few hundred are not matched at the peer",

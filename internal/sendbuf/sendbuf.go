@@ -16,6 +16,7 @@ type Tracker struct {
 	isn        uint32
 	haveISN    bool
 	accepted   bool
+	active     bool // the SYN seen was its own: it connected
 }
 
 // Accepted says the connection was first seen as its handshake completed,
@@ -58,7 +59,7 @@ func (t *Tracker) Sent(seq uint32, size int64, syn bool) bool {
 	switch {
 	case t.haveISN:
 	case syn: // data starts after the SYN
-		t.isn, t.haveISN = seq+1, true
+		t.isn, t.haveISN, t.active = seq+1, true, true
 	case t.accepted:
 		t.isn, t.haveISN = seq, true
 	}
@@ -81,8 +82,18 @@ func (t *Tracker) unwrap(seq uint32, ref int64) int64 {
 	return ref + int64(int32(seq-t.isn-uint32(ref)))
 }
 
-// Acked takes the acknowledgment number of a segment from the peer with
-// the ACK flag (tcp_rcv) and reports whether more was acknowledged.
+// Acknowledges says whether a segment from the peer with these TCP flags
+// (tcp_rcv's) acknowledges data up to its acknowledgment number: one with
+// ACK set, unless it is a reset. A reset carries the peer's rcv_nxt, all
+// it received, acknowledged or not (a receiver that closes with unread
+// data sends one), and the kernel takes no acknowledgment from it.
+func Acknowledges(tcpFlags uint8) bool {
+	const ack, rst = 0x10, 0x04
+	return tcpFlags&ack != 0 && tcpFlags&rst == 0
+}
+
+// Acked takes the acknowledgment number of a segment from the peer that
+// Acknowledges (tcp_rcv) and reports whether more was acknowledged.
 func (t *Tracker) Acked(ack uint32) bool {
 	if !t.haveISN {
 		if !t.accepted {
@@ -97,12 +108,18 @@ func (t *Tracker) Acked(ack uint32) bool {
 	return false
 }
 
-// AckedBytes takes a count of data bytes the peer acknowledged over the
+// AckedBytes takes the count of bytes the peer acknowledged over the
 // connection's life (tcpi_bytes_acked, which conn_close carries) and
 // reports whether more was acknowledged. ACKs that reach a connection
 // after the application closed it go through a kernel path where tcp_rcv
-// does not fire, so this is how they count.
+// does not fire, so this is how they count. The kernel counts from
+// snd_una at the start, which for a connection that sent its SYN itself
+// is the SYN: its count is the data acknowledged plus 1 (an accepted
+// connection starts at snd_una = its ISN + 1).
 func (t *Tracker) AckedBytes(n int64) bool {
+	if t.active {
+		n--
+	}
 	if !t.haveISN || n <= t.acked {
 		return false
 	}

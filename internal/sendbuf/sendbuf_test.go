@@ -94,7 +94,11 @@ func TestTrackerAckedBytes(t *testing.T) {
 	tr.Sent(7, 0, true)
 	tr.AppWrote(3000)
 	tr.Acked(8 + 1000)
-	if !tr.AckedBytes(3000) || tr.Occupancy() != 0 {
+	// The connection sent its SYN: the kernel's count includes it.
+	if !tr.AckedBytes(1+2500) || tr.Occupancy() != 500 {
+		t.Fatalf("occupancy %d after 2500 B (and the SYN) acknowledged, want 500", tr.Occupancy())
+	}
+	if !tr.AckedBytes(1+3000) || tr.Occupancy() != 0 {
 		t.Fatalf("occupancy %d after all 3000 B acknowledged", tr.Occupancy())
 	}
 	if tr.AckedBytes(2000) {
@@ -143,5 +147,13 @@ func TestTrackerAccepted(t *testing.T) {
 	tr = Tracker{}
 	if tr.Acked(start) || tr.Sent(start, 10, false) || tr.Known() {
 		t.Fatal("without a SYN or Accepted the start is unknown")
+	}
+}
+
+func TestAcknowledges(t *testing.T) {
+	for flags, want := range map[uint8]bool{0x10: true, 0x18: true, 0x11: true, 0x14: false, 0x04: false, 0x02: false, 0x12: true} {
+		if Acknowledges(flags) != want {
+			t.Errorf("Acknowledges(%#x) = %v", flags, !want)
+		}
 	}
 }
