@@ -172,6 +172,10 @@ func TestIperf3UDP(t *testing.T) {
 		mn, mb, _ := tr.devEvents("dev_recv", lab.Server, func(e ev) bool { return protoOf[e.Conn] == "udp" })
 		if mn != n || mb+14*mn != b {
 			t.Errorf("UDP dev_recv on the server's veth: %d, %d bytes + 14 each = %d; tshark: %d frames, %d bytes", mn, mb, mb+14*mn, n, b)
+			// Whether the sender's device saw them: the datagrams that
+			// left the client are its UdpOutDatagrams.
+			out, _, _ := tr.devEvents("dev_xmit", lab.Client, func(e ev) bool { return protoOf[e.Conn] == "udp" })
+			t.Logf("the client's UDP dev_xmit: %d; its UdpOutDatagrams: %d", out, dC["UdpOutDatagrams"])
 		}
 		control, _, _ := tr.devEvents("dev_recv", lab.Server, func(e ev) bool { return protoOf[e.Conn] == "tcp" })
 		all, _, _ := tr.devEvents("dev_recv", lab.Server, nil)
