@@ -124,7 +124,7 @@ func (d *connDetail) observe(e *ev) {
 			d.sample(t)
 		}
 	case kTCPRcv:
-		if e.flags&0x10 != 0 && d.sbuf.Acked(e.b) {
+		if sendbuf.Acknowledges(e.flags) && d.sbuf.Acked(e.b) {
 			d.sample(t)
 		}
 	case kTCPState:

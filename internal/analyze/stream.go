@@ -359,6 +359,9 @@ func (s *stream) advance(src *source) error {
 				cs.conn.Observe(src.rs, rec)
 				if k == kConnOpen {
 					s.opened(cs)
+					if isAccepted(rec) {
+						cs.accepted()
+					}
 				}
 			default:
 				cs.conn.Events++ // all Observe does for the others
@@ -457,6 +460,27 @@ func (src *source) connOf(s *stream, id, t uint64) *connState {
 	}
 	src.recent = cs
 	return cs
+}
+
+// isAccepted says whether conn_open rec announces a TCP connection first
+// seen as its handshake completed: an accepted one (its state then still
+// reads SYN_RECV, see docs/EVENTS.md).
+func isAccepted(rec trace.Record) bool {
+	const tcpSynRecv = 3
+	proto, _ := rec.Uint("proto")
+	state, _ := rec.Uint("state")
+	return proto == 6 && state == tcpSynRecv && rec.Flags()&export.ConnUpdate == 0
+}
+
+// accepted tells the connection's send-buffer trackers that it is an
+// accepted one (sendbuf.Tracker.Accepted).
+func (cs *connState) accepted() {
+	if cs.detail != nil {
+		cs.detail.sbuf.Accepted()
+	}
+	if cs.plot != nil {
+		cs.plot.detail.sbuf.Accepted()
+	}
 }
 
 // opened pairs a connection end with its peer once its addresses are known.

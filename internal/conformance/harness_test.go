@@ -653,19 +653,15 @@ func stopProc(cmd *exec.Cmd) {
 // the defect, so the rest of the suite guards what is already right. When
 // a comparison here passes, the log says so: take it off the list.
 var openBugs = map[string]string{
-	"listener_owner": "a listener that existed before recording began is first seen in a softirq, " +
-		"where its owner is unknown; it needs the owner found from the socket's inode, as ss -p finds it",
-	"report_send_buffer_equals_tshark_acks": "the send buffer of a server's accepted connection never drains " +
-		"(final = all it wrote), and a reset iperf3 connection's final is ~40 KB below what its acks leave",
 	"server_veth_frames_equal_tshark": "one 74-byte SYN per connection to a listener that existed before " +
 		"recording began has no dev_recv",
 	"report_follows_every_data_packet":       "1-2 data packets of a few hundred are not matched at the peer",
 	"dev_xmit_frame_by_frame_equals_tshark":  skippedRuns,
 	"report_sender_dev_xmit_equals_tshark":   skippedRuns,
 	"report_receiver_dev_recv_equals_tshark": skippedRuns,
+	"server_dev_recv_equals_tshark":          skippedRuns,
 	"qdisc_drops_equal_tc":                   "a qdisc drop in a thousand can be missing against tc -s",
 	"report_drops_equal_tc":                  "a qdisc drop in a thousand can be missing against tc -s",
-	"server_dev_recv_equals_tshark":          "UDP: the server's veth has more dev_recv than tshark has frames (3692 against 3680)",
 }
 
 // skippedRuns is the defect docs/EVENTS.md describes among its device

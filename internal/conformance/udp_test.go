@@ -162,9 +162,25 @@ func TestIperf3UDP(t *testing.T) {
 			}
 		}
 		n, b, _ := sumLen(in)
-		mn, mb, _ := tr.devEvents("dev_recv", lab.Server, nil)
+		// The recording's --port also selects iperf3's TCP control
+		// connection, on the same port; the capture (udp port P) does
+		// not. Every dev_recv of the server's veth is one or the other.
+		protoOf := map[uint64]string{}
+		for _, c := range tr.conns {
+			protoOf[c.ID] = c.Proto
+		}
+		mn, mb, _ := tr.devEvents("dev_recv", lab.Server, func(e ev) bool { return protoOf[e.Conn] == "udp" })
 		if mn != n || mb+14*mn != b {
-			t.Errorf("dev_recv on the server's veth: %d, %d bytes + 14 each = %d; tshark: %d frames, %d bytes", mn, mb, mb+14*mn, n, b)
+			t.Errorf("UDP dev_recv on the server's veth: %d, %d bytes + 14 each = %d; tshark: %d frames, %d bytes", mn, mb, mb+14*mn, n, b)
+			// Whether the sender's device saw them: the datagrams that
+			// left the client are its UdpOutDatagrams.
+			out, _, _ := tr.devEvents("dev_xmit", lab.Client, func(e ev) bool { return protoOf[e.Conn] == "udp" })
+			t.Logf("the client's UDP dev_xmit: %d; its UdpOutDatagrams: %d", out, dC["UdpOutDatagrams"])
+		}
+		control, _, _ := tr.devEvents("dev_recv", lab.Server, func(e ev) bool { return protoOf[e.Conn] == "tcp" })
+		all, _, _ := tr.devEvents("dev_recv", lab.Server, nil)
+		if control == 0 || all != mn+control {
+			t.Errorf("dev_recv on the server's veth: %d, of which UDP %d and iperf3's TCP control connection %d: want no other", all, mn, control)
 		}
 		var stream conn
 		for _, c := range servers {

@@ -20,6 +20,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/live"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/sendbuf"
 	"github.com/magnet-tracer/magnet/internal/trace"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
@@ -338,7 +339,10 @@ func connInfo(rec trace.Record) live.Info {
 	ra, _ := rec.Addr("raddr", fam != 6)
 	lp, _ := rec.Uint("lport")
 	rp, _ := rec.Uint("rport")
-	return live.Info{Proto: uint8(proto), Local: netip.AddrPortFrom(la, uint16(lp)), Remote: netip.AddrPortFrom(ra, uint16(rp)), NetNS: rec.NetNS()}
+	state, _ := rec.Uint("state")
+	const tcpSynRecv = 3 // an accepted child's state when first seen
+	return live.Info{Proto: uint8(proto), Local: netip.AddrPortFrom(la, uint16(lp)), Remote: netip.AddrPortFrom(ra, uint16(rp)), NetNS: rec.NetNS(),
+		Accepted: proto == 6 && state == tcpSynRecv}
 }
 
 // isSelf recognises both ends of a connection to the daemon's TCP
@@ -376,7 +380,7 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 		}
 	case event.TCPRcv:
 		c.Traffic(live.TCP, live.Recv, t, size)
-		if rec.Flags()&0x10 != 0 && h.rcvAck != nil {
+		if sendbuf.Acknowledges(rec.Flags()) && h.rcvAck != nil {
 			c.Ack(uint32(h.rcvAck.uint(rec.Data)))
 		}
 	case event.DevXmit:

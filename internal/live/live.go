@@ -93,6 +93,9 @@ type Info struct {
 	Local  netip.AddrPort
 	Remote netip.AddrPort
 	NetNS  uint32
+	// Accepted: a TCP connection first seen as its handshake completed
+	// (conn_open in state SYN_RECV), see sendbuf.Tracker.Accepted.
+	Accepted bool
 }
 
 // ProtoName names a protocol number as the API does.
@@ -416,6 +419,9 @@ func (t *Table) Open(id, ns uint64, info Info) *Conn {
 	c := t.Track(id, ns)
 	if !c.Opened {
 		c.Info, c.Opened = info, true
+		if info.Accepted {
+			c.sbuf.Accepted()
+		}
 		if c.Events == 0 {
 			c.OpenNs = ns
 		}

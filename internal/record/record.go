@@ -536,9 +536,13 @@ type recorder struct {
 	// bs's room itself (all but lost records); 0 for the others.
 	copySizes [256]int
 	scratch   []byte
-	writeErr  error
-	stopAt    time.Time // the end of Config.Duration; zero if none
-	kev       *kernelEvents
+	// owners names the owners of sockets first seen in softirq; opened
+	// holds such a conn_open, rewritten to name its owner.
+	owners   *owners
+	opened   []byte
+	writeErr error
+	stopAt   time.Time // the end of Config.Duration; zero if none
+	kev      *kernelEvents
 	// sum writes the conn_summary records of summary mode (nil
 	// otherwise), at nextSummary.
 	sum         *summary.Collector
@@ -554,6 +558,7 @@ func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
 	r.taskSuffix = probe.TaskSuffixSize
+	r.owners = newOwners("/proc")
 	for _, t := range hdr.Types {
 		r.sizes[t.ID] = t.Size
 		if !isLossRecord(t.ID) {
@@ -929,8 +934,19 @@ func (r *recorder) handle(raw []byte) error {
 		return fmt.Errorf("ring record of unknown type %d", typ)
 	case len(raw) == size:
 	case len(raw) == size+probe.TaskSuffixSize:
+		tid, k := taskOf(raw, size)
+		if tid == 0 && typ == uint8(event.ConnOpen) && r.owners != nil {
+			// A socket first seen in softirq: name its owner (see owners).
+			if w, ok := r.owners.of(raw); ok {
+				// A copy: the ring's memory is the kernel's to reuse.
+				r.opened = append(r.opened[:0], raw[:size]...)
+				raw = r.opened
+				binary.NativeEndian.PutUint32(raw[16:20], w.pid)
+				tid, k = w.pid, w.key
+			}
+		}
 		// tid 0 is each CPU's idle task (swapper/N): nothing to resolve.
-		if tid, k := taskOf(raw, size); tid != 0 && !r.knownTask(tid, k) {
+		if tid != 0 && !r.knownTask(tid, k) {
 			r.rememberTask(tid, k)
 			if err := r.writeTask(raw, tid, k); err != nil {
 				return err

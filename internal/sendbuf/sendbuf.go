@@ -15,7 +15,18 @@ type Tracker struct {
 	acked      int64
 	isn        uint32
 	haveISN    bool
+	accepted   bool
+	active     bool // the SYN seen was its own: it connected
 }
+
+// Accepted says the connection was first seen as its handshake completed,
+// an accepted one (conn_open in state SYN_RECV). Its SYN-ACK went out from
+// the listener's request socket, where tcp_xmit does not fire, so no SYN
+// tells where its data starts; but it has sent nothing since, and TCP
+// sends in order: the first segment it sends starts its data, and until
+// then the peer acknowledges up to there (the handshake's last ACK, and
+// the request that follows it). The first of these fixes the start.
+func (t *Tracker) Accepted() { t.accepted = true }
 
 // Known reports whether the SYN was seen, so that Occupancy means something.
 func (t *Tracker) Known() bool { return t.haveISN }
@@ -45,8 +56,12 @@ func (t *Tracker) AppWrote(n int64) bool {
 // often after TCP sent (and the peer acknowledged) its data: what TCP has
 // sent is a lower bound of what the application has written.
 func (t *Tracker) Sent(seq uint32, size int64, syn bool) bool {
-	if syn && !t.haveISN { // data starts after the SYN
-		t.isn, t.haveISN = seq+1, true
+	switch {
+	case t.haveISN:
+	case syn: // data starts after the SYN
+		t.isn, t.haveISN, t.active = seq+1, true, true
+	case t.accepted:
+		t.isn, t.haveISN = seq, true
 	}
 	if !t.haveISN || size <= 0 {
 		return false
@@ -67,11 +82,24 @@ func (t *Tracker) unwrap(seq uint32, ref int64) int64 {
 	return ref + int64(int32(seq-t.isn-uint32(ref)))
 }
 
-// Acked takes the acknowledgment number of a segment from the peer with
-// the ACK flag (tcp_rcv) and reports whether more was acknowledged.
+// Acknowledges says whether a segment from the peer with these TCP flags
+// (tcp_rcv's) acknowledges data up to its acknowledgment number: one with
+// ACK set, unless it is a reset. A reset carries the peer's rcv_nxt, all
+// it received, acknowledged or not (a receiver that closes with unread
+// data sends one), and the kernel takes no acknowledgment from it.
+func Acknowledges(tcpFlags uint8) bool {
+	const ack, rst = 0x10, 0x04
+	return tcpFlags&ack != 0 && tcpFlags&rst == 0
+}
+
+// Acked takes the acknowledgment number of a segment from the peer that
+// Acknowledges (tcp_rcv) and reports whether more was acknowledged.
 func (t *Tracker) Acked(ack uint32) bool {
 	if !t.haveISN {
-		return false
+		if !t.accepted {
+			return false
+		}
+		t.isn, t.haveISN = ack, true
 	}
 	if a := t.unwrap(ack, t.acked); a > t.acked {
 		t.acked = a
@@ -80,12 +108,18 @@ func (t *Tracker) Acked(ack uint32) bool {
 	return false
 }
 
-// AckedBytes takes a count of data bytes the peer acknowledged over the
+// AckedBytes takes the count of bytes the peer acknowledged over the
 // connection's life (tcpi_bytes_acked, which conn_close carries) and
 // reports whether more was acknowledged. ACKs that reach a connection
 // after the application closed it go through a kernel path where tcp_rcv
-// does not fire, so this is how they count.
+// does not fire, so this is how they count. The kernel counts from
+// snd_una at the start, which for a connection that sent its SYN itself
+// is the SYN: its count is the data acknowledged plus 1 (an accepted
+// connection starts at snd_una = its ISN + 1).
 func (t *Tracker) AckedBytes(n int64) bool {
+	if t.active {
+		n--
+	}
 	if !t.haveISN || n <= t.acked {
 		return false
 	}

@@ -94,10 +94,66 @@ func TestTrackerAckedBytes(t *testing.T) {
 	tr.Sent(7, 0, true)
 	tr.AppWrote(3000)
 	tr.Acked(8 + 1000)
-	if !tr.AckedBytes(3000) || tr.Occupancy() != 0 {
+	// The connection sent its SYN: the kernel's count includes it.
+	if !tr.AckedBytes(1+2500) || tr.Occupancy() != 500 {
+		t.Fatalf("occupancy %d after 2500 B (and the SYN) acknowledged, want 500", tr.Occupancy())
+	}
+	if !tr.AckedBytes(1+3000) || tr.Occupancy() != 0 {
 		t.Fatalf("occupancy %d after all 3000 B acknowledged", tr.Occupancy())
 	}
 	if tr.AckedBytes(2000) {
 		t.Fatal("a smaller count acknowledges nothing new")
+	}
+}
+
+// TestTrackerAccepted: an accepted connection's SYN-ACK is never seen; its
+// data starts at its first segment, or at the peer's first acknowledgment
+// if that comes first (a server that reads a request before it answers).
+func TestTrackerAccepted(t *testing.T) {
+	start := uint32(0xfffffff0) // the data crosses the wrap
+	// The answer is sent first (a server that speaks first).
+	var tr Tracker
+	tr.Accepted()
+	tr.AppWrote(100)
+	if tr.Sent(start, 0, false) || !tr.Known() {
+		t.Fatal("the first segment fixes where the data starts")
+	}
+	tr.Sent(start, 100, false)
+	if !tr.Acked(start+60) || tr.Occupancy() != 40 {
+		t.Fatalf("occupancy %d after 60 of 100 bytes acknowledged, want 40", tr.Occupancy())
+	}
+	tr.Acked(start + 100)
+	if tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after all acknowledged", tr.Occupancy())
+	}
+
+	// The request comes first, acknowledging the SYN-ACK.
+	tr = Tracker{}
+	tr.Accepted()
+	if tr.Acked(start) || !tr.Known() {
+		t.Fatal("the first acknowledgment fixes where the data starts, and acknowledges no data")
+	}
+	tr.AppWrote(5000)
+	tr.Sent(start, 1448, false)
+	tr.Acked(start + 1448)
+	if tr.Occupancy() != 5000-1448 {
+		t.Fatalf("occupancy %d, want %d", tr.Occupancy(), 5000-1448)
+	}
+	if !tr.AckedBytes(5000) || tr.Occupancy() != 0 {
+		t.Fatalf("occupancy %d after conn_close's bytes_acked covers all", tr.Occupancy())
+	}
+
+	// Not accepted: nothing but a SYN fixes the start.
+	tr = Tracker{}
+	if tr.Acked(start) || tr.Sent(start, 10, false) || tr.Known() {
+		t.Fatal("without a SYN or Accepted the start is unknown")
+	}
+}
+
+func TestAcknowledges(t *testing.T) {
+	for flags, want := range map[uint8]bool{0x10: true, 0x18: true, 0x11: true, 0x14: false, 0x04: false, 0x02: false, 0x12: true} {
+		if Acknowledges(flags) != want {
+			t.Errorf("Acknowledges(%#x) = %v", flags, !want)
+		}
 	}
 }
