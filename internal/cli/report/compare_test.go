@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/magnet-tracer/magnet/internal/cli/diff"
+)
+
+const testTrace = "../../../testdata/bigendian.mgt"
+
+// execute runs a fresh command with args and returns what it printed.
+func execute(cmd *cobra.Command, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// report A --compare B prints exactly what diff A B prints, as a table and
+// as JSON.
+func TestReportCompareIsDiff(t *testing.T) {
+	for _, js := range [][]string{nil, {"--json"}} {
+		want, err := execute(diff.New(), append(append([]string(nil), js...), testTrace, testTrace)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := execute(New(), append(append([]string(nil), js...), testTrace, "--compare", testTrace)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || !strings.Contains(got, "connection") && !strings.Contains(got, "conn_a") {
+			t.Errorf("report --compare %v:\n%s\nmagnet diff:\n%s", js, got, want)
+		}
+	}
+}
+
+// Bad uses of --compare: one error, saying what is wrong.
+func TestReportCompareBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{testTrace, "--compare", "/nonexistent/b.mgt"}, "/nonexistent/b.mgt"},
+		{[]string{testTrace, testTrace, "--compare", testTrace}, "give one trace"},
+		{[]string{testTrace, "--compare", testTrace, "--conn", "4097"}, "neither --conn nor --html"},
+	} {
+		_, err := execute(New(), c.args...)
+		if err == nil || !strings.HasPrefix(err.Error(), "report: ") || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error %v, want one line saying %q", c.args, err, c.want)
+		}
+	}
+}
