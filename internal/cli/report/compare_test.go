@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/cli/diff"
 )
 
@@ -56,5 +57,26 @@ func TestReportCompareBadInput(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "report: ") || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error %v, want one line saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// The verdict's receiver lines: the stack and the socket queue, then the
+// reader's states, or the group to record for them.
+func TestWriteVerdictReceiver(t *testing.T) {
+	v := &analyze.Verdict{Why: "w", Receiver: &analyze.TimeShare{ReceiveUs: 100, SocketWaitUs: 75, SocketShare: 0.75},
+		Missing: []string{"sched at the receiver (record with --events default,sched to see where the receiver's delay went)"}}
+	var b bytes.Buffer
+	writeVerdict(&b, v)
+	for _, want := range []string{"25% in the stack (dev_recv to tcp_rcv), 75% in the socket queue", "record with --events default,sched to see where the receiver's delay went"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("verdict lacks %q:\n%s", want, b.String())
+		}
+	}
+	v.Receiver.Reader = &analyze.ReaderWait{FollowedUs: 60, AsleepUs: 54, RunnableUs: 3, OnCPUUs: 3, OffCPUShare: 0.95, Followed: 0.8}
+	v.Missing = nil
+	b.Reset()
+	writeVerdict(&b, v)
+	if want := "off-CPU 95% (asleep 90%, runnable but waiting for a CPU 5%), on CPU 5%; followed for 80% of the wait"; !strings.Contains(b.String(), want) {
+		t.Errorf("verdict lacks %q:\n%s", want, b.String())
 	}
 }

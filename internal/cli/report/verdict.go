@@ -32,8 +32,6 @@ func writeVerdict(w io.Writer, v *analyze.Verdict) {
 			100*(1-r.SocketShare), 100*r.SocketShare)
 		if r.Reader != nil {
 			fmt.Fprintf(w, "    receiver's %s\n", readerLine(r.Reader))
-		} else {
-			fmt.Fprintln(w, "    receiver's reader during that wait: not recorded; record with --events default,sched to see where the receiver's delay went")
 		}
 	}
 	if len(v.Missing) > 0 {
