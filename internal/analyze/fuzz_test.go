@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // FuzzReport feeds arbitrary files to the report and to every plot:
@@ -34,5 +35,9 @@ func FuzzReport(f *testing.F) {
 		for _, kind := range analyze.Kinds {
 			analyze.Plot([]string{path}, kind, analyze.PlotOptions{})
 		}
+		for _, kind := range analyze.PairKinds {
+			analyze.PlotPair(trace.Sources([]string{path}), kind, analyze.PlotOptions{})
+		}
+		analyze.PlotNapi(trace.Sources([]string{path})[0])
 	})
 }

@@ -147,6 +147,9 @@ func (ps *pathStats) complete(s *pathSeg) {
 		ps.hops[i].Add(float64(t[hopSpan[i][1]]-t[hopSpan[i][0]]) / 1e3)
 	}
 	ps.e2e.Add(float64(t[7]-t[0]) / 1e3)
+	if p := ps.cs.plot; p != nil {
+		p.path = append(p.path, pathPoint{read: t[7], total: t[7] - t[0], receiver: t[7] - t[4]})
+	}
 	ps.completed++
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/trace"
 	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
@@ -193,6 +194,9 @@ func FuzzReportPair(f *testing.F) {
 			t.Fatal(err)
 		}
 		analyze.Modulation([]string{sender, path}, 0)
+		for _, kind := range analyze.PairKinds {
+			analyze.PlotPair(trace.Sources([]string{sender, path}), kind, analyze.PlotOptions{})
+		}
 		analyze.WritePerfetto(io.Discard, []string{path, sender})
 	})
 }

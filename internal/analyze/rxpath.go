@@ -4,6 +4,7 @@ package analyze
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -365,4 +366,34 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 		rp.Conns = append(rp.Conns, rc)
 	}
 	return rp
+}
+
+// PlotNapi builds the figure of the packets each NAPI poll took: polls by
+// packets taken, from 0 to the budget. A trace without napi_poll events is
+// an error that says how to record them.
+func PlotNapi(in trace.Source) (*Figure, error) {
+	rep, err := ModulationOf([]trace.Source{in}, 0)
+	if err != nil {
+		return nil, err
+	}
+	var rp *RxPath
+	if len(rep.ReceivePath) > 0 {
+		rp = rep.ReceivePath[0]
+	}
+	if rp == nil || rp.All.Polls == 0 {
+		return nil, fmt.Errorf("%s has no napi_poll events: record with --events default,napi to plot packets per poll", in.Name)
+	}
+	fig := &Figure{Title: fmt.Sprintf("packets per NAPI poll: %d polls took %d packets (mean %.1f a poll)", rp.All.Polls, rp.All.Packets, rp.All.PerPoll.Mean),
+		XLabel: "packets taken by the poll", YLabel: "polls (log scale)", LogY: true, Warnings: rep.Warnings}
+	ks := make([]int, 0, len(rp.PacketsPerPoll))
+	for k := range rp.PacketsPerPoll {
+		ks = append(ks, k)
+	}
+	sort.Ints(ks)
+	s := Named{Name: "polls", Scatter: true}
+	for _, k := range ks {
+		s.X, s.Y = append(s.X, float64(k)), append(s.Y, float64(rp.PacketsPerPoll[k]))
+	}
+	fig.Series = []Named{s}
+	return fig, nil
 }

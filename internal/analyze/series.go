@@ -49,6 +49,8 @@ type connSeries struct {
 	appIsRecv, haveApp bool
 	appBytes           int64
 	sbT, sbY           []float64
+	// path: the segments this end sent, followed to its peer's reader.
+	path []pathPoint
 }
 
 // PlotOptions choose what a figure shows.

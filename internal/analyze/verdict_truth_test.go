@@ -153,12 +153,18 @@ func helperSend(addr string, control func(_, _ string, c syscall.RawConn) error,
 // scenario is one transfer with a known limit.
 type scenario struct {
 	recv, send map[string]string
+	// groups: event groups recorded beside the default ones (sched);
+	// recv["GOMAXPROCS"] sets the receiver's.
+	groups event.Group
 }
 
 // helper starts this test binary as a helper in host h's namespace.
 func helper(cmd command, h netlab.Host, role string, vars map[string]string) *exec.Cmd {
 	c := cmd(h, os.Args[0], "-test.run=^TestVerdictHelper$")
 	c.Env = append(os.Environ(), "MAGNET_VERDICT_ROLE="+role)
+	if n, ok := vars["GOMAXPROCS"]; ok {
+		c.Env = append(c.Env, "GOMAXPROCS="+n)
+	}
 	for k, v := range vars {
 		c.Env = append(c.Env, "MAGNET_VERDICT_"+k+"="+v)
 	}
@@ -180,7 +186,7 @@ func runScenarioReport(t *testing.T, cmd command, snd, rcv netlab.Host, sc scena
 	port := 20000 + (os.Getpid()+int(time.Now().UnixNano()%1000))%20000
 	addr := fmt.Sprintf("%s:%d", rcv.Addr, port)
 	var ch chrono
-	path := recordDuring(t, port, event.DefaultGroups, func() {
+	path := recordDuring(t, port, event.DefaultGroups|sc.groups, func() {
 		sc.recv["ADDR"], sc.send["ADDR"] = addr, addr
 		srv := helper(cmd, rcv, "recv", sc.recv)
 		stdout, err := srv.StdoutPipe()
@@ -426,5 +432,54 @@ func TestDiffRuns(t *testing.T) {
 		if !sig[want] {
 			t.Errorf("%s: no significant difference between an app-limited and a window-limited run", want)
 		}
+	}
+}
+
+// A reader that sleeps 2 ms after each 2 KiB read, fed 512 KiB as fast as
+// the sender can write: data waits in the receiver's socket while the
+// reader sleeps. Recorded with the sched group, the sender's verdict says
+// where the receiver's delay went: the reader off CPU (asleep) for most
+// of the wait. Without sched, the verdict says which group to record.
+func TestVerdictReceiverDelay(t *testing.T) {
+	needRoot(t)
+	l := netlab.ForTest(t, netlab.Options{Name: "mgvrdly"})
+	// One P keeps the Go reader's reads and sleeps on one thread, the
+	// thread the analysis follows.
+	recv := map[string]string{"RCVBUF": "65536", "READ": "2048", "READ_SLEEP_US": "2000", "GOMAXPROCS": "1"}
+	send := map[string]string{"COUNT": "8", "SIZE": "65536"}
+	c, ch, rep := runScenarioReport(t, l.Command, l.Client, l.Server, scenario{recv: recv, send: send, groups: event.GroupSched})
+	logVerdict(t, c, ch)
+	r := c.Verdict.Receiver
+	if r == nil || r.Reader == nil {
+		t.Fatalf("no receiver's reader in the verdict (receiver %+v; missing %v)", r, c.Verdict.Missing)
+	}
+	w := r.Reader
+	t.Logf("receiver: socket share %.3f of %.0f µs; reader followed %.0f µs (%.2f of the wait): asleep %.0f, runnable %.0f, on CPU %.0f µs",
+		r.SocketShare, r.ReceiveUs, w.FollowedUs, w.Followed, w.AsleepUs, w.RunnableUs, w.OnCPUUs)
+	// Each 2 KiB read is followed by a 2 ms sleep; a read and the
+	// wakeup take tens of µs even on a loaded 2-CPU host, so the reader
+	// is asleep for well over 90% of any chunk's wait. 0.8 leaves room for
+	// runnable time under load (other tests on the machine).
+	if w.FollowedUs <= 0 || w.Followed < 0.5 {
+		t.Errorf("reader followed for %.0f µs, %.2f of the socket wait: want most of it", w.FollowedUs, w.Followed)
+	}
+	if share := w.AsleepUs / w.FollowedUs; share < 0.8 || w.OffCPUShare < 0.8 {
+		t.Errorf("reader asleep %.3f, off CPU %.3f of the followed wait; want >= 0.8 for a reader sleeping between reads", share, w.OffCPUShare)
+	}
+	// The data waited in the socket, not in the stack.
+	if r.SocketShare < 0.9 {
+		t.Errorf("socket share %.3f of the receiver's time, want >= 0.9", r.SocketShare)
+	}
+	if len(rep.Sched) == 0 {
+		t.Errorf("no sched section in the report")
+	}
+
+	// The same without sched: the verdict names the group that would tell.
+	c, _, _ = runScenarioReport(t, l.Command, l.Client, l.Server, scenario{recv: recv, send: send})
+	if r := c.Verdict.Receiver; r == nil || r.Reader != nil {
+		t.Fatalf("receiver %+v without sched events", r)
+	}
+	if m := strings.Join(c.Verdict.Missing, "; "); !strings.Contains(m, "record with --events default,sched to see where the receiver's delay went") {
+		t.Errorf("missing %q does not say to record sched", m)
 	}
 }

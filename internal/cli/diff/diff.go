@@ -35,33 +35,41 @@ workload differed by when measured (docs/REPORT.md).`,
   magnet diff --json a.mgt b.mgt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var reps [2]*analyze.Report
-			for i, p := range args {
-				r, err := analyze.Modulation([]string{p}, 0)
-				if err != nil {
-					return fmt.Errorf("diff: %w", err)
-				}
-				reps[i] = r
+			if err := Run(cmd.OutOrStdout(), args[0], args[1], asJSON); err != nil {
+				return fmt.Errorf("diff: %w", err)
 			}
-			d := analyze.Compare(reps[0], reps[1])
-			if d.ConnA == 0 {
-				return fmt.Errorf("diff: no connection with data in %s", args[0])
-			}
-			if d.ConnB == 0 {
-				return fmt.Errorf("diff: no connection with data in %s", args[1])
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
-			}
-			write(out, args, d)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// Run compares the runs traced in a and b and prints the comparison to out,
+// as a table or as JSON; `magnet report A --compare B` runs it too.
+func Run(out io.Writer, a, b string, asJSON bool) error {
+	var reps [2]*analyze.Report
+	for i, p := range []string{a, b} {
+		r, err := analyze.Modulation([]string{p}, 0)
+		if err != nil {
+			return err
+		}
+		reps[i] = r
+	}
+	d := analyze.Compare(reps[0], reps[1])
+	if d.ConnA == 0 {
+		return fmt.Errorf("no connection with data in %s", a)
+	}
+	if d.ConnB == 0 {
+		return fmt.Errorf("no connection with data in %s", b)
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	write(out, []string{a, b}, d)
+	return nil
 }
 
 func mark(sig bool) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +31,11 @@ func New() *cobra.Command {
 	var evFlags evselect.Flags
 	var salvage bool
 	cmd := &cobra.Command{
-		Use:   "plot TRACE... [EXPRESSION] --kind KIND -o FILE.svg|FILE.png",
+		Use: "plot TRACE... [EXPRESSION] --kind KIND -o FILE.svg|FILE.png",
+		Example: `  magnet plot ftp.mgt --kind sendbuf -o sendbuf.svg
+  magnet plot sender.mgt receiver.mgt -o ends.svg
+  magnet plot sender.mgt receiver.mgt --kind e2e-delay -o delay.png
+  magnet plot rx.mgt --kind napi -o polls.svg`,
 		Short: "Draw a chart of a trace (SVG or PNG), without external tools",
 		Long: `Draw one chart of a trace:
   modulation  application sends vs device transmits: size against time (MAGNeT Fig. 12)
@@ -40,6 +45,14 @@ func New() *cobra.Command {
   srtt        smoothed round-trip time
   layers      per-hop delay distributions (CDF)
   sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --events default,sched)
+  napi        polls by the packets each NAPI poll took (record with --events default,napi)
+  e2e         a connection's two ends: bytes written at the sender's socket and read at the receiver's
+  e2e-delay   each data segment's delay end to end (tcp_xmit to sock_recv) and at the receiver
+              (dev_recv to sock_recv), against the time it was read
+e2e and e2e-delay take the sender's and the receiver's traces (recorded on two hosts, or
+two recordings of one host), or one trace holding both ends; the ends are paired by
+the connection's addresses and ports, as report pairs them. With two traces, e2e is
+the default kind.
 The connection is the one that moved the most application bytes unless --conn says otherwise.
 The output's extension chooses the format: .svg (vector, for pages) or .png (an image
 at twice the chart's size, drawn with the built-in Go fonts).
@@ -75,15 +88,30 @@ Arguments after the trace are a pcap-filter expression ("tcp port 443"); it,
 			if err := evFlags.Apply(srcs, 0); err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
-			if len(srcs) > 1 {
-				return fmt.Errorf("plot: the selection holds %d traces (%s, ...): plot draws one; narrow it with --host/--since/--until", len(srcs), srcs[0].Name)
+			if len(srcs) > 1 && !cmd.Flags().Changed("kind") {
+				kind = "e2e" // two traces: the two ends of a connection
 			}
-			fig, err := analyze.PlotOf(srcs[0], kind, analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents})
+			pair := slices.Contains(analyze.PairKinds, kind)
+			if len(srcs) > 2 || len(srcs) == 2 && !pair {
+				return fmt.Errorf("plot: the selection holds %d traces (%s, ...): --kind %s draws one, e2e and e2e-delay two (a sender's and a receiver's); narrow it with --host/--since/--until", len(srcs), srcs[0].Name, kind)
+			}
+			opts := analyze.PlotOptions{Conn: conn, Window: window, WindowEvents: windowEvents}
+			var fig *analyze.Figure
+			switch {
+			case pair:
+				fig, err = analyze.PlotPair(srcs, kind, opts)
+			case kind == "napi":
+				fig, err = analyze.PlotNapi(srcs[0])
+			default:
+				fig, err = analyze.PlotOf(srcs[0], kind, opts)
+			}
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
 			}
 			read := append([]string(nil), args...)
-			read = append(read, srcs[0].Paths...)
+			for _, s := range srcs {
+				read = append(read, s.Paths...)
+			}
 			f, err := outfile.Create(output, outfile.Options{Inputs: read, Lock: true})
 			if err != nil {
 				return fmt.Errorf("plot: %w", err)
@@ -102,7 +130,7 @@ Arguments after the trace are a pcap-filter expression ("tcp port 443"); it,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&kind, "kind", "k", "bandwidth", strings.Join(analyze.Kinds, ", "))
+	f.StringVarP(&kind, "kind", "k", "bandwidth", strings.Join(append(append(append([]string(nil), analyze.Kinds...), "napi"), analyze.PairKinds...), ", ")+" (two traces: e2e)")
 	f.StringVarP(&output, "output", "o", "", "file to write: .svg or .png")
 	f.Uint64Var(&conn, "conn", 0, "connection id (default: the busiest)")
 	f.DurationVar(&window, "window", 0, "bandwidth: sliding window (default: 1/50 of the transfer, at least 10ms)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/cli/diff"
 	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -26,11 +27,11 @@ import (
 func New() *cobra.Command {
 	var conn uint64
 	var asJSON, salvage bool
-	var htmlOut string
+	var htmlOut, compare string
 	var selFlags archive.Flags
 	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "report TRACE... [EXPRESSION] [--conn ID] [--json] [--host H --since T --until T]",
+		Use:   "report TRACE... [EXPRESSION] [--conn ID] [--json] [--host H --since T --until T] | report A.mgt --compare B.mgt",
 		Short: "Show how each layer of the stack reshapes what the application sent (modulation)",
 		Long: `For each connection (busiest first) and for the host: at every layer the data
 passes, from the application's sends down to the device and up to the
@@ -59,13 +60,33 @@ recording selected is one trace of the report.
 Arguments after the traces are a pcap-filter expression ("tcp port 443"),
 --filter a CEL expression over the event's fields, --types and --groups
 event types and groups: the report sees only the events they select, as
-parse prints them (docs/FILTERS.md).`,
+parse prints them (docs/FILTERS.md).
+
+With --compare B.mgt, the report is magnet diff's of the one trace given
+and B: the busiest sending connection's figures and every layer's
+distributions of both runs side by side, marked where they differ beyond
+run-to-run noise (--json prints the comparison as JSON).`,
 		Example: `  magnet report ftp.mgt
   magnet report --json sender.mgt receiver.mgt
   magnet report --conn 4129 --html ftp.html ftp.mgt
-  magnet report /srv/magnet-archive --host a,b --since 10:00 --until 10:05`,
+  magnet report /srv/magnet-archive --host a,b --since 10:00 --until 10:05
+  magnet report before.mgt --compare after.mgt`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if compare != "" {
+				// The comparison of two runs is diff's: the same figures,
+				// the same noise floors, the same output.
+				if conn != 0 || htmlOut != "" {
+					return fmt.Errorf("report: --compare compares the busiest connections of two runs: it takes neither --conn nor --html")
+				}
+				if len(args) != 1 {
+					return fmt.Errorf("report: --compare B compares one trace with B: give one trace, not %d arguments", len(args))
+				}
+				if err := diff.Run(cmd.OutOrStdout(), args[0], compare, asJSON); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				return nil
+			}
 			args, err := evFlags.Args(cmd, args)
 			if err != nil {
 				return fmt.Errorf("report: %w", err)
@@ -170,6 +191,7 @@ parse prints them (docs/FILTERS.md).`,
 	}
 	cmd.Flags().Uint64Var(&conn, "conn", 0, "report only this connection id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&compare, "compare", "", "set this run's figures beside those of the run traced in `B.mgt`, as magnet diff does")
 	cmd.Flags().StringVar(&htmlOut, "html", "", "write one self-contained HTML page with the tables and every plot")
 	cmd.Flags().BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(cmd.Flags())

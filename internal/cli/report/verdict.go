@@ -28,7 +28,8 @@ func writeVerdict(w io.Writer, v *analyze.Verdict) {
 		fmt.Fprintf(w, "    %s\n", e)
 	}
 	if r := v.Receiver; r != nil {
-		fmt.Fprintf(w, "    receiver: %.0f%% of the data's time from device to application was in the socket, waiting for the reader\n", 100*r.SocketShare)
+		fmt.Fprintf(w, "    receiver: of the data's time from device to application, %.0f%% in the stack (dev_recv to tcp_rcv), %.0f%% in the socket queue waiting for the reader\n",
+			100*(1-r.SocketShare), 100*r.SocketShare)
 		if r.Reader != nil {
 			fmt.Fprintf(w, "    receiver's %s\n", readerLine(r.Reader))
 		}
