@@ -166,8 +166,14 @@ static __always_inline void summarize_dev(__u64 conn, __u8 type, struct sk_buff 
 	summarize(conn, type, skb->len);
 }
 
-/* A segment TCP hands to IP; snd_nxt as tcp_xmit's retrans flag reads it. */
-static __always_inline void summarize_xmit(__u64 conn, struct sk_buff *skb, __u32 snd_nxt)
+/*
+ * A segment TCP hands to IP; snd_nxt as tcp_xmit's retrans flag reads it.
+ * Not inlined: its locals, inlined, grew tcp_segments' own frame, and with
+ * a pcap-filter expression (tcp_segments -> conn_slow -> pcap_eval) the
+ * three frames then passed the verifier's 512 bytes, so sockops (tcp_xmit)
+ * was refused whenever an expression was given, summary mode or not.
+ */
+static __noinline void summarize_xmit(__u64 conn, struct sk_buff *skb, __u32 snd_nxt)
 {
 	struct tcp_skb_cb *cb = tcp_cb(skb);
 	struct mg_conn_summary *s;

@@ -8,16 +8,48 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 )
 
-// TestLoadAll loads every program on this kernel. On a kernel that has the
+// TestLoadAll loads every program on this kernel, as an ordinary recording,
+// with a pcap-filter expression, in summary mode and both: each setting
+// makes other code reachable, and the verifier judges each anew (an
+// expression adds conn_slow and pcap_eval to a hook's call chain, whose
+// frames together must stay within 512 bytes). On a kernel that has the
 // hooks (6.8+, as on CI) every one must load and attach: a skip must never
 // hide a verifier regression.
 func TestLoadAll(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
-	p, err := Load(Options{Groups: event.AllGroups(), BufferBytes: 1 << 20, ControlBytes: 64 << 10})
+	e, err := pcapfilter.Parse("tcp port 80 and net 10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expr, err := e.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		pcap    []pcapfilter.Insn
+		summary bool
+	}{
+		{"plain", nil, false},
+		{"expression", expr, false},
+		{"summary", nil, true},
+		{"summary+expression", expr, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			loadAll(t, Options{Groups: event.AllGroups(), BufferBytes: 1 << 20, ControlBytes: 64 << 10,
+				Filters: Filters{Pcap: c.pcap}, Summary: c.summary})
+		})
+	}
+}
+
+func loadAll(t *testing.T, opts Options) {
+	t.Helper()
+	p, err := Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
