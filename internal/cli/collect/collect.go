@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/magnet-tracer/magnet/internal/collect"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
 // New returns the collect command.
@@ -58,7 +59,13 @@ docs/COLLECT.md documents every key of the configuration.`,
 			}
 			opts := collect.Options{ConfigPath: configPath, Log: logger.Printf}
 			if readyFile != "" {
-				opts.Ready = func() { _ = os.WriteFile(readyFile, []byte("ready\n"), 0o644) }
+				// Through outfile, as every output: a privileged collector must
+				// not follow a link another user planted in /tmp.
+				opts.Ready = func() {
+					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
+						logger.Printf("warning: --ready-file: %v", err)
+					}
+				}
 			}
 			res, err := collect.Run(ctx, cfg, opts)
 			if res != nil {

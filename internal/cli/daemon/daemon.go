@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/daemon"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
 // New returns the daemon command.
@@ -89,7 +90,11 @@ more while they last):
 					}
 				}
 				if readyFile != "" {
-					_ = os.WriteFile(readyFile, []byte("ready\n"), 0o644)
+					// Through outfile, as every output: a root daemon must not
+					// follow a link another user planted in /tmp.
+					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
+						fmt.Fprintf(os.Stderr, "magnet daemon: warning: --ready-file: %v\n", err)
+					}
 				}
 			}
 			d, err := daemon.New(cfg, opts)
