@@ -48,6 +48,22 @@ type Table struct {
 	index   map[string]int
 	plans   map[*trace.EventType]*typePlan // filled by fill
 	nulls   []Value                        // a row of nulls, copied to start each row
+	// filled is the row fill filled last and cells the cells it may have
+	// set: the next fill of that row resets only those, and a writer may
+	// read only those (every other cell is null). A row has a cell for
+	// every field of every type; going over all of them per row cost as
+	// much as filling it.
+	filled *Value
+	cells  []int
+}
+
+// setCells returns the cells the last fill of row may have set, or nil
+// when row was not filled by fill (or changed size).
+func (t *Table) setCells(row []Value) []int {
+	if len(row) == 0 || &row[0] != t.filled || len(row) != len(t.Columns) {
+		return nil
+	}
+	return t.cells
 }
 
 // NewTable derives the columns from the traces' dictionaries. A field name
@@ -180,6 +196,7 @@ const (
 // more than writing the row.
 type typePlan struct {
 	fields []fieldPlan
+	cells  []int // every cell a record of the type may set, once each
 	// family and caplen are the type's fields of those names (Size 0 when
 	// it has none): an address is IPv6 when family is 6, bytes are cut to
 	// caplen.
@@ -240,6 +257,22 @@ func (t *Table) plan(h *trace.Header, et *trace.EventType) *typePlan {
 			p.tcpflags = i
 		}
 	}
+	seen := map[int]bool{}
+	add := func(i int) {
+		if !seen[i] {
+			seen[i] = true
+			p.cells = append(p.cells, i)
+		}
+	}
+	for i := range fixedColumns {
+		add(i)
+	}
+	for _, fp := range p.fields {
+		add(fp.col)
+	}
+	if p.tcpflags >= 0 {
+		add(p.tcpflags)
+	}
 	if t.plans == nil {
 		t.plans = map[*trace.EventType]*typePlan{}
 	}
@@ -258,13 +291,19 @@ func fieldBytes(rec trace.Record, f trace.Field) ([]byte, bool) {
 
 // fill fills row with the record held, of time wall on the common clock.
 func (t *Table) fill(row []Value, name string, h *trace.Header, wall int64, held *Held) {
-	if len(t.nulls) != len(row) {
-		t.nulls = make([]Value, len(row))
-		for i := range t.nulls {
-			t.nulls[i] = Value{Null: true}
+	if cells := t.setCells(row); cells != nil {
+		for _, i := range cells {
+			row[i] = Value{Null: true}
 		}
+	} else {
+		if len(t.nulls) != len(row) {
+			t.nulls = make([]Value, len(row))
+			for i := range t.nulls {
+				t.nulls[i] = Value{Null: true}
+			}
+		}
+		copy(row, t.nulls)
 	}
-	copy(row, t.nulls)
 	rec := held.Rec
 	pid, comm, ok := held.Task()
 	row[colTrace] = Value{Str: name}
@@ -283,6 +322,7 @@ func (t *Table) fill(row []Value, name string, h *trace.Header, wall int64, held
 	row[colEvent] = Value{Str: rec.Type.Name}
 	row[colSize] = Value{Int: int64(rec.Size())}
 	p := t.plan(h, rec.Type)
+	t.filled, t.cells = &row[0], p.cells
 	v4 := true
 	if fam, ok := rec.FieldUint(p.family); ok && p.family.Size > 0 && fam == 6 {
 		v4 = false
