@@ -104,7 +104,7 @@ export_cpu after "$magnet"
 rows=$("$magnet" export "$trace" --format csv --no-conns -o - | tail -n +2 | wc -l)
 same="not checked (no --compare-with, or python3 has no duckdb)"
 if [ -n "$old" ] && python3 -c 'import duckdb' 2>/dev/null; then
-	diff=$(cd "$work" && python3 -c "import duckdb; c = duckdb.connect(config={'enable_progress_bar': False}); print(c.execute(\"select (select count(*) from (select * from 'before.parquet' except all select * from 'after.parquet')) + (select count(*) from (select * from 'after.parquet' except all select * from 'before.parquet'))\").fetchone()[0])")
+	diff=$(cd "$work" && python3 -c "import duckdb; c = duckdb.connect(); c.execute('set enable_progress_bar = false'); print(c.execute(\"select (select count(*) from (select * from 'before.parquet' except all select * from 'after.parquet')) + (select count(*) from (select * from 'after.parquet' except all select * from 'before.parquet'))\").fetchone()[0])")
 	same="DuckDB: $diff rows differ between the two exports (\`except all\` both ways)"
 fi
 tsize=$(stat -c %s "$trace")

@@ -351,7 +351,7 @@ func TestParquetExportUnchanged(t *testing.T) {
 	q := `select (select count(*) from (select * from 'before.parquet' except all select * from 'after.parquet')),
 		(select count(*) from (select * from 'after.parquet' except all select * from 'before.parquet')),
 		(select count(*) from 'after.parquet')`
-	cmd := exec.Command("python3", "-c", "import duckdb,sys; print(*duckdb.connect(config={'enable_progress_bar': False}).execute(sys.argv[1]).fetchone())", q)
+	cmd := exec.Command("python3", "-c", "import duckdb,sys; c = duckdb.connect(); c.execute('set enable_progress_bar = false'); print(*c.execute(sys.argv[1]).fetchone())", q)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
