@@ -20,6 +20,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
@@ -42,12 +43,21 @@ type Config struct {
 	Ship       ShipConfig    `yaml:"ship"`
 	Targets    []Target      `yaml:"targets"`
 	Metrics    MetricsConfig `yaml:"metrics"`
+	Dataset    DatasetConfig `yaml:"dataset"`
 
 	// Parsed from the text fields by Load.
 	budget    int64
 	rotateMax int64
 	groups    event.Group
 	buffer    int
+}
+
+// DatasetConfig, when Dir is set, has the shipper add each finished trace
+// file to a Hive-partitioned Parquet dataset under Dir, as `magnet export
+// --dataset DIR --partition ...` would, before it ships the file.
+type DatasetConfig struct {
+	Dir       string   `yaml:"dir"`
+	Partition []string `yaml:"partition"` // default host, date
 }
 
 // RotateConfig says when a new file starts.
@@ -222,6 +232,14 @@ func (c *Config) fill() error {
 	}
 	if c.Ship.Interval < 0 || c.Ship.RetryInitial < 0 || c.Ship.RetryMax < c.Ship.RetryInitial || c.Ship.Timeout < 0 || c.Ship.Stall < 0 {
 		return errors.New("ship: intervals must be positive and retry_max at least retry_initial")
+	}
+	if c.Dataset.Dir != "" {
+		if c.Dataset.Partition == nil {
+			c.Dataset.Partition = []string{"host", "date"}
+		}
+		if err := export.CheckPartition(c.Dataset.Partition); err != nil {
+			return fmt.Errorf("dataset: %w", err)
+		}
 	}
 	names := map[string]bool{}
 	for i := range c.Targets {

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/archive"
+	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/fault"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
@@ -317,6 +318,9 @@ func (s *Shipper) prepare(ctx context.Context) []string {
 		if err != nil {
 			s.Log("%s: %v", name, err)
 		}
+		if ok && s.cfg.Dataset.Dir != "" {
+			s.addToDataset(f.Path)
+		}
 		if ok {
 			names = append(names, name)
 		}
@@ -359,6 +363,21 @@ func (s *Shipper) prepare(ctx context.Context) []string {
 		}
 	}
 	return names
+}
+
+// addToDataset writes the finished spool file into the configured Parquet
+// dataset, unless it is there already. A failure is logged and retried at
+// the next pass; it never holds the shipment back (the archive keeps the
+// trace, and `magnet export --dataset` over the archive fills any gap).
+func (s *Shipper) addToDataset(path string) {
+	st, err := export.WriteDataset(s.cfg.Dataset.Dir, []string{path}, export.DatasetOptions{Partition: s.cfg.Dataset.Partition})
+	if err != nil {
+		s.Log("dataset %s: %v", s.cfg.Dataset.Dir, err)
+		return
+	}
+	if st.Written > 0 {
+		s.Log("added %s to dataset %s (%d events, %d connections)", filepath.Base(path), s.cfg.Dataset.Dir, st.Events, st.Conns)
+	}
 }
 
 // list is the spool's finished files, oldest first: those no recorder

@@ -3,10 +3,12 @@
 package export
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,6 +46,24 @@ var fixedColumns = []Column{
 type Table struct {
 	Columns []Column
 	index   map[string]int
+	plans   map[*trace.EventType]*typePlan // filled by fill
+	nulls   []Value                        // a row of nulls, copied to start each row
+	// filled is the row fill filled last and cells the cells it may have
+	// set: the next fill of that row resets only those, and a writer may
+	// read only those (every other cell is null). A row has a cell for
+	// every field of every type; going over all of them per row cost as
+	// much as filling it.
+	filled *Value
+	cells  []int
+}
+
+// setCells returns the cells the last fill of row may have set, or nil
+// when row was not filled by fill (or changed size).
+func (t *Table) setCells(row []Value) []int {
+	if len(row) == 0 || &row[0] != t.filled || len(row) != len(t.Columns) {
+		return nil
+	}
+	return t.cells
 }
 
 // NewTable derives the columns from the traces' dictionaries. A field name
@@ -156,76 +176,204 @@ func WriteTable(t *Table, sources []TableSource, w RowWriter) (late uint64, err 
 	}
 }
 
-// fill fills row with the record held, of time wall on the common clock.
-func (t *Table) fill(row []Value, name string, h *trace.Header, wall int64, held *Held) {
-	for i := range row {
-		row[i] = Value{Null: true}
+// The fixed columns' places in every event table (fixedColumns' order).
+const (
+	colTrace = iota
+	colHost
+	colTimeNs
+	colCPU
+	colPID
+	colTID
+	colComm
+	colNetNS
+	colConn
+	colEvent
+	colSize
+)
+
+// typePlan is where the fields of one event type go in the table, worked
+// out once per type: looking each field and enum name up per record cost
+// more than writing the row.
+type typePlan struct {
+	fields []fieldPlan
+	cells  []int // every cell a record of the type may set, once each
+	// family and caplen are the type's fields of those names (Size 0 when
+	// it has none): an address is IPv6 when family is 6, bytes are cut to
+	// caplen.
+	family, caplen trace.Field
+	tcpflags       int // column of the TCP flags, -1 for other types
+}
+
+type fieldPlan struct {
+	f     trace.Field
+	col   int
+	kind  byte              // 'a' ip, 's' str, 'b' bytes, 'e' enum, 'i' int, 'u' uint
+	names map[uint64]string // an enum's names
+}
+
+func (t *Table) plan(h *trace.Header, et *trace.EventType) *typePlan {
+	if p, ok := t.plans[et]; ok {
+		return p
 	}
-	rec := held.Rec
-	pid, comm, ok := held.Task()
-	set := func(col string, v Value) { row[t.index[col]] = v }
-	set("trace", Value{Str: name})
-	set("host", Value{Str: h.Host})
-	set("time_ns", Value{Int: wall})
-	set("cpu", Value{Uint: uint64(rec.CPU())})
-	if ok && rec.Type.Name != "lost" {
-		set("pid", Value{Uint: uint64(pid)})
-		set("comm", Value{Str: comm})
-	}
-	set("tid", Value{Uint: uint64(rec.TID())})
-	set("netns", Value{Uint: uint64(rec.NetNS())})
-	if c := rec.Conn(); c != 0 {
-		set("conn", Value{Uint: c})
-	}
-	set("event", Value{Str: rec.Type.Name})
-	set("size", Value{Int: int64(rec.Size())})
-	v4 := true
-	if fam, ok := rec.Uint("family"); ok && fam == 6 {
-		v4 = false
-	}
-	caplen := -1
-	if n, ok := rec.Uint("caplen"); ok {
-		caplen = int(n)
-	}
-	for _, f := range rec.Type.Fields {
+	p := &typePlan{tcpflags: -1}
+	p.family, _ = et.Field("family")
+	p.caplen, _ = et.Field("caplen")
+	for _, f := range et.Fields {
 		i, ok := t.index[f.Name]
 		if !ok || t.Columns[i].Kind != columnKind(f) {
-			i, ok = t.index[rec.Type.Name+"_"+f.Name]
+			i, ok = t.index[et.Name+"_"+f.Name]
 			if !ok {
 				continue
 			}
 		}
-		var v Value
+		fp := fieldPlan{f: f, col: i}
 		switch {
 		case f.Kind == "ip":
-			a, _ := rec.Addr(f.Name, v4)
-			v.Str = a.String()
+			fp.kind = 'a'
 		case f.Kind == "str":
-			v.Str, _ = rec.Str(f.Name)
+			fp.kind = 's'
 		case f.Kind == "bytes":
-			b, _ := rec.Bytes(f.Name)
+			fp.kind = 'b'
+		case f.Enum() != "":
+			fp.kind = 'e'
+			// The dictionary keys its enums by decimal text (what
+			// fmt.Sprint makes of the value): keep the keys that are
+			// exactly that, as numbers.
+			fp.names = map[uint64]string{}
+			for k, name := range h.Enums[f.Enum()] {
+				if n, err := strconv.ParseUint(k, 10, 64); err == nil && strconv.FormatUint(n, 10) == k {
+					fp.names[n] = name
+				}
+			}
+		case f.Kind == "i":
+			fp.kind = 'i'
+		default:
+			fp.kind = 'u'
+		}
+		p.fields = append(p.fields, fp)
+	}
+	if et.Name == "tcp_xmit" || et.Name == "tcp_rcv" || et.Name == "tcp_retrans" {
+		if i, ok := t.index["tcpflags"]; ok {
+			p.tcpflags = i
+		}
+	}
+	seen := map[int]bool{}
+	add := func(i int) {
+		if !seen[i] {
+			seen[i] = true
+			p.cells = append(p.cells, i)
+		}
+	}
+	for i := range fixedColumns {
+		add(i)
+	}
+	for _, fp := range p.fields {
+		add(fp.col)
+	}
+	if p.tcpflags >= 0 {
+		add(p.tcpflags)
+	}
+	if t.plans == nil {
+		t.plans = map[*trace.EventType]*typePlan{}
+	}
+	t.plans[et] = p
+	return p
+}
+
+// fieldBytes is the bytes of field f of rec, as trace.Record's accessors
+// bound them.
+func fieldBytes(rec trace.Record, f trace.Field) ([]byte, bool) {
+	if f.Offset < 0 || f.Size <= 0 || f.Offset > len(rec.Data)-f.Size {
+		return nil, false
+	}
+	return rec.Data[f.Offset : f.Offset+f.Size : f.Offset+f.Size], true
+}
+
+// fill fills row with the record held, of time wall on the common clock.
+func (t *Table) fill(row []Value, name string, h *trace.Header, wall int64, held *Held) {
+	if cells := t.setCells(row); cells != nil {
+		for _, i := range cells {
+			row[i] = Value{Null: true}
+		}
+	} else {
+		if len(t.nulls) != len(row) {
+			t.nulls = make([]Value, len(row))
+			for i := range t.nulls {
+				t.nulls[i] = Value{Null: true}
+			}
+		}
+		copy(row, t.nulls)
+	}
+	rec := held.Rec
+	pid, comm, ok := held.Task()
+	row[colTrace] = Value{Str: name}
+	row[colHost] = Value{Str: h.Host}
+	row[colTimeNs] = Value{Int: wall}
+	row[colCPU] = Value{Uint: uint64(rec.CPU())}
+	if ok && rec.Type.Name != "lost" {
+		row[colPID] = Value{Uint: uint64(pid)}
+		row[colComm] = Value{Str: comm}
+	}
+	row[colTID] = Value{Uint: uint64(rec.TID())}
+	row[colNetNS] = Value{Uint: uint64(rec.NetNS())}
+	if c := rec.Conn(); c != 0 {
+		row[colConn] = Value{Uint: c}
+	}
+	row[colEvent] = Value{Str: rec.Type.Name}
+	row[colSize] = Value{Int: int64(rec.Size())}
+	p := t.plan(h, rec.Type)
+	t.filled, t.cells = &row[0], p.cells
+	v4 := true
+	if fam, ok := rec.FieldUint(p.family); ok && p.family.Size > 0 && fam == 6 {
+		v4 = false
+	}
+	caplen := -1
+	if n, ok := rec.FieldUint(p.caplen); ok && p.caplen.Size > 0 {
+		caplen = int(n)
+	}
+	for i := range p.fields {
+		fp := &p.fields[i]
+		var v Value
+		switch fp.kind {
+		case 'a':
+			if b, ok := fieldBytes(rec, fp.f); ok && len(b) == 16 {
+				if v4 {
+					v.Str = netip.AddrFrom4([4]byte(b[:4])).String()
+				} else {
+					v.Str = netip.AddrFrom16([16]byte(b)).String()
+				}
+			} else {
+				v.Str = netip.Addr{}.String()
+			}
+		case 's':
+			if b, ok := fieldBytes(rec, fp.f); ok {
+				if i := bytes.IndexByte(b, 0); i >= 0 {
+					b = b[:i]
+				}
+				v.Str = string(b)
+			}
+		case 'b':
+			b, _ := fieldBytes(rec, fp.f)
 			if caplen >= 0 && caplen <= len(b) {
 				b = b[:caplen]
 			}
 			v.Str = hex.EncodeToString(b)
-		case f.Enum() != "":
-			n, _ := rec.Uint(f.Name)
-			if s, ok := h.EnumName(f, n); ok {
+		case 'e':
+			n, _ := rec.FieldUint(fp.f)
+			if s, ok := fp.names[n]; ok {
 				v.Str = s
 			} else {
-				v.Str = fmt.Sprint(n)
+				v.Str = strconv.FormatUint(n, 10)
 			}
-		case f.Kind == "i":
-			v.Int, _ = rec.Int(f.Name)
+		case 'i':
+			v.Int, _ = rec.FieldInt(fp.f)
 		default:
-			v.Uint, _ = rec.Uint(f.Name)
+			v.Uint, _ = rec.FieldUint(fp.f)
 		}
-		row[i] = v
+		row[fp.col] = v
 	}
-	if rec.Type.Name == "tcp_xmit" || rec.Type.Name == "tcp_rcv" || rec.Type.Name == "tcp_retrans" {
-		if i, ok := t.index["tcpflags"]; ok {
-			row[i] = Value{Str: TCPFlags(rec.Flags())}
-		}
+	if p.tcpflags >= 0 {
+		row[p.tcpflags] = Value{Str: TCPFlags(rec.Flags())}
 	}
 }
 

@@ -59,6 +59,8 @@ docs/COLLECT.md documents every key of the configuration.`,
 			}
 			opts := collect.Options{ConfigPath: configPath, Log: logger.Printf}
 			if readyFile != "" {
+				// Through outfile, as every output: a privileged collector must
+				// not follow a link another user planted in /tmp.
 				opts.Ready = func() {
 					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
 						logger.Printf("warning: --ready-file: %v", err)

@@ -90,6 +90,8 @@ more while they last):
 					}
 				}
 				if readyFile != "" {
+					// Through outfile, as every output: a root daemon must not
+					// follow a link another user planted in /tmp.
 					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
 						fmt.Fprintf(os.Stderr, "magnet daemon: warning: --ready-file: %v\n", err)
 					}
