@@ -184,6 +184,7 @@ type connState struct {
 	// path: segments this end sent, followed to the peer's application.
 	path    *pathStats
 	verdict *verdictTracker
+	pf      *perfettoConn // the Perfetto export's counters
 }
 
 // source is one trace being read.
