@@ -6,10 +6,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // TestPerfettoTracks writes a trace with context switches on two CPUs (and
@@ -95,4 +101,91 @@ func TestPerfettoTracks(t *testing.T) {
 	if !slices.Equal(udp, wantUDP) {
 		t.Errorf("UDP\n got %q\nwant %q", udp, wantUDP)
 	}
+}
+
+// TestPerfettoTracksTruth records a real transfer between two namespaces
+// with the sched group and checks the Perfetto export against the trace's
+// own events: on each CPU's track, one slice per pair of consecutive
+// context switches (none lost), ending at the second; on each connection
+// end's cwnd and srtt counters, the tcp_state values in order.
+func TestPerfettoTracksTruth(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgpftracks"})
+	port := 20000 + os.Getpid()%20000 + 4
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupSched, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, 64, 64<<10) })
+
+	// The truth: the trace's records, read directly.
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switches := map[uint16]int{}
+	cwnd := map[uint64][]string{}
+	lostSched := false
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		switch rec.Type.Name {
+		case "sched_switch":
+			switches[rec.CPU()]++
+		case "tcp_state":
+			c, _ := rec.Uint("cwnd")
+			cwnd[rec.Conn()] = append(cwnd[rec.Conn()], strconv.FormatUint(c, 10))
+		case "lost":
+			n1, _ := rec.Uint("n_sched_switch")
+			n2, _ := rec.Uint("n_sched_wakeup")
+			lostSched = lostSched || n1+n2 > 0
+		}
+	}
+	r.Close()
+	if lostSched {
+		t.Skip("the recorder lost sched events: slices cannot be counted against the switches")
+	}
+	var out bytes.Buffer
+	if _, err := analyze.WritePerfetto(&out, []string{path}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Ph   string         `json:"ph"`
+			Name string         `json:"name"`
+			Cat  string         `json:"cat"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	tracks := map[int]string{}
+	perCPU := map[string]int{}
+	got := map[uint64][]string{}
+	for _, e := range doc.TraceEvents {
+		switch {
+		case e.Ph == "M" && e.Name == "thread_name":
+			tracks[e.Tid] = e.Args["name"].(string)
+		case e.Ph == "X" && e.Cat == "sched":
+			perCPU[tracks[e.Tid]]++
+		case e.Ph == "C" && strings.HasSuffix(e.Name, " cwnd"):
+			var conn uint64
+			fmt.Sscanf(e.Name, "conn %d cwnd", &conn)
+			got[conn] = append(got[conn], fmt.Sprint(e.Args["segments"]))
+		}
+	}
+	if len(switches) == 0 || len(cwnd) == 0 {
+		t.Fatalf("the trace has %d CPUs with switches, %d connections with tcp_state", len(switches), len(cwnd))
+	}
+	for cpu, n := range switches {
+		if name := fmt.Sprintf("CPU %d", cpu); perCPU[name] != n-1 {
+			t.Errorf("%s: %d slices, the trace has %d context switches", name, perCPU[name], n)
+		}
+	}
+	for conn, want := range cwnd {
+		if !slices.Equal(got[conn], want) {
+			t.Errorf("conn %d cwnd counter %v, tcp_state %v", conn, got[conn], want)
+		}
+	}
+	t.Logf("switches per CPU %v, slices %v; cwnd values of %d connections", switches, perCPU, len(cwnd))
 }
