@@ -29,7 +29,7 @@ func New() *cobra.Command {
 	var selFlags archive.Flags
 	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
+		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto [--table events|journeys] -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
