@@ -264,6 +264,54 @@ func TestExportBadInput(t *testing.T) {
 	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv"), "output file is required")
 	oneLineError(t, magnet(t, "export", filepath.Join(dir, "missing.mgt"), "--format", "csv", "-o", filepath.Join(dir, "x.csv")), "no such file")
 	oneLineError(t, magnet(t, "export", exportFixture, "--format", "csv", "-o", "/proc/nope/x.csv"), "create output")
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "flows", "-f", "csv", "-o", filepath.Join(dir, "x.csv")), `unknown --table "flows"`)
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "journeys", "-f", "ulm", "-o", filepath.Join(dir, "x.ulm")), "write it as tsv, csv, jsonl or parquet")
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "journeys", "-f", "csv", "--types", "tcp_xmit", "-o", filepath.Join(dir, "x.csv")), "takes no event selection")
+}
+
+// TestExportJourneys runs the demo (a client sends 100 messages of 10,240
+// bytes to a server in another namespace, both ends in one trace) and
+// exports its journeys as a user would: each packet crosses the veth whole
+// and is one row, so the rows' payloads add up to what the client sent.
+func TestExportJourneys(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "demo.mgt")
+	if d := magnet(t, "demo", "-o", tr); d.code != 0 {
+		t.Fatalf("demo: %s", d.stderr)
+	}
+	out := filepath.Join(dir, "j.csv")
+	if r := magnet(t, "export", tr, "--table", "journeys", "-f", "csv", "-o", out); r.code != 0 {
+		t.Fatalf("export: %s", r.stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range recs[0] {
+		col[name] = i
+	}
+	var payload int64
+	for _, r := range recs[1:] {
+		n, err := strconv.ParseInt(r[col["payload"]], 10, 64)
+		if err != nil {
+			t.Fatalf("payload %q", r[col["payload"]])
+		}
+		payload += n
+		if r[col["tcp_xmit_ns"]] == "" || r[col["sock_recv_ns"]] == "" {
+			t.Errorf("a journey without its ends: %v", r)
+		}
+	}
+	t.Logf("%d journeys, %d B of payload", len(recs)-1, payload)
+	if payload != 100*10240 {
+		t.Errorf("the journeys carry %d B; the client sent %d", payload, 100*10240)
+	}
 }
 
 // TestExportPcapng records packets with the headers group and opens the

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/trace"
 	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
@@ -28,5 +30,19 @@ func BenchmarkPerfetto(b *testing.B) {
 	tracegen.Bench(b, func(path string) error {
 		_, err := analyze.WritePerfetto(io.Discard, []string{path})
 		return err
+	})
+}
+
+// BenchmarkJourneys is `magnet export --table journeys --format csv`.
+func BenchmarkJourneys(b *testing.B) {
+	tracegen.Bench(b, func(path string) error {
+		rw, err := export.NewRowWriter("csv", export.JourneyTable(), io.Discard)
+		if err != nil {
+			return err
+		}
+		if _, err := analyze.WriteJourneys(trace.Sources([]string{path}), rw); err != nil {
+			return err
+		}
+		return rw.Close()
 	})
 }

@@ -149,6 +149,9 @@ type pending struct {
 	// and that reader's time in each state then
 	reader uint32
 	spent  [nStates]uint64
+	// st: the events of each layer it passed (journeyLayers), for the
+	// journeys table
+	st [numJourneyLayers]stamp
 }
 
 // maxQueue bounds every queue of segments between two layers: a chain
@@ -247,6 +250,10 @@ type hopTracker struct {
 	// onHop, if set, is told of every matched hop: the connection end whose
 	// layer the segment left, the hop, its times and the segment.
 	onHop func(at *connState, hop int, from, to uint64, ref segRef)
+	// onJourney, if set, is given every received data segment matched to
+	// its sender's, once its way up ends (read, given up on, or the end of
+	// the traces); to is this, the receiving end.
+	onJourney func(ps *pathSeg, to *connState)
 	// The threads that read the connection, and which one read last.
 	readers map[uint32]*readerState
 	reader  uint32
@@ -299,7 +306,9 @@ func (h *hopTracker) step(e *ev) {
 			h.established = true
 		}
 		h.segs++
-		h.queue(&h.qXmit, pending{t: e.t, seg: h.segs, times: [3]uint64{e.t}, seq: e.a, size: e.size, gso: uint16(e.b), cpu: e.cpu, tid: e.tid})
+		p := pending{t: e.t, seg: h.segs, times: [3]uint64{e.t}, seq: e.a, size: e.size, gso: uint16(e.b), cpu: e.cpu, tid: e.tid}
+		p.st[jTCPXmit] = stampOf(e)
+		h.queue(&h.qXmit, p)
 	case kIPSend:
 		i, ok := h.matchIP(e)
 		if !ok {
@@ -309,6 +318,7 @@ func (h *hopTracker) step(e *ev) {
 		p.t = h.hop(hopXmitIP, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[1] = p.t
 		p.ipid, p.hasID, p.ipSize, p.cpu, p.tid = uint16(e.a), e.b == 4, e.size, e.cpu, e.tid
+		p.st[jIPSend] = stampOf(e)
 		if p.hasID {
 			h.nextID, h.haveID = p.ipid+max(p.gso, 1), true
 		}
@@ -323,6 +333,7 @@ func (h *hopTracker) step(e *ev) {
 		p.cpu, p.tid = e.cpu, e.tid
 		p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[2], p.viaQueue = p.t, true
+		p.st[jDevQueue] = stampOf(e)
 		h.queue(&h.qQueue, p)
 	case kDevXmit:
 		var p pending
@@ -336,6 +347,7 @@ func (h *hopTracker) step(e *ev) {
 		} else {
 			return
 		}
+		p.st[jDevXmit] = stampOf(e)
 		if h.cs.path != nil {
 			h.cs.path.depart(&p)
 		}
@@ -343,7 +355,9 @@ func (h *hopTracker) step(e *ev) {
 		h.dropOut(e)
 	case kDevRecv:
 		h.segs++
-		h.queue(&h.qDev, pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid})
+		p := pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid}
+		p.st[jDevRecv] = stampOf(e)
+		h.queue(&h.qDev, p)
 	case kIPRecv:
 		// dev_recv's length is the IP packet's: the link-layer header is
 		// pulled before it.
@@ -355,6 +369,8 @@ func (h *hopTracker) step(e *ev) {
 		if h.synSent && !h.established {
 			return // the SYN-ACK
 		}
+		p.st[jIPRecv] = stampOf(e)
+		p.ipSize = e.size
 		if e.b == 4 {
 			p.ipid, p.hasID = uint16(e.a), true
 			h.matchWire(&p, e.t)
@@ -517,9 +533,15 @@ func (h *hopTracker) matchWire(p *pending, ipT uint64) {
 	if d.size <= 0 {
 		return // a pure ACK: no reader takes it
 	}
-	ps := pathSeg{seg: p.seg, from: peer.path, viaQueue: d.viaQueue}
+	ps := pathSeg{seg: p.seg, from: peer.path, viaQueue: d.viaQueue, seq: d.seq, size: d.size, gso: d.gso,
+		ipid: p.ipid, hasID: p.hasID, ipLen: p.ipSize}
 	copy(ps.times[:4], d.times[:])
 	ps.times[4], ps.times[5] = p.devT, ipT
+	copy(ps.st[:jDevRecv], d.st[:])
+	ps.st[jDevRecv], ps.st[jIPRecv] = p.st[jDevRecv], p.st[jIPRecv]
+	if h.inflight.len() >= maxQueue && h.onJourney != nil {
+		h.onJourney(h.inflight.at(0), h.cs) // given up on: its way up is not known
+	}
 	if h.inflight.push(ps) {
 		h.dropped++
 	}
@@ -553,6 +575,7 @@ func (h *hopTracker) tcpRcv(e *ev) {
 	var chunk pending
 	if last != nil {
 		chunk = pending{t: e.t, devT: devT, seg: last.seg, lo: lo, origin: last.origin}
+		chunk.st[jTCPRcv] = stampOf(e)
 	}
 	h.qIPr.drop(n)
 	if n == 0 || e.size <= 0 {
@@ -582,7 +605,7 @@ func (h *hopTracker) read(e *ev) {
 		h.share.SocketWaitUs += float64(t-p.t) / 1e3
 		h.share.ReceiveUs += float64(t-min(p.devT, p.t)) / 1e3
 		h.readerWait(p, e)
-		h.deliver(p.lo, p.seg, p.t, t)
+		h.deliver(p.lo, p.seg, p.t, t, p.st[jTCPRcv], stampOf(e))
 		h.qSock.drop(1)
 	}
 	if r := h.readers[e.tid]; r != nil {
@@ -654,20 +677,33 @@ func (h *hopTracker) schedStep(e schedEvent) {
 }
 
 // deliver completes the journeys of the received segments lo…hi, which
-// reached TCP at tcpT and the application at sockT.
-func (h *hopTracker) deliver(lo, hi, tcpT, sockT uint64) {
+// reached TCP at tcpT (its event tcpE) and the application at sockT (sockE).
+func (h *hopTracker) deliver(lo, hi, tcpT, sockT uint64, tcpE, sockE stamp) {
 	n := 0
 	for n < h.inflight.len() && h.inflight.at(n).seg <= hi {
 		ps := h.inflight.at(n)
 		if ps.seg >= lo {
 			ps.times[6], ps.times[7] = tcpT, sockT
+			ps.st[jTCPRcv], ps.st[jSockRecv] = tcpE, sockE
 			ps.from.complete(ps)
 		} else {
 			ps.from.lostOnTheWay++ // never reached the application as such
 		}
+		if h.onJourney != nil {
+			h.onJourney(ps, h.cs)
+		}
 		n++
 	}
 	h.inflight.drop(n)
+}
+
+// flushJourneys hands on the segments still on their way up at the end of
+// the traces: they reached the receiver's IP layer, not its application.
+func (h *hopTracker) flushJourneys() {
+	for i := 0; i < h.inflight.len(); i++ {
+		h.onJourney(h.inflight.at(i), h.cs)
+	}
+	h.inflight.drop(h.inflight.len())
 }
 
 // finish returns the hops that saw segments and the receive time share;

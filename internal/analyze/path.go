@@ -24,6 +24,7 @@ type departure struct {
 	seq      uint32
 	size     int32 // TCP payload: 0 for a pure ACK, which no reader takes
 	gso      uint16
+	st       [jDevRecv]stamp // the sender's events
 }
 
 // pathSeg is a received segment matched to its departure, on its way up.
@@ -34,6 +35,15 @@ type pathSeg struct {
 	viaQueue bool
 	seg      uint64 // the receiver's number for it
 	from     *pathStats
+	// what the sender sent (seq, TCP payload, GSO segments: of the whole
+	// packet it left in) and the receiver got (IPv4 id, IP length)
+	seq   uint32
+	size  int32
+	gso   uint16
+	ipid  uint16
+	hasID bool
+	ipLen int32
+	st    [numJourneyLayers]stamp // each layer's event
 }
 
 // pathStats follows the segments one connection end sends to its peer.
@@ -59,6 +69,7 @@ func newPathStats(cs *connState, sameClock bool) *pathStats {
 
 func (ps *pathStats) depart(p *pending) {
 	d := departure{times: [4]uint64{p.times[0], p.times[1], p.times[2], p.t}, viaQueue: p.viaQueue, seg: p.seg, seq: p.seq, size: p.size, gso: max(p.gso, 1)}
+	copy(d.st[:], p.st[:jDevRecv])
 	ps.departed++
 	if p.size > 0 {
 		ps.departedData++

@@ -20,8 +20,14 @@ import (
 // hop, flow arrows following each segment down the sender's stack, over the
 // wire to the receiver (when both ends are in the traces) and up its stack,
 // and the application's send and receive calls as instants (MAGNET 2.0's
-// NLV picture). Times are microseconds since the first event, on the
-// common timeline of the traces. It returns the number of trace events.
+// NLV picture). Each TCP connection end also has counters of its
+// congestion window and smoothed RTT (from tcp_state) and of its send
+// buffer's occupancy (written minus acknowledged, as the report counts
+// it); a UDP socket has a track per layer with an instant per event; with
+// sched events, each CPU of each trace has a track of slices, one per
+// thread that ran on it between two context switches. Times are
+// microseconds since the first event, on the common timeline of the
+// traces. It returns the number of trace events.
 func WritePerfetto(out io.Writer, paths []string) (int, error) {
 	return WritePerfettoOf(out, trace.Sources(paths))
 }
@@ -47,6 +53,7 @@ func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
 	s.newConn = func(cs *connState) {
 		cs.hops = newHopTracker(cs)
 		cs.hops.onHop = p.hopSlice
+		cs.pf = &perfettoConn{haveSndUna: cs.src.dec.d[kTCPState].size > 0}
 	}
 	var kev []kernelMark
 	s.onOther = func(i int, rec trace.Record) {
@@ -58,10 +65,22 @@ func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
 		if !p.started {
 			p.start, p.started, p.connEvents = e.t, true, true
 		}
-		cs := e.cs
-		if cs == nil || cs.notTCP || p.err != nil {
+		if p.err != nil {
 			return
 		}
+		if e.kind == kSchedSwitch || e.kind == kSchedLoss {
+			p.cpuSlice(s.srcs[e.src], e)
+			return
+		}
+		cs := e.cs
+		if cs == nil {
+			return
+		}
+		if cs.notTCP {
+			p.udpMark(cs, e)
+			return
+		}
+		p.counters(cs, e)
 		if e.kind == kSockSend || e.kind == kSockRecv {
 			tid := p.track(cs, e.kind)
 			b := append(p.buf[:0], `{"ph":"i","s":"t","name":"`...)
@@ -120,6 +139,9 @@ type perfettoWriter struct {
 	connEvents bool
 	err        error
 	nums       map[*connState]uint64
+	// cpus: per trace and CPU, the thread running since the last context
+	// switch (sched_switch), whose slice the next switch ends
+	cpus map[[2]int]cpuRun
 }
 
 func (p *perfettoWriter) emit(b []byte) {

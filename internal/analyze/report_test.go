@@ -89,7 +89,9 @@ func writeTrace(t testing.TB, recs []rec) string {
 					copy(b[f.Offset:], x[:])
 				}
 			}
-			set("proto", uint8(6))
+			if r.u8["proto"] == 0 {
+				set("proto", uint8(6)) // TCP unless the record says
+			}
 			set("family", uint8(4))
 			set("lport", r.lp)
 			set("rport", r.rp)

@@ -111,6 +111,9 @@ type ev struct {
 	kind          kind
 	flags         uint8
 	src           uint16 // index of the trace
+	// id is the record's place in its trace: how many records (metadata
+	// included) the reader returned before it. Journeys name events by it.
+	id uint64
 
 	snap *tcpSnap // tcp_state: the windows (verdict.go)
 }
@@ -181,6 +184,7 @@ type connState struct {
 	// path: segments this end sent, followed to the peer's application.
 	path    *pathStats
 	verdict *verdictTracker
+	pf      *perfettoConn // the Perfetto export's counters
 }
 
 // source is one trace being read.
@@ -202,6 +206,7 @@ type source struct {
 	// first and last record times, on the trace's own clock
 	first, last uint64
 	seen        bool
+	nrec        uint64 // records read so far
 	// lost records' fields that place a loss of sched events
 	nSwitch, nWakeup, firstNs, lastNs trace.Field
 }
@@ -333,6 +338,8 @@ func (s *stream) advance(src *source) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", src.path, err)
 		}
+		id := src.nrec
+		src.nrec++
 		t := rec.Time()
 		if !src.seen || t < src.first {
 			src.first, src.seen = t, true
@@ -352,8 +359,8 @@ func (s *stream) advance(src *source) error {
 			continue
 		}
 		var cs *connState
-		if id := rec.Conn(); id != 0 {
-			cs = src.connOf(s, id, t)
+		if conn := rec.Conn(); conn != 0 {
+			cs = src.connOf(s, conn, t)
 			switch k {
 			case kConnOpen, kConnClose, kSockSend, kSockRecv:
 				cs.conn.Observe(src.rs, rec)
@@ -397,7 +404,7 @@ func (s *stream) advance(src *source) error {
 		}
 		src.head = ev{t: uint64(ct), cs: cs, size: rec.Size(), tid: rec.TID(), kind: k, flags: b[31], cpu: ne.Uint16(b[28:]),
 			a: uint32(d.a[k].get(b)), b: uint32(d.b[k].get(b)), c: uint32(d.c[k].get(b)),
-			d: uint32(d.d[k].get(b)), e: uint32(d.e[k].get(b)), src: uint16(src.index)}
+			d: uint32(d.d[k].get(b)), e: uint32(d.e[k].get(b)), src: uint16(src.index), id: id}
 		if k == kTCPState && cs != nil {
 			src.head.snap = d.snap.read(b)
 		}

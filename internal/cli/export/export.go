@@ -23,13 +23,13 @@ import (
 
 // New returns the export command.
 func New() *cobra.Command {
-	var format, output, connsOut string
+	var format, output, connsOut, table string
 	var ds datasetFlags
 	var noConns, salvage bool
 	var selFlags archive.Flags
 	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto -o OUT",
+		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto [--table events|journeys] -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -46,6 +46,14 @@ time_ns is that clock plus the first trace's wall offset, as magnet report
 places them. --format pcapng merges the packets of several traces the same
 way (as mergecap does), an interface per trace, namespace and ifindex.
 
+--table journeys writes, instead of the events, one row per data segment a
+receiver got from a sender also in the traces: the sender's tcp_xmit,
+ip_send, dev_queue, dev_xmit and the receiver's dev_recv, ip_recv, tcp_rcv,
+sock_recv, each as a time (<layer>_ns) and an event id (<layer>_id, the
+event's place in its trace), empty where a layer was not recorded; the
+events are paired by the packet's identity as magnet report's hops are
+(docs/REPORT.md).
+
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until.
 
@@ -55,6 +63,7 @@ it, --filter, --types and --groups select the events exported
 		Example: `  magnet export ftp.mgt --format parquet -o ftp.parquet   # and ftp.conns.parquet
   magnet export sender.mgt receiver.mgt --format csv -o both.csv
   duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"
+  magnet export both.mgt --table journeys -f parquet -o seg.parquet  # one row per segment
   magnet export /srv/magnet-archive --host a,b --since 10:00 --until 10:05 -f parquet -o ten.parquet`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +73,19 @@ it, --filter, --types and --groups select the events exported
 			}
 			if err := export.CheckFormat(format); err != nil {
 				return fmt.Errorf("export: %w", err)
+			}
+			if table != "events" && table != "journeys" {
+				return fmt.Errorf("export: unknown --table %q (want events or journeys)", table)
+			}
+			if table == "journeys" {
+				switch {
+				case format == "ulm" || format == "pcapng" || format == "perfetto":
+					return fmt.Errorf("export: --table journeys is a table: write it as tsv, csv, jsonl or parquet, not %s", format)
+				case ds.dir != "":
+					return fmt.Errorf("export: --dataset holds the events; export --table journeys to a file")
+				case evFlags.Active():
+					return fmt.Errorf("export: --table journeys follows every layer of each segment: it takes no event selection")
+				}
 			}
 			if ds.dir != "" {
 				if evFlags.Active() {
@@ -99,6 +121,9 @@ it, --filter, --types and --groups select the events exported
 				return fmt.Errorf("export: %w", err)
 			}
 			defer export.CloseTables(srcs)
+			if table == "journeys" {
+				return writeJourneys(output, format, inputs, read, cmd.OutOrStdout())
+			}
 			var headers []*trace.Header
 			for _, s := range srcs {
 				headers = append(headers, s.Reader.Header())
@@ -173,12 +198,36 @@ it, --filter, --types and --groups select the events exported
 	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet, ulm (NetLogger), pcapng (packets of the headers group) or perfetto (Chrome JSON trace)")
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
+	f.StringVar(&table, "table", "events", "what to export: events (one row per event) or journeys (one row per data segment received, every layer's event)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
 	evFlags.Register(f, "export events")
 	ds.register(f)
 	return cmd
+}
+
+// writeJourneys writes the journeys table of the traces to path.
+func writeJourneys(path, format string, traces []trace.Source, read []string, stdout io.Writer) error {
+	var n uint64
+	err := writeFile(path, read, stdout, func(w io.Writer) error {
+		rw, err := export.NewRowWriter(format, export.JourneyTable(), w)
+		if err != nil {
+			return err
+		}
+		if n, err = analyze.WriteJourneys(traces, rw); err != nil {
+			rw.Close()
+			return err
+		}
+		return rw.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if n == 0 {
+		fmt.Fprintln(os.Stderr, "magnet: warning: no journeys: they need both ends of a TCP connection in the traces, recorded with the tcp, ip and dev groups")
+	}
+	return nil
 }
 
 // connsPath inserts ".conns" before the extension: ftp.csv -> ftp.conns.csv.

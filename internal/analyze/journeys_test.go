@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package analyze_test
+
+import (
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/analyze"
+	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// rowKeeper keeps the rows written to it.
+type rowKeeper struct{ rows [][]export.Value }
+
+func (k *rowKeeper) WriteRow(row []export.Value) error {
+	k.rows = append(k.rows, append([]export.Value(nil), row...))
+	return nil
+}
+func (k *rowKeeper) Close() error { return nil }
+
+// TestJourneysByIdentity follows three segments between two ends of one
+// trace; the second one's ip_send is missing. Paired first in, first out,
+// the third segment's ip_send would be the second's; by identity the
+// second has no journey (it never departed as far as the trace knows) and
+// the third's row carries its own tcp_xmit.
+func TestJourneysByIdentity(t *testing.T) {
+	recs := []rec{
+		{typ: "conn_open", conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "conn_open", conn: 2, lp: 80, rp: 40000, laddr: [4]byte{10, 0, 0, 2}, raddr: [4]byte{10, 0, 0, 1}},
+	}
+	ids := map[[2]int]int{} // segment, layer → record id
+	for s := 0; s < 3; s++ {
+		base := uint64(100+100*s) * us
+		seq, ipid := uint32(1000+1000*s), uint32(10+s)
+		layer := []rec{
+			{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, u32: map[string]uint32{"seq": seq, "gso_segs": 1}},
+			{typ: "ip_send", conn: 1, size: 1052, u32: map[string]uint32{"ip_id": ipid}, u8: map[string]uint8{"family": 4}},
+			{typ: "dev_xmit", conn: 1, size: 1066, u32: map[string]uint32{"gso_segs": 1}},
+			{typ: "dev_recv", conn: 2, size: 1052, u32: map[string]uint32{"gso_segs": 1}},
+			{typ: "ip_recv", conn: 2, size: 1052, u32: map[string]uint32{"ip_id": ipid}, u8: map[string]uint8{"family": 4}},
+			{typ: "tcp_rcv", conn: 2, size: 1000, flags: 0x18, u32: map[string]uint32{"seq": seq}},
+			{typ: "sock_recv", conn: 2, size: 1000},
+		}
+		for i, r := range layer {
+			if s == 1 && r.typ == "ip_send" {
+				continue // not recorded
+			}
+			r.t, r.tid, r.cpu = base+uint64(i)*us, 7, 0
+			ids[[2]int{s, i}] = len(recs)
+			recs = append(recs, r)
+		}
+	}
+	var k rowKeeper
+	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || len(k.rows) != 2 {
+		t.Fatalf("%d rows (%d said), want 2: %v", len(k.rows), n, k.rows)
+	}
+	col := map[string]int{}
+	for i, c := range export.JourneyColumns {
+		col[c.Name] = i
+	}
+	// JourneyLayers index → the segment's layer above (no dev_queue).
+	layerOf := []int{0, 1, -1, 2, 3, 4, 5, 6}
+	for i, s := range []int{0, 2} {
+		r := k.rows[i]
+		if got := r[col["ip_id"]].Uint; got != uint64(10+s) {
+			t.Errorf("row %d: ip id %d, want %d", i, got, 10+s)
+		}
+		if got := r[col["seq"]].Uint; got != uint64(1000+1000*s) {
+			t.Errorf("row %d: seq %d", i, got)
+		}
+		for j, l := range export.JourneyLayers {
+			ts, id := r[col[l+"_ns"]], r[col[l+"_id"]]
+			if layerOf[j] < 0 {
+				if !ts.Null || !id.Null {
+					t.Errorf("row %d: %s is %v %v, not recorded", i, l, ts, id)
+				}
+				continue
+			}
+			wantID := ids[[2]int{s, layerOf[j]}]
+			if id.Null || id.Uint != uint64(wantID) {
+				t.Errorf("row %d: %s id %+v, want %d", i, l, id, wantID)
+			}
+			wantT := int64(uint64(100+100*s)*us + uint64(layerOf[j])*us)
+			if ts.Null || ts.Int != wantT {
+				t.Errorf("row %d: %s at %+v, want %d", i, l, ts, wantT)
+			}
+		}
+	}
+}
