@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/benchstat"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 )
 
@@ -30,7 +31,7 @@ func TestSummarize(t *testing.T) {
 	if s := Summarize(nil); s.N != 0 {
 		t.Fatalf("no value: %+v", s)
 	}
-	if tValue(100) != 1.96 || tValue(1) != 12.706 {
+	if benchstat.T975(100) != 1.96 || benchstat.T975(1) != 12.706 {
 		t.Fatal("t table")
 	}
 }
