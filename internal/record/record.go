@@ -399,6 +399,14 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	kev.header(hdr)
+	var sel *evselect.Live
+	if cfg.Filters.CEL != "" {
+		// Before the header is written: a field no recorded event has is
+		// refused with nothing in the file yet.
+		if sel, err = evselect.NewLive(hdr, cfg.Filters.CEL); err != nil {
+			return nil, err
+		}
+	}
 	var w Sink
 	if cfg.NewSink != nil {
 		w, err = cfg.NewSink(hdr)
@@ -424,13 +432,10 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := newRecorder(cfg, w, hdr)
 	r.probe = p
-	if cfg.Filters.CEL != "" {
-		if r.sel, err = evselect.NewLive(hdr, cfg.Filters.CEL); err != nil {
-			return nil, err
-		}
+	if sel != nil {
 		// Every record goes through handle, which judges it; the copy
 		// into the sink's blocks is for the unfiltered drain only.
-		r.bs = nil
+		r.sel, r.bs = sel, nil
 	}
 	if cfg.Summary > 0 {
 		if r.sum, err = summary.New(p, hdr.TypeByID(uint8(event.ConnSummary)), r.now()); err != nil {
