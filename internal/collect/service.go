@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		Output:          pat.Expand(time.Now(), 0),
 		Groups:          cfg.groups,
 		Summary:         cfg.Summary,
-		Filters:         record.Filters(cfg.Filters),
+		Filters:         record.Filters{PID: cfg.Filters.PID, Cgroup: cfg.Filters.Cgroup, NetNS: cfg.Filters.NetNS, Port: cfg.Filters.Port, Pcap: cfg.Filters.Pcap},
 		BufferBytes:     cfg.buffer,
 		Ready:           opts.Ready,
 		StatusDir:       opts.StatusDir,

@@ -429,3 +429,61 @@ func (f *Flags) Apply(inputs []trace.Source, conn uint64) error {
 func (f *Flags) Active() bool {
 	return Options{Pcap: f.pcap, Expr: f.Expr, Types: f.Types, Groups: f.Groups}.Active()
 }
+
+// Live selects records by a CEL expression as they are made, for the
+// recorder (magnet record --filter): the same evaluator and the same view
+// of an event as the readers', built from the records seen so far instead
+// of a first pass over a finished trace. Metadata and control records
+// (task, iface, lost, conn_open, conn_close, conn_summary) are always kept,
+// so that the trace stays readable and its losses visible.
+type Live struct {
+	sel *Selector
+	st  *srcState
+	rs  *export.Resolver
+}
+
+// NewLive compiles expr for records of the trace whose header is h.
+func NewLive(h *trace.Header, expr string) (*Live, error) {
+	f, err := filter.Parse(magnetclient.Filter{Expr: expr}, filter.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("--filter: %w", err)
+	}
+	if err := checkFields(expr, []*trace.Header{h}); err != nil {
+		return nil, err
+	}
+	return &Live{
+		sel: &Selector{opts: Options{Expr: expr}, headers: []*trace.Header{h}, cel: f, needTab: true},
+		st:  &srcState{header: h, conns: map[uint64]*export.Conn{}, match: map[uint64]bool{}},
+		rs:  export.NewResolver(h),
+	}, nil
+}
+
+// Control reports whether records of type name are always kept.
+func Control(name string) bool {
+	switch name {
+	case "task", "iface", "lost", "conn_open", "conn_close", "conn_summary":
+		return true
+	}
+	return false
+}
+
+// Keep takes note of rec (a thread's name, a connection's addresses) and
+// reports whether it is selected. rec.Data may be reused once Keep
+// returns.
+func (l *Live) Keep(rec trace.Record) bool {
+	if l.rs.Observe(rec) {
+		return true
+	}
+	if id := rec.Conn(); id != 0 {
+		c := l.st.conns[id]
+		if c == nil {
+			c = &export.Conn{ID: id, OpenNs: rec.Time()}
+			l.st.conns[id] = c
+		}
+		c.Observe(l.rs, rec)
+	}
+	if Control(rec.Type.Name) {
+		return true
+	}
+	return l.sel.cel.MatchExpr(l.sel.celEvent(l.st, l.rs, rec))
+}

@@ -3,8 +3,10 @@
 package evselect
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,4 +93,76 @@ func TestUnknownNames(t *testing.T) {
 	if n == 0 {
 		t.Error("selected no tcp_xmit of curl")
 	}
+}
+
+// Live, fed a trace's records in order as the recorder's drain feeds it,
+// keeps the events the readers' selection keeps, and every control record.
+func TestLiveEqualsReaders(t *testing.T) {
+	path := "../../testdata/bigendian.mgt"
+	for _, expr := range []string{"size > 0", `comm == "curl" && type == "tcp_xmit"`, `rport == 80 && fields.retrans == 1`} {
+		in := []trace.Source{{Name: path, Paths: []string{path}}}
+		s, err := New(in, Options{Expr: expr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Apply(in)
+		want := readEvents(t, in[0])
+		r, err := trace.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLive(r.Header(), expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		all := 0
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			keep := l.Keep(rec)
+			if Control(rec.Type.Name) {
+				if !keep {
+					t.Errorf("%q: left out a %s record", expr, rec.Type.Name)
+				}
+				continue
+			}
+			all++
+			if keep {
+				got = append(got, fmt.Sprint(rec.Type.Name, rec.Time(), rec.Conn()))
+			}
+		}
+		r.Close()
+		if len(want) == 0 || len(want) == all {
+			t.Fatalf("%q selects %d of %d events: the test needs some of each", expr, len(want), all)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%q: Live kept %d events, the readers %d", expr, len(got), len(want))
+		}
+	}
+	if _, err := NewLive(&trace.Header{}, "size >"); err == nil || !strings.Contains(err.Error(), "--filter: bad filter") {
+		t.Errorf("bad expression: %v", err)
+	}
+}
+
+func readEvents(t *testing.T, in trace.Source) []string {
+	t.Helper()
+	r, err := in.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var evs []string
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		if !Control(rec.Type.Name) {
+			evs = append(evs, fmt.Sprint(rec.Type.Name, rec.Time(), rec.Conn()))
+		}
+	}
+	return evs
 }

@@ -99,6 +99,9 @@ func filterSettings(f Filters) map[string]string {
 	if f.Pcap != "" {
 		m["pcap"] = f.Pcap
 	}
+	if f.CEL != "" {
+		m["cel"] = f.CEL
+	}
 	if len(m) == 0 {
 		return nil
 	}

@@ -25,6 +25,8 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/evselect"
+	"github.com/magnet-tracer/magnet/internal/filter"
 	"github.com/magnet-tracer/magnet/internal/hostcheck"
 	"github.com/magnet-tracer/magnet/internal/kevent"
 	"github.com/magnet-tracer/magnet/internal/outfile"
@@ -34,6 +36,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/streamfile"
 	"github.com/magnet-tracer/magnet/internal/summary"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
 // DefaultBufferBytes is the default size of the events ring buffers, all
@@ -58,6 +61,10 @@ type Filters struct {
 	// Pcap is a pcap-filter expression over connections (docs/FILTERS.md),
 	// judged in BPF for each socket when first seen; "" = any.
 	Pcap string
+	// CEL is an expression over each event's fields (docs/FILTERS.md),
+	// judged in the drain as the readers judge it (internal/evselect):
+	// events it is false for are counted, not written; "" = all.
+	CEL string
 }
 
 // Config configures a recording.
@@ -166,15 +173,19 @@ type Result struct {
 	// (recursion protection: the program was already running on that
 	// CPU); their events were never produced, so Lost does not have them.
 	// MissedBy has them by program, those with any only.
-	Missed    uint64
-	MissedBy  map[string]uint64
-	Produced  map[string]uint64 // events the BPF side produced, by type
-	LostBy    map[string]uint64 // events lost, by type
-	Bytes     int64
-	Hooks     []probe.HookStatus
-	CPU       CPU // the process's CPU time, getting ready and recording
-	ExitCode  int // the command's exit code, if there was one
-	Truncated bool
+	Missed   uint64
+	MissedBy map[string]uint64
+	Produced map[string]uint64 // events the BPF side produced, by type
+	LostBy   map[string]uint64 // events lost, by type
+	// Filtered counts the events Filters.CEL left out of the trace;
+	// FilteredBy has them by type. Produced = written + lost + filtered.
+	Filtered   uint64
+	FilteredBy map[string]uint64
+	Bytes      int64
+	Hooks      []probe.HookStatus
+	CPU        CPU // the process's CPU time, getting ready and recording
+	ExitCode   int // the command's exit code, if there was one
+	Truncated  bool
 	// Unwritten counts the events (task, iface and lost records aside)
 	// that were recorded but never reached the file because writing it
 	// failed, as on a full disk; UnwrittenBy has every type. Events and
@@ -310,6 +321,13 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Filters.CEL != "" {
+		// Before anything is loaded or created; the fields it names are
+		// checked against the header once there is one.
+		if _, err := filter.Parse(magnetclient.Filter{Expr: cfg.Filters.CEL}, filter.Options{}); err != nil {
+			return nil, fmt.Errorf("--filter: %w", err)
+		}
+	}
 	if cfg.Filters.Pcap != "" {
 		if err := checkPcapGroups(cfg.Groups, len(cfg.KernelEvents) > 0); err != nil {
 			return nil, err
@@ -381,6 +399,14 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	kev.header(hdr)
+	var sel *evselect.Live
+	if cfg.Filters.CEL != "" {
+		// Before the header is written: a field no recorded event has is
+		// refused with nothing in the file yet.
+		if sel, err = evselect.NewLive(hdr, cfg.Filters.CEL); err != nil {
+			return nil, err
+		}
+	}
 	var w Sink
 	if cfg.NewSink != nil {
 		w, err = cfg.NewSink(hdr)
@@ -406,6 +432,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := newRecorder(cfg, w, hdr)
 	r.probe = p
+	if sel != nil {
+		// Every record goes through handle, which judges it; the copy
+		// into the sink's blocks is for the unfiltered drain only.
+		r.sel, r.bs = sel, nil
+	}
 	if cfg.Summary > 0 {
 		if r.sum, err = summary.New(p, hdr.TypeByID(uint8(event.ConnSummary)), r.now()); err != nil {
 			return nil, err
@@ -526,12 +557,17 @@ type recorder struct {
 	// taskSuffix is probe.TaskSuffixSize, for the drain's hot path.
 	taskSuffix int
 	counts     [256]uint64
-	total      uint64 // ring records written, lost records aside
-	lost       uint64 // events the lost records written so far count
-	started    time.Time
-	taskSize   int
-	lostSize   int
-	sizes      [256]int // record size by type id; 0 = not in the dictionary
+	// sel judges events by Filters.CEL (nil: none); filtered counts those
+	// it left out, by type.
+	sel      *evselect.Live
+	filtered [256]uint64
+	types    [256]*trace.EventType // by id, for sel
+	total    uint64                // ring records written, lost records aside
+	lost     uint64                // events the lost records written so far count
+	started  time.Time
+	taskSize int
+	lostSize int
+	sizes    [256]int // record size by type id; 0 = not in the dictionary
 	// copySizes is sizes for the types whose events the drain copies into
 	// bs's room itself (all but lost records); 0 for the others.
 	copySizes [256]int
@@ -559,7 +595,8 @@ func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
 	r.taskSuffix = probe.TaskSuffixSize
 	r.owners = newOwners("/proc")
-	for _, t := range hdr.Types {
+	for i, t := range hdr.Types {
+		r.types[t.ID] = &hdr.Types[i]
 		r.sizes[t.ID] = t.Size
 		if !isLossRecord(t.ID) {
 			r.copySizes[t.ID] = t.Size
@@ -964,6 +1001,10 @@ func (r *recorder) handle(raw []byte) error {
 			r.sum.Closed(binary.NativeEndian.Uint64(raw[8:]))
 		}
 	}
+	if r.sel != nil && !r.sel.Keep(trace.Record{Type: r.types[typ], Data: raw}) {
+		r.filtered[typ]++
+		return nil
+	}
 	if err := r.w.Write(raw); err != nil {
 		return r.stopOnWrite(err)
 	}
@@ -1022,6 +1063,9 @@ func (r *recorder) writeTask(ev []byte, tid uint32, k taskKey) error {
 		return r.stopOnWrite(err)
 	}
 	r.counts[event.Task]++
+	if r.sel != nil {
+		r.sel.Keep(trace.Record{Type: r.types[event.Task], Data: b}) // names the thread for expressions
+	}
 	return nil
 }
 
@@ -1099,7 +1143,12 @@ func (r *recorder) finish(res *Result) error {
 	res.Events = map[string]uint64{}
 	res.Produced = map[string]uint64{}
 	res.LostBy = map[string]uint64{}
+	res.FilteredBy = map[string]uint64{}
 	for _, in := range event.Catalogue {
+		if n := r.filtered[in.Type]; n > 0 {
+			res.FilteredBy[in.Name] = n
+			res.Filtered += n
+		}
 		if n := r.counts[in.Type]; n > 0 {
 			res.Events[in.Name] = n
 		}
@@ -1121,6 +1170,9 @@ func (r *recorder) finish(res *Result) error {
 			Lost:      res.Lost,
 			Missed:    &res.Missed,
 			Extra:     map[string]any{"produced": res.Produced, "lost_by_type": res.LostBy, "missed_by_program": res.MissedBy, "recorder_cpu_ns": res.CPU.summary()},
+		}
+		if r.sel != nil {
+			sum.Extra["filtered_by_type"] = res.FilteredBy
 		}
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {

@@ -84,8 +84,8 @@ Event groups (--events, comma-separated; "-group" removes one):
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("filter") {
-				return fmt.Errorf("record: --filter %q: a CEL expression is applied when reading (magnet parse FILE --filter %q); record takes a pcap-filter expression, before --", celFilter, celFilter)
+			if cmd.Flags().Changed("filter") && strings.TrimSpace(celFilter) == "" {
+				return fmt.Errorf("record: --filter is empty: give a CEL expression (docs/FILTERS.md), or omit it")
 			}
 			var pcap string
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
@@ -147,7 +147,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 			cfg := record.Config{
 				Output:       output,
 				Groups:       groups,
-				Filters:      record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port, Pcap: pcap},
+				Filters:      record.Filters{PID: pid, Cgroup: cgroup, NetNS: netns, Port: port, Pcap: pcap, CEL: celFilter},
 				BufferBytes:  bufBytes,
 				Duration:     duration,
 				Command:      args,
@@ -260,9 +260,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: at most this much memory for the kept events (the window falls short past it, and the files say so)")
 	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
-	// The readers' --filter, taken only to say where it applies.
-	f.StringVar(&celFilter, "filter", "", "")
-	_ = f.MarkHidden("filter")
+	f.StringVar(&celFilter, "filter", "", "write only the events for which this CEL expression over the event's fields is true, as the readers' --filter selects them (docs/FILTERS.md); connection, task and loss records are always written")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
 	return cmd
 }
@@ -432,6 +430,13 @@ func printSummary(res *record.Result, what string) {
 		fmt.Fprintf(os.Stderr, "  lost:   %d (%s); a bigger --buffer or fewer --events helps\n", res.Lost, strings.Join(lp, ", "))
 	} else {
 		fmt.Fprintf(os.Stderr, "  lost:   0\n")
+	}
+	if res.Filtered > 0 {
+		var fp []string
+		for _, name := range record.SortedCounts(res.FilteredBy) {
+			fp = append(fp, fmt.Sprintf("%s %d", name, res.FilteredBy[name]))
+		}
+		fmt.Fprintf(os.Stderr, "  filtered: %d left out by --filter (%s)\n", res.Filtered, strings.Join(fp, ", "))
 	}
 	if res.Missed > 0 {
 		var mp []string
