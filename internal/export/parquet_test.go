@@ -17,8 +17,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/magnet-tracer/magnet/internal/tracegen"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // rowParquetWriter is the writer the columnar parquetWriter replaced: it
