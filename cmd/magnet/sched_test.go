@@ -243,3 +243,73 @@ func checkSwitchTimes(t *testing.T, parsed string) (timed int) {
 	t.Logf("%d switches: %d with pick_ns, %d with last_switch_ns", n, picked, timed)
 	return timed
 }
+
+// TestContextSwitchTime checks the context-switch time against perf's own
+// measure of a pipe ping-pong pinned to one CPU: each of its round trips
+// is two context switches on that CPU (plus two writes and two reads), so
+// the recorder must see at least two timed switches per round trip, and
+// two switches take less than a round trip.
+func TestContextSwitchTime(t *testing.T) {
+	needRoot(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		t.Skip("needs perf (perf bench sched pipe)")
+	}
+	const loops = 20000
+	out := filepath.Join(t.TempDir(), "pipe.mgt")
+	r := magnet(t, "record", "-q", "-o", out, "--events", "sched", "--",
+		"taskset", "-c", "0", perf, "bench", "sched", "pipe", "-l", fmt.Sprint(loops))
+	if r.code != 0 {
+		t.Fatalf("record: %s", r.stderr)
+	}
+	var usPerOp float64
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "usecs/op" {
+			usPerOp, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	if usPerOp <= 0 {
+		t.Fatalf("no usecs/op in perf's output:\n%s", r.stdout)
+	}
+	rep := magnet(t, "report", "--json", out)
+	if rep.code != 0 {
+		t.Fatalf("report: %s", rep.stderr)
+	}
+	type durations struct {
+		Count                  int
+		Mean, Median, P99, Max float64
+	}
+	var v struct {
+		Sched []struct {
+			CPUs []struct {
+				CPU      int       `json:"cpu"`
+				Switches int       `json:"switches"`
+				Switch   durations `json:"context_switch_us"`
+			} `json:"cpus"`
+			Lost int `json:"lost"`
+		} `json:"sched"`
+	}
+	if err := json.Unmarshal([]byte(rep.stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Sched) != 1 || v.Sched[0].Lost > 0 {
+		t.Fatalf("sched sections %+v", v.Sched)
+	}
+	for _, c := range v.Sched[0].CPUs {
+		if c.CPU != 0 {
+			continue
+		}
+		t.Logf("perf: %.3f µs per round trip; cpu 0: %d switches, context-switch time µs %+v", usPerOp, c.Switches, c.Switch)
+		// Untimed: the CPU's first switch, and the switch into each new
+		// task (taskset's exec, perf's two threads) that starts outside
+		// __schedule(); 10 leaves room for those.
+		if c.Switch.Count < 2*loops || c.Switch.Count < c.Switches-10 {
+			t.Errorf("%d timed of %d switches for %d round trips", c.Switch.Count, c.Switches, loops)
+		}
+		if c.Switch.Median <= 0 || 2*c.Switch.Median >= usPerOp {
+			t.Errorf("median context switch %.3f µs, but a round trip of two took %.3f µs", c.Switch.Median, usPerOp)
+		}
+		return
+	}
+	t.Fatalf("no switches on cpu 0: %+v", v.Sched[0].CPUs)
+}
