@@ -220,8 +220,16 @@ struct mg_sched_switch {
 	__u32 next_tid;
 	__u32 next_pid;
 	__u32 prev_state;
-	__u32 _pad;
+	/* ns from sched_entry_tp to this switch: deactivating prev and
+	 * picking next. 0 = entry not seen (no sched_entry_tp, or the
+	 * recording began inside __schedule()). */
+	__u32 pick_ns;
 	char next_comm[MG_COMM_LEN];
+	/* ns from sched_entry_tp to sched_exit_tp of this CPU's previous
+	 * switch (the exit fires in the next task, after this record would
+	 * have to be written): the whole context switch. 0 = not measured. */
+	__u32 last_switch_ns;
+	__u32 _pad;
 };
 
 struct mg_sched_wakeup {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +62,7 @@ func TestReportSched(t *testing.T) {
 		t.Fatalf("parse: %s", p.stderr)
 	}
 	switches := strings.Count(p.stdout, "\tsched_switch\t")
+	timed := checkSwitchTimes(t, p.stdout)
 
 	r := magnet(t, "report", "--json", out)
 	if r.code != 0 {
@@ -75,6 +78,7 @@ func TestReportSched(t *testing.T) {
 		PerSecond   float64   `json:"switches_per_s"`
 		Between     durations `json:"between_switches_us"`
 		WakeupToRun durations `json:"wakeup_to_run_us"`
+		Switch      durations `json:"context_switch_us"`
 		Lost        int       `json:"lost"`
 	}
 	var rep struct {
@@ -121,6 +125,11 @@ func TestReportSched(t *testing.T) {
 	if st.All.WakeupToRun.Count == 0 || st.SpanS <= 0 || math.Abs(st.All.PerSecond-float64(switches)/st.SpanS) > 1e-6*st.All.PerSecond {
 		t.Errorf("all CPUs %+v over %v s", st.All, st.SpanS)
 	}
+	// Every timed switch in the trace, and only those, is in the report.
+	if cs := st.All.Switch; cs.Count != timed || cs.Median <= 0 || cs.Median > cs.P99 || cs.P99 > cs.Max {
+		t.Errorf("context-switch time %+v, %d timed switches in the trace", cs, timed)
+	}
+	t.Logf("context-switch time µs: %+v", st.All.Switch)
 	if st.Lost > 0 && !strings.Contains(strings.Join(rep.Warnings, "\n"), "sched events were lost") {
 		t.Errorf("%d sched events lost without a warning", st.Lost)
 	}
@@ -142,7 +151,7 @@ func TestReportSched(t *testing.T) {
 	}
 
 	text := magnet(t, "report", out)
-	for _, want := range []string{"sched (", "wake→run µs", "reader during that wait: off-CPU"} {
+	for _, want := range []string{"sched (", "wake→run µs", "context-switch time: sched_entry_tp to sched_exit_tp", "reader during that wait: off-CPU"} {
 		if !strings.Contains(text.stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, text.stdout)
 		}
@@ -167,4 +176,140 @@ func TestReportSched(t *testing.T) {
 		t.Fatalf("no CPU switched 20 times: %+v", st.CPUs)
 	}
 	checkPNG(t, png, busy, true)
+}
+
+// checkSwitchTimes checks the time in the scheduler that each sched_switch
+// record of `magnet parse` output carries, by exact relations to the times
+// of the CPU's switches (which bpf_ktime_get_ns stamps from the same clock),
+// and returns how many records carry a whole context-switch time.
+//
+// pick_ns runs from this __schedule()'s entry, after the CPU's previous
+// switch, so it is shorter than the time since that switch;
+// last_switch_ns is the previous switch's entry to exit, which lie between
+// the switch before it and this one.
+func checkSwitchTimes(t *testing.T, parsed string) (timed int) {
+	t.Helper()
+	type last struct{ t1, t2 float64 } // the CPU's latest two switches, s
+	cpus := map[string]*last{}
+	n, picked := 0, 0
+	for _, line := range strings.Split(parsed, "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 10 || f[7] != "sched_switch" {
+			continue
+		}
+		n++
+		at, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			t.Fatalf("time in %q: %v", line, err)
+		}
+		var pick, whole float64
+		for _, kv := range strings.Fields(f[9]) {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "pick_ns":
+				pick, _ = strconv.ParseFloat(v, 64)
+			case "last_switch_ns":
+				whole, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		c := cpus[f[1]]
+		if c == nil {
+			c = &last{}
+			cpus[f[1]] = c
+		}
+		// 1e-9: the text has ns resolution.
+		if pick > 0 {
+			picked++
+			if c.t1 > 0 && pick/1e9 > at-c.t1+1e-9 {
+				t.Errorf("cpu %s at %.9f: pick_ns %v, but the CPU switched %.9f s before", f[1], at, pick, at-c.t1)
+			}
+		}
+		if whole > 0 {
+			timed++
+			if c.t2 > 0 && whole/1e9 > at-c.t2+1e-9 {
+				t.Errorf("cpu %s at %.9f: last_switch_ns %v spans more than the last two switches (%.9f s)", f[1], at, whole, at-c.t2)
+			}
+		}
+		c.t2, c.t1 = c.t1, at
+	}
+	// The entry and exit programs are attached before sched_switch and
+	// detached after it, so only a CPU already inside __schedule() then
+	// has a switch without pick_ns. Without last_switch_ns: each CPU's
+	// first, and those after a switch to a new task, which starts outside
+	// __schedule() (no sched_exit_tp); the workload forks little.
+	if n == 0 || n-picked > runtime.NumCPU() || timed < n*9/10 {
+		t.Errorf("%d switches: %d with pick_ns, %d with last_switch_ns", n, picked, timed)
+	}
+	t.Logf("%d switches: %d with pick_ns, %d with last_switch_ns", n, picked, timed)
+	return timed
+}
+
+// TestContextSwitchTime checks the context-switch time against perf's own
+// measure of a pipe ping-pong pinned to one CPU: each of its round trips
+// is two context switches on that CPU (plus two writes and two reads), so
+// the recorder must see at least two timed switches per round trip, and
+// two switches take less than a round trip.
+func TestContextSwitchTime(t *testing.T) {
+	needRoot(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		t.Skip("needs perf (perf bench sched pipe)")
+	}
+	const loops = 20000
+	out := filepath.Join(t.TempDir(), "pipe.mgt")
+	r := magnet(t, "record", "-q", "-o", out, "--events", "sched", "--",
+		"taskset", "-c", "0", perf, "bench", "sched", "pipe", "-l", fmt.Sprint(loops))
+	if r.code != 0 {
+		t.Fatalf("record: %s", r.stderr)
+	}
+	var usPerOp float64
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "usecs/op" {
+			usPerOp, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	if usPerOp <= 0 {
+		t.Fatalf("no usecs/op in perf's output:\n%s", r.stdout)
+	}
+	rep := magnet(t, "report", "--json", out)
+	if rep.code != 0 {
+		t.Fatalf("report: %s", rep.stderr)
+	}
+	type durations struct {
+		Count                  int
+		Mean, Median, P99, Max float64
+	}
+	var v struct {
+		Sched []struct {
+			CPUs []struct {
+				CPU      int       `json:"cpu"`
+				Switches int       `json:"switches"`
+				Switch   durations `json:"context_switch_us"`
+			} `json:"cpus"`
+			Lost int `json:"lost"`
+		} `json:"sched"`
+	}
+	if err := json.Unmarshal([]byte(rep.stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Sched) != 1 || v.Sched[0].Lost > 0 {
+		t.Fatalf("sched sections %+v", v.Sched)
+	}
+	for _, c := range v.Sched[0].CPUs {
+		if c.CPU != 0 {
+			continue
+		}
+		t.Logf("perf: %.3f µs per round trip; cpu 0: %d switches, context-switch time µs %+v", usPerOp, c.Switches, c.Switch)
+		// Untimed: the CPU's first switch, and the switch into each new
+		// task (taskset's exec, perf's two threads) that starts outside
+		// __schedule(); 10 leaves room for those.
+		if c.Switch.Count < 2*loops || c.Switch.Count < c.Switches-10 {
+			t.Errorf("%d timed of %d switches for %d round trips", c.Switch.Count, c.Switches, loops)
+		}
+		if c.Switch.Median <= 0 || 2*c.Switch.Median >= usPerOp {
+			t.Errorf("median context switch %.3f µs, but a round trip of two took %.3f µs", c.Switch.Median, usPerOp)
+		}
+		return
+	}
+	t.Fatalf("no switches on cpu 0: %+v", v.Sched[0].CPUs)
 }

@@ -6,9 +6,10 @@ import "sort"
 
 // SchedStats is what the scheduler did on one host while its trace was
 // recorded (the opt-in sched events): how often each CPU switched tasks
-// and how regularly (the time between switches, not MAGNET 2.0's
-// context-switch time: docs/REPORT.md), and how long a woken task waited
-// before it ran.
+// and how regularly (the time between switches), how long the kernel took
+// to switch (MAGNET 2.0's context-switch time, on kernels with the
+// sched_entry_tp and sched_exit_tp tracepoints: docs/REPORT.md), and how
+// long a woken task waited before it ran.
 type SchedStats struct {
 	Trace string      `json:"trace"`
 	SpanS float64     `json:"span_s"` // first to last event of the trace
@@ -28,13 +29,22 @@ type CPUSched struct {
 	PerSecond   float64   `json:"switches_per_s"`
 	Between     Durations `json:"between_switches_us"`
 	WakeupToRun Durations `json:"wakeup_to_run_us"` // sched_wakeup to the sched_switch that runs the task
-	Lost        uint64    `json:"lost,omitempty"`   // sched events this CPU lost
-	between     Dist
-	wake        Dist
-	last        uint64 // time of its latest switch
-	haveLast    bool
-	lossEnd     uint64 // end of its latest loss of sched events
-	lossy       bool   // it lost some
+	// ContextSwitch is the time in __schedule() of the switches that
+	// switched, from sched_entry_tp to sched_exit_tp: deactivating the
+	// task, picking the next and switching to it. Pick is its part up to
+	// sched_switch (deactivate and pick). Empty on kernels without those
+	// tracepoints and in traces recorded before they were.
+	ContextSwitch Durations `json:"context_switch_us"`
+	Pick          Durations `json:"pick_us"`
+	Lost          uint64    `json:"lost,omitempty"` // sched events this CPU lost
+	between       Dist
+	wake          Dist
+	cswitch       Dist
+	pick          Dist
+	last          uint64 // time of its latest switch
+	haveLast      bool
+	lossEnd       uint64 // end of its latest loss of sched events
+	lossy         bool   // it lost some
 }
 
 // Durations is a distribution of durations in microseconds.
@@ -58,7 +68,10 @@ type schedEvent struct {
 	cpu       uint16
 	tid, next uint32 // switch: the task leaving and the one arriving; wakeup: tid is the woken task
 	prevState uint32 // switch: the leaving task's state, 0 = still runnable (preempted)
-	end       uint64 // loss: time of the last event lost (t is the first)
+	// switch: ns from sched_entry_tp to it, and the whole of the CPU's
+	// previous switch (entry to exit); 0 = not measured
+	pick, lastSwitch uint32
+	end              uint64 // loss: time of the last event lost (t is the first)
 }
 
 type schedKind uint8
@@ -127,6 +140,15 @@ func (s *schedTracker) step(e schedEvent) {
 			}
 		}
 		c.last, c.haveLast = max(c.last, e.t), true
+		if e.pick > 0 {
+			c.pick.Add(float64(e.pick) / 1e3)
+			s.all.pick.Add(float64(e.pick) / 1e3)
+		}
+		// It belongs to the CPU's previous switch, which ran there too.
+		if e.lastSwitch > 0 {
+			c.cswitch.Add(float64(e.lastSwitch) / 1e3)
+			s.all.cswitch.Add(float64(e.lastSwitch) / 1e3)
+		}
 		// A wakeup of a task that was still running (it had not gone to
 		// sleep yet) ends when it leaves the CPU, not when it next runs.
 		delete(s.woken, e.tid)
@@ -157,6 +179,8 @@ func (s *schedTracker) finish(path string, span uint64) *SchedStats {
 		}
 		c.Between = durations(&c.between)
 		c.WakeupToRun = durations(&c.wake)
+		c.ContextSwitch = durations(&c.cswitch)
+		c.Pick = durations(&c.pick)
 	}
 	s.all.Lost = s.lost
 	return st

@@ -180,3 +180,47 @@ func TestReaderOffCPU(t *testing.T) {
 		t.Errorf("a trace without sched events: sched %v, receive %+v", rep.Sched, rep.Conns[0].Receive)
 	}
 }
+
+// TestSchedContextSwitchTime: the time in the scheduler that sched_switch
+// records carry counts on their CPU, and a record without it (0: not
+// measured) counts nowhere.
+func TestSchedContextSwitchTime(t *testing.T) {
+	timed := func(r rec, pick, last uint32) rec {
+		r.u32["pick_ns"], r.u32["last_switch_ns"] = pick, last
+		return r
+	}
+	recs := []rec{
+		timed(sw(0, 0, 0, 0, 100), 800, 0), // the CPU's first: no previous switch
+		timed(sw(10, 0, 100, 1, 0), 900, 2000),
+		timed(sw(20, 0, 0, 0, 100), 1000, 1500),
+		sw(30, 0, 100, 1, 0), // not measured at all
+		timed(sw(40, 1, 0, 0, 101), 0, 4000),
+		timed(sw(50, 1, 101, 1, 0), 2000, 0),
+	}
+	rep, err := analyze.Modulation([]string{writeTrace(t, recs)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rep.Sched[0]
+	c0, c1, all := st.CPUs[0], st.CPUs[1], st.All
+	if x := c0.ContextSwitch; x.Count != 2 || !near(x.Mean, 1.75) || x.Max != 2 {
+		t.Errorf("cpu 0 context switch %+v, want 2 of mean 1.75 µs, max 2", x)
+	}
+	if p := c0.Pick; p.Count != 3 || !near(p.Mean, 0.9) {
+		t.Errorf("cpu 0 pick %+v, want 3 of mean 0.9 µs", p)
+	}
+	if x, p := c1.ContextSwitch, c1.Pick; x.Count != 1 || x.Max != 4 || p.Count != 1 || p.Max != 2 {
+		t.Errorf("cpu 1: context switch %+v, pick %+v", x, p)
+	}
+	if x := all.ContextSwitch; x.Count != 3 || !near(x.Mean, 2.5) || x.Max != 4 {
+		t.Errorf("all: context switch %+v, want 3 of mean 2.5 µs", x)
+	}
+	// Records without the fields (as before they were added) measure nothing.
+	old, err := analyze.Modulation([]string{writeTrace(t, schedRecs())}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := old.Sched[0].All.ContextSwitch.Count + old.Sched[0].All.Pick.Count; n != 0 {
+		t.Errorf("%d times from records that carry none", n)
+	}
+}

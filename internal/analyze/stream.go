@@ -103,7 +103,8 @@ type ev struct {
 	// Per kind: tcp_xmit seq, gso_segs, retrans; tcp_rcv seq, ack; ip_*
 	// ip_id, family; dev_* gso_segs; tcp_state cwnd, srtt_us, ssthresh,
 	// snd_una, total_retrans; conn_close total_retrans, bytes_acked
-	// (b<<32 | c); sched_switch next_tid, prev_state; sched_wakeup
+	// (b<<32 | c); sched_switch next_tid, prev_state, pick_ns,
+	// last_switch_ns; sched_wakeup
 	// target_tid; a loss of sched events: how many, and when the last was
 	// (b<<32 | c).
 	a, b, c, d, e uint32
@@ -142,7 +143,7 @@ func newDecoder(h *trace.Header) *decoder {
 		kDevQueue: {"gso_segs"}, kDevXmit: {"gso_segs"}, kDevRecv: {"gso_segs"},
 		kTCPState: {"cwnd", "srtt_us", "ssthresh", "snd_una", "total_retrans"}, kTCPRetrans: {"seq"},
 		kConnClose:   {"total_retrans"},
-		kSchedSwitch: {"next_tid", "prev_state"}, kSchedWakeup: {"target_tid"},
+		kSchedSwitch: {"next_tid", "prev_state", "pick_ns", "last_switch_ns"}, kSchedWakeup: {"target_tid"},
 	}
 	for i := range h.Types {
 		t := &h.Types[i]
@@ -442,6 +443,7 @@ func schedOf(e *ev) (schedEvent, bool) {
 	switch e.kind {
 	case kSchedSwitch:
 		se.kind, se.next, se.prevState = schedSwitch, e.a, e.b
+		se.pick, se.lastSwitch = e.c, e.d
 	case kSchedWakeup:
 		se.kind, se.tid = schedWakeup, e.a
 	case kSchedLoss:

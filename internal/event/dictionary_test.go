@@ -106,9 +106,10 @@ func TestDictionaryLayouts(t *testing.T) {
 			u("bytes_acked", 32, 8), u("bytes_received", 40, 8), u("total_retrans", 48, 4),
 			{Name: "state", Offset: 52, Size: 1, Kind: "enum:tcp_state"},
 		}},
-		{ID: 16, Name: "sched_switch", Group: "sched", Size: 64, Fields: []trace.Field{
-			u("next_tid", 32, 4), u("next_pid", 36, 4), u("prev_state", 40, 4),
+		{ID: 16, Name: "sched_switch", Group: "sched", Size: 72, Fields: []trace.Field{
+			u("next_tid", 32, 4), u("next_pid", 36, 4), u("prev_state", 40, 4), u("pick_ns", 44, 4),
 			{Name: "next_comm", Offset: 48, Size: 16, Kind: trace.KindStr},
+			u("last_switch_ns", 64, 4),
 		}},
 		{ID: 21, Name: "headers", Group: "headers", Size: 168, Fields: []trace.Field{
 			u("ifindex", 32, 4), u("caplen", 36, 2), u("dir", 38, 1),

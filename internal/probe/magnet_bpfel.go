@@ -370,11 +370,13 @@ type magnetMgSchedSwitch struct {
 		Type   uint8
 		Flags  uint8
 	}
-	NextTid   uint32
-	NextPid   uint32
-	PrevState uint32
-	Pad       uint32
-	NextComm  [16]int8
+	NextTid      uint32
+	NextPid      uint32
+	PrevState    uint32
+	PickNs       uint32
+	NextComm     [16]int8
+	LastSwitchNs uint32
+	Pad          uint32
 }
 
 type magnetMgSchedWakeup struct {
@@ -578,6 +580,13 @@ type magnetPcapInsn struct {
 	Mask [4]uint32
 }
 
+type magnetSchedClock struct {
+	_            structs.HostLayout
+	EntryNs      uint64
+	SwitchNs     uint64
+	LastSwitchNs uint64
+}
+
 type magnetTcpRateSent struct {
 	_              structs.HostLayout
 	Delivered      uint32
@@ -629,6 +638,7 @@ const (
 	magnetMapLocalDrops        = "local_drops"
 	magnetMapLostStates        = "lost_states"
 	magnetMapNestedAreas       = "nested_areas"
+	magnetMapSchedClocks       = "sched_clocks"
 	magnetMapSummaries         = "summaries"
 	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
@@ -641,6 +651,8 @@ const (
 	magnetProgNetDevQueue      = "net_dev_queue"
 	magnetProgNetDevStartXmit  = "net_dev_start_xmit"
 	magnetProgNetifReceiveSkb  = "netif_receive_skb"
+	magnetProgSchedEntryTp     = "sched_entry_tp"
+	magnetProgSchedExitTp      = "sched_exit_tp"
 	magnetProgSchedProcessExit = "sched_process_exit"
 	magnetProgSchedProcessFork = "sched_process_fork"
 	magnetProgSchedSwitch      = "sched_switch"
@@ -750,6 +762,8 @@ type magnetProgramSpecs struct {
 	NetDevQueue      *ebpf.ProgramSpec `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.ProgramSpec `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.ProgramSpec `ebpf:"netif_receive_skb"`
+	SchedEntryTp     *ebpf.ProgramSpec `ebpf:"sched_entry_tp"`
+	SchedExitTp      *ebpf.ProgramSpec `ebpf:"sched_exit_tp"`
 	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
@@ -782,6 +796,7 @@ type magnetMapSpecs struct {
 	LocalDrops  *ebpf.MapSpec `ebpf:"local_drops"`
 	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
 	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
+	SchedClocks *ebpf.MapSpec `ebpf:"sched_clocks"`
 	Summaries   *ebpf.MapSpec `ebpf:"summaries"`
 	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
@@ -871,6 +886,7 @@ type magnetMaps struct {
 	LocalDrops  *ebpf.Map `ebpf:"local_drops"`
 	LostStates  *ebpf.Map `ebpf:"lost_states"`
 	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
+	SchedClocks *ebpf.Map `ebpf:"sched_clocks"`
 	Summaries   *ebpf.Map `ebpf:"summaries"`
 	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
 	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
@@ -892,6 +908,7 @@ func (m *magnetMaps) Close() error {
 		m.LocalDrops,
 		m.LostStates,
 		m.NestedAreas,
+		m.SchedClocks,
 		m.Summaries,
 		m.TcpRates,
 		m.TcpStates,
@@ -961,6 +978,8 @@ type magnetPrograms struct {
 	NetDevQueue      *ebpf.Program `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.Program `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.Program `ebpf:"netif_receive_skb"`
+	SchedEntryTp     *ebpf.Program `ebpf:"sched_entry_tp"`
+	SchedExitTp      *ebpf.Program `ebpf:"sched_exit_tp"`
 	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
@@ -986,6 +1005,8 @@ func (p *magnetPrograms) Close() error {
 		p.NetDevQueue,
 		p.NetDevStartXmit,
 		p.NetifReceiveSkb,
+		p.SchedEntryTp,
+		p.SchedExitTp,
 		p.SchedProcessExit,
 		p.SchedProcessFork,
 		p.SchedSwitch,

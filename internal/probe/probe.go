@@ -59,6 +59,12 @@ var Hooks = []Hook{
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
 	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop, []string{"drop"}},
+	// Bare tracepoints (6.16+) bracketing __schedule(): no events of their
+	// own (so none listed: they serve no event), they time the switch
+	// that sched_switch records. Before it, so that they are attached
+	// first and detached last.
+	{"sched_entry_tp", "tp_btf", "sched_entry_tp", event.GroupSched, nil},
+	{"sched_exit_tp", "tp_btf", "sched_exit_tp", event.GroupSched, nil},
 	{"sched_switch", "tp_btf", "sched_switch", event.GroupSched, []string{"sched_switch"}},
 	{"sched_wakeup", "tp_btf", "sched_wakeup", event.GroupSched, []string{"sched_wakeup"}},
 	{"sched_process_fork", "tp_btf", "sched_process_fork", event.GroupSched, []string{"sched_fork"}},
@@ -487,9 +493,13 @@ func (p *Probe) Detach() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = true
-	for i, l := range p.links {
-		l.Close()
-		delete(p.links, i)
+	// In the reverse of the attach order (Hooks'), so that a program that
+	// times what a later one records outlives it.
+	for i := len(p.Status) - 1; i >= 0; i-- {
+		if l, ok := p.links[i]; ok {
+			l.Close()
+			delete(p.links, i)
+		}
 	}
 }
 

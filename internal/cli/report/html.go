@@ -77,6 +77,9 @@ pre{background:#f8f8f8;padding:.5em}
 <h2>Scheduler: context switches per CPU ({{.Trace}}, {{f2 .SpanS}} s)</h2>
 <table><tr><th>cpu</th><th>switches</th><th>per s</th><th>between switches µs mean</th><th>median</th><th>p99</th><th>max</th><th>cv</th><th>wakeups</th><th>wakeup→run µs mean</th><th>median</th><th>p99</th><th>max</th><th>lost</th></tr>
 {{range .CPUs}}{{template "cpu" .}}{{end}}{{template "cpu" .All}}</table>
+{{if .All.ContextSwitch.Count}}<h3>Context-switch time: sched_entry_tp to sched_exit_tp</h3>
+<table><tr><th>cpu</th><th>switches timed</th><th>context switch µs mean</th><th>median</th><th>p99</th><th>max</th><th>to sched_switch µs median</th><th>p99</th></tr>
+{{range .CPUs}}{{template "cs" .}}{{end}}{{template "cs" .All}}</table>{{end}}
 {{end}}
 {{range .Rep.ReceivePath}}
 <h2>Receive path: time per CPU ({{.Trace}}, {{f2 .SpanS}} s)</h2>
@@ -87,6 +90,8 @@ pre{background:#f8f8f8;padding:.5em}
 {{range .Plots}}<div>{{.}}</div>{{end}}
 </body></html>
 {{define "rx"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{pct .HardIRQShare}}</td><td>{{.HardIRQs}}</td><td>{{pct .NetRxShare}}</td><td>{{.NetRx}}</td><td>{{pct .NetTxShare}}</td><td>{{.NetTx}}</td><td>{{pct .NapiShare}}</td><td>{{.Polls}}</td><td>{{.Packets}}</td><td>{{f1 .PerPoll.Mean}}</td><td>{{f1 .PerPoll.Median}}</td><td>{{f1 .PerPoll.P99}}</td><td>{{.FullPolls}}</td></tr>
+{{end}}
+{{define "cs"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{.ContextSwitch.Count}}</td><td>{{f2 .ContextSwitch.Mean}}</td><td>{{f2 .ContextSwitch.Median}}</td><td>{{f2 .ContextSwitch.P99}}</td><td>{{f2 .ContextSwitch.Max}}</td><td>{{f2 .Pick.Median}}</td><td>{{f2 .Pick.P99}}</td></tr>
 {{end}}
 {{define "cpu"}}<tr><td>{{if lt .CPU 0}}all{{else}}{{.CPU}}{{end}}</td><td>{{.Switches}}</td><td>{{f1 .PerSecond}}</td><td>{{f1 .Between.Mean}}</td><td>{{f1 .Between.Median}}</td><td>{{f1 .Between.P99}}</td><td>{{f1 .Between.Max}}</td><td>{{f2 .Between.CV}}</td><td>{{.WakeupToRun.Count}}</td><td>{{f1 .WakeupToRun.Mean}}</td><td>{{f1 .WakeupToRun.Median}}</td><td>{{f1 .WakeupToRun.P99}}</td><td>{{f1 .WakeupToRun.Max}}</td><td>{{if .Lost}}{{.Lost}}{{end}}</td></tr>
 {{end}}`))

@@ -42,7 +42,8 @@ are left out at the socket and TCP layers. Then the send buffer, throughput,
 TCP state and where time goes: the delay of each hop a segment takes.
 
 With sched events (record --events default,sched), a sched section per trace:
-context switches per CPU (count, rate, time between switches) and the
+context switches per CPU (count, rate, time between switches), the
+context-switch time (sched_entry_tp to sched_exit_tp, kernels 6.16+), the
 wakeup-to-run latency (sched_wakeup to the switch that runs the task), and,
 for each connection's receive path, where the reading thread was while data
 waited in the socket for it.
@@ -278,6 +279,21 @@ func writeSched(w io.Writer, st *analyze.SchedStats) {
 		b, k := c.Between, c.WakeupToRun
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n", cpu, c.Switches, c.PerSecond,
 			b.Mean, b.Median, b.P99, b.Max, b.CV, k.Count, k.Mean, k.Median, k.P99, k.Max, lost)
+	}
+	tw.Flush()
+	if st.All.ContextSwitch.Count == 0 {
+		return // a kernel without sched_entry_tp/sched_exit_tp, or an older trace
+	}
+	fmt.Fprintln(w, "context-switch time: sched_entry_tp to sched_exit_tp of the switches that switched")
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cpu\tswitches timed\tcontext switch µs mean\tmedian\tp99\tmax\tto sched_switch µs median\tp99\t")
+	for _, c := range append(st.CPUs, st.All) {
+		cpu := "all"
+		if c.CPU >= 0 {
+			cpu = strconv.Itoa(c.CPU)
+		}
+		x, p := c.ContextSwitch, c.Pick
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", cpu, x.Count, x.Mean, x.Median, x.P99, x.Max, p.Median, p.P99)
 	}
 	tw.Flush()
 }
