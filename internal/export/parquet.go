@@ -22,7 +22,7 @@ import (
 // its levels and a copy for every null cell, ~80% of an export's CPU time.
 type parquetWriter struct {
 	t      *Table
-	w      *parquet.Writer
+	w      *parquet.GenericWriter[any]
 	cols   []*parquet.ColumnWriter // by leaf
 	leafOf []int                   // table column -> parquet leaf
 	kinds  []ColumnKind            // by table column
@@ -77,7 +77,7 @@ func newParquetWriter(t *Table, out io.Writer) (*parquetWriter, error) {
 	// writer's memory bounded, however long the trace.
 	pw := &parquetWriter{
 		t:      t,
-		w:      parquet.NewWriter(out, schema, parquet.Compression(parquetZstd)),
+		w:      parquet.NewGenericWriter[any](out, schema, parquet.Compression(parquetZstd)),
 		leafOf: make([]int, len(t.Columns)),
 		nulls:  make([]parquet.Value, parquetBatch),
 	}
