@@ -491,6 +491,12 @@ func (s *Sink) carried() [][]byte {
 		if a != b {
 			return a < b
 		}
+		// At the same instant a thread's and an interface's records come
+		// before the connections that name them: a reader resolves a
+		// conn_open's owner when it reads it.
+		if ra, rb := s.carryRank(out[i]), s.carryRank(out[j]); ra != rb {
+			return ra < rb
+		}
 		return out[i][30] < out[j][30]
 	})
 	for i, r := range out {
@@ -499,6 +505,15 @@ func (s *Sink) carried() [][]byte {
 		out[i] = c
 	}
 	return out
+}
+
+// carryRank orders carried records of one instant: descriptions first.
+func (s *Sink) carryRank(rec []byte) int {
+	switch s.typeOf[rec[30]] {
+	case "task", "iface":
+		return 0
+	}
+	return 1
 }
 
 // finish ends the current file: summary, fsync, unlock, then the policy.
