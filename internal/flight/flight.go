@@ -662,6 +662,11 @@ func (s *Sink) carried(from uint64) [][]byte {
 		if a != b {
 			return a < b
 		}
+		// Threads and interfaces before the connections naming them at
+		// the same instant: readers resolve a conn_open's owner at once.
+		if ra, rb := s.names[out[i][30]] == "task" || s.names[out[i][30]] == "iface", s.names[out[j][30]] == "task" || s.names[out[j][30]] == "iface"; ra != rb {
+			return ra
+		}
 		return out[i][30] < out[j][30]
 	})
 	for i, r := range out {
