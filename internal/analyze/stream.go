@@ -484,10 +484,11 @@ func isAccepted(rec trace.Record) bool {
 // accepted tells the connection's send-buffer trackers that it is an
 // accepted one (sendbuf.Tracker.Accepted).
 func (cs *connState) accepted() {
+	// A plot of two traces builds its ends without a detail (nor tracker).
 	if cs.detail != nil {
 		cs.detail.sbuf.Accepted()
 	}
-	if cs.plot != nil {
+	if cs.plot != nil && cs.plot.detail != nil {
 		cs.plot.detail.sbuf.Accepted()
 	}
 }
