@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -639,42 +638,25 @@ func (s *Sink) capture(rec []byte, ts uint64) error {
 // it (what is announced later is in the window): tasks, interfaces, and
 // the connections not closed before it, flagged, oldest first.
 func (s *Sink) carried(from uint64) [][]byte {
-	var out [][]byte
+	var desc, conns [][]byte
 	before := func(r []byte) bool { return binary.NativeEndian.Uint64(r) < from }
 	for _, r := range s.tasks {
 		if before(r) {
-			out = append(out, r)
+			desc = append(desc, r)
 		}
 	}
 	for _, r := range s.ifaces {
 		if before(r) {
-			out = append(out, r)
+			desc = append(desc, r)
 		}
 	}
 	for conn, r := range s.conns {
 		if t, ok := s.closed[conn]; ok && t < from || !before(r) {
 			continue
 		}
-		out = append(out, r)
+		conns = append(conns, r)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := binary.NativeEndian.Uint64(out[i][0:8]), binary.NativeEndian.Uint64(out[j][0:8])
-		if a != b {
-			return a < b
-		}
-		// Threads and interfaces before the connections naming them at
-		// the same instant: readers resolve a conn_open's owner at once.
-		if ra, rb := s.names[out[i][30]] == "task" || s.names[out[i][30]] == "iface", s.names[out[j][30]] == "task" || s.names[out[j][30]] == "iface"; ra != rb {
-			return ra
-		}
-		return out[i][30] < out[j][30]
-	})
-	for i, r := range out {
-		c := slices.Clone(r)
-		c[31] |= trace.FlagCarried
-		out[i] = c
-	}
-	return out
+	return trace.Carried(desc, conns)
 }
 
 // nextPath names the file of a trigger at now: Output's stem, the UTC

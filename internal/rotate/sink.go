@@ -476,44 +476,17 @@ func (s *Sink) startAt(now time.Time, path string) error {
 
 // carried returns copies of the live state, oldest first, flagged.
 func (s *Sink) carried() [][]byte {
-	var out [][]byte
+	var desc, conns [][]byte
 	for _, r := range s.tasks {
-		out = append(out, r)
+		desc = append(desc, r)
 	}
 	for _, r := range s.ifaces {
-		out = append(out, r)
+		desc = append(desc, r)
 	}
 	for _, r := range s.conns {
-		out = append(out, r)
+		conns = append(conns, r)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := binary.NativeEndian.Uint64(out[i][0:8]), binary.NativeEndian.Uint64(out[j][0:8])
-		if a != b {
-			return a < b
-		}
-		// At the same instant a thread's and an interface's records come
-		// before the connections that name them: a reader resolves a
-		// conn_open's owner when it reads it.
-		if ra, rb := s.carryRank(out[i]), s.carryRank(out[j]); ra != rb {
-			return ra < rb
-		}
-		return out[i][30] < out[j][30]
-	})
-	for i, r := range out {
-		c := slices.Clone(r)
-		c[31] |= trace.FlagCarried
-		out[i] = c
-	}
-	return out
-}
-
-// carryRank orders carried records of one instant: descriptions first.
-func (s *Sink) carryRank(rec []byte) int {
-	switch s.typeOf[rec[30]] {
-	case "task", "iface":
-		return 0
-	}
-	return 1
+	return trace.Carried(desc, conns)
 }
 
 // finish ends the current file: summary, fsync, unlock, then the policy.
