@@ -84,7 +84,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	p("Events: magnet's records (task, interface and lost records are not events); tcpdump's packets captured; perf's samples; bpftrace's lines. " +
 		"Lost: events the recorder lost (tcpdump: dropped by kernel; perf: lost chunks). Added CPU per event: the CPU per GB above the same repetition's baseline, over the events per GB. " +
-		"Tracer process: the tracer's own user and system time over the transfer, a part of the CPU per GB; the rest of what it adds is in the kernel (hooks, programs, the paths they turn on, wake-ups).\n")
+		"Tracer process: the tracer's threads' run time over the transfer (schedstat), a part of the CPU per GB; the rest of what it adds is in the kernel (hooks, programs, the paths they turn on, wake-ups).\n")
 	acc := false
 	for _, row := range r.Fixed {
 		acc = acc || row.Accounting != ""
