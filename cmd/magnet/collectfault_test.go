@@ -39,19 +39,27 @@ func TestCollectFaults(t *testing.T) {
 	if err != nil {
 		t.Skipf("no cgroup2: %v", err)
 	}
-	for i, point := range []string{
+	for _, point := range []string{
 		"rotate:after-finish", "rotate:before-rename", "rotate:after-rename",
 		"ship:after-stage", "ship:before-rename", "ship:after-upload", "ship:after-manifest", "ship:after-journal", "ship:after-delete",
 	} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
-			faultCase(t, cgRoot, point, 31000+(os.Getpid()+i)%9000)
+			faultCase(t, cgRoot, point)
 		})
 	}
 }
 
-func faultCase(t *testing.T, cgRoot, point string, port int) {
+func faultCase(t *testing.T, cgRoot, point string) {
 	dir := t.TempDir()
+	// Some traffic of the test's own, on the recorded port: a port the
+	// kernel gives, so that parallel cases and other tests never clash.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
 	spool, root := filepath.Join(dir, "spool"), filepath.Join(dir, "archive")
 	cfgPath, marker := filepath.Join(dir, "collect.yaml"), filepath.Join(dir, "fault-reached")
 	cfg := fmt.Sprintf(`host: faulthost
@@ -65,12 +73,6 @@ targets:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Some traffic of the test's own, on the recorded port.
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	go func() {
 		for {
 			c, err := l.Accept()
