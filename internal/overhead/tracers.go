@@ -3,12 +3,9 @@
 package overhead
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,13 +13,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // traced is what a tracer says it did over a run.
@@ -49,104 +45,22 @@ type nothing struct{}
 func (nothing) pid() int              { return 0 }
 func (nothing) stop() (traced, error) { return traced{TraceSent: -1, TraceRecv: -1}, nil }
 
-// proc is a tracer process whose stderr is kept for its closing words.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	output string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	closed chan struct{} // stderr reached EOF
-}
+// proc is a tracer process as the benchmark starts it: ready within a
+// minute, given two to write out what it holds when stopped.
+type proc struct{ *tracerproc.Proc }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) stderrText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.stderr.String()
-}
-
-// startProc starts cmd and waits until it says it is ready: a line of its
-// stderr contains mark, or the file readyPath exists (a tool that cannot
-// print when it is ready creates a file; there is nothing else to wait on).
 func startProc(name string, cmd *exec.Cmd, output, mark, readyPath string) (*proc, error) {
-	p := &proc{name: name, cmd: cmd, output: output, closed: make(chan struct{})}
-	pipe, err := cmd.StderrPipe()
+	p, err := tracerproc.Start(name, cmd, output, mark, readyPath, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	ready := make(chan struct{})
-	go p.readStderr(pipe, mark, ready)
-	deadline := time.After(60 * time.Second)
-	poll := time.NewTicker(10 * time.Millisecond)
-	defer poll.Stop()
-	for {
-		select {
-		case <-ready:
-			return p, nil
-		case <-p.closed:
-			_ = cmd.Wait()
-			os.Remove(output)
-			return nil, fmt.Errorf("%s exited before it was ready: %s", name, oneLine(p.stderrText()))
-		case <-deadline:
-			_ = p.end()
-			os.Remove(output)
-			return nil, fmt.Errorf("%s not ready after 60s: %s", name, oneLine(p.stderrText()))
-		case <-poll.C:
-			if readyPath != "" {
-				if _, err := os.Stat(readyPath); err == nil {
-					os.Remove(readyPath)
-					return p, nil
-				}
-			}
-		}
-	}
+	return &proc{p}, nil
 }
 
-func (p *proc) readStderr(r io.Reader, mark string, ready chan<- struct{}) {
-	defer close(p.closed)
-	sc := bufio.NewScanner(r)
-	sent := false
-	for sc.Scan() {
-		p.mu.Lock()
-		p.stderr.WriteString(sc.Text() + "\n")
-		p.mu.Unlock()
-		if !sent && mark != "" && strings.Contains(sc.Text(), mark) {
-			close(ready)
-			sent = true
-		}
-	}
-}
-
-// end stops the process with SIGINT, after which each of these tools
-// writes out what it holds, killing it if it takes over two minutes.
-func (p *proc) end() error {
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	timer := time.AfterFunc(2*time.Minute, func() { _ = p.cmd.Process.Kill() })
-	defer timer.Stop()
-	<-p.closed
-	err := p.cmd.Wait()
-	var ee *exec.ExitError
-	// Ended by our SIGINT is a normal end (tcpdump, perf: 0; bpftrace: 0
-	// or 130; a shell-style 128+SIGINT).
-	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() > 1 && ee.ExitCode() != 130) {
-		return fmt.Errorf("%s: %s", p.name, oneLine(p.stderrText()+" "+err.Error()))
-	}
-	return nil
-}
-
-// size is the output file's size, 0 if there is none.
-func (p *proc) size() int64 {
-	fi, err := os.Stat(p.output)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
+func (p *proc) pid() int       { return p.Pid() }
+func (p *proc) end() error     { return p.End(2 * time.Minute) }
+func (p *proc) size() int64    { return p.Size() }
+func (p *proc) output() string { return p.Output }
 
 // magnetTracer is `magnet record` on the whole host, as a user runs it.
 type magnetTracer struct {
@@ -170,7 +84,7 @@ func startMagnet(ctx context.Context, bin, work string, seq int, c Config, serve
 }
 
 func (t *magnetTracer) stop() (traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.output())
 	if err := t.end(); err != nil {
 		return traced{}, err
 	}
@@ -178,12 +92,12 @@ func (t *magnetTracer) stop() (traced, error) {
 	if t.name == RecordFlight {
 		// The flight recorder writes a file only on a trigger, and the
 		// bench's never fires: a file means it did.
-		if written, _ := filepath.Glob(strings.TrimSuffix(t.output, ".mgt") + "-*.mgt"); len(written) > 0 {
+		if written, _ := filepath.Glob(strings.TrimSuffix(t.output(), ".mgt") + "-*.mgt"); len(written) > 0 {
 			return tr, errors.New("the flight recorder wrote a file although its trigger cannot fire")
 		}
 		return tr, nil
 	}
-	r, err := trace.Open(t.output)
+	r, err := trace.Open(t.output())
 	if err != nil {
 		return tr, fmt.Errorf("read the trace: %w", err)
 	}
@@ -266,12 +180,12 @@ var (
 )
 
 func (t *tcpdumpTracer) stop() (traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.output())
 	if err := t.end(); err != nil {
 		return traced{}, err
 	}
-	msg := t.stderrText()
-	return traced{Events: firstNumber(reCaptured, msg), Lost: firstNumber(reDropped, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
+	msg := t.Stderr()
+	return traced{Events: tracerproc.FirstNumber(reCaptured, msg), Lost: tracerproc.FirstNumber(reDropped, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
 }
 
 // perfTracer is perf record of magnet's tracepoints on every CPU.
@@ -301,18 +215,18 @@ var (
 // stop ends perf and counts the samples it wrote with perf report --stats
 // (perf record, without its build-id pass, does not count them).
 func (t *perfTracer) stop() (traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.output())
 	if err := t.end(); err != nil {
 		return traced{}, err
 	}
-	tr := traced{Lost: firstNumber(rePerfLost, t.stderrText()), Written: t.size(), TraceSent: -1, TraceRecv: -1}
-	out, err := exec.Command("perf", "report", "--stats", "-i", t.output).CombinedOutput()
+	tr := traced{Lost: tracerproc.FirstNumber(rePerfLost, t.Stderr()), Written: t.size(), TraceSent: -1, TraceRecv: -1}
+	out, err := exec.Command("perf", "report", "--stats", "-i", t.output()).CombinedOutput()
 	if err != nil {
-		return tr, fmt.Errorf("perf report --stats: %v: %s", err, oneLine(string(out)))
+		return tr, fmt.Errorf("perf report --stats: %v: %s", err, tracerproc.OneLine(string(out)))
 	}
 	// The first SAMPLE line is every event's together.
-	tr.Events = firstNumber(reSamples, string(out))
-	tr.Lost += firstNumber(rePerfLost, string(out))
+	tr.Events = tracerproc.FirstNumber(reSamples, string(out))
+	tr.Lost += tracerproc.FirstNumber(rePerfLost, string(out))
 	return tr, nil
 }
 
@@ -345,49 +259,15 @@ func startBpftrace(ctx context.Context, work string, seq int) (*bpftraceTracer, 
 	return &bpftraceTracer{p}, nil
 }
 
-var reBpftraceLost = regexp.MustCompile(`Lost (\d+) events`)
-
 func (t *bpftraceTracer) stop() (traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.output())
 	if err := t.end(); err != nil {
 		return traced{}, err
 	}
 	tr := traced{Written: t.size(), TraceSent: -1, TraceRecv: -1}
-	f, err := os.Open(t.output)
-	if err != nil {
-		return tr, fmt.Errorf("bpftrace output: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) > 0 && line[0] >= '0' && line[0] <= '9':
-			tr.Events++
-		case bytes.HasPrefix(line, []byte("Lost ")):
-			tr.Lost += firstNumber(reBpftraceLost, string(line))
-		}
-	}
-	tr.Lost += firstNumber(reBpftraceLost, t.stderrText())
-	return tr, sc.Err()
-}
-
-func firstNumber(re *regexp.Regexp, s string) uint64 {
-	m := re.FindStringSubmatch(s)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseUint(m[1], 10, 64)
-	return n
-}
-
-// oneLine joins a tool's message into one line for an error.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
+	var err error
+	tr.Events, tr.Lost, err = tracerproc.BpftraceCount(t.output(), t.Stderr())
+	return tr, err
 }
 
 // procCPU is a process's CPU time in nanoseconds: the sum of its threads'

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // Workloads the measurement can drive.
@@ -67,7 +68,7 @@ func startIperf3(lab *netlab.Lab) (*iperf3Server, error) {
 	}
 	_ = srv.Process.Kill()
 	_ = srv.Wait()
-	return nil, fmt.Errorf("iperf3 server did not start: %s", oneLine(stderr.String()))
+	return nil, fmt.Errorf("iperf3 server did not start: %s", tracerproc.OneLine(stderr.String()))
 }
 
 func (s *iperf3Server) close() {
@@ -117,9 +118,9 @@ func (s *iperf3Server) run(ctx context.Context, d time.Duration, started func())
 	out, err := cli.Output()
 	if err != nil {
 		if t, perr := parseIperf3(out); perr != nil {
-			return t, fmt.Errorf("iperf3 client: %v: %s %s", err, oneLine(stderr.String()), perr)
+			return t, fmt.Errorf("iperf3 client: %v: %s %s", err, tracerproc.OneLine(stderr.String()), perr)
 		}
-		return transfer{}, fmt.Errorf("iperf3 client: %v: %s", err, oneLine(stderr.String()))
+		return transfer{}, fmt.Errorf("iperf3 client: %v: %s", err, tracerproc.OneLine(stderr.String()))
 	}
 	return parseIperf3(out)
 }
@@ -150,7 +151,7 @@ func (m *magnetFlood) run(ctx context.Context, d time.Duration, started func()) 
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	lines := bufio.NewScanner(out)
 	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening") {
-		return transfer{}, fmt.Errorf("magnet workload serve did not start: %s", oneLine(srvErr.String()))
+		return transfer{}, fmt.Errorf("magnet workload serve did not start: %s", tracerproc.OneLine(srvErr.String()))
 	}
 	cli := exec.CommandContext(ctx, "ip", "netns", "exec", m.lab.Client.NS, m.bin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", d.String(), "--size", "65536")
 	var cliErr strings.Builder
@@ -159,20 +160,20 @@ func (m *magnetFlood) run(ctx context.Context, d time.Duration, started func()) 
 	start := time.Now()
 	sentLine, err := cli.Output()
 	if err != nil {
-		return transfer{}, fmt.Errorf("magnet workload send: %v: %s", err, oneLine(cliErr.String()))
+		return transfer{}, fmt.Errorf("magnet workload send: %v: %s", err, tracerproc.OneLine(cliErr.String()))
 	}
 	secs := time.Since(start).Seconds()
 	var t transfer
 	var n uint64
 	if _, err := fmt.Sscanf(lastLine(string(sentLine)), "sent %d bytes in %d messages", &t.Sent, &n); err != nil {
-		return transfer{}, fmt.Errorf("magnet workload send said %q", oneLine(string(sentLine)))
+		return transfer{}, fmt.Errorf("magnet workload send said %q", tracerproc.OneLine(string(sentLine)))
 	}
 	var last string
 	for lines.Scan() {
 		last = lines.Text()
 	}
 	if _, err := fmt.Sscanf(last, "received %d bytes in %d reads", &t.Received, &n); err != nil {
-		return transfer{}, fmt.Errorf("magnet workload serve said %q: %s", last, oneLine(srvErr.String()))
+		return transfer{}, fmt.Errorf("magnet workload serve said %q: %s", last, tracerproc.OneLine(srvErr.String()))
 	}
 	t.Seconds = secs
 	return t, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // Configurations that run `magnet record --netns <sender's namespace>` as a
@@ -72,12 +73,12 @@ func (b *bencher) startRecordProc(ctx context.Context, lab *netlab.Lab, bin stri
 		select {
 		case <-t.done:
 			os.Remove(t.output)
-			return nil, fmt.Errorf("%s record exited before it was ready: %s", bin, oneLine(t.stderr.String()))
+			return nil, fmt.Errorf("%s record exited before it was ready: %s", bin, tracerproc.OneLine(t.stderr.String()))
 		case <-deadline:
 			_ = t.cmd.Process.Kill()
 			<-t.done
 			os.Remove(t.output)
-			return nil, fmt.Errorf("%s record did not get ready in 60s: %s", bin, oneLine(t.stderr.String()))
+			return nil, fmt.Errorf("%s record did not get ready in 60s: %s", bin, tracerproc.OneLine(t.stderr.String()))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -131,7 +132,7 @@ func (t *recordProc) end() (Traced, error) {
 	}
 	defer os.Remove(t.output)
 	if err != nil {
-		return Traced{}, fmt.Errorf("record: %v: %s", err, oneLine(t.stderr.String()))
+		return Traced{}, fmt.Errorf("record: %v: %s", err, tracerproc.OneLine(t.stderr.String()))
 	}
 	var tr Traced
 	if fi, err := os.Stat(t.output); err == nil {

@@ -3,8 +3,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +20,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // tracer is whatever watches a transfer; stop ends it and says what it did.
@@ -258,97 +255,25 @@ func rusageSeconds(ru unix.Rusage) float64 {
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }
 
-// procTracer is an external tracer process whose stderr is kept for its
-// summary.
-type procTracer struct {
-	name   string
-	cmd    *exec.Cmd
-	output string
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	closed chan struct{}
-}
-
-func (t *procTracer) stderrText() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.stderr.String()
-}
-
-// readStderr copies the tracer's stderr, and signals ready on the first line
-// that contains mark.
-func (t *procTracer) readStderr(r *bufio.Scanner, mark string, ready chan<- struct{}) {
-	defer close(t.closed)
-	sent := false
-	for r.Scan() {
-		t.mu.Lock()
-		t.stderr.WriteString(r.Text() + "\n")
-		t.mu.Unlock()
-		if !sent && mark != "" && strings.Contains(r.Text(), mark) {
-			close(ready)
-			sent = true
-		}
-	}
-}
+// procTracer is an external tracer process (tcpdump, bpftrace) whose
+// stderr is kept for its summary.
+type procTracer struct{ *tracerproc.Proc }
 
 // end stops the process with SIGINT (both tools then flush and print their
 // summary), killing it if it lingers, and returns its CPU time.
-func (t *procTracer) end() (float64, error) {
-	_ = t.cmd.Process.Signal(syscall.SIGINT)
-	timer := time.AfterFunc(30*time.Second, func() { _ = t.cmd.Process.Kill() })
-	<-t.closed
-	err := t.cmd.Wait()
-	timer.Stop()
-	cpu := cpuSeconds(t.cmd.ProcessState)
-	if err != nil {
-		var ee *exec.ExitError
-		// Ended by our SIGINT is a normal end.
-		if !errors.As(err, &ee) || ee.ExitCode() > 1 && ee.ExitCode() != 130 {
-			return cpu, fmt.Errorf("%s: %s", t.name, oneLine(t.stderrText()+" "+err.Error()))
-		}
-	}
-	return cpu, nil
+func (t procTracer) end() (float64, error) {
+	err := t.End(30 * time.Second)
+	return cpuSeconds(t.Cmd.ProcessState), err
 }
 
 // startProc starts a tracer and waits until it is ready: it printed mark on
 // stderr or, if readyPath is set, created that file.
-func (b *bencher) startProc(name string, cmd *exec.Cmd, output, mark, readyPath string) (*procTracer, error) {
-	t := &procTracer{name: name, cmd: cmd, output: output, closed: make(chan struct{})}
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	ready := make(chan struct{})
-	go t.readStderr(bufio.NewScanner(pipe), mark, ready)
-	deadline := time.After(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ready:
-			return t, nil
-		case <-t.closed:
-			_ = cmd.Wait()
-			os.Remove(output)
-			return nil, fmt.Errorf("%s exited: %s", name, oneLine(t.stderrText()))
-		case <-deadline:
-			_, _ = t.end()
-			os.Remove(output)
-			return nil, fmt.Errorf("%s not ready after 20s: %s", name, oneLine(t.stderrText()))
-		case <-tick.C:
-			if readyPath != "" {
-				if _, err := os.Stat(readyPath); err == nil {
-					return t, nil
-				}
-			}
-		}
-	}
+func (b *bencher) startProc(name string, cmd *exec.Cmd, output, mark, readyPath string) (procTracer, error) {
+	p, err := tracerproc.Start(name, cmd, output, mark, readyPath, 20*time.Second)
+	return procTracer{p}, err
 }
 
-type tcpdumpTracer struct{ *procTracer }
+type tcpdumpTracer struct{ procTracer }
 
 // startTcpdump captures on h's veth into a file, as `tcpdump -w` does;
 // -Z root keeps it from dropping to a user that cannot write our work dir.
@@ -369,30 +294,20 @@ func (b *bencher) startTcpdump(lab *netlab.Lab, h netlab.Host) (tracer, error) {
 var (
 	reCaptured = regexp.MustCompile(`(\d+) packets? captured`)
 	reDropped  = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
-	reLost     = regexp.MustCompile(`Lost (\d+) events`)
 )
 
 func (t tcpdumpTracer) stop() (Traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.Output)
 	cpu, err := t.end()
 	if err != nil {
 		return Traced{}, err
 	}
-	msg := t.stderrText()
-	tr := Traced{CPUS: cpu, Events: firstNumber(reCaptured, msg), Drops: firstNumber(reDropped, msg)}
-	if fi, err := os.Stat(t.output); err == nil {
+	msg := t.Stderr()
+	tr := Traced{CPUS: cpu, Events: tracerproc.FirstNumber(reCaptured, msg), Drops: tracerproc.FirstNumber(reDropped, msg)}
+	if fi, err := os.Stat(t.Output); err == nil {
 		tr.Bytes = fi.Size()
 	}
 	return tr, nil
-}
-
-func firstNumber(re *regexp.Regexp, s string) uint64 {
-	m := re.FindStringSubmatch(s)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseUint(m[1], 10, 64)
-	return n
 }
 
 // bpftraceScript is the nearest bpftrace gets to magnet's default groups
@@ -425,7 +340,7 @@ tracepoint:net:netif_receive_skb { printf("%llu %d %d dev_recv %u\n", nsecs, cpu
 tracepoint:skb:kfree_skb { printf("%llu %d %d drop %d\n", nsecs, cpu, tid, args->reason); }
 `
 
-type bpftraceTracer struct{ *procTracer }
+type bpftraceTracer struct{ procTracer }
 
 func (b *bencher) startBpftrace() (tracer, error) {
 	b.seq++
@@ -441,30 +356,12 @@ func (b *bencher) startBpftrace() (tracer, error) {
 }
 
 func (t bpftraceTracer) stop() (Traced, error) {
-	defer os.Remove(t.output)
+	defer os.Remove(t.Output)
 	cpu, err := t.end()
 	if err != nil {
 		return Traced{}, err
 	}
-	tr := Traced{CPUS: cpu}
-	f, err := os.Open(t.output)
-	if err != nil {
-		return tr, fmt.Errorf("bpftrace output: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil {
-		tr.Bytes = fi.Size()
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) > 0 && line[0] >= '0' && line[0] <= '9':
-			tr.Events++
-		case bytes.HasPrefix(line, []byte("Lost ")):
-			tr.Lost += firstNumber(reLost, string(line))
-		}
-	}
-	tr.Lost += firstNumber(reLost, t.stderrText())
-	return tr, sc.Err()
+	tr := Traced{CPUS: cpu, Bytes: t.Size()}
+	tr.Events, tr.Lost, err = tracerproc.BpftraceCount(t.Output, t.Stderr())
+	return tr, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/machine"
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // flow is what the workload processes do for the length of a run.
@@ -59,7 +60,7 @@ func (f flow) sendArgs(addr string, d time.Duration) []string {
 func (f flow) readLines(sent, received string, x *Xfer) error {
 	if f.churn {
 		if _, err := fmt.Sscanf(sent, "sent %d bytes in %d connections", &x.SentBytes, &x.Connections); err != nil {
-			return fmt.Errorf("sender said %q", oneLine(sent))
+			return fmt.Errorf("sender said %q", tracerproc.OneLine(sent))
 		}
 		x.Messages = x.Connections // one request each
 		if _, err := fmt.Sscanf(received, "received %d bytes in %d connections", &x.RecvBytes, &x.Accepted); err != nil {
@@ -68,7 +69,7 @@ func (f flow) readLines(sent, received string, x *Xfer) error {
 		return nil
 	}
 	if _, err := fmt.Sscanf(sent, "sent %d bytes in %d messages", &x.SentBytes, &x.Messages); err != nil {
-		return fmt.Errorf("sender said %q", oneLine(sent))
+		return fmt.Errorf("sender said %q", tracerproc.OneLine(sent))
 	}
 	if _, err := fmt.Sscanf(received, "received %d bytes in %d reads", &x.RecvBytes, &x.Reads); err != nil {
 		return fmt.Errorf("receiver said %q", received)
@@ -125,7 +126,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, f flow, d t
 	}()
 	lines := bufio.NewScanner(srvOut)
 	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening") {
-		return nil, fmt.Errorf("receiver did not start: %s", oneLine(srvErr.String()))
+		return nil, fmt.Errorf("receiver did not start: %s", tracerproc.OneLine(srvErr.String()))
 	}
 
 	cli := b.labCommand(lab, lab.Client, b.opts.Magnet, f.sendArgs(addr, d)...)
@@ -143,7 +144,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, f flow, d t
 	wall := time.Since(start)
 	stop()
 	if err != nil {
-		return nil, fmt.Errorf("sender: %s", oneLine(cliErr.String()+" "+err.Error()))
+		return nil, fmt.Errorf("sender: %s", tracerproc.OneLine(cliErr.String()+" "+err.Error()))
 	}
 	switch {
 	case f.churn:
@@ -164,7 +165,7 @@ func (b *bencher) transferWith(ctx context.Context, lab *netlab.Lab, f flow, d t
 	_, _ = io.Copy(io.Discard, srvOut)
 	srvDone = true
 	if err := srv.Wait(); err != nil {
-		return nil, fmt.Errorf("receiver: %s", oneLine(srvErr.String()+" "+err.Error()))
+		return nil, fmt.Errorf("receiver: %s", tracerproc.OneLine(srvErr.String()+" "+err.Error()))
 	}
 	cpuAfter, err := machine.ReadCPUTimes()
 	if err != nil {
@@ -241,16 +242,7 @@ func linkStats(h netlab.Host) (ifStats, error) {
 		} `json:"stats64"`
 	}
 	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
-		return ifStats{}, fmt.Errorf("parse %s counters: %q", h.Iface, oneLine(string(out)))
+		return ifStats{}, fmt.Errorf("parse %s counters: %q", h.Iface, tracerproc.OneLine(string(out)))
 	}
 	return ifStats{rx: links[0].Stats64.RX.Packets, tx: links[0].Stats64.TX.Packets}, nil
-}
-
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	s = strings.ReplaceAll(s, "\n", "; ")
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
 }
