@@ -71,6 +71,22 @@ var Hooks = []Hook{
 	{"sched_process_exit", "tp_btf", "sched_process_exit", event.GroupSched, []string{"sched_exit"}},
 }
 
+// timingFor names, for a hook that produces no event of its own, what it
+// times in another hook's events.
+var timingFor = map[string]string{
+	"sched_entry_tp": "sched_switch's pick_ns (context-switch time)",
+	"sched_exit_tp":  "sched_switch's pick_ns (context-switch time)",
+}
+
+// Serves says what a hook gives: its events, or what it times in another
+// hook's events.
+func (h Hook) Serves() string {
+	if len(h.Events) == 0 {
+		return timingFor[h.Program]
+	}
+	return strings.Join(h.Events, ",")
+}
+
 // HookStatus says whether a hook serves its events on this kernel.
 type HookStatus struct {
 	Hook
@@ -688,6 +704,56 @@ func CheckHooks() []HookStatus {
 		out = append(out, st)
 	}
 	return out
+}
+
+// VerifyHooks loads, without attaching, every program that CheckHooks
+// found a hook for, as recording with the default settings loads them:
+// a hook whose tracepoint exists may still be refused by the verifier.
+// Each refused program is marked unavailable with the verifier's first
+// line. Without root nothing can be loaded and the statuses are returned
+// as they are, with the reason why.
+func VerifyHooks(status []HookStatus) ([]HookStatus, error) {
+	if os.Geteuid() != 0 {
+		return status, errors.New("programs not loaded: checking them with the verifier needs root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return status, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadMagnet()
+	if err != nil {
+		return status, err
+	}
+	avail := map[string]bool{}
+	for _, st := range status {
+		// fentry was loaded by CheckHooks already.
+		if st.Available && st.Kind != "fentry" {
+			avail[st.Program] = true
+		}
+	}
+	for name := range spec.Programs {
+		if !avail[name] {
+			delete(spec.Programs, name)
+		}
+	}
+	if _, err := sizeAreas(spec, []int{0}, os.Getpagesize()); err != nil {
+		return status, err
+	}
+	spec.Maps["control"].MaxEntries = uint32(os.Getpagesize())
+	coll, err := ebpf.NewCollection(spec)
+	if err == nil {
+		coll.Close()
+		return status, nil
+	}
+	// One program refused: find which, one at a time.
+	out := slices.Clone(status)
+	for i := range out {
+		if avail[out[i].Program] {
+			if err := tryLoad(out[i].Program); err != nil {
+				out[i].Available, out[i].Reason = false, err.Error()
+			}
+		}
+	}
+	return out, nil
 }
 
 // kfuncSince names the kernel release that added each kernel function the

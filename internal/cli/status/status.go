@@ -22,9 +22,12 @@ import (
 )
 
 type report struct {
-	Hooks     []probe.HookStatus `json:"hooks"`
-	ServedBy  map[string]string  `json:"served_by"`
-	Recorders []record.Status    `json:"recorders"`
+	Hooks []probe.HookStatus `json:"hooks"`
+	// Verify says why the hooks' programs were not loaded to check them
+	// ("available" then means only that the hook exists), "" when they were.
+	Verify    string            `json:"verify,omitempty"`
+	ServedBy  map[string]string `json:"served_by"`
+	Recorders []record.Status   `json:"recorders"`
 	// Collect is the collect service's shipper, when one runs on spool.
 	Collect *collect.Status `json:"collect,omitempty"`
 	// KernelEvents says which kinds of kernel event chosen at run time
@@ -42,7 +45,11 @@ func New() *cobra.Command {
 		Short: "Show which hooks this kernel offers and what running recorders are doing",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep := report{Hooks: probe.CheckHooks()}
+			hooks, verr := probe.VerifyHooks(probe.CheckHooks())
+			rep := report{Hooks: hooks}
+			if verr != nil {
+				rep.Verify = verr.Error()
+			}
 			rep.ServedBy = probe.ServedBy(rep.Hooks)
 			rep.KernelEvents = kevent.Kinds()
 			recs, err := record.ReadStatuses(dir)
@@ -66,9 +73,12 @@ func New() *cobra.Command {
 				if !h.Available {
 					state = "unavailable: " + h.Reason
 				}
-				fmt.Fprintf(tw, "%s\t%s/%s\t%s\n", strings.Join(h.Events, ","), h.Kind, h.Target, state)
+				fmt.Fprintf(tw, "%s\t%s/%s\t%s\n", h.Serves(), h.Kind, h.Target, state)
 			}
 			tw.Flush()
+			if rep.Verify != "" {
+				fmt.Fprintf(out, "(%s: \"available\" means the hook exists)\n", rep.Verify)
+			}
 			fmt.Fprintln(out)
 			tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 			fmt.Fprintln(tw, "EVENT\tSERVED BY")
