@@ -127,6 +127,15 @@ type Options struct {
 	// Output names the files: x.mgt gives x-<UTC time of the trigger>.mgt,
 	// never one that exists.
 	Output string
+	// Name, if set, names the files instead of Output: the path of a file
+	// started at now (a rotation pattern's, so that a collect spool's
+	// shipper takes it). It gets "-N" before its extension when the path
+	// exists or Taken says it was used.
+	Name func(now time.Time) string
+	// Taken, if set, says whether a path was used before (even if it is
+	// gone since: shipped); OnStart is called with each path taken.
+	Taken   func(path string) bool
+	OnStart func(path string)
 	// Window is how much before a trigger a file holds.
 	Window time.Duration
 	// After is how long past the last trigger it goes on.
@@ -605,6 +614,9 @@ func (s *Sink) start(f Fired) error {
 	now := s.opts.Now()
 	path := s.nextPath(now)
 	s.taken[path] = true
+	if s.opts.OnStart != nil {
+		s.opts.OnStart(path)
+	}
 	file, err := outfile.Create(path, outfile.Options{Lock: true})
 	if err != nil {
 		return s.fail(fmt.Errorf("flight: %w", err))
@@ -695,13 +707,17 @@ func (s *Sink) carried(from uint64) [][]byte {
 // nextPath names the file of a trigger at now: Output's stem, the UTC
 // time to the millisecond, its extension; never one that exists.
 func (s *Sink) nextPath(now time.Time) string {
+	taken := func(p string) bool { return s.taken[p] || s.opts.Taken != nil && s.opts.Taken(p) }
+	if s.opts.Name != nil {
+		return rotate.Unique(s.opts.Name(now), taken)
+	}
 	ext := filepath.Ext(s.opts.Output)
 	if ext == "" {
 		ext = ".mgt"
 	}
 	stem := strings.TrimSuffix(s.opts.Output, filepath.Ext(s.opts.Output))
 	p := stem + "-" + now.UTC().Format("20060102T150405.000Z") + ext
-	return rotate.Unique(p, func(p string) bool { return s.taken[p] })
+	return rotate.Unique(p, taken)
 }
 
 // Flush acts on triggers asked for by Trigger, ends a capture whose time
