@@ -18,6 +18,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/archivetest"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -49,24 +50,42 @@ targets:
 	if err != nil || sum.Summary != 10*time.Second || sum.groups != 0 {
 		t.Fatalf("summary: %+v %v; want 10s and the groups left to summary mode", sum, err)
 	}
+	fl, err := Parse([]byte("flight: {window: 30s, triggers: 'retrans,rtt>50ms', memory: 64MiB}\n"))
+	if err != nil || fl.flight == nil || fl.flight.Window != 30*time.Second || fl.flight.After != 2*time.Second || fl.flight.Memory != 64<<20 ||
+		!fl.flight.Triggers.Retrans || fl.flight.Triggers.RTT != 50*time.Millisecond || fl.groups != event.DefaultGroups {
+		t.Fatalf("flight: %+v %v", fl.flight, err)
+	}
+	if fl, err := Parse([]byte("flight: {window: 5s, after: 0s}\n")); err != nil || fl.flight.After != 0 || fl.flight.Memory != flight.DefaultMemory {
+		t.Fatalf("flight after 0s: %+v %v", fl.flight, err)
+	}
+	if fl, err := Parse(nil); err != nil || fl.flight != nil {
+		t.Fatalf("no flight recorder by default: %+v %v", fl.flight, err)
+	}
 	def, err := Parse(nil)
 	if err != nil || def.Spool != DefaultSpool || def.Rotate.Interval != time.Hour || def.Ship.Interval != 10*time.Second {
 		t.Fatalf("defaults: %+v %v", def, err)
 	}
 	for bad, want := range map[string]string{
-		"spol: /x":                         "field spol not found",
-		"rotate: {interval: 10ms}":         "at least 1s",
-		"rotate: {size: lots}":             "bad size",
-		"disk_budget: -1":                  "bad size",
-		"events: bogus":                    "unknown event group",
-		"summary: 10ms":                    "at least 100ms",
-		"filters: {pcap: 'tcp port'}":      "filters.pcap: pcap filter: column 9 (end): port needs a value",
-		"pattern: a/%n.mgt":                "without directory",
-		"pattern: '%q.mgt'":                "unknown verb",
-		"targets: [{type: ftp}]":           "unknown type",
-		"targets: [{type: ssh, path: /x}]": "needs host",
-		"targets: [{type: s3, bucket: b}]": "needs endpoint",
-		"targets: [{type: dir}]":           "needs path",
+		"spol: /x":                                                 "field spol not found",
+		"rotate: {interval: 10ms}":                                 "at least 1s",
+		"rotate: {size: lots}":                                     "bad size",
+		"disk_budget: -1":                                          "bad size",
+		"events: bogus":                                            "unknown event group",
+		"summary: 10ms":                                            "at least 100ms",
+		"flight: {window: 500ms}":                                  "flight.window 500ms: want at least 1s",
+		"flight: {triggers: retrans}":                              "need flight.window",
+		"flight: {window: 5s, after: -1s}":                         "flight.after -1s: want 0 or more",
+		"flight: {window: 5s, memory: 1MiB}":                       "flight.memory \"1MiB\": want a size of at least",
+		"flight: {window: 5s, triggers: loss}":                     `flight.triggers: unknown trigger "loss"`,
+		"{flight: {window: 5s}, summary: 1s}":                      "use one",
+		"{flight: {window: 5s, triggers: drop}, events: tcp}":      "needs the drop events: add them to events",
+		"filters: {pcap: 'tcp port'}":                              "filters.pcap: pcap filter: column 9 (end): port needs a value",
+		"pattern: a/%n.mgt":                                        "without directory",
+		"pattern: '%q.mgt'":                                        "unknown verb",
+		"targets: [{type: ftp}]":                                   "unknown type",
+		"targets: [{type: ssh, path: /x}]":                         "needs host",
+		"targets: [{type: s3, bucket: b}]":                         "needs endpoint",
+		"targets: [{type: dir}]":                                   "needs path",
 		"targets: [{type: ssh, host: -oProxyCommand=x, path: /x}]": "may not start",
 	} {
 		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
@@ -614,5 +633,39 @@ func TestNamesNotReused(t *testing.T) {
 	first, second := record(), record()
 	if first == second || second != "web1-20250301T100000-1.mgt" {
 		t.Fatalf("two recordings in the same second: %s then %s", first, second)
+	}
+}
+
+// TestKeepBudget: after a flight file finishes, the oldest finished files
+// go while the spool is over disk_budget, each logged in .dropped.log as
+// the rotating sink's drops are, and the newest that fit stay.
+func TestKeepBudget(t *testing.T) {
+	cfg := testConfig(t)
+	_, _ = spool(t, cfg, 4, false)
+	pat, err := rotate.ParsePattern(filepath.Join(cfg.Spool, cfg.Pattern), cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := rotate.Finished(pat, "")
+	if err != nil || len(before) < 4 {
+		t.Fatalf("%d finished files, %v", len(before), err)
+	}
+	var total int64
+	for _, f := range before {
+		total += f.Size
+	}
+	last2 := before[len(before)-1].Size + before[len(before)-2].Size
+	cfg.budget = last2
+	cfg.keepBudget(pat, t.Logf)
+	after, _ := rotate.Finished(pat, "")
+	if len(after) != 2 || after[0].Path != before[len(before)-2].Path || after[1].Path != before[len(before)-1].Path {
+		t.Fatalf("left %v of %v under a budget of the newest two", after, before)
+	}
+	if n, b := Dropped(cfg.Spool); n != len(before)-2 || b != total-last2 {
+		t.Errorf(".dropped.log: %d files, %d bytes; dropped %d files, %d bytes", n, b, len(before)-2, total-last2)
+	}
+	cfg.keepBudget(pat, t.Logf)
+	if again, _ := rotate.Finished(pat, ""); len(again) != 2 {
+		t.Errorf("within the budget, %d of 2 files left", len(again))
 	}
 }

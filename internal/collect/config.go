@@ -21,6 +21,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/pcapfilter"
 	"github.com/magnet-tracer/magnet/internal/rotate"
 )
@@ -35,7 +36,10 @@ type Config struct {
 	Events  string       `yaml:"events"`
 	// Summary, if set, records in summary mode: per-connection figures
 	// every Summary instead of events (record --summary).
-	Summary    time.Duration `yaml:"summary"`
+	Summary time.Duration `yaml:"summary"`
+	// Flight, with a window, records as magnet record --flight does: the
+	// events stay in memory and a trigger writes a file into the spool.
+	Flight     FlightConfig  `yaml:"flight"`
 	Filters    Filters       `yaml:"filters"`
 	Buffer     string        `yaml:"buffer"`
 	DiskBudget string        `yaml:"disk_budget"`
@@ -50,6 +54,17 @@ type Config struct {
 	rotateMax int64
 	groups    event.Group
 	buffer    int
+	flight    *flight.Options // nil: no flight recorder
+}
+
+// FlightConfig configures the flight recorder (docs/COLLECT.md): nothing
+// is written until a trigger, then one file in the spool, named by the
+// pattern, holding the Window before it and After past its last trigger.
+type FlightConfig struct {
+	Window   time.Duration  `yaml:"window"`
+	After    *time.Duration `yaml:"after"` // nil: 2s
+	Triggers string         `yaml:"triggers"`
+	Memory   string         `yaml:"memory"` // "": flight.DefaultMemory
 }
 
 // DatasetConfig, when Dir is set, has the shipper add each finished trace
@@ -137,6 +152,50 @@ func Load(path string) (*Config, error) {
 	return Parse(data)
 }
 
+// fillFlight checks the flight recorder's keys; the triggers' groups join
+// the default events, and must be among events that are given.
+func (c *Config) fillFlight() error {
+	f := c.Flight
+	if f.Window == 0 {
+		if f.After != nil || f.Triggers != "" || f.Memory != "" {
+			return errors.New("flight.after, flight.triggers and flight.memory need flight.window")
+		}
+		return nil
+	}
+	if f.Window < time.Second {
+		return fmt.Errorf("flight.window %s: want at least 1s (0: no flight recorder)", f.Window)
+	}
+	if c.Summary > 0 {
+		return errors.New("flight and summary: a flight recorder keeps events, summary mode records none; use one")
+	}
+	o := &flight.Options{Window: f.Window, After: 2 * time.Second, Memory: flight.DefaultMemory}
+	if f.After != nil {
+		if *f.After < 0 {
+			return fmt.Errorf("flight.after %s: want 0 or more", *f.After)
+		}
+		o.After = *f.After
+	}
+	if f.Memory != "" {
+		n, err := bytesize.Parse(f.Memory)
+		if err != nil || n < flight.MinMemory {
+			return fmt.Errorf("flight.memory %q: want a size of at least %d bytes", f.Memory, flight.MinMemory)
+		}
+		o.Memory = n
+	}
+	var err error
+	if o.Triggers, err = flight.ParseTriggers(f.Triggers); err != nil {
+		return fmt.Errorf("flight.triggers: %w", err)
+	}
+	if need := o.Triggers.Groups(); c.groups&need != need {
+		if strings.TrimSpace(c.Events) != "" {
+			return fmt.Errorf("flight.triggers %s needs the %s events: add them to events", o.Triggers, need&^c.groups)
+		}
+		c.groups |= need
+	}
+	c.flight = o
+	return nil
+}
+
 // Parse checks a configuration and fills in the defaults.
 func Parse(data []byte) (*Config, error) {
 	var c Config
@@ -189,6 +248,9 @@ func (c *Config) fill() error {
 	}
 	if c.Summary > 0 && strings.TrimSpace(c.Events) == "" {
 		c.groups = 0 // what summary mode summarizes
+	}
+	if err := c.fillFlight(); err != nil {
+		return err
 	}
 	if c.Filters.Pcap != "" {
 		e, err := pcapfilter.Parse(c.Filters.Pcap)

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/rotate"
@@ -39,6 +40,9 @@ type Options struct {
 	Ready func()
 	// StatusDir is passed to the recorder ("" = record's default).
 	StatusDir string
+	// Trigger, if set, fires the flight recorder (flight.window) once per
+	// value received, named by it ("signal"); without one it is ignored.
+	Trigger <-chan string
 }
 
 // Run is the service: it records with rotation into the spool and keeps a
@@ -100,7 +104,49 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 			return rotate.New(h, cfg.sinkOptions(pat, sup.wake, opts.Log))
 		},
 	}
+	if cfg.flight != nil {
+		rcfg.NewSink = cfg.flightSink(pat, sup.wake, opts)
+	}
 	return record.Run(ctx, rcfg)
+}
+
+// flightSink makes the recording's sink a flight recorder whose files are
+// named by the spool's pattern (so the shipper takes them once finished),
+// never with a name the spool used before, and which opts.Trigger fires.
+func (cfg *Config) flightSink(pat *rotate.Pattern, finished func(), opts Options) func(*trace.Header) (record.Sink, error) {
+	return func(h *trace.Header) (record.Sink, error) {
+		h.Host = cfg.Host
+		names := loadNames(filepath.Join(cfg.Spool, namesLog))
+		names.log = opts.Log
+		o := *cfg.flight
+		seq := 0
+		o.Name = func(now time.Time) string {
+			p := pat.Expand(now, seq)
+			seq++
+			return p
+		}
+		o.Taken, o.OnStart = names.has, names.add
+		o.OnFinish = func(string) {
+			cfg.keepBudget(pat, opts.Log)
+			finished()
+		}
+		o.Log = opts.Log
+		s, err := flight.New(h, o)
+		if err != nil {
+			return nil, err
+		}
+		if opts.Trigger != nil {
+			// The recording outlives no trigger: the goroutine ends with
+			// the channel (the caller closes it when Run returns).
+			go func() {
+				for reason := range opts.Trigger {
+					s.Trigger(reason)
+				}
+			}()
+		}
+		opts.Log("flight recorder: the last %s kept in memory; triggers %q, SIGUSR1", o.Window, o.Triggers)
+		return s, nil
+	}
 }
 
 // sinkOptions is how the service rotates: the configured interval and size,
@@ -108,7 +154,6 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 // oldest finished files dropped (with their staging copies, and logged in
 // the spool's .dropped.log) when the budget or the disk runs out.
 func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(string, ...any)) rotate.Options {
-	dropLog := filepath.Join(cfg.Spool, droppedLog)
 	staging := filepath.Join(cfg.Spool, stagingDir)
 	names := loadNames(filepath.Join(cfg.Spool, namesLog))
 	names.log = log
@@ -122,15 +167,49 @@ func (cfg *Config) sinkOptions(pat *rotate.Pattern, finished func(), log func(st
 		OnStart:    names.add,
 		DropOnFull: true,
 		OnFinish:   func(string) { finished() },
-		OnDrop: func(path string, size int64, why string) {
-			// A dropped file is not being shipped (the shipper holds a
-			// file's lock while it ships it): its staging copies are idle.
-			removeStaged(staging, filepath.Base(path))
-			if err := appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why)); err != nil {
-				log("record dropped file in %s: %v", dropLog, err)
-			}
-		},
-		Log: log,
+		OnDrop:     cfg.onDrop(log),
+		Log:        log,
+	}
+}
+
+// onDrop is what follows a finished file dropped from the spool.
+func (cfg *Config) onDrop(log func(string, ...any)) func(path string, size int64, why string) {
+	dropLog := filepath.Join(cfg.Spool, droppedLog)
+	staging := filepath.Join(cfg.Spool, stagingDir)
+	return func(path string, size int64, why string) {
+		// A dropped file is not being shipped (the shipper holds a
+		// file's lock while it ships it): its staging copies are idle.
+		removeStaged(staging, filepath.Base(path))
+		if err := appendLine(dropLog, fmt.Sprintf("%s\t%s\t%d\t%s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(path), size, why)); err != nil {
+			log("record dropped file in %s: %v", dropLog, err)
+		}
+	}
+}
+
+// keepBudget drops the oldest finished files of the spool while they and
+// the staging copies are over disk_budget, as the rotating sink does
+// after each file it finishes (the flight recorder's files are finished
+// files of the same pattern).
+func (cfg *Config) keepBudget(pat *rotate.Pattern, log func(string, ...any)) {
+	if cfg.budget <= 0 {
+		return
+	}
+	onDrop := cfg.onDrop(log)
+	for {
+		total := dirBytes(filepath.Join(cfg.Spool, stagingDir))
+		fs, _ := rotate.Finished(pat, "")
+		for _, f := range fs {
+			total += f.Size
+		}
+		if total <= cfg.budget || len(fs) == 0 {
+			return
+		}
+		if err := os.Remove(fs[0].Path); err != nil {
+			log("could not drop %s: %v", fs[0].Path, err)
+			return
+		}
+		log("dropped %s (%d bytes): budget", fs[0].Path, fs[0].Size)
+		onDrop(fs[0].Path, fs[0].Size, "budget")
 	}
 }
 

@@ -80,6 +80,11 @@ type Config struct {
 	// what the daemon records kept in memory for Window and written to a
 	// file on a trigger (Triggers, SIGUSR1, POST /v1/flight/trigger).
 	Flight FlightConfig `yaml:"flight"`
+	// Summary, if set, records in summary mode (docs/DAEMON.md): the
+	// programs add to per-connection figures in the kernel, read every
+	// Summary as conn_summary records, which feed the connection table and
+	// the streams instead of the summarized groups' events.
+	Summary time.Duration `yaml:"summary"`
 }
 
 // FlightConfig configures the daemon's flight recorder, as magnet record's
@@ -233,6 +238,9 @@ func (c Config) resolve() (*settings, error) {
 	if s.flight, err = c.Flight.options(); err != nil {
 		return nil, err
 	}
+	if err := s.summaryMode(); err != nil {
+		return nil, err
+	}
 	if s.flight != nil {
 		// The triggers' events are recorded whatever the subscriptions.
 		need := s.flight.Triggers.Groups()
@@ -363,7 +371,37 @@ func restartOnly(old, cur *settings) []string {
 	if old.Flight != cur.Flight {
 		out = append(out, "flight")
 	}
+	if old.Summary != cur.Summary {
+		out = append(out, "summary")
+	}
 	return out
+}
+
+// summaryMode checks summary and, when set, makes the summarized groups
+// both what is loaded and the baseline: a connection's summary counts
+// every layer only if every layer's hooks run, whatever the subscriptions
+// ask for.
+func (s *settings) summaryMode() error {
+	if s.Summary == 0 {
+		return nil
+	}
+	if s.Summary < 100*time.Millisecond {
+		return fmt.Errorf("config: summary %s: want an interval of at least 100ms (0: off)", s.Summary)
+	}
+	if missing := record.SummaryGroups &^ s.available; missing != 0 {
+		return fmt.Errorf("config: summary needs %s, which events.available does not load", missing)
+	}
+	if len(s.kernel) > 0 {
+		return errors.New("config: summary mode records no kernel events: leave kernel_events empty")
+	}
+	if s.flight != nil {
+		return errors.New("config: flight and summary: a flight recorder keeps events, summary mode records none; use one")
+	}
+	// The summary group is the recorder's conn_summary records (BPF
+	// tests no bit for it): in the baseline, so streams may ask for them.
+	s.available = record.SummaryGroups | event.GroupSummary
+	s.baseline = s.available
+	return nil
 }
 
 // options checks the flight section; nil without a window.

@@ -197,6 +197,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	cfg := record.Config{
 		Groups:       s.available,
+		Summary:      s.Summary,
 		KernelEvents: s.kernel,
 		Filters:      record.Filters{Cgroup: s.Filter.Cgroup, NetNS: s.Filter.NetNS, Port: s.Filter.Port},
 		BufferBytes:  s.bufBytes,

@@ -393,6 +393,8 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 		c.Drop(t, h.dropReason.enumName(rec.Data))
 	case event.TCPState:
 		c.State(h.tcpState(t, rec.Data))
+	case event.ConnSummary:
+		c.Summarized(t, h.summaryOf(rec.Data))
 	case event.TCPRate:
 		f := h.fieldsOf(event.TCPRate)
 		u := func(name string) uint32 { return uint32(f[name].uint(rec.Data)) }
@@ -402,6 +404,32 @@ func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 			AppLimited: u("app_limited") == 1, Repeat: rec.Flags()&1 != 0,
 		})
 	}
+}
+
+// summaryOf reads a conn_summary record as the events it counts would
+// have fed the connection: sock_* at the application layer, tcp_xmit and
+// tcp_rcv at TCP's, dev_xmit and dev_recv on the wire.
+func (h *hub) summaryOf(data []byte) live.Summary {
+	f := h.fieldsOf(event.ConnSummary)
+	u := func(name string) uint64 { return f[name].uint(data) }
+	var s live.Summary
+	for _, x := range []struct {
+		l            live.Layer
+		d            live.Dir
+		bytes, count string
+	}{
+		{live.App, live.Send, "sock_send_bytes", "sock_send_calls"},
+		{live.App, live.Recv, "sock_recv_bytes", "sock_recv_calls"},
+		{live.TCP, live.Send, "tcp_xmit_bytes", "tcp_xmit_skbs"},
+		{live.TCP, live.Recv, "tcp_rcv_bytes", "tcp_rcv_skbs"},
+		{live.Wire, live.Send, "dev_xmit_bytes", "dev_xmit_skbs"},
+		{live.Wire, live.Recv, "dev_recv_bytes", "dev_recv_skbs"},
+	} {
+		s.Bytes[x.l][x.d], s.Events[x.l][x.d] = int64(u(x.bytes)), u(x.count)
+	}
+	s.RetransSegs, s.RetransBytes = u("retrans_segs"), int64(u("retrans_bytes"))
+	s.Drops = u("drop_packets")
+	return s
 }
 
 // enumName is an enum field's name in the recording, or its number.

@@ -43,10 +43,16 @@ const ExtraKey = "flight"
 // event takes in a trace, 30 s of 200,000 events a second.
 const DefaultMemory = 256 << 20
 
-// chunkBytes is the unit in which memory is kept and given back.
+// chunkBytes is the unit in which memory is kept and reused.
 const chunkBytes = 1 << 20
 
-// MinMemory is the least Options.Memory: a few chunks.
+// pageBytes is the stride at which New touches the arena so that the
+// kernel backs every page before the recording starts.
+const pageBytes = 4096
+
+// MinMemory is the least Options.Memory: a few chunks. Memory is used in
+// whole chunks: a bound that is not a multiple of chunkBytes is rounded
+// down.
 const MinMemory = 4 * chunkBytes
 
 // drainSlack is how long after a capture's end time it stays open: records
@@ -121,11 +127,23 @@ type Options struct {
 	// Output names the files: x.mgt gives x-<UTC time of the trigger>.mgt,
 	// never one that exists.
 	Output string
+	// Name, if set, names the files instead of Output: the path of a file
+	// started at now (a rotation pattern's, so that a collect spool's
+	// shipper takes it). It gets "-N" before its extension when the path
+	// exists or Taken says it was used.
+	Name func(now time.Time) string
+	// Taken, if set, says whether a path was used before (even if it is
+	// gone since: shipped); OnStart is called with each path taken.
+	Taken   func(path string) bool
+	OnStart func(path string)
 	// Window is how much before a trigger a file holds.
 	Window time.Duration
 	// After is how long past the last trigger it goes on.
 	After time.Duration
-	// Memory bounds the bytes of records kept; 0 = DefaultMemory.
+	// Memory bounds the bytes of records kept; 0 = DefaultMemory. It is
+	// all taken, and written to, when the Sink is made: between triggers
+	// the recorder then only copies records into memory the kernel already
+	// backs, and never takes a page fault for a new chunk.
 	Memory int64
 	// Triggers are the conditions in the records that write a file;
 	// Trigger adds others (signals, calls).
@@ -210,10 +228,13 @@ type Sink struct {
 	reason  trace.Field // drop's reason
 	// harmless are the drop reasons (by value) that lose no data.
 	harmless map[uint32]bool
-	chunks   []*chunk // oldest first; the last is being filled
-	free     [][]byte
-	kept     int64 // bytes of chunks
-	newest   uint64
+	// arena is all the memory records are kept in, allocated and
+	// touched once; each chunk is a slot of it, reused in place, and so
+	// are the chunks themselves: keeping records allocates nothing.
+	arena  []byte
+	chunks []*chunk // oldest first; the last is being filled
+	free   []*chunk // the slots not in chunks
+	newest uint64
 	// The state a file repeats, by key; a conn_close removes its conn
 	// once it is older than any window.
 	tasks  map[uint32][]byte
@@ -259,6 +280,18 @@ func New(hdr *trace.Header, opts Options) (*Sink, error) {
 	}
 	s := &Sink{opts: opts, hdr: hdr, tasks: map[uint32][]byte{}, ifaces: map[uint64][]byte{},
 		conns: map[uint64][]byte{}, closed: map[uint64]uint64{}, taken: map[string]bool{}}
+	// The arena is one allocation: the garbage collector does not scan
+	// it (it holds no pointers) and it lives as long as the Sink. Writing
+	// a byte on each page makes the kernel back it now rather than at a
+	// first touch in the middle of a recording.
+	s.arena = make([]byte, opts.Memory/chunkBytes*chunkBytes)
+	for off := 0; off < len(s.arena); off += pageBytes {
+		s.arena[off] = 1
+	}
+	s.chunks = make([]*chunk, 0, len(s.arena)/chunkBytes)
+	for off := len(s.arena); off > 0; off -= chunkBytes {
+		s.free = append(s.free, &chunk{buf: s.arena[off-chunkBytes : off-chunkBytes : off]})
+	}
 	for _, t := range hdr.Types {
 		s.sizes[t.ID] = t.Size
 		s.names[t.ID] = t.Name
@@ -342,6 +375,9 @@ func (s *Sink) Write(rec []byte) error {
 	if s.err != nil {
 		return s.err
 	}
+	if len(rec) > chunkBytes {
+		return fmt.Errorf("flight: a record of %d bytes is more than a chunk (%d)", len(rec), chunkBytes)
+	}
 	c := s.room(len(rec))
 	off := len(c.buf)
 	c.buf = append(c.buf, rec...)
@@ -353,6 +389,9 @@ func (s *Sink) Write(rec []byte) error {
 func (s *Sink) Room(max int) ([]byte, error) {
 	if s.err != nil {
 		return nil, s.err
+	}
+	if max > chunkBytes {
+		return nil, fmt.Errorf("flight: room for %d bytes asked: more than a chunk (%d)", max, chunkBytes)
 	}
 	c := s.room(max)
 	n := len(c.buf)
@@ -410,47 +449,50 @@ func (s *Sink) AppendTallied(recs []byte, t *trace.Tally) error {
 	return s.fireAll(fired)
 }
 
-// room returns the chunk to put n more bytes in, starting a new one if
-// the last is full.
+// room returns the chunk to put n (at most chunkBytes) more bytes in,
+// starting a new one in a free slot if the last is full. With no slot
+// free, the oldest chunk's is taken although it is still in the window
+// (memory is over its bound: the window falls short, and files say so).
 func (s *Sink) room(n int) *chunk {
 	if len(s.chunks) > 0 {
 		if c := s.chunks[len(s.chunks)-1]; cap(c.buf)-len(c.buf) >= n {
 			return c
 		}
 	}
-	var buf []byte
-	if k := len(s.free); k > 0 {
-		buf, s.free = s.free[k-1][:0], s.free[:k-1]
-	} else {
-		buf = make([]byte, 0, max(chunkBytes, n))
-		s.kept += int64(cap(buf))
-	}
-	c := &chunk{buf: buf}
-	s.chunks = append(s.chunks, c)
 	s.evict()
+	if len(s.free) == 0 {
+		old := s.chunks[0]
+		s.evicted = append(s.evicted, chunkMark{last: old.last, records: old.records})
+		s.dropOldest()
+	}
+	k := len(s.free)
+	c := s.free[k-1]
+	s.free = s.free[:k-1]
+	*c = chunk{buf: c.buf[:0]}
+	s.chunks = append(s.chunks, c)
 	return c
 }
 
-// evict drops the oldest chunks while they are older than any window a
-// trigger could ask for now, or while memory is over its bound (then the
-// window falls short, and files say so). A chunk a capture still needs
-// (none: a capture writes records as they come) is not special.
+// dropOldest gives the oldest chunk's slot back. The chunks move down
+// rather than being resliced so that appending never reallocates: at most
+// a few hundred pointers, once per chunk filled.
+func (s *Sink) dropOldest() {
+	s.free = append(s.free, s.chunks[0])
+	n := copy(s.chunks, s.chunks[1:])
+	s.chunks = s.chunks[:n]
+}
+
+// evict gives back the slots of the oldest chunks while they are older
+// than any window a trigger could ask for now. A chunk a capture still
+// needs (none: a capture writes records as they come) is not special.
 func (s *Sink) evict() {
 	for len(s.chunks) > 1 {
 		c := s.chunks[0]
 		old := s.newest > uint64(s.opts.Window)+uint64(drainSlack) && c.last < s.newest-uint64(s.opts.Window)-uint64(drainSlack)
-		if !old && s.kept <= s.opts.Memory {
+		if !old {
 			break
 		}
-		if !old {
-			s.evicted = append(s.evicted, chunkMark{last: c.last, records: c.records})
-		}
-		s.chunks = s.chunks[1:]
-		if s.kept > s.opts.Memory {
-			s.kept -= int64(cap(c.buf))
-		} else {
-			s.free = append(s.free, c.buf)
-		}
+		s.dropOldest()
 	}
 	// Marks older than any window are of no use any more.
 	for len(s.evicted) > 0 && s.newest > uint64(s.opts.Window) && s.evicted[0].last < s.newest-uint64(s.opts.Window) {
@@ -572,6 +614,9 @@ func (s *Sink) start(f Fired) error {
 	now := s.opts.Now()
 	path := s.nextPath(now)
 	s.taken[path] = true
+	if s.opts.OnStart != nil {
+		s.opts.OnStart(path)
+	}
 	file, err := outfile.Create(path, outfile.Options{Lock: true})
 	if err != nil {
 		return s.fail(fmt.Errorf("flight: %w", err))
@@ -662,13 +707,17 @@ func (s *Sink) carried(from uint64) [][]byte {
 // nextPath names the file of a trigger at now: Output's stem, the UTC
 // time to the millisecond, its extension; never one that exists.
 func (s *Sink) nextPath(now time.Time) string {
+	taken := func(p string) bool { return s.taken[p] || s.opts.Taken != nil && s.opts.Taken(p) }
+	if s.opts.Name != nil {
+		return rotate.Unique(s.opts.Name(now), taken)
+	}
 	ext := filepath.Ext(s.opts.Output)
 	if ext == "" {
 		ext = ".mgt"
 	}
 	stem := strings.TrimSuffix(s.opts.Output, filepath.Ext(s.opts.Output))
 	p := stem + "-" + now.UTC().Format("20060102T150405.000Z") + ext
-	return rotate.Unique(p, func(p string) bool { return s.taken[p] })
+	return rotate.Unique(p, taken)
 }
 
 // Flush acts on triggers asked for by Trigger, ends a capture whose time
@@ -770,7 +819,7 @@ func (s *Sink) Close(sum *trace.Summary) error {
 		}
 	}
 	s.err = errClosed
-	s.chunks, s.free = nil, nil
+	s.chunks, s.free, s.arena = nil, nil, nil
 	return nil
 }
 

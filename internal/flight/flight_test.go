@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
@@ -181,8 +182,61 @@ func TestMemoryBound(t *testing.T) {
 	if res.FromNs != res.EvictedToNs+1 || res.Fired["api"] != 1 {
 		t.Errorf("result %+v", res)
 	}
-	if s.kept > 4*chunkBytes+chunkBytes {
-		t.Errorf("%d bytes kept, bound %d", s.kept, 4*chunkBytes)
+}
+
+// TestArenaReused: the records of a long recording are kept in the slots
+// of the one arena New made, reused in place: no chunk is ever allocated
+// after it (an allocation would be a first touch, a page fault, in the
+// middle of a recording), whether chunks leave the window or the memory
+// bound pushes them out.
+func TestArenaReused(t *testing.T) {
+	h := header(t)
+	for _, window := range []time.Duration{time.Second, time.Hour} {
+		s, err := New(h, Options{Output: filepath.Join(t.TempDir(), "x.mgt"), Window: window, Memory: 5*chunkBytes + 12345})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.arena) != 5*chunkBytes || len(s.free) != 5 {
+			t.Fatalf("arena of %d bytes in %d slots, want 5 chunks", len(s.arena), len(s.free))
+		}
+		arena := &s.arena[0]
+		rec := record(h, event.SockSend, 0, 7)
+		n := 40 * chunkBytes / len(rec)
+		ts := uint64(0)
+		// AllocsPerRun runs it twice: 80 chunks of records 1 ms apart.
+		allocs := testing.AllocsPerRun(1, func() {
+			for i := 0; i < n; i++ {
+				ts += uint64(time.Millisecond)
+				binary.NativeEndian.PutUint64(rec, ts)
+				if err := s.Write(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		// The marks of chunks evicted for memory are the only allocation.
+		if allocs > 8 {
+			t.Errorf("window %s: %.0f allocations for %d records", window, allocs, n)
+		}
+		if len(s.chunks)+len(s.free) != 5 {
+			t.Errorf("window %s: %d chunks + %d free slots, want 5", window, len(s.chunks), len(s.free))
+		}
+		lo := uintptr(unsafe.Pointer(arena))
+		for _, c := range s.chunks {
+			if p := uintptr(unsafe.Pointer(unsafe.SliceData(c.buf))); p < lo || p >= lo+uintptr(len(s.arena)) || cap(c.buf) != chunkBytes {
+				t.Fatalf("window %s: a chunk outside the arena", window)
+			}
+		}
+		// A short window gives slots back as chunks leave it; an hour
+		// long one only when memory is over its bound.
+		if window == time.Hour && len(s.evicted) == 0 {
+			t.Errorf("window %s: nothing evicted for memory", window)
+		}
+		if window == time.Second && len(s.evicted) != 0 {
+			t.Errorf("window %s: %d chunks evicted for memory, all left the window first", window, len(s.evicted))
+		}
+		if err := s.Close(nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

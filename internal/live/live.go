@@ -168,7 +168,12 @@ type counter struct {
 }
 
 func (c *counter) add(cfg *Config, t uint64, bytes int64) {
-	c.n++
+	c.addN(cfg, t, 1, bytes)
+}
+
+// addN counts n events of bytes in all at t.
+func (c *counter) addN(cfg *Config, t uint64, n uint64, bytes int64) {
+	c.n += n
 	c.bytes += bytes
 	if c.tw == nil {
 		c.tw = newTimeWindow(cfg)
@@ -183,6 +188,40 @@ func newTimeWindow(cfg *Config) *timeWindow {
 // Traffic counts bytes moved at a layer in a direction at time t. Sizes of
 // zero or less (empty reads, errors, pure ACKs) are not traffic.
 func (c *Conn) Traffic(l Layer, d Dir, t uint64, bytes int64) {
+	c.traffic(l, d, t, bytes, 1)
+}
+
+// Summary is what a summary interval (a conn_summary record) tells of a
+// connection: per layer and direction the bytes and the events that moved
+// them, and the retransmissions and drops.
+type Summary struct {
+	Bytes        [numLayers][2]int64
+	Events       [numLayers][2]uint64
+	RetransSegs  uint64
+	RetransBytes int64
+	Drops        uint64
+}
+
+// Summarized adds a summary interval ending at t as its events would
+// have been added, all at t: totals are exact, the rates see the interval
+// as one burst.
+func (c *Conn) Summarized(t uint64, s Summary) {
+	for l := range numLayers {
+		for d := range 2 {
+			if s.Events[l][d] > 0 {
+				c.traffic(Layer(l), Dir(d), t, s.Bytes[l][d], s.Events[l][d])
+			}
+		}
+	}
+	if s.RetransSegs > 0 {
+		c.retrans.addN(c.cfg, t, s.RetransSegs, max(s.RetransBytes, 0))
+	}
+	if s.Drops > 0 {
+		c.drops.addN(c.cfg, t, s.Drops, 0)
+	}
+}
+
+func (c *Conn) traffic(l Layer, d Dir, t uint64, bytes int64, events uint64) {
 	if bytes <= 0 || l < 0 || l >= numLayers {
 		return
 	}
@@ -192,7 +231,7 @@ func (c *Conn) Traffic(l Layer, d Dir, t uint64, bytes int64) {
 		c.streams[l][d] = s
 	}
 	s.bytes += bytes
-	s.events++
+	s.events += events
 	s.last = max(s.last, t)
 	s.ev.add(t, bytes)
 	s.tw.add(t, bytes)

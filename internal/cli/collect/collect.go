@@ -57,7 +57,25 @@ docs/COLLECT.md documents every key of the configuration.`,
 				}
 				return nil
 			}
-			opts := collect.Options{ConfigPath: configPath, Log: logger.Printf}
+			// SIGUSR1 fires the flight recorder (flight.window); without
+			// one the service logs and ignores it.
+			trigger := make(chan string, 1)
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
+			defer signal.Stop(usr1)
+			go func() {
+				for range usr1 {
+					if cfg.Flight.Window == 0 {
+						logger.Printf("SIGUSR1 ignored: no flight recorder (flight.window)")
+						continue
+					}
+					select {
+					case trigger <- "signal":
+					default: // one is pending: it writes the same window
+					}
+				}
+			}()
+			opts := collect.Options{ConfigPath: configPath, Log: logger.Printf, Trigger: trigger}
 			if readyFile != "" {
 				// Through outfile, as every output: a privileged collector must
 				// not follow a link another user planted in /tmp.

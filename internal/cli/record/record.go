@@ -257,7 +257,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.Lookup("summary").NoOptDefVal = "1s"
 	f.DurationVar(&flightWindow, "flight", 30*time.Second, "flight recorder (off unless given): keep the last this long of events in memory and write nothing until a trigger (--trigger, SIGUSR1); then write -o's stem-<time>.mgt with that much before it")
 	f.DurationVar(&flightAfter, "flight-after", 2*time.Second, "flight recorder: go on writing this long after the last trigger of a file")
-	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: at most this much memory for the kept events (the window falls short past it, and the files say so)")
+	f.StringVar(&flightMemory, "flight-memory", "256MiB", "flight recorder: memory for the kept events, taken (and resident) from the start so that keeping them takes no page fault (the window falls short past it, and the files say so)")
 	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
 	f.StringVar(&celFilter, "filter", "", "write only the events for which this CEL expression over the event's fields is true, as the readers' --filter selects them (docs/FILTERS.md); connection, task and loss records are always written")
