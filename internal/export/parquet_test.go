@@ -238,7 +238,7 @@ func TestParquetColumnarMatchesRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := make([]Value, len(tb.Columns))
-	const rows = 3*parquetRowGroup + parquetBatch/2 + 7
+	const rows = 3*parquetRowGroup + 519
 	for range rows {
 		for i := range row {
 			row[i] = Value{Null: rng.Float64() < pNull[i], Int: rng.Int64() - rng.Int64(), Uint: rng.Uint64(), Str: strings.Repeat("x", rng.IntN(5))}
