@@ -288,7 +288,7 @@ func (c *stagedCol) pad(n int) {
 func newColWriter(out io.Writer, group parquet.Group, maxGroup int) *colWriter {
 	schema := parquet.NewSchema("magnet", group)
 	cw := &colWriter{
-		w:      parquet.NewGenericWriter[any](out, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(int64(maxGroup))),
+		w:      parquet.NewGenericWriter[any](out, schema, parquet.Compression(parquetZstd), parquet.MaxRowsPerRowGroup(int64(maxGroup))),
 		byName: map[string]*stagedCol{},
 		max:    maxGroup,
 	}

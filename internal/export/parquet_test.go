@@ -238,7 +238,7 @@ func TestParquetColumnarMatchesRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := make([]Value, len(tb.Columns))
-	const rows = 3*parquetRowGroup + parquetBatch/2 + 7
+	const rows = 3*parquetRowGroup + 519
 	for range rows {
 		for i := range row {
 			row[i] = Value{Null: rng.Float64() < pNull[i], Int: rng.Int64() - rng.Int64(), Uint: rng.Uint64(), Str: strings.Repeat("x", rng.IntN(5))}
@@ -359,5 +359,42 @@ func TestParquetExportUnchanged(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("0 0 %d", n); got != want {
 		t.Fatalf("duckdb: rows only before, only after, after = %s, want %s", got, want)
+	}
+}
+
+// Long values end a row group before parquetRowGroup rows: a column chunk
+// is one page, and a page must stay small enough for readers.
+func TestParquetLongValuesCutRowGroups(t *testing.T) {
+	tb := &Table{index: map[string]int{"id": 0, "payload": 1}, Columns: []Column{{"id", KindInt}, {"payload", KindString}}}
+	var buf bytes.Buffer
+	w, err := NewRowWriter("parquet", tb, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("ab", 1<<19) // 1 MB
+	const rows = parquetGroupBytes>>20 + 6
+	for i := range rows {
+		if err := w.WriteRow([]Value{{Int: int64(i)}, {Str: big[:len(big)-i]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.RowGroups()); n != 2 {
+		t.Fatalf("%d row groups, want 2 (cut at %d bytes of values)", n, parquetGroupBytes)
+	}
+	_, got := readParquet(t, buf.Bytes())
+	if len(got) != rows {
+		t.Fatalf("%d rows, want %d", len(got), rows)
+	}
+	for i, r := range got {
+		if r[0].Int64() != int64(i) || len(r[1].ByteArray()) != len(big)-i {
+			t.Fatalf("row %d: id %d, payload of %d bytes", i, r[0].Int64(), len(r[1].ByteArray()))
+		}
 	}
 }
