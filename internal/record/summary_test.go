@@ -401,5 +401,5 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	default:
 		t.Errorf("drop_dev_packets over the sender's connections %d; tc -s qdisc: %d dropped", got, want)
 	}
-	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d", want, got, lost, all, res.Lost)
+	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, got, lost, all, res.Lost, res.MissedBy)
 }
