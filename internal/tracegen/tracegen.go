@@ -209,7 +209,7 @@ func write(outs []io.Writer, opts Options) (int, error) {
 			Host:  "synth",
 			Clock: trace.Clock{Source: "CLOCK_MONOTONIC", ResolutionNs: 1, WallOffsetNs: wall},
 			Types: types, StartWallNs: wall + int64(start),
-			Settings: trace.Settings{Events: event.DefaultGroups.Names()},
+			Settings: trace.Settings{Events: (event.DefaultGroups | event.GroupIP).Names()},
 			Extra:    map[string]any{"boot_id": BootID},
 		}
 		if len(outs) == 2 {
