@@ -14,9 +14,9 @@ import "math"
 const (
 	hopXmitIP    = iota // tcp_xmit→ip_send
 	hopIPQueue          // ip_send→dev_queue
+	hopXmitQueue        // tcp_xmit→dev_queue: no IP layer recorded
 	hopQueueXmit        // dev_queue→dev_xmit
 	hopIPXmit           // ip_send→dev_xmit: no qdisc on the way
-	hopXmitQueue        // tcp_xmit→dev_queue: no IP layer recorded
 	hopXmitDev          // tcp_xmit→dev_xmit: no IP layer recorded, no qdisc
 	hopWire             // dev_xmit→dev_recv: from one end's device to the other's
 	hopRecvIP           // dev_recv→ip_recv
@@ -27,19 +27,19 @@ const (
 )
 
 var hopNames = [numHops]string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
-	"tcp_xmit→dev_queue", "tcp_xmit→dev_xmit", "dev_xmit→dev_recv",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "tcp_xmit→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
+	"tcp_xmit→dev_xmit", "dev_xmit→dev_recv",
 	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "dev_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
 
 // hopSpan is, for each hop, the layers it goes from and to, as indexes of
 // a path's times (pathSeg.times).
-var hopSpan = [numHops][2]int{{0, 1}, {1, 2}, {2, 3}, {1, 3}, {0, 2}, {0, 3}, {3, 4}, {4, 5}, {5, 6}, {4, 6}, {6, 7}}
+var hopSpan = [numHops][2]int{{0, 1}, {1, 2}, {0, 2}, {2, 3}, {1, 3}, {0, 3}, {3, 4}, {4, 5}, {5, 6}, {4, 6}, {6, 7}}
 
 // ipHop says which hops pass through the IP layer (true) and which skip it
 // (false, a trace without it); the wire and the hops at both ends of the
 // stack are in both.
-var ipHop = [numHops]int8{1, 1, 0, 1, -1, -1, 0, 1, 1, -1, 0}
+var ipHop = [numHops]int8{1, 1, -1, 0, 1, -1, 0, 1, 1, -1, 0}
 
 // WireHop is the hop from the sender's device to the receiver's, which a
 // report shows when both ends of a connection are in its traces.
@@ -49,8 +49,8 @@ const WireHop = "dev_xmit→dev_recv"
 // sender's stack and up the receiver's, in the order "where time goes"
 // reports them.
 var Hops = []string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
-	"tcp_xmit→dev_queue", "tcp_xmit→dev_xmit",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "tcp_xmit→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
+	"tcp_xmit→dev_xmit",
 	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "dev_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
 

@@ -215,7 +215,7 @@ func (p *perfettoWriter) flowID(ref segRef) uint64 {
 }
 
 // hopFrom is the layer a hop leaves, whose track shows the time spent in it.
-var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kDevQueue, kIPSend, kTCPXmit, kTCPXmit, kDevXmit, kDevRecv, kIPRecv, kDevRecv, kTCPRcv}
+var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kTCPXmit, kDevQueue, kIPSend, kTCPXmit, kDevXmit, kDevRecv, kIPRecv, kDevRecv, kTCPRcv}
 
 // hopSlice draws the time a segment spent between two layers on the track
 // of the layer it left, linked by a flow arrow to its previous hop: the
