@@ -174,11 +174,22 @@ struct mg_ip {
 	__u16 _pad;
 };
 
+/* dev_*: the device's view, and what the packet's own IP and TCP headers
+ * say there, so that the IP layer's facts need no hook of their own (the
+ * ip group's cgroup_skb programs run for every packet of every cgroup).
+ * family 0: not IPv4/IPv6, and the fields after gso_segs are 0. seq: the
+ * TCP header's sequence number (host order), 0 when proto is not TCP or
+ * the packet is a non-first IPv4 fragment. */
 struct mg_dev {
 	struct mg_hdr hdr;
 	__u32 ifindex;
 	__u16 gso_segs;
-	__u16 _pad;
+	__u16 ip_id;  /* IPv4 id; 0 for IPv6 */
+	__u8 ttl;     /* TTL / hop limit */
+	__u8 tos;     /* TOS / traffic class */
+	__u8 proto;   /* L4 protocol */
+	__u8 family;  /* 4, 6, or 0 */
+	__u32 seq;
 };
 
 struct mg_drop {

@@ -45,7 +45,9 @@ static __always_inline void synth_put(__u32 len)
 	fill(&r->hdr, MG_DEV_XMIT, now, e.pid_tgid, 0, len, 0);
 	r->ifindex = 0;
 	r->gso_segs = 1;
-	r->_pad = 0;
+	r->ip_id = 0;
+	r->ttl = r->tos = r->proto = r->family = 0;
+	r->seq = 0;
 	SUBMIT(r, &e);
 }
 
@@ -91,7 +93,9 @@ int synth_nested(struct __sk_buff *ctx)
 	fill(&r->hdr, MG_DEV_XMIT, now, e.pid_tgid, 0, 1, 0);
 	r->ifindex = 0;
 	r->gso_segs = 1;
-	r->_pad = 0;
+	r->ip_id = 0;
+	r->ttl = r->tos = r->proto = r->family = 0;
+	r->seq = 0;
 	{
 		struct mg_dev *r2;
 		__u64 now2 = bpf_ktime_get_ns();
@@ -102,7 +106,9 @@ int synth_nested(struct __sk_buff *ctx)
 			fill(&r2->hdr, MG_DEV_XMIT, now2, e2.pid_tgid, 0, 2, 0);
 			r2->ifindex = 0;
 			r2->gso_segs = 1;
-			r2->_pad = 0;
+			r2->ip_id = 0;
+			r2->ttl = r2->tos = r2->proto = r2->family = 0;
+			r2->seq = 0;
 			synth_put(3);
 			SUBMIT(r2, &e2);
 		}

@@ -230,6 +230,45 @@ static __noinline void emit_headers(struct sk_buff *skb, const struct headers_at
 	SUBMIT(r, &e);
 }
 
+/* The IP layer's facts (and the TCP sequence number) of the packet whose
+ * IP header is at l3, read where the device sees it: the same bytes
+ * cgroup_skb reads, so ip_send/ip_recv are needed only for their time. */
+static __always_inline void dev_ip_facts(struct mg_dev *r, unsigned char *l3, __u16 l3proto)
+{
+	unsigned char *th = 0;
+
+	r->seq = 0;
+	if (l3proto == ETH_P_IP) {
+		struct iphdr *ip = KERNEL_CAST(struct iphdr, l3);
+
+		r->ip_id = __builtin_bswap16(ip->id);
+		r->ttl = ip->ttl;
+		r->tos = ip->tos;
+		r->proto = ip->protocol;
+		r->family = 4;
+		if (r->proto == IPPROTO_TCP_ && !(__builtin_bswap16(ip->frag_off) & IP_OFFSET))
+			th = l3 + BPF_CORE_READ_BITFIELD(ip, ihl) * 4;
+	} else if (l3proto == ETH_P_IPV6) {
+		struct ipv6hdr *ip6 = KERNEL_CAST(struct ipv6hdr, l3);
+
+		r->ip_id = 0;
+		r->ttl = ip6->hop_limit;
+		r->tos = (BPF_CORE_READ_BITFIELD(ip6, priority) << 4) | (ip6->flow_lbl[0] >> 4);
+		r->proto = ip6->nexthdr;
+		r->family = 6;
+		if (r->proto == IPPROTO_TCP_)
+			th = l3 + sizeof(struct ipv6hdr);
+	} else {
+		r->ip_id = 0;
+		r->ttl = 0;
+		r->tos = 0;
+		r->proto = 0;
+		r->family = 0;
+	}
+	if (th)
+		r->seq = __builtin_bswap32(KERNEL_CAST(struct tcphdr, th)->seq);
+}
+
 static __always_inline void dev_event(struct sk_buff *skb, const struct net_device *dev, __u8 type)
 {
 	struct mg_dev *r;
@@ -306,7 +345,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	fill(&r->hdr, type, now, e.pid_tgid, conn, skb->len, netns);
 	r->ifindex = ifindex;
 	r->gso_segs = segs ? segs : 1;
-	r->_pad = 0;
+	dev_ip_facts(r, l3, l3proto);
 	SUBMIT(r, &e);
 }
 

@@ -476,7 +476,7 @@ func TestReportFTPPattern(t *testing.T) {
 	for kind, series := range map[string][]string{
 		"modulation": {"application sends", "device transmits"}, "sendbuf": {"occupancy"},
 		"bandwidth": {"application", "wire (device)"}, "cwnd": {"cwnd", "ssthresh (clipped)"},
-		"srtt": {"srtt"}, "layers": {"tcp_xmit→ip_send"},
+		"srtt": {"srtt"}, "layers": {"tcp_xmit→dev_queue"},
 	} {
 		svg := filepath.Join(filepath.Dir(out), kind+".svg")
 		if r := magnet(t, "plot", out, "--kind", kind, "-o", svg); r.code != 0 {
@@ -524,8 +524,8 @@ func TestReportFTPPattern(t *testing.T) {
 
 // checkPerfetto reads a Chrome/Perfetto JSON trace back and checks that
 // segments are followed from the sender's TCP down its stack (a chain of
-// three slices, tcp_xmit→ip_send, ip_send→dev_queue, dev_queue→dev_xmit,
-// joined by flows), over the wire (dev_xmit→dev_recv) and up the receiver's
+// slices, tcp_xmit→dev_queue, dev_queue→dev_xmit, with ip_send between
+// when the trace has the IP layer, joined by flows), over the wire (dev_xmit→dev_recv) and up the receiver's
 // stack to its application: one process per trace.
 func checkPerfetto(t *testing.T, path string, wantProcs int) {
 	t.Helper()
@@ -575,15 +575,19 @@ func checkPerfetto(t *testing.T, path string, wantProcs int) {
 			pids[e.BindID][e.Pid] = true
 		}
 	}
-	const down = "tcp_xmit→ip_send,ip_send→dev_queue,dev_queue→dev_xmit"
-	const whole = down + ",dev_xmit→dev_recv,dev_recv→ip_recv,ip_recv→tcp_rcv,tcp_rcv→sock_recv"
+	// The default groups have no IP layer (the device records carry its
+	// facts); a recording with ip has its hops.
+	const down = "tcp_xmit→dev_queue,dev_queue→dev_xmit"
+	const whole = down + ",dev_xmit→dev_recv,dev_recv→tcp_rcv,tcp_rcv→sock_recv"
+	const downIP = "tcp_xmit→ip_send,ip_send→dev_queue,dev_queue→dev_xmit"
+	const wholeIP = downIP + ",dev_xmit→dev_recv,dev_recv→ip_recv,ip_recv→tcp_rcv,tcp_rcv→sock_recv"
 	sender, endToEnd, acrossProcs := 0, 0, 0
 	for id, c := range chains {
 		joined := strings.Join(c, ",")
-		if strings.HasPrefix(joined, down) {
+		if strings.HasPrefix(joined, down) || strings.HasPrefix(joined, downIP) {
 			sender++
 		}
-		if joined == whole {
+		if joined == whole || joined == wholeIP {
 			endToEnd++
 			if len(pids[id]) == 2 {
 				acrossProcs++

@@ -114,8 +114,10 @@ func TestReportTwoTraces(t *testing.T) {
 		if p.DataDeparted < 80 || float64(p.Segments) < 0.9*float64(p.DataDeparted) {
 			t.Errorf("%d of %d data packets followed end to end, want >= 90%% of >= 80", p.Segments, p.DataDeparted)
 		}
-		if len(p.Hops) != 7 || p.Hops[3].Hop != "dev_xmit→dev_recv" {
-			t.Fatalf("path hops %+v, want 7 with the wire fourth", p.Hops)
+		// The default groups have no IP layer: tcp_xmit→dev_queue,
+		// dev_queue→dev_xmit, the wire, dev_recv→tcp_rcv, tcp_rcv→sock_recv.
+		if len(p.Hops) != 5 || p.Hops[0].Hop != "tcp_xmit→dev_queue" || p.Hops[2].Hop != "dev_xmit→dev_recv" {
+			t.Fatalf("path hops %+v, want 5 from tcp_xmit→dev_queue with the wire third", p.Hops)
 		}
 		sum := 0.0
 		for _, h := range p.Hops {

@@ -7,27 +7,39 @@ import "math"
 // The hops a TCP segment takes, down the sender's stack, over the wire and
 // up the receiver's, in order. A device whose tx queue has no qdisc
 // (noqueue: veth, lo) writes no dev_queue: its segments take ip_send→dev_xmit
-// instead of ip_send→dev_queue and dev_queue→dev_xmit.
+// instead of ip_send→dev_queue and dev_queue→dev_xmit. A trace without the
+// ip group (the default: the device events carry the IP facts) has no IP
+// layer: its segments take tcp_xmit→dev_queue or tcp_xmit→dev_xmit down and
+// dev_recv→tcp_rcv up.
 const (
 	hopXmitIP    = iota // tcp_xmit→ip_send
 	hopIPQueue          // ip_send→dev_queue
+	hopXmitQueue        // tcp_xmit→dev_queue: no IP layer recorded
 	hopQueueXmit        // dev_queue→dev_xmit
 	hopIPXmit           // ip_send→dev_xmit: no qdisc on the way
+	hopXmitDev          // tcp_xmit→dev_xmit: no IP layer recorded, no qdisc
 	hopWire             // dev_xmit→dev_recv: from one end's device to the other's
 	hopRecvIP           // dev_recv→ip_recv
 	hopIPTCP            // ip_recv→tcp_rcv
+	hopRecvTCP          // dev_recv→tcp_rcv: no IP layer recorded
 	hopTCPSock          // tcp_rcv→sock_recv
 	numHops
 )
 
 var hopNames = [numHops]string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit", "dev_xmit→dev_recv",
-	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "tcp_xmit→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
+	"tcp_xmit→dev_xmit", "dev_xmit→dev_recv",
+	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "dev_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
 
 // hopSpan is, for each hop, the layers it goes from and to, as indexes of
 // a path's times (pathSeg.times).
-var hopSpan = [numHops][2]int{{0, 1}, {1, 2}, {2, 3}, {1, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}}
+var hopSpan = [numHops][2]int{{0, 1}, {1, 2}, {0, 2}, {2, 3}, {1, 3}, {0, 3}, {3, 4}, {4, 5}, {5, 6}, {4, 6}, {6, 7}}
+
+// ipHop says which hops pass through the IP layer (true) and which skip it
+// (false, a trace without it); the wire and the hops at both ends of the
+// stack are in both.
+var ipHop = [numHops]int8{1, 1, -1, 0, 1, -1, 0, 1, 1, -1, 0}
 
 // WireHop is the hop from the sender's device to the receiver's, which a
 // report shows when both ends of a connection are in its traces.
@@ -37,14 +49,16 @@ const WireHop = "dev_xmit→dev_recv"
 // sender's stack and up the receiver's, in the order "where time goes"
 // reports them.
 var Hops = []string{
-	"tcp_xmit→ip_send", "ip_send→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
-	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "tcp_rcv→sock_recv",
+	"tcp_xmit→ip_send", "ip_send→dev_queue", "tcp_xmit→dev_queue", "dev_queue→dev_xmit", "ip_send→dev_xmit",
+	"tcp_xmit→dev_xmit",
+	"dev_recv→ip_recv", "ip_recv→tcp_rcv", "dev_recv→tcp_rcv", "tcp_rcv→sock_recv",
 }
 
 // PathHops are the steps of a segment from the sender's TCP to the
 // receiver's application, the wire between the two ends included: a
 // segment takes either ip_send→dev_queue and dev_queue→dev_xmit (its
-// device has a qdisc) or ip_send→dev_xmit (it has none).
+// device has a qdisc) or ip_send→dev_xmit (it has none); without the IP
+// layer, tcp_xmit→dev_queue or tcp_xmit→dev_xmit, and dev_recv→tcp_rcv.
 var PathHops = hopNames[:]
 
 // HopStats is the delay distribution of one hop, in microseconds.
@@ -209,6 +223,10 @@ func (f *fifo[T]) drop(n int) {
 // segments. Events come in time order (the stream sorts them).
 type hopTracker struct {
 	cs *connState
+	// noIP: the trace has no IP layer (recorded without the ip group):
+	// tcp_xmit hands its segments straight to the device events, which
+	// carry the IP id and the TCP sequence number, and dev_recv to tcp_rcv.
+	noIP bool
 	// sender: segments past tcp_xmit, ip_send, dev_queue
 	qXmit, qIP, qQueue fifo[pending]
 	// queued: a dev_queue was seen, so this end's device has a qdisc and
@@ -262,6 +280,9 @@ type hopTracker struct {
 
 func newHopTracker(cs *connState) *hopTracker {
 	h := &hopTracker{cs: cs, l2: [2]int32{-1, -1}}
+	if cs.src != nil {
+		h.noIP = cs.src.dec.noIP
+	}
 	for i := range h.stats {
 		h.stats[i].Hop = hopNames[i]
 	}
@@ -325,13 +346,25 @@ func (h *hopTracker) step(e *ev) {
 		h.queue(&h.qIP, p)
 	case kDevQueue:
 		h.queued = true
-		i, ok := h.matchDev(&h.qIP, e, 0, true)
-		if !ok {
-			return
+		var p pending
+		if h.noIP {
+			i, ok := h.matchTCPDev(e)
+			if !ok {
+				return
+			}
+			p = h.take(&h.qXmit, i)
+			h.devFacts(&p, e)
+			p.t = h.hop(hopXmitQueue, p.t, e.t, segRef{h.cs, p.seg})
+			p.times[1] = p.times[0]
+		} else {
+			i, ok := h.matchDev(&h.qIP, e, 0, true)
+			if !ok {
+				return
+			}
+			p = h.take(&h.qIP, i)
+			p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
 		}
-		p := h.take(&h.qIP, i)
 		p.cpu, p.tid = e.cpu, e.tid
-		p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[2], p.viaQueue = p.t, true
 		p.st[jDevQueue] = stampOf(e)
 		h.queue(&h.qQueue, p)
@@ -340,6 +373,17 @@ func (h *hopTracker) step(e *ev) {
 		if i, ok := h.matchDev(&h.qQueue, e, 1, false); ok {
 			p = h.take(&h.qQueue, i)
 			p.t = h.hop(hopQueueXmit, p.t, e.t, segRef{h.cs, p.seg})
+		} else if h.noIP && !h.queued {
+			// No IP layer and no qdisc: the device's transmit follows TCP
+			// in the same call.
+			i, ok := h.matchTCPDev(e)
+			if !ok {
+				return
+			}
+			p = h.take(&h.qXmit, i)
+			h.devFacts(&p, e)
+			p.t = h.hop(hopXmitDev, p.t, e.t, segRef{h.cs, p.seg})
+			p.times[1] = p.times[0]
 		} else if i, ok := h.matchDev(&h.qIP, e, 1, true); ok && !h.queued {
 			// No qdisc: the device's transmit follows IP directly.
 			p = h.take(&h.qIP, i)
@@ -349,7 +393,7 @@ func (h *hopTracker) step(e *ev) {
 		}
 		p.st[jDevXmit] = stampOf(e)
 		if h.cs.path != nil {
-			h.cs.path.depart(&p)
+			h.cs.path.depart(&p, h.noIP)
 		}
 	case kDrop:
 		h.dropOut(e)
@@ -357,7 +401,19 @@ func (h *hopTracker) step(e *ev) {
 		h.segs++
 		p := pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid}
 		p.st[jDevRecv] = stampOf(e)
-		h.queue(&h.qDev, p)
+		if !h.noIP {
+			h.queue(&h.qDev, p)
+			return
+		}
+		// No IP layer: the device event carries what ip_recv would.
+		if h.synSent && !h.established {
+			return // the SYN-ACK
+		}
+		if e.c == 4 {
+			p.ipid, p.hasID = uint16(e.b), true
+			h.matchWire(&p, e.t)
+		}
+		h.queue(&h.qIPr, p)
 	case kIPRecv:
 		// dev_recv's length is the IP packet's: the link-layer header is
 		// pulled before it.
@@ -482,6 +538,39 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 	return i, ok
 }
 
+// devFacts takes, on a trace without the IP layer, what ip_send would have
+// told of a segment from its first device event: the IPv4 id and the packet's
+// length there (with its link-layer header: what a drop at the device
+// counts too).
+func (h *hopTracker) devFacts(p *pending, e *ev) {
+	p.ipSize = e.size
+	if e.c == 4 {
+		p.ipid, p.hasID = uint16(e.b), true
+		h.nextID, h.haveID = p.ipid+max(p.gso, 1), true
+	}
+	p.st[jIPSend] = stamp{}
+}
+
+// matchTCPDev finds the tcp_xmit of a device event on a trace without the
+// IP layer: the same TCP sequence number and GSO segments when the device
+// event carries them (family set), else a length that fits the headers
+// between. tcp_xmit to the first device event is one kernel call, unless
+// TCP Small Queues deferred the send to a later softirq or thread.
+func (h *hopTracker) matchTCPDev(e *ev) (int, bool) {
+	segs := uint16(max(e.a, 1))
+	same := func(p *pending) bool {
+		if max(p.gso, 1) != segs {
+			return false
+		}
+		if e.c != 0 {
+			return p.seq == e.d
+		}
+		hdr := e.size - max(p.size, 0)
+		return hdr >= minHeaders && hdr <= maxHeaders+maxL2
+	}
+	return h.match(&h.qXmit, e, same)
+}
+
 // maxL2 bounds a link-layer header (Ethernet with two VLAN tags: 22).
 const maxL2 = 32
 
@@ -533,7 +622,7 @@ func (h *hopTracker) matchWire(p *pending, ipT uint64) {
 	if d.size <= 0 {
 		return // a pure ACK: no reader takes it
 	}
-	ps := pathSeg{seg: p.seg, from: peer.path, viaQueue: d.viaQueue, seq: d.seq, size: d.size, gso: d.gso,
+	ps := pathSeg{seg: p.seg, from: peer.path, viaQueue: d.viaQueue, noIP: d.noIP, noIPr: h.noIP, seq: d.seq, size: d.size, gso: d.gso,
 		ipid: p.ipid, hasID: p.hasID, ipLen: p.ipSize}
 	copy(ps.times[:4], d.times[:])
 	ps.times[4], ps.times[5] = p.devT, ipT
@@ -567,7 +656,11 @@ func (h *hopTracker) tcpRcv(e *ev) {
 				h.matchWire(p, p.t)
 			}
 		}
-		h.hop(hopIPTCP, p.t, e.t, h.ref(p))
+		if h.noIP {
+			h.hop(hopRecvTCP, p.t, e.t, h.ref(p))
+		} else {
+			h.hop(hopIPTCP, p.t, e.t, h.ref(p))
+		}
 		devT = min(devT, p.devT)
 		last = p // the coalesced segment goes on as the last one
 		n++

@@ -113,8 +113,8 @@ func TestFifoBounded(t *testing.T) {
 func TestWireMatch(t *testing.T) {
 	ps := newPathStats(&connState{}, true)
 	ms := uint64(1e6)
-	ps.depart(&pending{t: 10 * ms, seg: 1, ipid: 100, hasID: true, gso: 4, size: 5792})
-	ps.depart(&pending{t: 11 * ms, seg: 2, ipid: 104, hasID: true, gso: 1, size: 1448})
+	ps.depart(&pending{t: 10 * ms, seg: 1, ipid: 100, hasID: true, gso: 4, size: 5792}, false)
+	ps.depart(&pending{t: 11 * ms, seg: 2, ipid: 104, hasID: true, gso: 1, size: 1448}, false)
 	if _, ok := ps.takeID(104, 10*ms); ok {
 		t.Errorf("matched a packet arriving before it left, on one clock")
 	}
@@ -131,7 +131,7 @@ func TestWireMatch(t *testing.T) {
 		t.Errorf("matched a departure older than %v ns", maxWireNs)
 	}
 	other := newPathStats(&connState{}, false)
-	other.depart(&pending{t: 10 * ms, seg: 7, ipid: 9, hasID: true, gso: 1, size: 1})
+	other.depart(&pending{t: 10 * ms, seg: 7, ipid: 9, hasID: true, gso: 1, size: 1}, false)
 	if d, ok := other.takeID(9, 9*ms); !ok || d.seg != 7 {
 		t.Errorf("on two clocks an arrival may read earlier than its departure: %+v %v", d, ok)
 	}

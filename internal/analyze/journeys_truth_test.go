@@ -42,7 +42,7 @@ func TestJourneysTruth(t *testing.T) {
 	const count, size = 64, 64 << 10
 	stop := capture(t, lab.Server, lab.Server.Iface, port)
 	var got int64
-	path := recordDuring(t, port, event.DefaultGroups, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupIP, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
 	wirePackets := tsharkData(t, stop(), port)
 	if got != count*size {
 		t.Fatalf("receiver read %d bytes, want %d", got, count*size)

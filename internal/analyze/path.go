@@ -20,6 +20,7 @@ const maxWireNs = 10e9
 type departure struct {
 	times    [4]uint64 // tcp_xmit, ip_send, dev_queue (if viaQueue), dev_xmit
 	viaQueue bool      // it passed a qdisc: dev_queue
+	noIP     bool      // the sender's trace has no IP layer: times[1] is times[0]
 	seg      uint64
 	seq      uint32
 	size     int32 // TCP payload: 0 for a pure ACK, which no reader takes
@@ -33,8 +34,11 @@ type pathSeg struct {
 	// ip_recv, tcp_rcv, sock_recv
 	times    [8]uint64
 	viaQueue bool
-	seg      uint64 // the receiver's number for it
-	from     *pathStats
+	// noIP, noIPr: the sender's, the receiver's trace has no IP layer
+	// (times[1] is times[0], times[5] is times[4])
+	noIP, noIPr bool
+	seg         uint64 // the receiver's number for it
+	from        *pathStats
 	// what the sender sent (seq, TCP payload, GSO segments: of the whole
 	// packet it left in) and the receiver got (IPv4 id, IP length)
 	seq   uint32
@@ -67,8 +71,11 @@ func newPathStats(cs *connState, sameClock bool) *pathStats {
 	return &pathStats{cs: cs, sameClock: sameClock, byID: map[uint16]departure{}, bySeq: map[uint32]departure{}}
 }
 
-func (ps *pathStats) depart(p *pending) {
-	d := departure{times: [4]uint64{p.times[0], p.times[1], p.times[2], p.t}, viaQueue: p.viaQueue, seg: p.seg, seq: p.seq, size: p.size, gso: max(p.gso, 1)}
+// depart takes a packet handed to the device; noIP: the sender's trace has
+// no IP layer.
+func (ps *pathStats) depart(p *pending, noIP bool) {
+	d := departure{times: [4]uint64{p.times[0], p.times[1], p.times[2], p.t}, viaQueue: p.viaQueue, noIP: noIP,
+		seg: p.seg, seq: p.seq, size: p.size, gso: max(p.gso, 1)}
 	copy(d.st[:], p.st[:jDevRecv])
 	ps.departed++
 	if p.size > 0 {
@@ -152,8 +159,12 @@ func (ps *pathStats) complete(s *pathSeg) {
 		t[i] = max(t[i], t[i-1])
 	}
 	for i := range ps.hops {
-		if i == hopIPXmit && queued || (i == hopIPQueue || i == hopQueueXmit) && !queued {
+		if (i == hopIPXmit || i == hopXmitDev) && queued || (i == hopIPQueue || i == hopQueueXmit || i == hopXmitQueue) && !queued {
 			continue // the other way past the device
+		}
+		down := i < hopWire
+		if noIP := s.noIP && down || s.noIPr && !down; ipHop[i] == 1 && noIP || ipHop[i] == -1 && !noIP {
+			continue // the other way past IP: through it, or with no IP layer recorded
 		}
 		ps.hops[i].Add(float64(t[hopSpan[i][1]]-t[hopSpan[i][0]]) / 1e3)
 	}

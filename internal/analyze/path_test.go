@@ -76,18 +76,22 @@ func TestPathAcrossTraces(t *testing.T) {
 		reverse   bool
 		sameClock bool
 		noQueue   bool
+		oldDevice bool
 	}{
-		{"one trace", false, 0, false, true, false},
-		{"two traces, one machine", true, 0, false, true, false},
-		{"two traces, receiver first", true, 0, true, true, false},
-		{"two machines", true, time.Hour + 123456789, false, false, false},
-		{"no qdisc", true, 0, false, true, true},
+		{"one trace", false, 0, false, true, false, false},
+		{"two traces, one machine", true, 0, false, true, false, false},
+		{"two traces, receiver first", true, 0, true, true, false, false},
+		{"two machines", true, time.Hour + 123456789, false, false, false, false},
+		{"no qdisc", true, 0, false, true, true, false},
+		// Traces written before the device records carried the IP facts.
+		{"old device records", true, 0, false, true, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := opts
 			o.ReceiverClockOffset = c.offset
 			o.NoQueue = c.noQueue
+			o.OldDevice = c.oldDevice
 			wantNames, want := names, delays
 			if c.noQueue {
 				wantNames, want = namesNoQueue, delaysNoQueue

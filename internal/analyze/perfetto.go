@@ -215,15 +215,17 @@ func (p *perfettoWriter) flowID(ref segRef) uint64 {
 }
 
 // hopFrom is the layer a hop leaves, whose track shows the time spent in it.
-var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kDevQueue, kIPSend, kDevXmit, kDevRecv, kIPRecv, kTCPRcv}
+var hopFrom = [numHops]kind{kTCPXmit, kIPSend, kTCPXmit, kDevQueue, kIPSend, kTCPXmit, kDevXmit, kDevRecv, kIPRecv, kDevRecv, kTCPRcv}
 
 // hopSlice draws the time a segment spent between two layers on the track
 // of the layer it left, linked by a flow arrow to its previous hop: the
-// first hop of a chain starts the arrow (tcp_xmit→ip_send on the sender;
-// dev_recv→ip_recv on a receiver whose sender is not in the traces).
+// first hop of a chain starts the arrow (tcp_xmit→ip_send, or without the
+// IP layer tcp_xmit→dev_*, on the sender; dev_recv→ip_recv or dev_recv→tcp_rcv
+// on a receiver whose sender is not in the traces).
 func (p *perfettoWriter) hopSlice(at *connState, hop int, from, to uint64, ref segRef) {
 	tid := p.track(at, hopFrom[hop])
-	first := hop == hopXmitIP || hop == hopRecvIP && ref.cs == at
+	first := hop == hopXmitIP || hop == hopXmitQueue || hop == hopXmitDev ||
+		(hop == hopRecvIP || hop == hopRecvTCP) && ref.cs == at
 	b := append(p.buf[:0], `{"ph":"X","name":"`...)
 	b = append(b, hopNames[hop]...)
 	b = append(b, `","cat":"segment","pid":`...)

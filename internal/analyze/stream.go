@@ -101,7 +101,8 @@ type ev struct {
 	size int32
 	tid  uint32
 	// Per kind: tcp_xmit seq, gso_segs, retrans; tcp_rcv seq, ack; ip_*
-	// ip_id, family; dev_* gso_segs; tcp_state cwnd, srtt_us, ssthresh,
+	// ip_id, family; dev_* gso_segs, ip_id, family (0: not in the trace),
+	// TCP seq; tcp_state cwnd, srtt_us, ssthresh,
 	// snd_una, total_retrans; conn_close total_retrans, bytes_acked
 	// (b<<32 | c); sched_switch next_tid, prev_state, pick_ns,
 	// last_switch_ns; sched_wakeup
@@ -127,10 +128,29 @@ type decoder struct {
 	// conn_close's bytes_acked, a u64 split into b and c
 	bytesAcked fld
 	snap       snapFields
+	// noIP: the trace was recorded without the ip group, so its segments
+	// go from TCP to the device and back with no IP layer between.
+	noIP bool
+}
+
+// noIPLayer says whether a trace was recorded without the ip group. A
+// trace that does not say which groups it has is taken to have them all,
+// as before the ip group became opt-in.
+func noIPLayer(h *trace.Header) bool {
+	ev := h.Settings.Events
+	if len(ev) == 0 {
+		return false
+	}
+	for _, g := range ev {
+		if g == "ip" || g == "all" || g == "ip_send" || g == "ip_recv" {
+			return false
+		}
+	}
+	return true
 }
 
 func newDecoder(h *trace.Header) *decoder {
-	d := &decoder{snap: newSnapFields(h)}
+	d := &decoder{snap: newSnapFields(h), noIP: noIPLayer(h)}
 	byName := map[string]kind{}
 	for k, n := range kindNames {
 		if n != "" {
@@ -140,7 +160,8 @@ func newDecoder(h *trace.Header) *decoder {
 	want := map[kind][5]string{
 		kTCPXmit: {"seq", "gso_segs", "retrans"}, kTCPRcv: {"seq", "ack"},
 		kIPSend: {"ip_id", "family"}, kIPRecv: {"ip_id", "family"},
-		kDevQueue: {"gso_segs"}, kDevXmit: {"gso_segs"}, kDevRecv: {"gso_segs"},
+		kDevQueue: {"gso_segs", "ip_id", "family", "seq"}, kDevXmit: {"gso_segs", "ip_id", "family", "seq"},
+		kDevRecv:  {"gso_segs", "ip_id", "family", "seq"},
 		kTCPState: {"cwnd", "srtt_us", "ssthresh", "snd_una", "total_retrans"}, kTCPRetrans: {"seq"},
 		kConnClose:   {"total_retrans"},
 		kSchedSwitch: {"next_tid", "prev_state", "pick_ns", "last_switch_ns"}, kSchedWakeup: {"target_tid"},

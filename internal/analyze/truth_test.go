@@ -327,7 +327,7 @@ func TestLocalDropTruth(t *testing.T) {
 	const count, size = 256, 64 << 10
 	stop := capture(t, lab.Client, lab.Client.Iface, port)
 	var got int64
-	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupIP|event.GroupHeaders, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
 	wire, packets := tsharkPayload(t, stop(), port)
 	if got != count*size {
 		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
@@ -532,7 +532,7 @@ func TestHopsTruth(t *testing.T) {
 	lab := netlab.ForTest(t, netlab.Options{Name: "mghops"})
 	port := 20000 + os.Getpid()%20000 + 2
 	const count, size = 256, 64 << 10
-	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupIP|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
 	rep, err := analyze.Modulation([]string{path}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -567,5 +567,110 @@ func TestHopsTruth(t *testing.T) {
 	}
 	if hop.Count != uint64(len(truth)) {
 		t.Errorf("report pairs %d segments; %d packets have an ip_send and a device transmission", hop.Count, len(truth))
+	}
+}
+
+// xmitToDevTruth pairs, in the trace at path, each tcp_xmit of the
+// connection conn that carries data, a SYN or a FIN with the egress headers
+// record of the same TCP sequence number (read from the captured TCP
+// header, not from the device record's seq) and returns the delays in µs.
+func xmitToDevTruth(t *testing.T, path string, conn uint64) []float64 {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	bySeq := map[uint32]uint64{}
+	var delays []float64
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Conn() != conn {
+			continue
+		}
+		switch rec.Type.Name {
+		case "tcp_xmit":
+			if rec.Size() > 0 || rec.Flags()&0x03 != 0 {
+				seq, _ := rec.Uint("seq")
+				bySeq[uint32(seq)] = rec.Time()
+			}
+		case "headers":
+			dir, _ := rec.Uint("dir")
+			data, _ := rec.Bytes("data")
+			if dir != 0 || len(data) < 14+20 || binary.BigEndian.Uint16(data[12:]) != 0x0800 {
+				continue
+			}
+			ip := data[14:]
+			ihl := int(ip[0]&0x0f) * 4
+			if len(ip) < ihl+20 {
+				continue
+			}
+			th := ip[ihl:]
+			payload := int(binary.BigEndian.Uint16(ip[2:])) - ihl - int(th[12]>>4)*4
+			if payload <= 0 && th[13]&0x03 == 0 {
+				continue // a pure ACK: no device event
+			}
+			seq := binary.BigEndian.Uint32(th[4:])
+			if at, ok := bySeq[seq]; ok && rec.Time() >= at {
+				delays = append(delays, float64(rec.Time()-at)/1e3)
+				delete(bySeq, seq)
+			}
+		}
+	}
+	return delays
+}
+
+// TestHopsNoIPTruth records the sender with the default groups, which have
+// no IP layer, over a veth without a qdisc: the report takes each segment
+// from tcp_xmit straight to dev_xmit, paired by the device record's TCP
+// sequence number; the truth pairs tcp_xmit with the captured header's.
+func TestHopsNoIPTruth(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mghopsnoip"})
+	port := 20000 + os.Getpid()%20000 + 3
+	const count, size = 256, 64 << 10
+	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snd *analyze.ConnReport
+	for _, c := range rep.Conns {
+		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
+			snd = c
+		}
+	}
+	if snd == nil {
+		t.Fatal("no sender connection in the report")
+	}
+	var hop *analyze.HopStats
+	for _, h := range snd.Hops {
+		if h.Hop == "tcp_xmit→dev_xmit" {
+			hop = h
+		}
+		if strings.Contains(h.Hop, "ip_") {
+			t.Errorf("hop %s in a trace without the ip group", h.Hop)
+		}
+	}
+	truth := xmitToDevTruth(t, path, snd.Conn.ID)
+	sort.Float64s(truth)
+	if hop == nil || len(truth) == 0 {
+		t.Fatalf("hop %+v, %d segments paired by seq", hop, len(truth))
+	}
+	med := truth[(len(truth)-1)/2]
+	t.Logf("tcp_xmit→dev_xmit: report median %.2f µs over %d segments; by seq %.2f µs over %d segments", hop.Delay.Median, hop.Count, med, len(truth))
+	// The report's quantiles come from buckets of 1/128 octave (0.8 %).
+	lo, hi := truth[(len(truth)-1)/2], truth[len(truth)/2]
+	if hop.Delay.Median < lo*0.99 || hop.Delay.Median > hi*1.01 {
+		t.Errorf("report median %.2f µs; the truth from seq %.2f µs", hop.Delay.Median, med)
+	}
+	if hop.Count != uint64(len(truth)) {
+		t.Errorf("report pairs %d segments; %d segments have a tcp_xmit and a device transmission", hop.Count, len(truth))
 	}
 }

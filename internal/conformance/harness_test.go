@@ -96,12 +96,12 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-// everyFrame records the default groups with the device and IP events of
-// pure ACKs too (acks): the device layer is compared frame by frame with
-// what tshark sees on the veth, ACKs included. The default set without
-// them is checked against tcpdump by internal/record's
-// TestClosingAttributed/fin-default.
-var everyFrame = []string{"-e", "default,acks"}
+// everyFrame records the default groups, the IP layer (opt-in: the device
+// records carry its facts) and the device and IP events of pure ACKs too
+// (acks): every layer is compared frame by frame with what tshark sees on
+// the veth, ACKs included. The default set without them is checked
+// against tcpdump by internal/record's TestClosingAttributed/fin-default.
+var everyFrame = []string{"-e", "default,ip,acks"}
 
 // port returns a port for scenario n (0-9) of this process: other packages'
 // tests record at the same time, and --port keeps them apart.

@@ -86,8 +86,10 @@ func TestDictionaryLayouts(t *testing.T) {
 			{Name: "proto", Offset: 36, Size: 1, Kind: "enum:ipproto"},
 			u("family", 37, 1),
 		}},
-		{ID: 11, Name: "dev_xmit", Group: "dev", Size: 40, Fields: []trace.Field{
-			u("ifindex", 32, 4), u("gso_segs", 36, 2),
+		{ID: 11, Name: "dev_xmit", Group: "dev", Size: 48, Fields: []trace.Field{
+			u("ifindex", 32, 4), u("gso_segs", 36, 2), u("ip_id", 38, 2), u("ttl", 40, 1), u("tos", 41, 1),
+			{Name: "proto", Offset: 42, Size: 1, Kind: "enum:ipproto"},
+			u("family", 43, 1), u("seq", 44, 4),
 		}},
 		{ID: 13, Name: "drop", Group: "drop", Size: 48, Fields: []trace.Field{
 			{Name: "reason", Offset: 32, Size: 4, Kind: "enum:drop_reason"},

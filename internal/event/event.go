@@ -19,12 +19,16 @@ type Type uint8
 // Group is a set of event types enabled together (enum mg_group).
 type Group uint32
 
-// DefaultGroups is what `magnet record` records without --events: every
-// network layer, connection lifecycle, TCP state and drops. tcp_send is not
-// in it: it comes once per skb a send call fills (3 per 64 KiB send), from
-// the costliest program, run in the sender's process under the socket lock,
-// and says little that sock_send and tcp_xmit do not.
-const DefaultGroups = GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn
+// DefaultGroups is what `magnet record` records without --events: the
+// socket, TCP and device layers, connection lifecycle, TCP state and drops.
+// tcp_send is not in it: it comes once per skb a send call fills (3 per 64
+// KiB send), from the costliest program, run in the sender's process under
+// the socket lock, and says little that sock_send and tcp_xmit do not. ip
+// is not in it either: the device events carry the IP header's facts (id,
+// TTL, TOS, protocol) and the TCP sequence number, and the ip group's
+// cgroup_skb programs run for every packet of every cgroup, two runs and
+// two records per packet for a time stamp between TCP and the device.
+const DefaultGroups = GroupSock | GroupTCP | GroupTCPState | GroupDev | GroupDrop | GroupConn
 
 var groupNames = []struct {
 	name string
@@ -34,7 +38,7 @@ var groupNames = []struct {
 	{"sock", GroupSock, "socket layer: sock_send, sock_recv"},
 	{"tcp", GroupTCP, "TCP: tcp_xmit, tcp_rcv, tcp_retrans"},
 	{"tcpstate", GroupTCPState, "TCP state snapshots: tcp_state"},
-	{"ip", GroupIP, "IP layer: ip_send, ip_recv"},
+	{"ip", GroupIP, "IP layer (opt-in; dev_* carry the IP facts): ip_send, ip_recv"},
 	{"dev", GroupDev, "device layer: dev_queue, dev_xmit, dev_recv"},
 	{"drop", GroupDrop, "packet drops with the kernel's reason: drop"},
 	{"conn", GroupConn, "connection lifecycle: conn_open, conn_close (always on)"},

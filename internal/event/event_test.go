@@ -20,7 +20,8 @@ func TestParseGroups(t *testing.T) {
 		{"default, sched ,headers", DefaultGroups | GroupSched | GroupHeaders},
 		{"default,-dev", DefaultGroups &^ GroupDev},
 		{"all", GroupSock | GroupTCP | GroupTCPState | GroupIP | GroupDev | GroupDrop | GroupConn | GroupSched | GroupHeaders | GroupRate | GroupTCPSend | GroupAcks},
-		{"all,-sched,-headers,-rate,-tcpsend,-acks", DefaultGroups},
+		{"all,-sched,-headers,-rate,-tcpsend,-acks", DefaultGroups | GroupIP},
+		{"all,-sched,-headers,-rate,-tcpsend,-acks,-ip", DefaultGroups},
 		{"default,acks", DefaultGroups | GroupAcks},
 		{"default,rate", DefaultGroups | GroupRate},
 		{"default,tcpsend", DefaultGroups | GroupTCPSend},
@@ -84,7 +85,7 @@ func TestGroupString(t *testing.T) {
 		{0, nil, ""},
 		{GroupSock, []string{"sock"}, "sock"},
 		{GroupSched | GroupSock, []string{"sock", "sched"}, "sock,sched"},
-		{DefaultGroups, []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn"}, "sock,tcp,tcpstate,ip,dev,drop,conn"},
+		{DefaultGroups, []string{"sock", "tcp", "tcpstate", "dev", "drop", "conn"}, "sock,tcp,tcpstate,dev,drop,conn"},
 		{AllGroups(), []string{"sock", "tcp", "tcpstate", "ip", "dev", "drop", "conn", "sched", "headers", "rate", "tcpsend", "acks"}, "sock,tcp,tcpstate,ip,dev,drop,conn,sched,headers,rate,tcpsend,acks"},
 		// Bits no group has are ignored.
 		{GroupHeaders | 1<<20, []string{"headers"}, "headers"},

@@ -210,7 +210,7 @@ var wantEvents = []string{
 	"0.000002000\t2\t0\t0\tswapper\t200\t12\tconn_open\t0\tproto=tcp family=4 state=ESTABLISHED lport=80 rport=40000 laddr=10.0.0.2 raddr=10.0.0.1",
 	"1.500000000\t1\t5\t7\tcurl\t100\t11\tsock_send\t1000\t-",
 	"1.500001000\t1\t5\t7\tcurl\t100\t11\ttcp_xmit\t1000\ttcpflags=P. seq=123 gso_segs=1 retrans=0",
-	"1.500002000\t1\t5\t7\tcurl\t100\t11\tdev_xmit\t1066\tifindex=2 iface=veth0 gso_segs=1",
+	"1.500002000\t1\t5\t7\tcurl\t100\t11\tdev_xmit\t1066\tifindex=2 iface=veth0 gso_segs=1 ip_id=0 ttl=0 tos=0 proto=0 family=0 seq=0",
 	"1.500010000\t2\t9\t9\tnginx\t200\t12\tsock_recv\t1000\t-",
 	"1.600000000\t1\t5\t7\tcurl\t100\t11\tsock_recv\t500\t-",
 	"1.600000100\t2\t5\t7\tcurl\t200\t12\tsock_send\t500\t-",

@@ -88,6 +88,10 @@ func Configs() []Config {
 		cs = append(cs, Config{Name: "record-" + g, Kind: Magnet, Args: []string{"--events", g},
 			What: fmt.Sprintf("`magnet record --events %s` (with conn)", g)})
 	}
+	// ip left the defaults (the device records carry its facts): its
+	// cost alone is still what choosing it adds.
+	cs = append(cs, Config{Name: "record-ip", Kind: Magnet, Args: []string{"--events", "ip"},
+		What: "`magnet record --events ip` (with conn; opt-in: two cgroup_skb runs per packet)"})
 	cs = append(cs, recordModes...)
 	return append(cs,
 		Config{Name: TcpdumpName, Kind: Tcpdump, What: "`tcpdump -s 96 -w FILE` on the sender's veth"},

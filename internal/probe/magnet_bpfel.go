@@ -189,7 +189,12 @@ type magnetMgDev struct {
 	}
 	Ifindex uint32
 	GsoSegs uint16
-	Pad     uint16
+	IpId    uint16
+	Ttl     uint8
+	Tos     uint8
+	Proto   uint8
+	Family  uint8
+	Seq     uint32
 }
 
 type magnetMgDrop struct {

@@ -288,7 +288,7 @@ func benchmarkDrain(b *testing.B, runs []int) {
 		size int
 	}{
 		{event.SockSend, 32}, {event.TCPSend, 32}, {event.TCPXmit, 40}, {event.IPSend, 40},
-		{event.DevQueue, 40}, {event.DevXmit, 40}, {event.DevRecv, 40}, {event.IPRecv, 40},
+		{event.DevQueue, 48}, {event.DevXmit, 48}, {event.DevRecv, 48}, {event.IPRecv, 40},
 		{event.TCPRcv, 40}, {event.SockRecv, 32},
 	}
 	var now uint64
@@ -375,7 +375,7 @@ func TestRunsMatchOneByOne(t *testing.T) {
 	types := []struct {
 		typ  event.Type
 		size int
-	}{{event.SockSend, 32}, {event.TCPXmit, 40}, {event.DevXmit, 40}, {event.IPRecv, 40}}
+	}{{event.SockSend, 32}, {event.TCPXmit, 40}, {event.DevXmit, 48}, {event.IPRecv, 40}}
 	var now uint64 // one clock: the CPUs' records interleave in time
 	var produced uint64
 	for round := 0; round < 40; round++ {

@@ -34,8 +34,8 @@ func TestDefaultEventSet(t *testing.T) {
 		rate   int
 		groups event.Group
 	}{
-		{"unlimited default", 0, event.DefaultGroups},
-		{"tbf default,tcpsend", 100, event.DefaultGroups | event.GroupTCPSend},
+		{"unlimited default", 0, event.DefaultGroups | event.GroupIP},
+		{"tbf default,tcpsend", 100, event.DefaultGroups | event.GroupIP | event.GroupTCPSend},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := netlab.ForTest(t, netlab.Options{Name: "mgset", RateMbit: tc.rate})

@@ -164,7 +164,7 @@ func TestPortFilterLeavesOthersOut(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgportf"})
 	port, other, otherUDP := uniquePort(), uniquePort(), uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}})
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupIP})
 	ftp(t, lab, "tcp", other, 5)
 	ftp(t, lab, "udp", otherUDP, 5)
 	ftp(t, lab, "tcp", port, 20)
@@ -247,7 +247,7 @@ func TestMissingHook(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgmiss"})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, DisableHooks: []string{"tcp_probe"}})
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupIP, DisableHooks: []string{"tcp_probe"}})
 	ftp(t, lab, "tcp", port, 5)
 	res := rec.stop(t)
 	if res.Events["tcp_rcv"] != 0 {

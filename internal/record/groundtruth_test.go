@@ -378,7 +378,7 @@ func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted ma
 	lab := netlab.ForTest(t, netlab.Options{Name: name, RateMbit: 100})
 	port := uniquePort()
 	// acks: every frame, pure ACKs included, has its device and IP events.
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupAcks})
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupIP | event.GroupAcks})
 	srv := iperf3Server(t, lab, lab.Server, port, serverArgs...)
 	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("tcp port %d", port))
 	// -R: the server sends. Its sockets then never close with data unread,
@@ -452,7 +452,7 @@ func TestUDPSharedPort(t *testing.T) {
 	needTools(t, "iperf3", "tcpdump", "tshark")
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgudpsh", RateMbit: 100})
 	port := uniquePort()
-	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups | event.GroupIP})
 	srv := iperf3Server(t, lab, lab.Server, port)
 	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("udp port %d", port))
 	// Datagrams of 1,000 bytes: one frame each.

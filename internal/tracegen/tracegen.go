@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/event"
@@ -54,6 +55,10 @@ type Options struct {
 	// NoQueue leaves out dev_queue, as magnet records a device whose tx
 	// queue has no qdisc (veth, lo): dev_xmit follows ip_send.
 	NoQueue bool
+	// OldDevice writes the device records as traces did before they
+	// carried the IP header's facts: 40 bytes, ifindex and gso_segs only,
+	// so that readers are tested on both layouts.
+	OldDevice bool
 }
 
 // MSS is the payload of one segment.
@@ -199,6 +204,13 @@ func write(outs []io.Writer, opts Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if opts.OldDevice {
+		for i := range types {
+			if t := &types[i]; strings.HasPrefix(t.Name, "dev_") {
+				t.Size, t.Fields = 40, t.Fields[:2]
+			}
+		}
+	}
 	e := &encoder{off: map[fieldKey]int{}}
 	if len(outs) == 2 && opts.ReceiverClockOffset != 0 {
 		e.shift = uint64(opts.ReceiverClockOffset)
@@ -209,7 +221,7 @@ func write(outs []io.Writer, opts Options) (int, error) {
 			Host:  "synth",
 			Clock: trace.Clock{Source: "CLOCK_MONOTONIC", ResolutionNs: 1, WallOffsetNs: wall},
 			Types: types, StartWallNs: wall + int64(start),
-			Settings: trace.Settings{Events: event.DefaultGroups.Names()},
+			Settings: trace.Settings{Events: (event.DefaultGroups | event.GroupIP).Names()},
 			Extra:    map[string]any{"boot_id": BootID},
 		}
 		if len(outs) == 2 {
