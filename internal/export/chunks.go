@@ -38,10 +38,11 @@ type chunkWriter struct {
 	off      int64 // bytes written so far
 	meta     format.FileMetaData
 	cols     []chunkCol // by leaf, in schema order
+	byName   map[string]int
 	maxRows  int
 	maxBytes int
 	rows     int    // rows in the row group
-	staged   int    // value bytes staged in the row group
+	full     bool   // a column's values reached maxBytes
 	levels   []byte // a column's definition levels, one per row
 	enc      rle.Encoding
 	lvl      []byte // RLE-encoded levels
@@ -66,7 +67,8 @@ type chunkCol struct {
 
 // newChunkWriter starts a file of schema, whose leaves must be top-level
 // int32, int64 or byte array columns, with row groups of at most maxRows
-// rows and (roughly) maxBytes bytes of values.
+// rows, ended early once a column's values take maxBytes: a column chunk
+// is one page, and readers cap a page's size.
 func newChunkWriter(out io.Writer, schema *parquet.Schema, maxRows, maxBytes int) (*chunkWriter, error) {
 	var empty bytes.Buffer
 	ew := parquet.NewGenericWriter[any](&empty, schema, parquet.Compression(parquetZstd))
@@ -83,6 +85,7 @@ func newChunkWriter(out io.Writer, schema *parquet.Schema, maxRows, maxBytes int
 		maxRows:  maxRows,
 		maxBytes: maxBytes,
 		enc:      rle.Encoding{BitWidth: 1},
+		byName:   map[string]int{},
 		meta: format.FileMetaData{
 			Version:          em.Version,
 			Schema:           em.Schema,
@@ -114,12 +117,21 @@ func newChunkWriter(out io.Writer, schema *parquet.Schema, maxRows, maxBytes int
 				c.unsigned = true
 			}
 		}
+		cw.byName[c.path] = len(cw.cols)
 		cw.cols = append(cw.cols, c)
 	}
 	if _, err := cw.write([]byte("PAR1")); err != nil {
 		return nil, err
 	}
 	return cw, nil
+}
+
+// leaf is the index of the column named name, or -1.
+func (cw *chunkWriter) leaf(name string) int {
+	if li, ok := cw.byName[name]; ok {
+		return li
+	}
+	return -1
 }
 
 func (cw *chunkWriter) write(b []byte) (int, error) {
@@ -140,7 +152,7 @@ func (cw *chunkWriter) putInt64(li int, v int64) {
 	if !c.required {
 		c.at = append(c.at, int32(cw.rows))
 	}
-	cw.staged += 8
+	cw.full = cw.full || len(c.data) >= cw.maxBytes
 }
 
 // putInt32 gives the current row's value of int32 leaf li.
@@ -151,7 +163,7 @@ func (cw *chunkWriter) putInt32(li int, v int32) {
 	if !c.required {
 		c.at = append(c.at, int32(cw.rows))
 	}
-	cw.staged += 4
+	cw.full = cw.full || len(c.data) >= cw.maxBytes
 }
 
 // putBytes gives the current row's value of byte array leaf li.
@@ -163,7 +175,7 @@ func (cw *chunkWriter) putBytes(li int, b []byte) {
 	if !c.required {
 		c.at = append(c.at, int32(cw.rows))
 	}
-	cw.staged += 4 + len(b)
+	cw.full = cw.full || len(c.data) >= cw.maxBytes
 }
 
 // putString is putBytes of a string, without a copy.
@@ -175,13 +187,13 @@ func (cw *chunkWriter) putString(li int, s string) {
 	if !c.required {
 		c.at = append(c.at, int32(cw.rows))
 	}
-	cw.staged += 4 + len(s)
+	cw.full = cw.full || len(c.data) >= cw.maxBytes
 }
 
 // endRow closes the current row: every required leaf must have a value.
 func (cw *chunkWriter) endRow() error {
 	cw.rows++
-	if cw.rows >= cw.maxRows || cw.staged >= cw.maxBytes {
+	if cw.rows >= cw.maxRows || cw.full {
 		return cw.flush()
 	}
 	return nil
@@ -266,7 +278,7 @@ func (cw *chunkWriter) flush() error {
 	}
 	cw.meta.RowGroups = append(cw.meta.RowGroups, rg)
 	cw.meta.NumRows += int64(n)
-	cw.rows, cw.staged = 0, 0
+	cw.rows, cw.full = 0, false
 	return nil
 }
 

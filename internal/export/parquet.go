@@ -28,9 +28,9 @@ const (
 	// parquetRowGroup is the most rows in a row group: engines split work
 	// by row group, and the writer holds one row group's values.
 	parquetRowGroup = 32 << 10
-	// parquetGroupBytes ends a row group early when its values take this
-	// much (long hex fields): a column chunk is one page, and readers cap
-	// a page's size.
+	// parquetGroupBytes ends a row group early when a column's values
+	// take this much (long hex fields): a column chunk is one page, and
+	// readers cap a page's size.
 	parquetGroupBytes = 64 << 20
 )
 
