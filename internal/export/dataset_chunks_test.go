@@ -3,12 +3,18 @@
 package export
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
@@ -40,13 +46,17 @@ func TestDatasetChunksMatchPerValue(t *testing.T) {
 		name      string
 		partition []string
 		group     int
+		page      int
 	}
 	// With no partition, host and date are columns in the files; a small
 	// row group makes several per file, the last one short. The old
 	// writer ended a row group only at a multiple of its 8192-row batches
-	// (as DatasetRowGroup is), so the bound is one too.
-	for _, v := range []variant{{"host,date", []string{"host", "date"}, 0}, {"none", nil, 2 * datasetBatch}} {
+	// (as DatasetRowGroup is), so the bound is one too. Small pages make
+	// many per column chunk, cut at any row.
+	for _, v := range []variant{{"host,date", []string{"host", "date"}, 0, chunkPage}, {"none", nil, 2 * datasetBatch, 4099}} {
 		t.Run(v.name, func(t *testing.T) {
+			defer func(p int) { chunkPage = p }(chunkPage)
+			chunkPage = v.page
 			old, cur := t.TempDir(), t.TempDir()
 			for _, d := range []struct {
 				dir      string
@@ -76,6 +86,9 @@ func TestDatasetChunksMatchPerValue(t *testing.T) {
 					t.Fatal(err)
 				}
 				rows += sameParquet(t, want, got)
+				if n := pagesIn(t, got); v.page < chunkPage && n[0] < 2 && len(n) > 0 && len(want) > 100<<10 {
+					t.Fatalf("%s: %v pages per column chunk, want small pages", rel, n)
+				}
 			}
 			if rows < 60000 {
 				t.Fatalf("%d rows in all, want the recordings' events", rows)
@@ -83,6 +96,36 @@ func TestDatasetChunksMatchPerValue(t *testing.T) {
 			duckdbSame(t, old, cur, files)
 		})
 	}
+}
+
+// pagesIn is how many pages each column chunk of the first row group of
+// the Parquet file data has, most first.
+func pagesIn(t *testing.T, data []byte) []int {
+	t.Helper()
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, cc := range f.RowGroups()[0].ColumnChunks() {
+		pages := cc.Pages()
+		n := 0
+		for {
+			p, err := pages.ReadPage()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			parquet.Release(p)
+			n++
+		}
+		pages.Close()
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b int) int { return b - a })
+	return out
 }
 
 // duckdbSame compares, with DuckDB, each of files under old with the file
