@@ -189,21 +189,7 @@ func (cw *chunkWriter) putInt32(li int, v int32) {
 	}
 }
 
-// putBytes gives the current row's value of byte array leaf li.
-func (cw *chunkWriter) putBytes(li int, b []byte) {
-	c := &cw.cols[li]
-	c.data = binary.LittleEndian.AppendUint32(c.data, uint32(len(b)))
-	c.data = append(c.data, b...)
-	c.n++
-	if !c.required {
-		c.at = append(c.at, int32(cw.rows))
-	}
-	if len(c.data) >= chunkPage {
-		cw.page(c, cw.rows+1)
-	}
-}
-
-// putString is putBytes of a string, without a copy.
+// putString gives the current row's value of byte array leaf li.
 func (cw *chunkWriter) putString(li int, s string) {
 	c := &cw.cols[li]
 	c.data = binary.LittleEndian.AppendUint32(c.data, uint32(len(s)))
