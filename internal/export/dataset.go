@@ -28,6 +28,9 @@ type DatasetOptions struct {
 	RowGroupRows int
 	// Log receives one line per file written or skipped.
 	Log func(format string, args ...any)
+	// perValue writes the events through parquet-go's column writers, as
+	// before the chunkWriter: the tests compare the two.
+	perValue bool
 }
 
 // DatasetStats say what WriteDataset did.
@@ -136,7 +139,10 @@ func writeDatasetFile(dir, path string, opts DatasetOptions) (wrote bool, events
 		return false, 0, 0, err
 	}
 	defer ef.Close()
-	ew := newEventsWriter(h, ef, filepath.Base(path), host, date, inFile, opts.RowGroupRows)
+	ew, err := newEventsWriter(h, ef, filepath.Base(path), host, date, inFile, opts.RowGroupRows, opts.perValue)
+	if err != nil {
+		return false, 0, 0, err
+	}
 	rs := NewResolver(h)
 	tl := NewTimeline([]*trace.Header{h})
 	byID := map[uint64]*datasetConn{}
@@ -355,6 +361,19 @@ func (cw *colWriter) flush() error {
 	return nil
 }
 
+// colWriter is a cellSink: the events' writer before the chunkWriter.
+func (cw *colWriter) leaf(name string) int {
+	if c := cw.byName[name]; c != nil {
+		return c.leaf
+	}
+	return -1
+}
+func (cw *colWriter) putInt64(li int, v int64) { cw.set(cw.cols[li], parquet.Int64Value(v)) }
+func (cw *colWriter) putInt32(li int, v int32) { cw.set(cw.cols[li], parquet.Int32Value(v)) }
+func (cw *colWriter) putString(li int, v string) {
+	cw.set(cw.cols[li], parquet.ByteArrayValue([]byte(v)))
+}
+
 func (cw *colWriter) close() error {
 	if err := cw.flush(); err != nil {
 		return err
@@ -375,26 +394,36 @@ func stringNode() parquet.Node {
 // refuses nanoseconds); time_ns keeps the full precision beside it.
 func tsNode() parquet.Node { return parquet.Timestamp(parquet.Microsecond) }
 
+// cellSink takes a Parquet file's rows cell by cell, leaves by index.
+type cellSink interface {
+	leaf(name string) int // -1: not in the schema
+	putInt64(li int, v int64)
+	putInt32(li int, v int32)
+	putString(li int, v string)
+	endRow() error
+	close() error
+}
+
 // eventsWriter writes the events table of one trace file.
 type eventsWriter struct {
-	cw    *colWriter
+	cw    cellSink
 	h     *trace.Header
 	fixed struct {
-		trace, host, date, timeNs, ts, cpu, pid, tid, comm, netns, conn, event, size, errno, tcpflags *stagedCol
+		trace, host, date, timeNs, ts, cpu, pid, tid, comm, netns, conn, event, size, errno, tcpflags int
 	}
-	traceV, hostV, dateV parquet.Value
+	traceV, hostV, dateV string
 	types                [256][]fieldCol // by event type id
 	rows                 uint64
-	eventV               [256]parquet.Value
+	eventV               [256]string
 }
 
 type fieldCol struct {
 	f    trace.Field
-	col  *stagedCol
+	col  int
 	kind ColumnKind
 }
 
-func newEventsWriter(h *trace.Header, out io.Writer, traceName, host, date string, inFile map[string]bool, maxGroup int) *eventsWriter {
+func newEventsWriter(h *trace.Header, out io.Writer, traceName, host, date string, inFile map[string]bool, maxGroup int, perValue bool) (*eventsWriter, error) {
 	t := NewTable([]*trace.Header{h})
 	group := parquet.Group{}
 	for _, c := range t.Columns {
@@ -426,15 +455,22 @@ func newEventsWriter(h *trace.Header, out io.Writer, traceName, host, date strin
 	}
 	group["ts"] = tsNode()
 	group["error"] = optional(parquet.Int(32))
-	ew := &eventsWriter{cw: newColWriter(out, group, maxGroup), h: h}
-	b := ew.cw.byName
-	ew.fixed.trace, ew.fixed.host, ew.fixed.date = b["trace"], b["host"], b["date"]
-	ew.fixed.timeNs, ew.fixed.ts, ew.fixed.cpu, ew.fixed.pid, ew.fixed.tid = b["time_ns"], b["ts"], b["cpu"], b["pid"], b["tid"]
-	ew.fixed.comm, ew.fixed.netns, ew.fixed.conn, ew.fixed.event = b["comm"], b["netns"], b["conn"], b["event"]
-	ew.fixed.size, ew.fixed.errno, ew.fixed.tcpflags = b["size"], b["error"], b["tcpflags"]
-	ew.traceV = parquet.ByteArrayValue([]byte(traceName))
-	ew.hostV = parquet.ByteArrayValue([]byte(host))
-	ew.dateV = parquet.ByteArrayValue([]byte(date))
+	ew := &eventsWriter{h: h}
+	if perValue {
+		ew.cw = newColWriter(out, group, maxGroup)
+	} else {
+		cw, err := newChunkWriter(out, parquet.NewSchema("magnet", group), maxGroup, parquetGroupBytes)
+		if err != nil {
+			return nil, err
+		}
+		ew.cw = cw
+	}
+	b := ew.cw.leaf
+	ew.fixed.trace, ew.fixed.host, ew.fixed.date = b("trace"), b("host"), b("date")
+	ew.fixed.timeNs, ew.fixed.ts, ew.fixed.cpu, ew.fixed.pid, ew.fixed.tid = b("time_ns"), b("ts"), b("cpu"), b("pid"), b("tid")
+	ew.fixed.comm, ew.fixed.netns, ew.fixed.conn, ew.fixed.event = b("comm"), b("netns"), b("conn"), b("event")
+	ew.fixed.size, ew.fixed.errno, ew.fixed.tcpflags = b("size"), b("error"), b("tcpflags")
+	ew.traceV, ew.hostV, ew.dateV = traceName, host, date
 	for _, et := range h.Types {
 		var fcs []fieldCol
 		for _, f := range et.Fields {
@@ -444,45 +480,45 @@ func newEventsWriter(h *trace.Header, out io.Writer, traceName, host, date strin
 					continue
 				}
 			}
-			if col := b[t.Columns[i].Name]; col != nil {
+			if col := b(t.Columns[i].Name); col >= 0 {
 				fcs = append(fcs, fieldCol{f: f, col: col, kind: t.Columns[i].Kind})
 			}
 		}
 		ew.types[et.ID] = fcs
-		ew.eventV[et.ID] = parquet.ByteArrayValue([]byte(et.Name))
+		ew.eventV[et.ID] = et.Name
 	}
-	return ew
+	return ew, nil
 }
 
 func (ew *eventsWriter) add(rs *Resolver, rec trace.Record, wall int64) error {
 	cw, fx := ew.cw, &ew.fixed
-	cw.set(fx.trace, ew.traceV)
-	if fx.host != nil {
-		cw.set(fx.host, ew.hostV)
+	cw.putString(fx.trace, ew.traceV)
+	if fx.host >= 0 {
+		cw.putString(fx.host, ew.hostV)
 	}
-	if fx.date != nil {
-		cw.set(fx.date, ew.dateV)
+	if fx.date >= 0 {
+		cw.putString(fx.date, ew.dateV)
 	}
-	cw.set(fx.timeNs, parquet.Int64Value(wall))
-	cw.set(fx.ts, parquet.Int64Value(wall/1000))
-	cw.set(fx.cpu, parquet.Int32Value(int32(rec.CPU())))
+	cw.putInt64(fx.timeNs, wall)
+	cw.putInt64(fx.ts, wall/1000)
+	cw.putInt32(fx.cpu, int32(rec.CPU()))
 	name := rec.Type.Name
 	if pid, comm, ok := rs.Task(rec.TID()); ok && name != "lost" {
-		cw.set(fx.pid, parquet.Int64Value(int64(pid)))
-		cw.set(fx.comm, parquet.ByteArrayValue([]byte(comm)))
+		cw.putInt64(fx.pid, int64(pid))
+		cw.putString(fx.comm, comm)
 	}
-	cw.set(fx.tid, parquet.Int64Value(int64(rec.TID())))
-	cw.set(fx.netns, parquet.Int64Value(int64(rec.NetNS())))
+	cw.putInt64(fx.tid, int64(rec.TID()))
+	cw.putInt64(fx.netns, int64(rec.NetNS()))
 	if c := rec.Conn(); c != 0 {
-		cw.set(fx.conn, parquet.Int64Value(int64(c)))
+		cw.putInt64(fx.conn, int64(c))
 	}
-	cw.set(fx.event, ew.eventV[rec.Type.ID])
+	cw.putString(fx.event, ew.eventV[rec.Type.ID])
 	// size is a byte count; a negative one is a kernel error code, which
 	// gets a column of its own so that sum(size) means bytes.
 	if n := rec.Size(); n >= 0 {
-		cw.set(fx.size, parquet.Int64Value(int64(n)))
+		cw.putInt64(fx.size, int64(n))
 	} else {
-		cw.set(fx.errno, parquet.Int32Value(-n))
+		cw.putInt32(fx.errno, -n)
 	}
 	fcs := ew.types[rec.Type.ID]
 	if len(fcs) > 0 {
@@ -499,34 +535,34 @@ func (ew *eventsWriter) add(rs *Resolver, rec trace.Record, wall int64) error {
 			switch {
 			case f.Kind == "ip":
 				a, _ := rec.Addr(f.Name, v4)
-				cw.set(fc.col, parquet.ByteArrayValue([]byte(a.String())))
+				cw.putString(fc.col, a.String())
 			case f.Kind == "str":
 				s, _ := rec.Str(f.Name)
-				cw.set(fc.col, parquet.ByteArrayValue([]byte(s)))
+				cw.putString(fc.col, s)
 			case f.Kind == "bytes":
 				b, _ := rec.Bytes(f.Name)
 				if caplen >= 0 && caplen <= len(b) {
 					b = b[:caplen]
 				}
-				cw.set(fc.col, parquet.ByteArrayValue([]byte(hex.EncodeToString(b))))
+				cw.putString(fc.col, hex.EncodeToString(b))
 			case f.Enum() != "":
 				n, _ := rec.Uint(f.Name)
 				s, ok := ew.h.EnumName(f, n)
 				if !ok {
 					s = strconv.FormatUint(n, 10)
 				}
-				cw.set(fc.col, parquet.ByteArrayValue([]byte(s)))
+				cw.putString(fc.col, s)
 			case f.Kind == "i":
 				n, _ := rec.Int(f.Name)
-				cw.set(fc.col, parquet.Int64Value(n))
+				cw.putInt64(fc.col, n)
 			default:
 				n, _ := rec.Uint(f.Name)
-				cw.set(fc.col, parquet.Int64Value(int64(n)))
+				cw.putInt64(fc.col, int64(n))
 			}
 		}
 	}
-	if fx.tcpflags != nil && (name == "tcp_xmit" || name == "tcp_rcv" || name == "tcp_retrans") {
-		cw.set(fx.tcpflags, parquet.ByteArrayValue([]byte(TCPFlags(rec.Flags()))))
+	if fx.tcpflags >= 0 && (name == "tcp_xmit" || name == "tcp_rcv" || name == "tcp_retrans") {
+		cw.putString(fx.tcpflags, TCPFlags(rec.Flags()))
 	}
 	ew.rows++
 	return cw.endRow()
