@@ -259,6 +259,17 @@ func missingFrames(frames []frame, evs []ev, name string, from, to netip.AddrPor
 	return fmt.Sprintf("%d frames in, %d %s; unmatched: %s", i, len(sizes), name, strings.Join(desc, "; "))
 }
 
+// byConn counts the events of name by connection.
+func byConn(evs []ev, name string) map[uint64]int {
+	m := map[uint64]int{}
+	for _, e := range evs {
+		if e.name == name {
+			m[e.conn]++
+		}
+	}
+	return m
+}
+
 // pureACK says whether a frame is a TCP segment with no payload and no
 // SYN, FIN or RST: what the device and IP layers leave out without the
 // acks group.
@@ -434,6 +445,12 @@ func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted ma
 			if got := count(evs, name, c.ID).n; got != in-2 {
 				t.Errorf("%s: %s = %d, want %d (tcpdump: %d frames in, less the SYN and the handshake's ACK)", describeConn(c), name, got, in-2, in)
 				t.Log(missingFrames(frames, evs, name, remote, local, c.ID))
+				if sum.Missed != nil {
+					t.Logf("program runs the kernel skipped: %d", *sum.Missed)
+				}
+				t.Logf("%s by connection, every netns: %v", name, byConn(evs, name))
+				produced, _ := sum.Extra["produced"].(map[string]any)
+				t.Logf("%s produced by the programs %v, in the trace %d", name, produced[name], sum.Events[name])
 			}
 		}
 	}
