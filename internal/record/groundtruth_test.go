@@ -259,12 +259,12 @@ func missingFrames(frames []frame, evs []ev, name string, from, to netip.AddrPor
 	return fmt.Sprintf("%d frames in, %d %s; unmatched: %s", i, len(sizes), name, strings.Join(desc, "; "))
 }
 
-// byConn counts the events of name by connection.
-func byConn(evs []ev, name string) map[uint64]int {
-	m := map[uint64]int{}
+// byConn counts the events of name by connection and netns.
+func byConn(evs []ev, name string) map[string]int {
+	m := map[string]int{}
 	for _, e := range evs {
 		if e.name == name {
-			m[e.conn]++
+			m[fmt.Sprintf("%d@%d", e.conn, e.netns)]++
 		}
 	}
 	return m
@@ -448,7 +448,7 @@ func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted ma
 				if sum.Missed != nil {
 					t.Logf("program runs the kernel skipped: %d", *sum.Missed)
 				}
-				t.Logf("%s by connection, every netns: %v", name, byConn(evs, name))
+				t.Logf("%s by connection@netns: %v", name, byConn(evs, name))
 				produced, _ := sum.Extra["produced"].(map[string]any)
 				t.Logf("%s produced by the programs %v, in the trace %d", name, produced[name], sum.Events[name])
 			}
