@@ -228,6 +228,48 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 	return n
 }
 
+// missingFrames describes the frames from -> to, past the first two (the
+// SYN and the handshake's ACK, the listener's), that conn's events of name
+// (dev_recv, ip_recv: both the IP packet's length) do not match in order by
+// size (frame.len less the Ethernet header): where in the connection a
+// frame went missing, and what it was.
+func missingFrames(frames []frame, evs []ev, name string, from, to netip.AddrPort, conn uint64) string {
+	var sizes []int
+	for _, e := range evs {
+		if e.name == name && e.conn == conn {
+			sizes = append(sizes, int(e.size))
+		}
+	}
+	var desc []string
+	i, j := 0, 0
+	for _, f := range frames {
+		if f.src != from || f.dst != to {
+			continue
+		}
+		i++
+		if i <= 2 {
+			continue
+		}
+		if j < len(sizes) && sizes[j] == f.len-14 {
+			j++
+			continue
+		}
+		desc = append(desc, fmt.Sprintf("frame %d (len %d, flags %#x, payload %d)", i, f.len, f.flags, f.payload))
+	}
+	return fmt.Sprintf("%d frames in, %d %s; unmatched: %s", i, len(sizes), name, strings.Join(desc, "; "))
+}
+
+// byConn counts the events of name by connection and netns.
+func byConn(evs []ev, name string) map[string]int {
+	m := map[string]int{}
+	for _, e := range evs {
+		if e.name == name {
+			m[fmt.Sprintf("%d@%d", e.conn, e.netns)]++
+		}
+	}
+	return m
+}
+
 // pureACK says whether a frame is a TCP segment with no payload and no
 // SYN, FIN or RST: what the device and IP layers leave out without the
 // acks group.
@@ -402,6 +444,13 @@ func iperf3Receive(t *testing.T, name string, serverArgs ...string) (accepted ma
 		for _, name := range []string{"dev_recv", "ip_recv"} {
 			if got := count(evs, name, c.ID).n; got != in-2 {
 				t.Errorf("%s: %s = %d, want %d (tcpdump: %d frames in, less the SYN and the handshake's ACK)", describeConn(c), name, got, in-2, in)
+				t.Log(missingFrames(frames, evs, name, remote, local, c.ID))
+				if sum.Missed != nil {
+					t.Logf("program runs the kernel skipped: %d", *sum.Missed)
+				}
+				t.Logf("%s by connection@netns: %v", name, byConn(evs, name))
+				produced, _ := sum.Extra["produced"].(map[string]any)
+				t.Logf("%s produced by the programs %v, in the trace %d", name, produced[name], sum.Events[name])
 			}
 		}
 	}
