@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseBusy(t *testing.T) {
@@ -43,12 +45,21 @@ func FuzzParseBusy(f *testing.F) {
 // procCPU sums the threads' run time in nanoseconds: a busy loop of a few
 // milliseconds shows, where /proc/PID/stat's 10 ms ticks may not.
 func TestProcCPU(t *testing.T) {
-	before := procCPU(os.Getpid())
-	for start := time.Now(); time.Since(start) < 5*time.Millisecond; {
+	// Busy until the process has run 5 ms by getrusage, not by the wall
+	// clock: a loaded machine may leave the loop off-CPU for most of it.
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before, ru0 := procCPU(os.Getpid()), cpu()
+	for cpu()-ru0 < 5*time.Millisecond {
 	}
 	after := procCPU(os.Getpid())
 	if after < before+4_000_000 {
-		t.Errorf("procCPU went from %d to %d ns over a 5 ms busy loop", before, after)
+		t.Errorf("procCPU went from %d to %d ns over a busy loop of 5 ms of CPU", before, after)
 	}
 	if procCPU(0) != 0 {
 		t.Error("procCPU(0) != 0")
