@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/tracerproc"
 )
 
 // TestBpftraceDevQueueLikeMagnet runs the bench's bpftrace script over two
@@ -86,10 +87,19 @@ func TestBpftraceDevQueueLikeMagnet(t *testing.T) {
 		return n
 	}
 	key := func(ev string, n int) string { return fmt.Sprintf("%s %d", ev, n) }
-	waitFor(t, exited, &stderr, func() bool {
+	if !waitUntil(t, exited, &stderr, func() bool {
 		n := count()
 		return n[key("dev_queue", queuedLen)] >= sends && n[key("dev_xmit", directLen)] >= sends
-	}, "the datagrams' lines")
+	}, "the datagrams' lines") {
+		stop()
+		// bpftrace traces the whole host: other tests' traffic can
+		// overflow its buffers, and the datagrams' lines are then among
+		// those it lost.
+		if _, lost, _ := tracerproc.BpftraceCount(out, stderr.String()); lost > 0 {
+			t.Skipf("bpftrace lost %d events to the host's other traffic; the datagrams' lines are not all there: %v", lost, count())
+		}
+		t.Fatalf("no the datagrams' lines after 60 s, none lost: %v; %s", count(), stderr.String())
+	}
 	stop()
 	n := count()
 	if got := n[key("dev_queue", queuedLen)]; got != sends {
@@ -139,6 +149,14 @@ func sendUDP(t *testing.T, lab *netlab.Lab, size, n int) {
 // 60 s pass.
 func waitFor(t *testing.T, exited <-chan error, stderr *bytes.Buffer, cond func() bool, what string) {
 	t.Helper()
+	if !waitUntil(t, exited, stderr, cond, what) {
+		t.Fatalf("no %s after 60 s: %s", what, stderr.String())
+	}
+}
+
+// waitUntil waits up to 60 s for cond, and says whether it came.
+func waitUntil(t *testing.T, exited <-chan error, stderr *bytes.Buffer, cond func() bool, what string) bool {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		select {
@@ -147,7 +165,8 @@ func waitFor(t *testing.T, exited <-chan error, stderr *bytes.Buffer, cond func(
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 60 s: %s", what, stderr.String())
+			return false
 		}
 	}
+	return true
 }
