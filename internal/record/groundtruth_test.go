@@ -331,7 +331,13 @@ func framesWithout(frames []frame, from, to netip.AddrPort) (n, acks int) {
 // on a pipe only with --forceflush).
 func iperf3Server(t *testing.T, lab *netlab.Lab, h netlab.Host, port int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := lab.Command(h, "iperf3", append([]string{"-s", "-1", "--forceflush", "-p", strconv.Itoa(port)}, args...)...)
+	return startIperf3Server(t, lab.Command(h, "iperf3", append([]string{"-s", "-1", "--forceflush", "-p", strconv.Itoa(port)}, args...)...))
+}
+
+// startIperf3Server starts cmd, an `iperf3 -s --forceflush`, ends it with
+// the test, and returns once it says it listens.
+func startIperf3Server(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

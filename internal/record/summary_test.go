@@ -3,12 +3,10 @@
 package record_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -33,30 +31,7 @@ func lossyPath(t *testing.T) *netlab.Path {
 // once it listens.
 func pathIperf3Server(t *testing.T, p *netlab.Path, port int) *exec.Cmd {
 	t.Helper()
-	cmd := p.Command(p.Receiver, "iperf3", "-s", "-1", "--forceflush", "-p", strconv.Itoa(port))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "Server listening on") {
-			go io.Copy(io.Discard, stdout)
-			return cmd
-		}
-	}
-	t.Fatal("iperf3 server did not start")
-	return nil
+	return startIperf3Server(t, p.Command(p.Receiver, "iperf3", "-s", "-1", "--forceflush", "-p", strconv.Itoa(port)))
 }
 
 // pathIperf3Send sends n bytes from the path's sender to the receiver's
