@@ -25,21 +25,7 @@ import (
 // rows in the same order, and the same statistics, read by parquet-go and
 // by DuckDB.
 func TestDatasetChunksMatchPerValue(t *testing.T) {
-	in := t.TempDir()
-	snd, rcv := filepath.Join(in, "s-0000.mgt"), filepath.Join(in, "r-0000.mgt")
-	fs, err := os.Create(snd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := os.Create(rcv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tracegen.WritePair(fs, fr, tracegen.Options{Events: 60000, Conns: 3}); err != nil {
-		t.Fatal(err)
-	}
-	fs.Close()
-	fr.Close()
+	snd, rcv := writePair(t, t.TempDir(), "s-0000.mgt", "r-0000.mgt", 60000)
 	paths := []string{snd, rcv, "../../testdata/bigendian.mgt"}
 
 	type variant struct {

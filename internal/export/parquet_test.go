@@ -311,20 +311,7 @@ func exportParquet(t *testing.T, paths []string, fill fillFunc, newWriter func(*
 // by per-type plans. DuckDB, when installed, must see the same rows too.
 func TestParquetExportUnchanged(t *testing.T) {
 	dir := t.TempDir()
-	snd, rcv := filepath.Join(dir, "snd.mgt"), filepath.Join(dir, "rcv.mgt")
-	fs, err := os.Create(snd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr, err := os.Create(rcv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tracegen.WritePair(fs, fr, tracegen.Options{Events: 150000, Conns: 3}); err != nil {
-		t.Fatal(err)
-	}
-	fs.Close()
-	fr.Close()
+	snd, rcv := writePair(t, dir, "snd.mgt", "rcv.mgt", 150000)
 	paths := []string{snd, rcv, "../../testdata/bigendian.mgt"}
 	before := exportParquet(t, paths, (*Table).fillByName, func(tb *Table, w io.Writer) RowWriter { return newRowParquetWriter(tb, w) })
 	after := exportParquet(t, paths, (*Table).fill, func(tb *Table, w io.Writer) RowWriter {
@@ -397,4 +384,25 @@ func TestParquetLongValuesCutRowGroups(t *testing.T) {
 			t.Fatalf("row %d: id %d, payload of %d bytes", i, r[0].Int64(), len(r[1].ByteArray()))
 		}
 	}
+}
+
+// writePair writes a synthetic sender's and receiver's traces of events
+// events over three connections into dir, and returns their paths.
+func writePair(t *testing.T, dir, sndName, rcvName string, events int) (snd, rcv string) {
+	t.Helper()
+	snd, rcv = filepath.Join(dir, sndName), filepath.Join(dir, rcvName)
+	fs, err := os.Create(snd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	fr, err := os.Create(rcv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Close()
+	if _, err := tracegen.WritePair(fs, fr, tracegen.Options{Events: events, Conns: 3}); err != nil {
+		t.Fatal(err)
+	}
+	return snd, rcv
 }
