@@ -414,7 +414,7 @@ func TestDiffRuns(t *testing.T) {
 		t.Logf("same scenario: %s %.4g vs %.4g significant %v", f.Name, f.A, f.B, f.Significant)
 	}
 	for _, x := range same.Dists {
-		t.Logf("same scenario: %s %s KS %.3f critical %.3f significant %v", x.Layer, x.What, x.KS, x.Critical, x.Significant)
+		t.Logf("same scenario: %s %s median %.4g vs %.4g KS %.3f critical %.3f significant %v", x.Layer, x.What, x.MedianA, x.MedianB, x.KS, x.Critical, x.Significant)
 	}
 	if same.Significant != 0 {
 		t.Errorf("two runs of one scenario: %d differences beyond the noise", same.Significant)
