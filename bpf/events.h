@@ -107,6 +107,12 @@ struct mg_tcp_rcv {
 	struct mg_hdr hdr;
 	__u32 seq;
 	__u32 ack;
+	/* The window the segment advertises, in bytes (its header's field
+	 * shifted by the connection's send-window scale): with ack, the peer's
+	 * right edge as this ACK moves it, which tcp_state, written before the
+	 * ACK is processed and at most every 4 ms, cannot give. */
+	__u32 wnd;
+	__u32 _pad;
 };
 
 struct mg_tcp_state {

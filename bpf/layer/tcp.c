@@ -148,6 +148,22 @@ static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
 	rs->app_limited = app_limited;
 }
 
+/* The window a received segment advertises, scaled as tcp_ack will scale
+ * it (an established connection's segments never carry SYN, whose window is
+ * not scaled). The TCP header is at skb->head + transport_header. */
+static __always_inline __u32 seg_wnd(struct sock *sk, struct sk_buff *skb)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct tcp_options_received *rx = &tp->rx_opt;
+	__u16 raw = 0;
+
+	/* Without the barrier, clang folds &tp->rx_opt into the bitfield's
+	 * access chain and the relocated offset counts rx_opt twice. */
+	barrier_var(rx);
+	bpf_probe_read_kernel(&raw, sizeof(raw), skb->head + skb->transport_header + 14);
+	return (__u32)__builtin_bswap16(raw) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
+}
+
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
@@ -176,6 +192,8 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 			r->hdr.flags = cb->tcp_flags;
 			r->seq = cb->seq;
 			r->ack = cb->ack_seq;
+			r->wnd = seg_wnd(sk, skb);
+			r->_pad = 0;
 			SUBMIT(r, &e);
 		}
 	}

@@ -100,7 +100,8 @@ type ev struct {
 	cs   *connState // nil: not attributed to a connection
 	size int32
 	tid  uint32
-	// Per kind: tcp_xmit seq, gso_segs, retrans; tcp_rcv seq, ack; ip_*
+	// Per kind: tcp_xmit seq, gso_segs, retrans; tcp_rcv seq, ack, wnd
+	// (and d = 1 when the trace has wnd); ip_*
 	// ip_id, family; dev_* gso_segs, ip_id, family (0: not in the trace),
 	// TCP seq; tcp_state cwnd, srtt_us, ssthresh,
 	// snd_una, total_retrans; conn_close total_retrans, bytes_acked
@@ -158,7 +159,7 @@ func newDecoder(h *trace.Header) *decoder {
 		}
 	}
 	want := map[kind][5]string{
-		kTCPXmit: {"seq", "gso_segs", "retrans"}, kTCPRcv: {"seq", "ack"},
+		kTCPXmit: {"seq", "gso_segs", "retrans"}, kTCPRcv: {"seq", "ack", "wnd"},
 		kIPSend: {"ip_id", "family"}, kIPRecv: {"ip_id", "family"},
 		kDevQueue: {"gso_segs", "ip_id", "family", "seq"}, kDevXmit: {"gso_segs", "ip_id", "family", "seq"},
 		kDevRecv:  {"gso_segs", "ip_id", "family", "seq"},
@@ -429,6 +430,9 @@ func (s *stream) advance(src *source) error {
 			d: uint32(d.d[k].get(b)), e: uint32(d.e[k].get(b)), src: uint16(src.index), id: id}
 		if k == kTCPState && cs != nil {
 			src.head.snap = d.snap.read(b)
+		}
+		if k == kTCPRcv && d.c[k].size > 0 {
+			src.head.d = 1
 		}
 		if k == kConnClose {
 			n := d.bytesAcked.get(b)

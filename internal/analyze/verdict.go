@@ -131,12 +131,21 @@ type verdictTracker struct {
 	// written: bytes the application wrote. sock_send fires when the call
 	// returns, after the segments a synchronous send caused, so it is
 	// also raised to what TCP sent; calls is the sum of the calls.
-	written, calls   int64
-	sent, acked      int64 // relative to base
-	base             uint32
-	haveBase         bool
-	snap             tcpSnap
-	haveSnap         bool
+	written, calls int64
+	sent, acked    int64 // relative to base
+	base           uint32
+	haveBase       bool
+	snap           tcpSnap
+	haveSnap       bool
+	// edge: the peer's window's right edge (relative to base), the
+	// furthest any ACK or snapshot showed. Linux never moves it back (it
+	// does not shrink windows), so the furthest is the current one.
+	// edgeStale: the sender was seen sending past it, which TCP never
+	// does, so ACKs moved it unseen (after close(), in FIN_WAIT1, or in
+	// CLOSE_WAIT, ACKs pass no hook: tcp_probe fires only in ESTABLISHED).
+	edge             int64
+	haveEdge         bool
+	edgeStale        bool
 	maxOcc           int64
 	maxFlight        int64
 	cwndFull         uint64
@@ -173,11 +182,14 @@ func (v *verdictTracker) class() int {
 		if !v.haveSnap {
 			return vUnknown
 		}
-		// The window's right edge is the latest snapshot's, taken before
-		// the ACK that triggered it was processed: until the next one it
-		// can lag an edge that ACK moved (tcp_rcv does not carry the
-		// window), which counts a little cwnd-bound time here.
-		if edge := v.rel(v.snap.sndUna) + int64(v.snap.sndWnd); v.sent+mss > edge {
+		// The right edge comes from each ACK's window (tcp_rcv's wnd);
+		// in traces without it, from snapshots alone, which are taken
+		// before their ACK is processed and at most every 4 ms, so the
+		// edge lags and a little cwnd-bound time counts here.
+		if v.edgeStale {
+			return vUnknown
+		}
+		if v.haveEdge && v.sent+mss > v.edge {
 			return vRwnd
 		}
 		return vCwnd
@@ -211,7 +223,7 @@ func (v *verdictTracker) observe(e *ev) {
 		}
 		switch c {
 		case vRwnd:
-			v.rwndAt.Add(float64(v.snap.sndWnd))
+			v.rwndAt.Add(float64(v.edge - v.acked))
 			v.inflight.Add(float64(v.sent - v.acked))
 		case vCwnd:
 			v.cwndAt.Add(float64(v.snap.cwnd))
@@ -241,8 +253,14 @@ func (v *verdictTracker) observe(e *ev) {
 		if !v.haveBase {
 			// The first payload sent starts at the first byte written.
 			v.base, v.haveBase = e.a, true
+			if v.haveSnap {
+				v.moveEdge(v.snap.sndUna, v.snap.sndWnd)
+			}
 		}
 		v.sent = max(v.sent, v.rel(e.a)+int64(e.size))
+		if v.haveEdge && v.sent > v.edge {
+			v.edgeStale = true
+		}
 		if v.sent > v.written {
 			v.written = v.sent
 			v.takeIdle()
@@ -251,6 +269,9 @@ func (v *verdictTracker) observe(e *ev) {
 	case kTCPRcv:
 		if e.flags&0x10 != 0 && v.haveBase {
 			v.ack(e.b)
+			if e.d != 0 { // the trace has the ACK's window: e.c
+				v.moveEdge(e.b, e.c)
+			}
 		}
 	case kTCPState:
 		if e.snap == nil {
@@ -259,6 +280,7 @@ func (v *verdictTracker) observe(e *ev) {
 		v.snap, v.haveSnap = *e.snap, true
 		if v.haveBase {
 			v.ack(e.snap.sndUna)
+			v.moveEdge(e.snap.sndUna, e.snap.sndWnd)
 			v.sent = max(v.sent, min(v.rel(e.snap.sndNxt), v.written))
 		}
 	}
@@ -283,6 +305,21 @@ func (v *verdictTracker) takeIdle() {
 		v.idleGaps++
 		v.longestIdle = max(v.longestIdle, v.curIdle)
 		v.idle, v.curIdle = 0, 0
+	}
+}
+
+// moveEdge takes the right edge an ACK or snapshot showed: una + wnd. One
+// acknowledging less than the first byte sent (the handshake) says
+// nothing yet.
+func (v *verdictTracker) moveEdge(una, wnd uint32) {
+	if int32(una-v.base) < 0 {
+		return
+	}
+	if edge := v.rel(una) + int64(wnd); !v.haveEdge || edge > v.edge {
+		v.edge, v.haveEdge = edge, true
+	}
+	if v.edge >= v.sent {
+		v.edgeStale = false
 	}
 }
 

@@ -176,3 +176,50 @@ func TestVerdictSyntheticMissing(t *testing.T) {
 		t.Error("a verdict for an end that wrote nothing")
 	}
 }
+
+func (s *vseq) ackWnd(us float64, seq, wnd uint32) {
+	s.v.observe(&ev{t: uint64(us * 1e3), kind: kTCPRcv, flags: 0x10, b: seq, c: wnd, d: 1})
+}
+
+// The only snapshot says the peer's window ends at byte 3000, but every
+// ACK opens it to 1 MiB (tcp_rcv's wnd): cwnd, 2 segments, is what holds
+// the 10 back, never the edge the stale snapshot shows.
+func TestVerdictSyntheticAckWindow(t *testing.T) {
+	var s vseq
+	s.write(0, 10*vmss)
+	s.state(0, 0, 0, 2, 3*vmss)
+	s.xmit(0, 0, vmss)
+	s.xmit(0, vmss, vmss)
+	for i := 1; i <= 10; i++ {
+		s.ackWnd(float64(i)*1000, uint32(i*vmss), 1<<20)
+		if i+1 < 10 {
+			s.xmit(float64(i)*1000, uint32((i+1)*vmss), vmss)
+		}
+	}
+	vd := s.v.finish(true, 0)
+	if vd.Limit != "cwnd_limited" {
+		t.Fatalf("limit %s, want cwnd_limited: %+v", vd.Limit, vd)
+	}
+	near(t, "rwnd_limited", vd.Shares["rwnd_limited"], 0, 0)
+	near(t, "cwnd_limited", vd.Shares["cwnd_limited"], 0.8, 1e-9)
+}
+
+// A sender seen sending past the last edge known (ACKs it took passed no
+// hook: after close()) makes that edge unknown until an ACK shows a new
+// one: 1 ms of 10 is neither window's.
+func TestVerdictSyntheticStaleEdge(t *testing.T) {
+	var s vseq
+	s.write(0, 10*vmss)
+	s.state(0, 0, 0, 100, 2*vmss)
+	s.xmit(0, 0, vmss)
+	s.xmit(0, vmss, vmss)
+	s.xmit(1000, 2*vmss, vmss) // past the edge at 2000: it moved unseen
+	s.ackWnd(2000, 2*vmss, 8*vmss)
+	for i := 3; i < 10; i++ {
+		s.xmit(2000, uint32(i*vmss), vmss)
+	}
+	s.ackWnd(10000, 10*vmss, 8*vmss)
+	vd := s.v.finish(true, 0)
+	near(t, "unknown", vd.Shares["unknown"], 0.1, 1e-9)
+	near(t, "rwnd_limited", vd.Shares["rwnd_limited"], 0.1, 1e-9)
+}

@@ -396,8 +396,8 @@ func TestAppendLine(t *testing.T) {
 			vals{"proto": 6, "family": 6, "state": 2, "lport": 443, "rport": 5555, "laddr": v6a, "raddr": v6b}}, export.TimeRelative,
 			"0.000001000\t0\t1\t3\ta_b_c\t1\t1\tconn_open\t0\tproto=tcp family=6 state=SYN_SENT lport=443 rport=5555 laddr=fd00::1 raddr=fd00::2"},
 		// Before the first record: negative relative time.
-		{recSpec{"tcp_rcv", hdr{time: 4500, conn: 1, tid: 4, size: 0, flags: 0x12}, vals{"seq": 1, "ack": 2}}, export.TimeRelative,
-			"-0.000000500\t0\t-\t4\t-\t0\t1\ttcp_rcv\t0\ttcpflags=S. seq=1 ack=2"},
+		{recSpec{"tcp_rcv", hdr{time: 4500, conn: 1, tid: 4, size: 0, flags: 0x12}, vals{"seq": 1, "ack": 2, "wnd": 65536}}, export.TimeRelative,
+			"-0.000000500\t0\t-\t4\t-\t0\t1\ttcp_rcv\t0\ttcpflags=S. seq=1 ack=2 wnd=65536"},
 		{recSpec{"tcp_retrans", hdr{time: 5000 + 2_000_000_000, conn: 1, size: -110}, vals{"seq": 9, "state": 1}}, export.TimeRelative,
 			"2.000000000\t0\t0\t0\tswapper\t0\t1\ttcp_retrans\t-110\ttcpflags=none seq=9 state=ESTABLISHED"},
 		{recSpec{"drop", hdr{time: 5000, netns: 1, size: 60}, vals{"reason": 2, "ifindex": 4, "l3proto": 0x800, "l4proto": 6}}, export.TimeRaw,

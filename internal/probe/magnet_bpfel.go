@@ -466,6 +466,8 @@ type magnetMgTcpRcv struct {
 	}
 	Seq uint32
 	Ack uint32
+	Wnd uint32
+	Pad uint32
 }
 
 type magnetMgTcpRetrans struct {

@@ -58,9 +58,9 @@ func pathIperf3Send(t *testing.T, p *netlab.Path, port int, n string) (sent, ret
 
 // nstatCounter reads one of the kernel's SNMP counters in h's namespace,
 // absolute (the namespace is the test's own, so that is its traffic's).
-func nstatCounter(t *testing.T, p *netlab.Path, h netlab.Host, name string) uint64 {
+func nstatCounter(t *testing.T, command func(h netlab.Host, name string, args ...string) *exec.Cmd, h netlab.Host, name string) uint64 {
 	t.Helper()
-	out, err := p.Command(h, "nstat", "-a", "-z", "-s", name).Output()
+	out, err := command(h, "nstat", "-a", "-z", "-s", name).Output()
 	if err != nil {
 		t.Fatalf("nstat: %v", err)
 	}
@@ -246,7 +246,7 @@ func TestSummaryTruth(t *testing.T) {
 	if data.sum["tcp_xmit_bytes"] < data.sum["sock_send_bytes"] {
 		t.Errorf("tcp_xmit_bytes %d below sock_send_bytes %d", data.sum["tcp_xmit_bytes"], data.sum["sock_send_bytes"])
 	}
-	want := nstatCounter(t, p, p.Sender, "TcpRetransSegs")
+	want := nstatCounter(t, p.Command, p.Sender, "TcpRetransSegs")
 	if want == 0 {
 		t.Fatalf("no retransmission in the sender's namespace (iperf3: %d): the bottleneck did not drop, nothing to check", appRetrans)
 	}
