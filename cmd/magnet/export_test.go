@@ -272,7 +272,10 @@ func TestExportBadInput(t *testing.T) {
 // TestExportJourneys runs the demo (a client sends 100 messages of 10,240
 // bytes to a server in another namespace, both ends in one trace) and
 // exports its journeys as a user would: each packet crosses the veth whole
-// and is one row, so the rows' payloads add up to what the client sent.
+// and is one row, so the payloads of the rows' distinct segments add up to
+// what the client sent. A segment sent twice (a tail loss probe on a
+// loaded host re-sends a message's last 104 bytes) is two rows, as many as
+// the trace's tcp_retrans records.
 func TestExportJourneys(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -298,19 +301,30 @@ func TestExportJourneys(t *testing.T) {
 		col[name] = i
 	}
 	var payload int64
+	seen := map[string]bool{}
+	again := 0
 	for _, r := range recs[1:] {
 		n, err := strconv.ParseInt(r[col["payload"]], 10, 64)
 		if err != nil {
 			t.Fatalf("payload %q", r[col["payload"]])
 		}
-		payload += n
+		if seg := r[col["conn"]] + "/" + r[col["seq"]]; seen[seg] {
+			again++
+		} else {
+			seen[seg] = true
+			payload += n
+		}
 		if r[col["tcp_xmit_ns"]] == "" || r[col["sock_recv_ns"]] == "" {
 			t.Errorf("a journey without its ends: %v", r)
 		}
 	}
-	t.Logf("%d journeys, %d B of payload", len(recs)-1, payload)
+	retrans := strings.Count(magnet(t, "parse", "--types", "tcp_retrans", tr).stdout, "\ttcp_retrans\t")
+	t.Logf("%d journeys, %d of segments sent again, %d B of payload in distinct segments; %d tcp_retrans", len(recs)-1, again, payload, retrans)
 	if payload != 100*10240 {
 		t.Errorf("the journeys carry %d B; the client sent %d", payload, 100*10240)
+	}
+	if again != retrans {
+		t.Errorf("%d journeys of a segment sent again, %d tcp_retrans records", again, retrans)
 	}
 }
 
