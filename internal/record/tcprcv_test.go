@@ -3,9 +3,7 @@
 package record_test
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os/exec"
 	"sort"
@@ -114,26 +112,14 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 // tcpRcvHeads reads the tcp_rcv records of one connection, in time order.
 func tcpRcvHeads(t *testing.T, path string, conn uint64) []segHead {
 	t.Helper()
-	r, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	type timed struct {
 		t uint64
 		s segHead
 	}
 	var recs []timed
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachRecord(t, path, func(rec trace.Record) {
 		if rec.Type.Name != "tcp_rcv" || rec.Conn() != conn {
-			continue
+			return
 		}
 		s := segHead{payload: int(rec.Size())}
 		var ok [3]bool
@@ -144,7 +130,7 @@ func tcpRcvHeads(t *testing.T, path string, conn uint64) []segHead {
 			t.Fatalf("tcp_rcv lacks seq, ack or wnd: %v", ok)
 		}
 		recs = append(recs, timed{rec.Time(), s})
-	}
+	})
 	// The recorder writes each CPU's records in order, CPUs interleaved.
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].t < recs[j].t })
 	out := make([]segHead, len(recs))
