@@ -44,7 +44,10 @@ var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
-	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
+	// tcp_xmit is read at net_dev_queue, which runs for every packet sent
+	// anyway; fentry, where the kernel allows it, then sockops serve it
+	// where that program is disabled or refused, and in summary mode.
+	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev | event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "dev_queue", "tcp_rate"}},
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
@@ -55,7 +58,6 @@ var Hooks = []Hook{
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
 	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
-	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
 	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop, []string{"drop"}},
@@ -257,6 +259,19 @@ func Load(opts Options) (*Probe, error) {
 		if !st.Available || st.Groups&opts.Groups == 0 {
 			delete(spec.Programs, st.Program)
 		}
+		if st.Program == "net_dev_queue" && opts.Summary {
+			st.Events = []string{"dev_queue"} // xmitVariable
+		}
+	}
+	// Where net_dev_queue serves tcp_xmit, fentry would only add a program
+	// run per segment.
+	if xmitAtDev(spec, opts) {
+		for i := range status {
+			if st := &status[i]; st.Program == "tcp_xmit_fentry" && spec.Programs[st.Program] != nil {
+				st.Available, st.Reason = false, FentryStandsBack
+				delete(spec.Programs, st.Program)
+			}
+		}
 	}
 
 	// A program the verifier refuses is dropped and the rest loaded again.
@@ -358,8 +373,8 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
-	if st.Program == "tcp_xmit_fentry" {
-		if err := p.coll.Variables["xmit_by_fentry"].Set(uint8(1)); err != nil {
+	if v := xmitVariable(st.Program, p.settings); v != "" {
+		if err := p.coll.Variables[v].Set(uint8(1)); err != nil {
 			l.Close()
 			return fmt.Errorf("enable: %w", err)
 		}
@@ -370,13 +385,38 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 
 // detach detaches the program of status[i]. p.mu must be held.
 func (p *Probe) detach(i int, st *HookStatus) {
-	if st.Program == "tcp_xmit_fentry" {
+	if v := xmitVariable(st.Program, p.settings); v != "" {
 		// sockops takes tcp_xmit back (when its group is enabled again
-		// and fentry cannot attach).
-		_ = p.coll.Variables["xmit_by_fentry"].Set(uint8(0))
+		// and this program cannot attach).
+		_ = p.coll.Variables[v].Set(uint8(0))
 	}
 	p.links[i].Close()
 	delete(p.links, i)
+}
+
+// FentryStandsBack is the reason fentry/__tcp_transmit_skb is not loaded
+// where it could be.
+const FentryStandsBack = "not needed: tcp_xmit served at net_dev_queue"
+
+// xmitVariable names the global that tells the other tcp_xmit programs to
+// stand back while program serves tcp_xmit; "" if it does not. In summary
+// mode net_dev_queue does not: the per-connection figures of a segment are
+// counted from TCP's control block, which IP overwrites before the device.
+func xmitVariable(program string, settings map[string]any) string {
+	switch program {
+	case "tcp_xmit_fentry":
+		return "xmit_by_fentry"
+	case "net_dev_queue":
+		if settings["summary_mode"] == uint8(0) {
+			return "xmit_at_dev"
+		}
+	}
+	return ""
+}
+
+// xmitAtDev says whether net_dev_queue is loaded to serve tcp_xmit.
+func xmitAtDev(spec *ebpf.CollectionSpec, opts Options) bool {
+	return spec.Programs["net_dev_queue"] != nil && !opts.Summary && opts.Groups&(event.GroupTCP|event.GroupRate) != 0
 }
 
 // detachable says whether a hook's program may be detached while none of
