@@ -44,9 +44,10 @@ var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
-	// tcp_xmit is read at net_dev_queue, which runs for every packet sent
-	// anyway; fentry, where the kernel allows it, then sockops serve it
-	// where that program is disabled or refused, and in summary mode.
+	// With Options.XmitAtDevice, tcp_xmit is read at net_dev_queue, which
+	// runs for every packet sent anyway (Load otherwise leaves it
+	// dev_queue alone); fentry where the kernel allows it, else sockops,
+	// serve it otherwise.
 	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev | event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "dev_queue", "tcp_rate"}},
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
@@ -127,6 +128,11 @@ type Options struct {
 	// when the ring is
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
+	// XmitAtDevice reads tcp_xmit (and the tcp_rate a segment carries
+	// out) at net_dev_queue instead of sockops' per-segment callback or
+	// fentry: cheaper, but it sees only the skbs that reach a device
+	// (docs/EVENTS.md). Not in summary mode.
+	XmitAtDevice bool
 	// Summary loads the programs in summary mode: they add to each
 	// connection's figures in the summaries map (Probe.ReadSummaries)
 	// instead of writing events; connection lifecycle still goes to the
@@ -185,6 +191,8 @@ type Probe struct {
 	mu      sync.Mutex
 	links   map[int]link.Link // by index in Status: the programs attached now
 	stopped bool              // Detach was called: nothing attaches again
+	// xmitAtDev: net_dev_queue serves tcp_xmit (Options.XmitAtDevice).
+	xmitAtDev bool
 }
 
 // Load loads the programs the enabled groups need and attaches them.
@@ -245,8 +253,13 @@ func Load(opts Options) (*Probe, error) {
 
 	status := CheckHooks()
 	cgroupRoot, cgErr := Cgroup2Root()
+	atDev := opts.XmitAtDevice && !opts.Summary
 	for i := range status {
 		st := &status[i]
+		if st.Program == "net_dev_queue" && !atDev {
+			// Only dev_queue: tcp_xmit stays with fentry or sockops.
+			st.Groups, st.Events = event.GroupDev, []string{"dev_queue"}
+		}
 		if st.Groups&opts.Groups == 0 {
 			st.Reason = "not enabled"
 		}
@@ -259,13 +272,10 @@ func Load(opts Options) (*Probe, error) {
 		if !st.Available || st.Groups&opts.Groups == 0 {
 			delete(spec.Programs, st.Program)
 		}
-		if st.Program == "net_dev_queue" && opts.Summary {
-			st.Events = []string{"dev_queue"} // xmitVariable
-		}
 	}
 	// Where net_dev_queue serves tcp_xmit, fentry would only add a program
 	// run per segment.
-	if xmitAtDev(spec, opts) {
+	if atDev && spec.Programs["net_dev_queue"] != nil && opts.Groups&(event.GroupTCP|event.GroupRate) != 0 {
 		for i := range status {
 			if st := &status[i]; st.Program == "tcp_xmit_fentry" && spec.Programs[st.Program] != nil {
 				st.Available, st.Reason = false, FentryStandsBack
@@ -311,6 +321,7 @@ func Load(opts Options) (*Probe, error) {
 		cgroup:    cgroupRoot,
 		links:     map[int]link.Link{},
 		settings:  settings,
+		xmitAtDev: atDev,
 	}
 	for i := range status {
 		st := &status[i]
@@ -373,7 +384,7 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
-	if v := xmitVariable(st.Program, p.settings); v != "" {
+	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
 		if err := p.coll.Variables[v].Set(uint8(1)); err != nil {
 			l.Close()
 			return fmt.Errorf("enable: %w", err)
@@ -385,7 +396,7 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 
 // detach detaches the program of status[i]. p.mu must be held.
 func (p *Probe) detach(i int, st *HookStatus) {
-	if v := xmitVariable(st.Program, p.settings); v != "" {
+	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
 		// sockops takes tcp_xmit back (when its group is enabled again
 		// and this program cannot attach).
 		_ = p.coll.Variables[v].Set(uint8(0))
@@ -399,24 +410,20 @@ func (p *Probe) detach(i int, st *HookStatus) {
 const FentryStandsBack = "not needed: tcp_xmit served at net_dev_queue"
 
 // xmitVariable names the global that tells the other tcp_xmit programs to
-// stand back while program serves tcp_xmit; "" if it does not. In summary
-// mode net_dev_queue does not: the per-connection figures of a segment are
-// counted from TCP's control block, which IP overwrites before the device.
-func xmitVariable(program string, settings map[string]any) string {
+// stand back while program serves tcp_xmit; "" if it does not.
+// net_dev_queue serves it only when asked (Options.XmitAtDevice) and not in
+// summary mode, whose per-connection figures of a segment are counted from
+// TCP's control block, which IP overwrites before the device.
+func xmitVariable(program string, atDev bool) string {
 	switch program {
 	case "tcp_xmit_fentry":
 		return "xmit_by_fentry"
 	case "net_dev_queue":
-		if settings["summary_mode"] == uint8(0) {
+		if atDev {
 			return "xmit_at_dev"
 		}
 	}
 	return ""
-}
-
-// xmitAtDev says whether net_dev_queue is loaded to serve tcp_xmit.
-func xmitAtDev(spec *ebpf.CollectionSpec, opts Options) bool {
-	return spec.Programs["net_dev_queue"] != nil && !opts.Summary && opts.Groups&(event.GroupTCP|event.GroupRate) != 0
 }
 
 // detachable says whether a hook's program may be detached while none of

@@ -35,15 +35,19 @@ func TestLoadAll(t *testing.T) {
 		name    string
 		pcap    []pcapfilter.Insn
 		summary bool
+		atDev   bool
 	}{
-		{"plain", nil, false},
-		{"expression", expr, false},
-		{"summary", nil, true},
-		{"summary+expression", expr, true},
+		{"plain", nil, false, false},
+		{"expression", expr, false, false},
+		{"summary", nil, true, false},
+		{"summary+expression", expr, true, false},
+		{"xmit-at-device", nil, false, true},
+		{"xmit-at-device+expression", expr, false, true},
+		{"xmit-at-device+summary", nil, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			loadAll(t, Options{Groups: event.AllGroups(), BufferBytes: 1 << 20, ControlBytes: 64 << 10,
-				Filters: Filters{Pcap: c.pcap}, Summary: c.summary})
+				Filters: Filters{Pcap: c.pcap}, Summary: c.summary, XmitAtDevice: c.atDev})
 		})
 	}
 }
@@ -74,11 +78,11 @@ func loadAll(t *testing.T, opts Options) {
 			t.Errorf("no hook serves %s", in.Name)
 		}
 	}
-	// At the device, but in summary mode, whose figures need TCP's
-	// control block.
-	want := []string{"tp_btf/net_dev_queue"}
-	if opts.Summary {
-		want = []string{"fentry/__tcp_transmit_skb", "sockops/sockops"}
+	// At the device when asked, but in summary mode, whose figures need
+	// TCP's control block.
+	want := []string{"fentry/__tcp_transmit_skb", "sockops/sockops"}
+	if opts.XmitAtDevice && !opts.Summary {
+		want = []string{"tp_btf/net_dev_queue"}
 	}
 	if got := served["tcp_xmit"]; !slices.Contains(want, got) {
 		t.Errorf("tcp_xmit served by %q", got)
