@@ -44,11 +44,6 @@ var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
-	// With Options.XmitAtDevice, tcp_xmit is read at net_dev_queue, which
-	// runs for every packet sent anyway (Load otherwise leaves it
-	// dev_queue alone); fentry where the kernel allows it, else sockops,
-	// serve it otherwise.
-	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev | event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "dev_queue", "tcp_rate"}},
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
@@ -59,6 +54,9 @@ var Hooks = []Hook{
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
 	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
+	// With Options.XmitAtDevice, Load adds tcp_xmit and tcp_rate (and
+	// their groups) to net_dev_queue's and takes them from sockops'.
+	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
 	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop, []string{"drop"}},
@@ -256,9 +254,12 @@ func Load(opts Options) (*Probe, error) {
 	atDev := opts.XmitAtDevice && !opts.Summary
 	for i := range status {
 		st := &status[i]
-		if st.Program == "net_dev_queue" && !atDev {
-			// Only dev_queue: tcp_xmit stays with fentry or sockops.
-			st.Groups, st.Events = event.GroupDev, []string{"dev_queue"}
+		if atDev {
+			switch st.Program {
+			case "net_dev_queue":
+				st.Groups |= event.GroupTCP | event.GroupRate
+				st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
+			}
 		}
 		if st.Groups&opts.Groups == 0 {
 			st.Reason = "not enabled"
@@ -274,8 +275,12 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 	// Where net_dev_queue serves tcp_xmit, fentry would only add a program
-	// run per segment.
-	if atDev && spec.Programs["net_dev_queue"] != nil && opts.Groups&(event.GroupTCP|event.GroupRate) != 0 {
+	// run per segment; and sockops, attached before it (Hooks order), must
+	// flag no socket from the start.
+	if atDev && spec.Programs["net_dev_queue"] != nil {
+		if err := set("xmit_at_dev", uint8(1)); err != nil {
+			return nil, err
+		}
 		for i := range status {
 			if st := &status[i]; st.Program == "tcp_xmit_fentry" && spec.Programs[st.Program] != nil {
 				st.Available, st.Reason = false, FentryStandsBack
@@ -335,6 +340,24 @@ func Load(opts Options) (*Probe, error) {
 			continue
 		}
 		st.Attached = true
+	}
+	if atDev {
+		i := slices.IndexFunc(status, func(st HookStatus) bool { return st.Program == "net_dev_queue" })
+		if i >= 0 && status[i].Attached {
+			for j := range status {
+				if status[j].Program == "tcp_segments" {
+					status[j].Events = []string{"conn_open"}
+				}
+			}
+		} else if v := p.coll.Variables["xmit_at_dev"]; v != nil {
+			// Refused or failed to attach: sockops (fentry is not
+			// loaded) serves tcp_xmit after all.
+			p.xmitAtDev = false
+			if err := v.Set(uint8(0)); err != nil {
+				p.Close()
+				return nil, fmt.Errorf("set xmit_at_dev: %w", err)
+			}
+		}
 	}
 	p.Status = status
 	return p, nil
