@@ -108,3 +108,24 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 		}
 	}
 }
+
+// TestXmitVariable: the global that makes the other tcp_xmit programs stand
+// back is set by fentry always and by net_dev_queue only when it serves
+// tcp_xmit (XmitAtDevice, not summary mode).
+func TestXmitVariable(t *testing.T) {
+	for _, c := range []struct {
+		program string
+		atDev   bool
+		want    string
+	}{
+		{"tcp_xmit_fentry", false, "xmit_by_fentry"},
+		{"tcp_xmit_fentry", true, "xmit_by_fentry"},
+		{"net_dev_queue", false, ""},
+		{"net_dev_queue", true, "xmit_at_dev"},
+		{"tcp_segments", true, ""},
+	} {
+		if got := xmitVariable(c.program, c.atDev); got != c.want {
+			t.Errorf("xmitVariable(%q, %v) = %q, want %q", c.program, c.atDev, got, c.want)
+		}
+	}
+}
