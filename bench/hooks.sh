@@ -13,7 +13,8 @@
 # per GB. Needs root, iperf3, tcpdump, bpftool.
 #   bench/hooks.sh [REPS] [SECONDS]; RATE=4gbit (default) or RATE=0;
 #   CONFIGS="base default ip dev tcpdump" to choose ("old:default" with
-#   MAGNET_OLD=path: another build, for before/after in one run).
+#   MAGNET_OLD=path: another build, for before/after in one run;
+#   "xad:default" with --xmit-at-device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/hooks.sh: run as root" >&2; exit 1; }
@@ -84,9 +85,14 @@ for rep in $(seq 1 "$REPS"); do
 		*)
 			# old:GROUPS records with $MAGNET_OLD (a build of another
 			# commit), for a before/after comparison in one run.
-			bin=$MAGNET ev=$cfg
-			case $cfg in old:*) bin=${MAGNET_OLD:?set MAGNET_OLD} ev=${cfg#old:} ;; esac
-			"$bin" record -q -e "$ev" --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
+			# xad:GROUPS records with --xmit-at-device (tcp_xmit read at
+			# net_dev_queue instead of sockops' per-segment callback).
+			bin=$MAGNET ev=$cfg extra=""
+			case $cfg in
+			old:*) bin=${MAGNET_OLD:?set MAGNET_OLD} ev=${cfg#old:} ;;
+			xad:*) ev=${cfg#xad:} extra=--xmit-at-device ;;
+			esac
+			"$bin" record -q -e "$ev" $extra --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
 			tracer=$!
 			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done ;;
 		esac

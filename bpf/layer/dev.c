@@ -380,6 +380,10 @@ static __always_inline int qdisc_can_queue(struct sk_buff *skb)
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 {
+	/* Every skb sent passes here once, before any qdisc: where tcp_xmit
+	 * is read (bpf/layer/tcp.c). */
+	if (xmit_at_dev && enabled(MG_G_TCP | MG_G_RATE))
+		tcp_xmit_at_dev(skb);
 	if (!qdisc_can_queue(skb))
 		return 0;
 	dev_event(skb, NULL, MG_DEV_QUEUE);

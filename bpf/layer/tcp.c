@@ -444,7 +444,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		 * connects while neither is recorded gets no tcp_xmit if they
 		 * are switched on later (SetGroups). Silenced (no group: the
 		 * bench's hooks-alone figure) still asks, as when recording. */
-		if (!xmit_by_fentry && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		if (!xmit_by_fentry && !xmit_at_dev && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -462,7 +462,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	 * before anything outside the context is read. */
 	if (!skb)
 		return 1;
-	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev)
 		return 1;
 	sk = k->sk;
 	if (!sk)
@@ -481,6 +481,103 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	return 1;
 }
 
+/* How far TCP's clock may lag the device for a tcp_xmit to take its time:
+ * beyond it, the path that sent the segment did not read the clock (or the
+ * segment waited, for an address to resolve), and the device time is the
+ * better one. */
+#define XMIT_CLOCK_MAX_NS 1000000
+
+/*
+ * tcp_xmit read where an skb TCP sent reaches the device the route chose
+ * (net_dev_queue, before any qdisc): skb->sk is the sending socket, and the
+ * headers TCP wrote say what the control block, overwritten by IP since,
+ * said. It costs a few loads in a program that runs for every packet sent
+ * anyway, where sockops' per-segment callback was two more program runs per
+ * packet. The device sees the skb before GSO splits it: one tcp_xmit per
+ * skb TCP sent, as at __tcp_transmit_skb. A segment that never reaches a
+ * device (dropped by netfilter or a cgroup program on the way down, or
+ * transformed by IPsec) has none; docs/EVENTS.md.
+ */
+static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
+{
+	struct sock *sk = skb->sk;
+	struct tcp_sock *tp;
+	struct cpu_state *st;
+	struct mg_tcp_xmit *r;
+	struct skb_shared_info *si;
+	struct dst_entry *dst;
+	struct tcphdr *th;
+	unsigned char *head, *th_p;
+	__u64 conn, now, t;
+	__u32 seq, snd_nxt;
+	__s32 len;
+	__u16 segs, th_off;
+	__u8 tflags;
+	struct emit e;
+
+	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || !sk_is_full(sk))
+		return;
+	/* A stacked device (VLAN, bond) hands the same skb to the one below
+	 * it: only the device the route chose reports it. */
+	dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
+	if (dst && dst->dev != skb->dev)
+		return;
+	th_off = skb->transport_header;
+	if (!th_off || th_off == 0xffff)
+		return;
+	head = skb->head;
+	th_p = head + th_off;
+	th = KERNEL_CAST(struct tcphdr, th_p);
+	/* The socket's own segment (not a tunnel's outer header, which has
+	 * other ports). */
+	if (__builtin_bswap16(th->source) != sk->__sk_common.skc_num ||
+	    th->dest != sk->__sk_common.skc_dport)
+		return;
+	if (skb->protocol == __builtin_bswap16(ETH_P_IP) &&
+	    KERNEL_CAST(struct iphdr, head + skb->network_header)->protocol != IPPROTO_TCP_)
+		return;
+	st = my_state();
+	conn = conn_of(st, sk, sk_cookie(sk), 0);
+	if (conn == FILTERED || !conn)
+		return;
+	tp = KERNEL_CAST(struct tcp_sock, sk);
+	now = bpf_ktime_get_ns();
+	/* TCP's clock, read as the pass that sent this skb began
+	 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit comes
+	 * before ip_send; the device's time comes after. */
+	t = tp->tcp_clock_cache;
+	if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
+		t = now;
+	/* The sample of the ACK that let this segment go comes first. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, t);
+	if (!enabled(MG_G_TCP))
+		return;
+	seq = __builtin_bswap32(th->seq);
+	tflags = th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
+		 th->ece << 6 | th->cwr << 7;
+	len = (__s32)skb->len - (__s32)(th_p - skb->data) - (__s32)th->doff * 4;
+	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
+	segs = si->gso_segs;
+	/* On the way down, snd_nxt has not yet moved past new data: TCP
+	 * advances it once the skb is handed over. */
+	snd_nxt = tp->snd_nxt;
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, t, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_XMIT, t, e.pid_tgid, conn, len, sk_netns(sk));
+	r->hdr.flags = tflags;
+	r->seq = seq;
+	r->gso_segs = segs ? segs : 1;
+	r->retrans = 0;
+	if (len > 0 && seq_before(seq, snd_nxt))
+		r->retrans = MG_RETRANS_NETWORK;
+	else if (len > 0 && local_drop_marks && resent_after_drop(sk, seq, len))
+		r->retrans = MG_RETRANS_LOCAL;
+	r->_pad = 0;
+	SUBMIT(r, &e);
+}
+
 /*
  * Where the kernel allows fentry, tcp_xmit (and the tcp_rate a segment
  * carries out) comes from __tcp_transmit_skb itself: it needs no per-socket
@@ -493,7 +590,7 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	struct cpu_state *st;
 	__u64 now, conn;
 
-	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry || xmit_at_dev)
 		return 0;
 	st = my_state();
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);

@@ -53,4 +53,9 @@ volatile __u32 events_mask = 0;
  * instead of sockops. */
 volatile __u8 xmit_by_fentry = 0;
 
+/* Set when net_dev_queue is attached outside summary mode: tcp_xmit (and the
+ * tcp_rate a segment carries out) is then read where each skb TCP sent
+ * reaches its device, and neither sockops nor fentry reports segments. */
+volatile __u8 xmit_at_dev = 0;
+
 #endif

@@ -78,8 +78,15 @@ func needTools(t *testing.T, tools ...string) {
 // trace's path.
 func recordDuring(t *testing.T, port int, groups event.Group, fn func()) string {
 	t.Helper()
+	return recordDuringAt(t, port, groups, false, fn)
+}
+
+// recordDuringAt is recordDuring with tcp_xmit read at the device or not
+// (record.Config.XmitAtDevice).
+func recordDuringAt(t *testing.T, port int, groups event.Group, atDev bool, fn func()) string {
+	t.Helper()
 	cfg := record.Config{Output: filepath.Join(t.TempDir(), "trace.mgt"), StatusDir: t.TempDir(),
-		Filters: record.Filters{Port: port}, Groups: groups}
+		Filters: record.Filters{Port: port}, Groups: groups, XmitAtDevice: atDev}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -679,5 +686,133 @@ func TestHopsNoIPTruth(t *testing.T) {
 	}
 	if hop.Count != uint64(len(truth)) {
 		t.Errorf("report pairs %d segments; %d segments have a tcp_xmit and a device transmission", hop.Count, len(truth))
+	}
+}
+
+// TestXmitSegmentsTruth checks tcp_xmit skb by skb, in the sender's
+// namespace, where the transfer (through a bottleneck that makes TCP
+// retransmit) is the only TCP traffic.
+//
+// Read at TCP (sockops, or fentry), against the kernel's own counters: TCP
+// counts a segment in TcpOutSegs when it sends it past snd_nxt or it carries
+// no sequence space (a pure ACK), and in TcpRetransSegs when it retransmits
+// it, both as tcp_skb_pcount (gso_segs). The tcp_xmit records must sum to
+// both exactly: the same rule applied to their seq, size and flags (the
+// highest sequence sent standing for snd_nxt) for the first, retrans 1 for
+// the second. A missing, doubled or GSO-miscounted tcp_xmit shows here.
+//
+// Read at the device (XmitAtDevice), against tcpdump on the sender's
+// device: one tcp_xmit per packet captured (veth hands GSO skbs whole to
+// the capture, as to net_dev_queue), with the same TCP payload in all, and
+// then TCP's counters exactly too. Never more than either; fewer is a known
+// gap under load (docs/EVENTS.md), which skips with its figures.
+func TestXmitSegmentsTruth(t *testing.T) {
+	needRoot(t)
+	needTools(t, "nstat", "tcpdump", "tshark")
+	for i, atDev := range []bool{false, true} {
+		name := "tcp"
+		if atDev {
+			name = "device"
+		}
+		t.Run(name, func(t *testing.T) { xmitSegmentsTruth(t, i, atDev) })
+	}
+}
+
+func xmitSegmentsTruth(t *testing.T, i int, atDev bool) {
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: fmt.Sprintf("mgxmit%d", i), BottleneckMbit: 20, QueueBytes: 15000})
+	port := 20000 + os.Getpid()%20000 + 4
+	const count, size = 128, 64 << 10
+	var stop func() string
+	if atDev {
+		stop = capture(t, p.Sender, p.Sender.Iface, port)
+	}
+	path := recordDuringAt(t, port, event.DefaultGroups, atDev, func() { transfer(t, p.Command, p.Sender, p.Receiver, port, count, size) })
+	outSegs := nstat(t, p.Sender.NS, "TcpOutSegs")
+	retransSegs := nstat(t, p.Sender.NS, "TcpRetransSegs")
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var recs []trace.Record
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Type.Name == "tcp_xmit" && rec.NetNS() == p.Sender.NetNSInode {
+			rec.Data = append([]byte(nil), rec.Data...)
+			recs = append(recs, rec)
+		}
+	}
+	// In time order, the skbs of one connection come in the order TCP
+	// sent them (at the device, stamped with TCP's clock: docs/EVENTS.md).
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time() < recs[j].Time() })
+	type conn struct {
+		hi   uint32
+		have bool
+	}
+	conns := map[uint64]*conn{}
+	var out, retrans uint64
+	var payload int64
+	for _, rec := range recs {
+		seq64, _ := rec.Uint("seq")
+		segs, _ := rec.Uint("gso_segs")
+		mark, _ := rec.Uint("retrans")
+		seq, flags := uint32(seq64), rec.Flags()
+		payload += int64(max(rec.Size(), 0))
+		end := seq + uint32(max(rec.Size(), 0))
+		if flags&0x02 != 0 { // SYN
+			end++
+		}
+		if flags&0x01 != 0 { // FIN
+			end++
+		}
+		c := conns[rec.Conn()]
+		if c == nil {
+			c = &conn{}
+			conns[rec.Conn()] = c
+		}
+		if !c.have || int32(end-c.hi) > 0 || end == seq {
+			out += segs
+		}
+		if !c.have || int32(end-c.hi) > 0 {
+			c.hi, c.have = end, true
+		}
+		if mark == 1 {
+			retrans += segs
+		}
+	}
+	t.Logf("%d tcp_xmit records, %d B: %d segments sent first (nstat TcpOutSegs %d), %d retransmitted (nstat TcpRetransSegs %d)",
+		len(recs), payload, out, outSegs, retrans, retransSegs)
+	if retransSegs == 0 {
+		t.Fatal("the bottleneck caused no retransmission: the test proves nothing")
+	}
+	if atDev {
+		wire, packets := tsharkPayload(t, stop(), port)
+		t.Logf("tcpdump on the sender's device: %d packets, %d B", packets, wire)
+		if len(recs) > packets || payload > wire || out > outSegs || retrans > retransSegs {
+			t.Fatalf("tcp_xmit at the device: %d records, %d B, %d segments sent, %d retransmitted; more than the device carried (%d packets, %d B) or TCP counted (%d, %d)",
+				len(recs), payload, out, retrans, packets, wire, outSegs, retransSegs)
+		}
+		if len(recs) < packets || payload < wire {
+			// Open defect: under this machine's load some packets reach
+			// the capture (dev_queue_xmit_nit) with no net_dev_queue and
+			// no net_dev_start_xmit run of ours, and bpftrace on
+			// net:net_dev_queue does not see them either; the TCP-side
+			// hooks do (the tcp subtest). docs/EVENTS.md.
+			t.Skipf("known gap: the device carried %d packets, %d B more than net_dev_queue saw; TCP counted %d segments sent, %d retransmitted more",
+				packets-len(recs), wire-payload, outSegs-out, retransSegs-retrans)
+		}
+		if out != outSegs || retrans != retransSegs {
+			t.Errorf("tcp_xmit: %d segments sent, %d retransmitted; nstat TcpOutSegs %d, TcpRetransSegs %d", out, retrans, outSegs, retransSegs)
+		}
+		return
+	}
+	if out != outSegs || retrans != retransSegs {
+		t.Errorf("tcp_xmit: %d segments sent, %d retransmitted; nstat TcpOutSegs %d, TcpRetransSegs %d", out, retrans, outSegs, retransSegs)
 	}
 }

@@ -152,7 +152,7 @@ var Catalogue = []Info{
 	{SockSend, "sock_send", GroupSock, "tp_btf/sock_send_length", "bytes the application handed to a TCP or UDP socket in one send call (size < 0: the call's error)"},
 	{SockRecv, "sock_recv", GroupSock, "tp_btf/sock_recv_length", "bytes the application took from a socket in one receive call (MSG_PEEK excluded)"},
 	{TCPSend, "tcp_send", GroupTCPSend, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
-	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
+	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB; tp_btf/net_dev_queue with --xmit-at-device", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
 	{TCPRcv, "tcp_rcv", GroupTCP, "tp_btf/tcp_probe", "a segment arriving at an established TCP socket from IP: seq, ack, payload bytes"},
 	{TCPState, "tcp_state", GroupTCPState, "tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state", "snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits (once per srtt, and on every loss-recovery change)"},
 	{TCPRetrans, "tcp_retrans", GroupTCP, "tp_btf/tcp_retransmit_skb", "a segment TCP retransmits (size < 0: the transmit error)"},

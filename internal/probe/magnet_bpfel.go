@@ -717,6 +717,7 @@ const (
 	magnetVarSelfTgid          = "self_tgid"
 	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
+	magnetVarXmitAtDev         = "xmit_at_dev"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
@@ -858,6 +859,7 @@ type magnetVariableSpecs struct {
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
+	XmitAtDev        *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
 	XmitByFentry     *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -971,6 +973,7 @@ type magnetVariables struct {
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
+	XmitAtDev        *ebpf.Variable `ebpf:"xmit_at_dev"`
 	XmitByFentry     *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

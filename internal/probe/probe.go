@@ -44,7 +44,6 @@ var Hooks = []Hook{
 	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
-	// Preferred for tcp_xmit where the kernel allows fentry; sockops otherwise.
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
@@ -55,6 +54,8 @@ var Hooks = []Hook{
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
 	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
+	// With Options.XmitAtDevice, Load adds tcp_xmit and tcp_rate (and
+	// their groups) to net_dev_queue's and takes them from sockops'.
 	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
@@ -125,6 +126,11 @@ type Options struct {
 	// when the ring is
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
+	// XmitAtDevice reads tcp_xmit (and the tcp_rate a segment carries
+	// out) at net_dev_queue instead of sockops' per-segment callback or
+	// fentry: cheaper, but it sees only the skbs that reach a device
+	// (docs/EVENTS.md). Not in summary mode.
+	XmitAtDevice bool
 	// Summary loads the programs in summary mode: they add to each
 	// connection's figures in the summaries map (Probe.ReadSummaries)
 	// instead of writing events; connection lifecycle still goes to the
@@ -183,6 +189,8 @@ type Probe struct {
 	mu      sync.Mutex
 	links   map[int]link.Link // by index in Status: the programs attached now
 	stopped bool              // Detach was called: nothing attaches again
+	// xmitAtDev: net_dev_queue serves tcp_xmit (Options.XmitAtDevice).
+	xmitAtDev bool
 }
 
 // Load loads the programs the enabled groups need and attaches them.
@@ -243,8 +251,16 @@ func Load(opts Options) (*Probe, error) {
 
 	status := CheckHooks()
 	cgroupRoot, cgErr := Cgroup2Root()
+	atDev := opts.XmitAtDevice && !opts.Summary
 	for i := range status {
 		st := &status[i]
+		if atDev {
+			switch st.Program {
+			case "net_dev_queue":
+				st.Groups |= event.GroupTCP | event.GroupRate
+				st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
+			}
+		}
 		if st.Groups&opts.Groups == 0 {
 			st.Reason = "not enabled"
 		}
@@ -256,6 +272,20 @@ func Load(opts Options) (*Probe, error) {
 		}
 		if !st.Available || st.Groups&opts.Groups == 0 {
 			delete(spec.Programs, st.Program)
+		}
+	}
+	// Where net_dev_queue serves tcp_xmit, fentry would only add a program
+	// run per segment; and sockops, attached before it (Hooks order), must
+	// flag no socket from the start.
+	if atDev && spec.Programs["net_dev_queue"] != nil {
+		if err := set("xmit_at_dev", uint8(1)); err != nil {
+			return nil, err
+		}
+		for i := range status {
+			if st := &status[i]; st.Program == "tcp_xmit_fentry" && spec.Programs[st.Program] != nil {
+				st.Available, st.Reason = false, FentryStandsBack
+				delete(spec.Programs, st.Program)
+			}
 		}
 	}
 
@@ -296,6 +326,7 @@ func Load(opts Options) (*Probe, error) {
 		cgroup:    cgroupRoot,
 		links:     map[int]link.Link{},
 		settings:  settings,
+		xmitAtDev: atDev,
 	}
 	for i := range status {
 		st := &status[i]
@@ -309,6 +340,24 @@ func Load(opts Options) (*Probe, error) {
 			continue
 		}
 		st.Attached = true
+	}
+	if atDev {
+		i := slices.IndexFunc(status, func(st HookStatus) bool { return st.Program == "net_dev_queue" })
+		if i >= 0 && status[i].Attached {
+			for j := range status {
+				if status[j].Program == "tcp_segments" {
+					status[j].Events = []string{"conn_open"}
+				}
+			}
+		} else if v := p.coll.Variables["xmit_at_dev"]; v != nil {
+			// Refused or failed to attach: sockops (fentry is not
+			// loaded) serves tcp_xmit after all.
+			p.xmitAtDev = false
+			if err := v.Set(uint8(0)); err != nil {
+				p.Close()
+				return nil, fmt.Errorf("set xmit_at_dev: %w", err)
+			}
+		}
 	}
 	p.Status = status
 	return p, nil
@@ -358,8 +407,8 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
-	if st.Program == "tcp_xmit_fentry" {
-		if err := p.coll.Variables["xmit_by_fentry"].Set(uint8(1)); err != nil {
+	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
+		if err := p.coll.Variables[v].Set(uint8(1)); err != nil {
 			l.Close()
 			return fmt.Errorf("enable: %w", err)
 		}
@@ -370,13 +419,34 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 
 // detach detaches the program of status[i]. p.mu must be held.
 func (p *Probe) detach(i int, st *HookStatus) {
-	if st.Program == "tcp_xmit_fentry" {
+	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
 		// sockops takes tcp_xmit back (when its group is enabled again
-		// and fentry cannot attach).
-		_ = p.coll.Variables["xmit_by_fentry"].Set(uint8(0))
+		// and this program cannot attach).
+		_ = p.coll.Variables[v].Set(uint8(0))
 	}
 	p.links[i].Close()
 	delete(p.links, i)
+}
+
+// FentryStandsBack is the reason fentry/__tcp_transmit_skb is not loaded
+// where it could be.
+const FentryStandsBack = "not needed: tcp_xmit served at net_dev_queue"
+
+// xmitVariable names the global that tells the other tcp_xmit programs to
+// stand back while program serves tcp_xmit; "" if it does not.
+// net_dev_queue serves it only when asked (Options.XmitAtDevice) and not in
+// summary mode, whose per-connection figures of a segment are counted from
+// TCP's control block, which IP overwrites before the device.
+func xmitVariable(program string, atDev bool) string {
+	switch program {
+	case "tcp_xmit_fentry":
+		return "xmit_by_fentry"
+	case "net_dev_queue":
+		if atDev {
+			return "xmit_at_dev"
+		}
+	}
+	return ""
 }
 
 // detachable says whether a hook's program may be detached while none of

@@ -4,6 +4,7 @@ package probe
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,15 +35,19 @@ func TestLoadAll(t *testing.T) {
 		name    string
 		pcap    []pcapfilter.Insn
 		summary bool
+		atDev   bool
 	}{
-		{"plain", nil, false},
-		{"expression", expr, false},
-		{"summary", nil, true},
-		{"summary+expression", expr, true},
+		{"plain", nil, false, false},
+		{"expression", expr, false, false},
+		{"summary", nil, true, false},
+		{"summary+expression", expr, true, false},
+		{"xmit-at-device", nil, false, true},
+		{"xmit-at-device+expression", expr, false, true},
+		{"xmit-at-device+summary", nil, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			loadAll(t, Options{Groups: event.AllGroups(), BufferBytes: 1 << 20, ControlBytes: 64 << 10,
-				Filters: Filters{Pcap: c.pcap}, Summary: c.summary})
+				Filters: Filters{Pcap: c.pcap}, Summary: c.summary, XmitAtDevice: c.atDev})
 		})
 	}
 }
@@ -60,7 +65,7 @@ func loadAll(t *testing.T, opts Options) {
 		}
 		// fentry is refused on some kernels (ours among them): then sockops
 		// must serve tcp_xmit. Everything else must load.
-		if !st.Available && !(st.Kind == "fentry" && strings.HasPrefix(st.Reason, "refused")) {
+		if !st.Available && !(st.Kind == "fentry" && (strings.HasPrefix(st.Reason, "refused") || st.Reason == FentryStandsBack)) {
 			t.Errorf("%s: unavailable on this kernel: %s", st.Program, st.Reason)
 		}
 	}
@@ -73,7 +78,13 @@ func loadAll(t *testing.T, opts Options) {
 			t.Errorf("no hook serves %s", in.Name)
 		}
 	}
-	if got := served["tcp_xmit"]; got != "fentry/__tcp_transmit_skb" && got != "sockops/sockops" {
+	// At the device when asked, but in summary mode, whose figures need
+	// TCP's control block.
+	want := []string{"fentry/__tcp_transmit_skb", "sockops/sockops"}
+	if opts.XmitAtDevice && !opts.Summary {
+		want = []string{"tp_btf/net_dev_queue"}
+	}
+	if got := served["tcp_xmit"]; !slices.Contains(want, got) {
 		t.Errorf("tcp_xmit served by %q", got)
 	}
 	t.Logf("tcp_xmit served by %s", served["tcp_xmit"])
@@ -94,6 +105,27 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 	for name := range spec.Programs {
 		if !hooked[name] {
 			t.Errorf("program %s in magnet's object is no hook's (a lab program belongs in an object of its own)", name)
+		}
+	}
+}
+
+// TestXmitVariable: the global that makes the other tcp_xmit programs stand
+// back is set by fentry always and by net_dev_queue only when it serves
+// tcp_xmit (XmitAtDevice, not summary mode).
+func TestXmitVariable(t *testing.T) {
+	for _, c := range []struct {
+		program string
+		atDev   bool
+		want    string
+	}{
+		{"tcp_xmit_fentry", false, "xmit_by_fentry"},
+		{"tcp_xmit_fentry", true, "xmit_by_fentry"},
+		{"net_dev_queue", false, ""},
+		{"net_dev_queue", true, "xmit_at_dev"},
+		{"tcp_segments", true, ""},
+	} {
+		if got := xmitVariable(c.program, c.atDev); got != c.want {
+			t.Errorf("xmitVariable(%q, %v) = %q, want %q", c.program, c.atDev, got, c.want)
 		}
 	}
 }

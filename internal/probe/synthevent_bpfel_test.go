@@ -153,6 +153,7 @@ const (
 	syntheventVarPublishOrdered = "publish_ordered"
 	syntheventVarSelfTgid       = "self_tgid"
 	syntheventVarTupleGens      = "tuple_gens"
+	syntheventVarXmitAtDev      = "xmit_at_dev"
 	syntheventVarXmitByFentry   = "xmit_by_fentry"
 )
 
@@ -244,6 +245,7 @@ type syntheventVariableSpecs struct {
 	PublishOrdered *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
+	XmitAtDev      *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
 	XmitByFentry   *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -323,6 +325,7 @@ type syntheventVariables struct {
 	PublishOrdered *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
+	XmitAtDev      *ebpf.Variable `ebpf:"xmit_at_dev"`
 	XmitByFentry   *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

@@ -87,6 +87,8 @@ type Config struct {
 	StatusDir string
 	// DisableHooks lists BPF programs not to load (see probe.Options).
 	DisableHooks []string
+	// XmitAtDevice reads tcp_xmit at the device (probe.Options).
+	XmitAtDevice bool
 	// NewSink, if set, replaces the trace file at Output: it is called once
 	// with the trace header, after the probes load and before any record.
 	// Rotation and the daemon use it to put records somewhere else.
@@ -379,6 +381,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		ControlBytes:    ControlBufferBytes,
 		SelfTGID:        uint32(os.Getpid()),
 		Disable:         cfg.DisableHooks,
+		XmitAtDevice:    cfg.XmitAtDevice,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
 		WakeupFill:      cfg.WakeupFill,
 		Summary:         cfg.Summary > 0,
