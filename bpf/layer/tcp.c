@@ -163,7 +163,6 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	if (summary_mode) { summarize_rcv(conn, sk, skb); return 0; }
 	now = bpf_ktime_get_ns();
 	/* The previous ACK's sample, if no segment sent since carried it. */
 	if (enabled(MG_G_RATE))
@@ -191,7 +190,7 @@ int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 	__u64 now, conn;
 	struct emit e;
 
-	if (!enabled(MG_G_TCP) || summary_mode) /* summary: counted at tcp_xmit */
+	if (!enabled(MG_G_TCP))
 		return 0;
 	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
@@ -282,7 +281,9 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	cookie = cookie_of(sk, sk);
 	if (newstate == TCP_ESTABLISHED_) {
 		/* Learn the tuple now that both ends are known. */
-		conn_of(my_state(), sk, cookie, 0);
+		conn = conn_of(my_state(), sk, cookie, 0);
+		if (summary_mode && conn && conn != FILTERED && enabled(MG_G_SOCK | MG_G_TCP))
+			summary_sock_open(sk, conn);
 		return 0;
 	}
 	forget_local_drop(sk);
@@ -295,6 +296,8 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit_tcp_rate(sk, conn, now);
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
+	if (conn && summary_mode)
+		summarize_sock(sk, oldstate, 1);
 	if (conn) {
 		emit_conn_close(sk, ci, cookie, now);
 	} else if (!ci->eligible && ci->rport) {
@@ -310,6 +313,18 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		forget_conn_tuple(&a, ci, cookie);
 		bpf_map_delete_elem(&conns, &cookie);
 	}
+	return 0;
+}
+
+/* Summary mode: each interval, the recorder runs this over every TCP
+ * socket it reads (those with a sock_last) before it reads the figures. */
+SEC("iter/bpf_sk_storage_map")
+int sock_figures(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+
+	if (sk)
+		summarize_sock(sk, 0, 0);
 	return 0;
 }
 
@@ -426,7 +441,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		 * connects while neither is recorded gets no tcp_xmit if they
 		 * are switched on later (SetGroups). Silenced (no group: the
 		 * bench's hooks-alone figure) still asks, as when recording. */
-		if (!xmit_by_fentry && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		if (!xmit_by_fentry && !summary_mode && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -453,7 +468,6 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	conn = conn_of(st, sk, cookie_of(sk, skops), 0);
 	if (conn == FILTERED || !conn)
 		return 1;
-	if (summary_mode) { summarize_xmit(conn, skb, skops->snd_nxt); return 1; }
 	now = bpf_ktime_get_ns();
 	/* The sample of the ACK that let this segment go comes first. */
 	if (enabled(MG_G_RATE))
@@ -481,7 +495,6 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	if (summary_mode) { summarize_xmit(conn, skb, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt); return 0; }
 	now = bpf_ktime_get_ns();
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);

@@ -167,60 +167,173 @@ static __always_inline void summarize_dev(__u64 conn, __u8 type, struct sk_buff 
 }
 
 /*
- * A segment TCP hands to IP; snd_nxt as tcp_xmit's retrans flag reads it.
- * Not inlined: its locals, inlined, grew tcp_segments' own frame, and with
- * a pcap-filter expression (tcp_segments -> conn_slow -> pcap_eval) the
- * three frames then passed the verifier's 512 bytes, so sockops (tcp_xmit)
- * was refused whenever an expression was given, summary mode or not.
+ * What the kernel keeps per TCP socket (struct tcp_sock) is read rather than
+ * counted per packet: every interval, by an iterator over the sockets that
+ * have a sock_last (sock_figures, run by the recorder before it reads the
+ * maps), and at close (inet_sock_set_state), so that a connection that
+ * lives between two reads is not lost. No program runs per packet for the
+ * sock and tcp figures. The figures read go to sock_summaries, one entry a
+ * connection (not per CPU: they are totals, not adds), whose record fields
+ * only ever grow: the recorder adds them to the per-CPU summaries' and
+ * takes differences as for those.
  */
-static __noinline void summarize_xmit(__u64 conn, struct sk_buff *skb, __u32 snd_nxt)
-{
-	struct tcp_skb_cb *cb = tcp_cb(skb);
-	struct mg_conn_summary *s;
-	__s32 len = seg_len(cb);
-	__u16 segs = cb->tcp_gso_segs;
 
-	s = conn ? summary_of(conn) : NULL;
-	if (!s)
-		return;
-	if (!segs)
-		segs = 1;
-	s->tcp_xmit_skbs++;
-	s->tcp_xmit_segs += segs;
-	if (len <= 0)
-		return;
-	s->tcp_xmit_bytes += len;
-	if (seq_before(cb->seq, snd_nxt)) {
-		s->retrans_bytes += len;
-		s->retrans_segs += segs;
-	}
-}
+/* A TCP socket's figures at the previous read. The kernel's sequence
+ * numbers and 32-bit counters wrap: each read adds what moved since the
+ * last one to a 64-bit total. lock orders the iterator's read and the
+ * close's (they may run at once on two CPUs), so each adds what moved once. */
+struct sock_last {
+	struct bpf_spin_lock lock;
+	__u32 write_seq;
+	__u32 copied_seq;
+	__u32 segs_out;
+	__u32 segs_in;
+	__u32 total_retrans;
+	__u8 closed; /* read at close: the iterator leaves it */
+	__u8 _pad[3];
+	__u64 cookie;
+	__u64 sent; /* write_seq moved since established: bytes written, and the FIN */
+	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
+};
 
-/* A segment reaching an established socket (tcp_probe), with the
- * socket's srtt and cwnd at that moment. */
-static __always_inline void summarize_rcv(__u64 conn, struct sock *sk, struct sk_buff *skb)
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_last);
+} sock_lasts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct mg_conn_summary);
+} sock_summaries SEC(".maps");
+
+/* A TCP connection's socket becomes established: its figures start here
+ * (what the application writes and reads from now on). */
+static __noinline void summary_sock_open(struct sock *sk, __u64 conn)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct mg_conn_summary *s;
-	__s32 len = seg_len(tcp_cb(skb));
-	__u32 srtt_us, b;
+	struct sock_last *l;
 
-	s = conn ? summary_of(conn) : NULL;
-	if (!s)
+	l = bpf_sk_storage_get(&sock_lasts, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!l)
 		return;
-	s->tcp_rcv_bytes += len > 0 ? len : 0;
-	s->tcp_rcv_skbs++;
+	bpf_spin_lock(&l->lock);
+	l->cookie = conn;
+	l->write_seq = tp->write_seq;
+	l->copied_seq = tp->copied_seq;
+	bpf_spin_unlock(&l->lock);
+}
+
+static __always_inline int fin_sent_in(int state)
+{
+	return state == TCP_FIN_WAIT1_ || state == TCP_FIN_WAIT2_ || state == TCP_CLOSING_ ||
+	       state == TCP_LAST_ACK_ || state == TCP_TIME_WAIT_;
+}
+
+/*
+ * Read socket sk's figures into its connection's sock_summaries entry.
+ * state is the socket's (at close, the one it leaves: a FIN was sent in
+ * FIN_WAIT1 and after). Sequence numbers are read before the state and
+ * flags the FIN adjustments depend on, as the kernel changes them in the
+ * other order (state, then write_seq; rcv_nxt and SOCK_DONE, then
+ * copied_seq when the application reads the FIN): a read between the two
+ * then counts the FIN short by one, which the next read corrects, never
+ * one too many.
+ */
+static __noinline void summarize_sock(struct sock *sk, int state, int closing)
+{
+	static const struct mg_conn_summary zero = {};
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct mg_conn_summary *s;
+	struct sock_last *l;
+	struct mg_counters *c;
+	__u32 write_seq, copied_seq, segs_out, segs_in, retrans, srtt_us, cwnd, b;
+	__u64 sent, copied, bytes_sent, bytes_retrans, bytes_received, key;
+	int fin_sent, fin_read, fin_in;
+
+	l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
+	if (!l || !l->cookie || l->closed)
+		return;
+	key = l->cookie;
+	s = bpf_map_lookup_elem(&sock_summaries, &key);
+	if (!s) {
+		bpf_map_update_elem(&sock_summaries, &key, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&sock_summaries, &key);
+		if (!s) {
+			c = my_counters();
+			if (c)
+				__sync_fetch_and_add(&c->lost[MG_CONN_SUMMARY], 1);
+			return;
+		}
+	}
+	write_seq = tp->write_seq;
+	copied_seq = tp->copied_seq;
+	asm volatile("" ::: "memory");
+	if (closing)
+		fin_sent = fin_sent_in(state);
+	else
+		fin_sent = fin_sent_in(sk->__sk_common.skc_state);
+	bytes_received = tp->bytes_received;
+	asm volatile("" ::: "memory");
+	fin_in = !!(sk->__sk_common.skc_flags & (1UL << SOCK_DONE));
+	fin_read = fin_in && copied_seq == tp->rcv_nxt;
+	/* bytes_received counts the FIN (it is rcv_nxt's advance), which
+	 * the kernel adds before it marks the socket done (SOCK_DONE): the
+	 * iterator, reading a socket that may be taking its FIN on another
+	 * CPU, takes one byte off until the mark, so that a read never
+	 * counts the FIN as data; the close reads the socket under its lock. */
+	if (!fin_in && !closing)
+		fin_in = 1;
+	segs_out = tp->segs_out;
+	segs_in = tp->segs_in;
+	retrans = tp->total_retrans;
+	bytes_sent = tp->bytes_sent;
+	bytes_retrans = tp->bytes_retrans;
 	srtt_us = tp->srtt_us >> 3;
-	if (!srtt_us)
+	cwnd = tp->snd_cwnd;
+
+	bpf_spin_lock(&l->lock);
+	if (l->closed) {
+		bpf_spin_unlock(&l->lock);
 		return;
-	s->rtt_samples++;
-	s->rtt_sum_us += srtt_us;
-	b = log2_bucket(srtt_us, MG_SUM_RTT_BUCKETS);
-	if (b < MG_SUM_RTT_BUCKETS)
-		s->rtt_hist[b]++;
-	b = log2_bucket(tp->snd_cwnd, MG_SUM_CWND_BUCKETS);
-	if (b < MG_SUM_CWND_BUCKETS)
-		s->cwnd_hist[b]++;
+	}
+	if (closing)
+		l->closed = 1;
+	l->sent += (__u32)(write_seq - l->write_seq);
+	l->write_seq = write_seq;
+	l->copied += (__u32)(copied_seq - l->copied_seq);
+	l->copied_seq = copied_seq;
+	sent = l->sent;
+	copied = l->copied;
+	/* Whether the connection exchanged a segment since the last read:
+	 * only then is its srtt and cwnd a new sample. */
+	b = segs_out != l->segs_out || segs_in != l->segs_in;
+	s->tcp_xmit_segs += (__u32)(segs_out - l->segs_out);
+	l->segs_out = segs_out;
+	s->tcp_rcv_skbs += (__u32)(segs_in - l->segs_in);
+	l->segs_in = segs_in;
+	s->retrans_segs += (__u32)(retrans - l->total_retrans);
+	l->total_retrans = retrans;
+	s->sock_send_bytes = sent > fin_sent ? sent - fin_sent : 0;
+	s->sock_recv_bytes = copied > fin_read ? copied - fin_read : 0;
+	s->tcp_xmit_bytes = bytes_sent;
+	s->retrans_bytes = bytes_retrans;
+	s->tcp_rcv_bytes = bytes_received > fin_in ? bytes_received - fin_in : 0;
+	if (b && srtt_us) {
+		s->rtt_samples++;
+		s->rtt_sum_us += srtt_us;
+		b = log2_bucket(srtt_us, MG_SUM_RTT_BUCKETS);
+		if (b < MG_SUM_RTT_BUCKETS)
+			s->rtt_hist[b]++;
+		b = log2_bucket(cwnd, MG_SUM_CWND_BUCKETS);
+		if (b < MG_SUM_CWND_BUCKETS)
+			s->cwnd_hist[b]++;
+	}
+	bpf_spin_unlock(&l->lock);
 }
 
 #endif

@@ -121,6 +121,13 @@ type Config struct {
 // them has nothing to add to the figures.
 const SummaryGroups = event.GroupSock | event.GroupTCP | event.GroupIP | event.GroupDev | event.GroupDrop | event.GroupConn
 
+// DefaultSummaryGroups are what summary mode summarizes when no group is
+// asked for: the figures a TCP socket keeps, read from it every interval
+// and at close (probe.SocketGroups), and drops, which are rare events. The
+// IP and device layers' figures need a program run per packet (three at
+// the device), so they are summarized only when asked for.
+const DefaultSummaryGroups = probe.SocketGroups | event.GroupDrop | event.GroupConn
+
 // DefaultSummaryBufferBytes sizes the events areas of a summary recording,
 // into which nothing but loss records goes: a page per CPU is enough.
 const DefaultSummaryBufferBytes = 64 << 10
@@ -275,7 +282,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Summary > 0 {
 		if cfg.Groups == 0 {
-			cfg.Groups = SummaryGroups
+			cfg.Groups = DefaultSummaryGroups
 		}
 		if cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary) != 0 {
 			return nil, fmt.Errorf("summary mode summarizes %s; %s cannot be summarized (record them without --summary)", SummaryGroups, cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary))
