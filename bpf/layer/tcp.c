@@ -459,7 +459,9 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	 * before anything outside the context is read. */
 	if (!skb)
 		return 1;
-	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry)
+	/* In summary mode the socket's figures are read from it, but
+	 * another recorder on the host may have flagged the socket. */
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || summary_mode)
 		return 1;
 	sk = k->sk;
 	if (!sk)
