@@ -296,8 +296,12 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit_tcp_rate(sk, conn, now);
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
-	if (conn && summary_mode)
-		summarize_sock(sk, oldstate, 1);
+	if (conn && summary_mode) {
+		struct sock_last *l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
+
+		if (l)
+			summarize_sock(sk, l, oldstate, SOCK_READ_CLOSE);
+	}
 	if (conn) {
 		emit_conn_close(sk, ci, cookie, now);
 	} else if (!ci->eligible && ci->rport) {
@@ -322,13 +326,18 @@ SEC("iter/bpf_sk_storage_map")
 int sock_figures(struct bpf_iter__bpf_sk_storage_map *ctx)
 {
 	struct sock *sk = ctx->sk;
+	struct sock_last *l;
 
-	if (sk)
-		summarize_sock(sk, 0, 0);
+	if (!sk)
+		return 0;
+	l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
+	if (l)
+		summarize_sock(sk, l, 0, SOCK_READ_ITER);
 	return 0;
 }
 
-/* UDP sockets have no state changes: they end when released. */
+/* UDP sockets have no state changes: they end when released. In summary
+ * mode, a TCP socket's figures are read when it is released. */
 SEC("cgroup/sock_release")
 int udp_release(struct bpf_sock *ctx)
 {
@@ -336,6 +345,16 @@ int udp_release(struct bpf_sock *ctx)
 	struct conn_info *ci;
 	struct sock *sk;
 
+	if (ctx->protocol == IPPROTO_TCP_ && summary_mode) {
+		/* What the application wrote and read ends here; what TCP
+		 * sends and receives, at TCP_CLOSE (the later is the last
+		 * read). */
+		struct sock_last *l = bpf_sk_storage_get(&sock_lasts, ctx, 0, 0);
+
+		if (l)
+			summarize_sock((struct sock *)bpf_cast_to_kern_ctx(ctx), l, 0, SOCK_READ_RELEASE);
+		return 1;
+	}
 	if (ctx->protocol != IPPROTO_UDP_)
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);

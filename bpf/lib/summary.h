@@ -180,8 +180,10 @@ static __always_inline void summarize_dev(__u64 conn, __u8 type, struct sk_buff 
 
 /* A TCP socket's figures at the previous read. The kernel's sequence
  * numbers and 32-bit counters wrap: each read adds what moved since the
- * last one to a 64-bit total. lock orders the iterator's read and the
- * close's (they may run at once on two CPUs), so each adds what moved once. */
+ * last one to a 64-bit total. lock orders the reads (the iterator's, the
+ * close's and the release's may run at once on two CPUs), so that each
+ * adds what moved once, and a read made before another that took the
+ * lock first adds nothing. */
 struct sock_last {
 	struct bpf_spin_lock lock;
 	__u32 write_seq;
@@ -189,10 +191,12 @@ struct sock_last {
 	__u32 segs_out;
 	__u32 segs_in;
 	__u32 total_retrans;
-	__u8 closed; /* read at close: the iterator leaves it */
-	__u8 _pad[3];
+	__u8 done;     /* closed and released: its last read was made */
+	__u8 released; /* the application closed it (sock_release) */
+	__u8 made;     /* its sock_summaries entry was made */
+	__u8 fin_sent; /* write_seq counts a FIN */
 	__u64 cookie;
-	__u64 sent; /* write_seq moved since established: bytes written, and the FIN */
+	__u64 sent;   /* write_seq moved since established: bytes written, and the FIN */
 	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
 };
 
@@ -234,33 +238,61 @@ static __always_inline int fin_sent_in(int state)
 	       state == TCP_LAST_ACK_ || state == TCP_TIME_WAIT_;
 }
 
+/* Adds to *total what a 32-bit counter moved from *last to now, if it
+ * moved forward (a read older than the last one adds nothing). */
+static __always_inline void advance(__u64 *total, __u32 *last, __u32 now)
+{
+	if ((__s32)(now - *last) > 0) {
+		*total += now - *last;
+		*last = now;
+	}
+}
+
+static __always_inline void raise(__u64 *v, __u64 x)
+{
+	if (x > *v)
+		*v = x;
+}
+
+/* Why summarize_sock reads a socket. */
+enum sock_read {
+	SOCK_READ_ITER,    /* the interval's read */
+	SOCK_READ_CLOSE,   /* TCP_CLOSE: state is the one it leaves */
+	SOCK_READ_RELEASE, /* the application closed it */
+};
+
 /*
- * Read socket sk's figures into its connection's sock_summaries entry.
- * state is the socket's (at close, the one it leaves: a FIN was sent in
- * FIN_WAIT1 and after). Sequence numbers are read before the state and
- * flags the FIN adjustments depend on, as the kernel changes them in the
- * other order (state, then write_seq; rcv_nxt and SOCK_DONE, then
- * copied_seq when the application reads the FIN): a read between the two
- * then counts the FIN short by one, which the next read corrects, never
- * one too many.
+ * Read socket sk's figures (l its sock_last) into its connection's
+ * sock_summaries entry. A socket's last read is the later of its
+ * TCP_CLOSE and its release: the application may read what arrived
+ * before the FIN after TCP_CLOSE (the FIN moved the connection to
+ * TIME_WAIT), and TCP still sends and retransmits after the release.
+ *
+ * Sequence numbers are read before the state and flags the FIN
+ * adjustments depend on, as the kernel changes them in the other order
+ * (state, then write_seq; rcv_nxt and SOCK_DONE, then copied_seq when the
+ * application reads the FIN): a read between the two then counts the FIN
+ * short by one, which a later read corrects, never one too many.
  */
-static __noinline void summarize_sock(struct sock *sk, int state, int closing)
+static __noinline void summarize_sock(struct sock *sk, struct sock_last *l, int state, int why)
 {
 	static const struct mg_conn_summary zero = {};
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
 	struct mg_conn_summary *s;
-	struct sock_last *l;
 	struct mg_counters *c;
 	__u32 write_seq, copied_seq, segs_out, segs_in, retrans, srtt_us, cwnd, b;
-	__u64 sent, copied, bytes_sent, bytes_retrans, bytes_received, key;
-	int fin_sent, fin_read, fin_in;
+	__u64 bytes_sent, bytes_retrans, bytes_received, key;
+	int fin_sent, fin_read, fin_in, last;
 
-	l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
-	if (!l || !l->cookie || l->closed)
+	if (!l->cookie || l->done)
 		return;
 	key = l->cookie;
 	s = bpf_map_lookup_elem(&sock_summaries, &key);
 	if (!s) {
+		/* Made once: gone since, the recorder wrote the closed
+		 * connection's last record and forgot it. */
+		if (l->made)
+			return;
 		bpf_map_update_elem(&sock_summaries, &key, &zero, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&sock_summaries, &key);
 		if (!s) {
@@ -272,21 +304,19 @@ static __noinline void summarize_sock(struct sock *sk, int state, int closing)
 	}
 	write_seq = tp->write_seq;
 	copied_seq = tp->copied_seq;
-	asm volatile("" ::: "memory");
-	if (closing)
-		fin_sent = fin_sent_in(state);
-	else
-		fin_sent = fin_sent_in(sk->__sk_common.skc_state);
 	bytes_received = tp->bytes_received;
 	asm volatile("" ::: "memory");
+	if (why != SOCK_READ_CLOSE)
+		state = sk->__sk_common.skc_state;
+	fin_sent = fin_sent_in(state);
 	fin_in = !!(sk->__sk_common.skc_flags & (1UL << SOCK_DONE));
 	fin_read = fin_in && copied_seq == tp->rcv_nxt;
 	/* bytes_received counts the FIN (it is rcv_nxt's advance), which
-	 * the kernel adds before it marks the socket done (SOCK_DONE): the
-	 * iterator, reading a socket that may be taking its FIN on another
-	 * CPU, takes one byte off until the mark, so that a read never
-	 * counts the FIN as data; the close reads the socket under its lock. */
-	if (!fin_in && !closing)
+	 * the kernel adds before it marks the socket done (SOCK_DONE): a read
+	 * of a socket that may be taking its FIN on another CPU (not under
+	 * its lock, as the close's is, nor closed) takes one byte off until
+	 * the mark, so that no read counts the FIN as data. */
+	if (!fin_in && why != SOCK_READ_CLOSE && state != TCP_CLOSE_)
 		fin_in = 1;
 	segs_out = tp->segs_out;
 	segs_in = tp->segs_in;
@@ -295,34 +325,40 @@ static __noinline void summarize_sock(struct sock *sk, int state, int closing)
 	bytes_retrans = tp->bytes_retrans;
 	srtt_us = tp->srtt_us >> 3;
 	cwnd = tp->snd_cwnd;
+	last = why == SOCK_READ_CLOSE && (sk->__sk_common.skc_flags & (1UL << SOCK_DEAD));
 
 	bpf_spin_lock(&l->lock);
-	if (l->closed) {
+	if (l->done) {
 		bpf_spin_unlock(&l->lock);
 		return;
 	}
-	if (closing)
-		l->closed = 1;
-	l->sent += (__u32)(write_seq - l->write_seq);
-	l->write_seq = write_seq;
-	l->copied += (__u32)(copied_seq - l->copied_seq);
-	l->copied_seq = copied_seq;
-	sent = l->sent;
-	copied = l->copied;
+	if (why == SOCK_READ_CLOSE && l->released)
+		last = 1;
+	if (why == SOCK_READ_RELEASE) {
+		l->released = 1;
+		if (state == TCP_CLOSE_)
+			last = 1;
+	}
+	l->done = last;
+	l->made = 1;
+	if (fin_sent)
+		l->fin_sent = 1;
+	advance(&l->sent, &l->write_seq, write_seq);
+	advance(&l->copied, &l->copied_seq, copied_seq);
 	/* Whether the connection exchanged a segment since the last read:
 	 * only then is its srtt and cwnd a new sample. */
-	b = segs_out != l->segs_out || segs_in != l->segs_in;
-	s->tcp_xmit_segs += (__u32)(segs_out - l->segs_out);
-	l->segs_out = segs_out;
-	s->tcp_rcv_skbs += (__u32)(segs_in - l->segs_in);
-	l->segs_in = segs_in;
-	s->retrans_segs += (__u32)(retrans - l->total_retrans);
-	l->total_retrans = retrans;
-	s->sock_send_bytes = sent > fin_sent ? sent - fin_sent : 0;
-	s->sock_recv_bytes = copied > fin_read ? copied - fin_read : 0;
-	s->tcp_xmit_bytes = bytes_sent;
-	s->retrans_bytes = bytes_retrans;
-	s->tcp_rcv_bytes = bytes_received > fin_in ? bytes_received - fin_in : 0;
+	b = (__s32)(segs_out - l->segs_out) > 0 || (__s32)(segs_in - l->segs_in) > 0;
+	advance(&s->tcp_xmit_segs, &l->segs_out, segs_out);
+	advance(&s->tcp_rcv_skbs, &l->segs_in, segs_in);
+	advance(&s->retrans_segs, &l->total_retrans, retrans);
+	if (l->sent > l->fin_sent)
+		raise(&s->sock_send_bytes, l->sent - l->fin_sent);
+	if (l->copied > fin_read)
+		raise(&s->sock_recv_bytes, l->copied - fin_read);
+	raise(&s->tcp_xmit_bytes, bytes_sent);
+	raise(&s->retrans_bytes, bytes_retrans);
+	if (bytes_received > fin_in)
+		raise(&s->tcp_rcv_bytes, bytes_received - fin_in);
 	if (b && srtt_us) {
 		s->rtt_samples++;
 		s->rtt_sum_us += srtt_us;

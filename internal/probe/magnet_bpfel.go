@@ -603,8 +603,10 @@ type magnetSockLast struct {
 	SegsOut      uint32
 	SegsIn       uint32
 	TotalRetrans uint32
-	Closed       uint8
-	Pad          [3]uint8
+	Done         uint8
+	Released     uint8
+	Made         uint8
+	FinSent      uint8
 	_            [4]byte
 	Cookie       uint64
 	Sent         uint64

@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,10 +195,10 @@ func readSummaries(t *testing.T, path string) map[uint64]*summaryConn {
 			}
 			// One sample per read of the socket that found segments
 			// exchanged since the previous: the interval's, and the
-			// close's when it closed within the interval.
+			// release's and the close's when they fell in the interval.
 			samples, _ := rec.Uint("rtt_samples")
-			if rtt != samples || cwnd != samples || samples > 2 {
-				t.Errorf("conn %d: conn_summary at %d: rtt_hist %d, cwnd_hist %d, rtt_samples %d: want the histograms to count the samples, at most two (a read of the interval and the close's)", rec.Conn(), rec.Time(), rtt, cwnd, samples)
+			if rtt != samples || cwnd != samples || samples > 3 {
+				t.Errorf("conn %d: conn_summary at %d: rtt_hist %d, cwnd_hist %d, rtt_samples %d: want the histograms to count the samples, at most three (the interval's read, the release's and the close's)", rec.Conn(), rec.Time(), rtt, cwnd, samples)
 			}
 			start, _ := rec.Uint("start_ns")
 			if c.lastEnd != 0 && start < c.lastEnd || start >= rec.Time() {
@@ -425,4 +429,113 @@ func TestSummaryQdiscDrops(t *testing.T) {
 		t.Errorf("drop_dev_packets over the sender's connections %d; tc -s qdisc: %d dropped", got, want)
 	}
 	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, got, lost, all, res.Lost, res.MissedBy)
+}
+
+// TestSummaryShortConnections: connections that open and close between
+// two reads of the sockets (the interval is longer than the test) are
+// counted in full by the read at their close. Each of 24 clients writes a
+// request of its own size, half-closes, reads the server's reply to the
+// end and closes; the server reads to the end, replies and closes. Each
+// side's bytes in summary mode are what the applications counted, the
+// FINs read as end of stream not counted as data (the clients read their
+// replies after TCP_CLOSE: the server's FIN moved them to TIME_WAIT), and
+// each connection has one record, whose srtt samples are the release's
+// and the close's.
+func TestSummaryShortConnections(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{})
+	var ln net.Listener
+	if err := lab.Server.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	const conns = 24
+	var served sync.WaitGroup
+	var serverRead, serverWrote atomic.Int64
+	served.Add(conns)
+	go func() {
+		for range conns {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer served.Done()
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				serverRead.Add(n)
+				reply := make([]byte, 1000+n/3)
+				m, _ := c.Write(reply)
+				serverWrote.Add(int64(m))
+			}()
+		}
+	}()
+
+	rec := startRecording(t, record.Config{Summary: time.Minute, Filters: record.Filters{Port: port}})
+	var clientWrote, clientRead int64
+	for i := range conns {
+		var c net.Conn
+		if err := lab.Client.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Write(make([]byte, 1+i*7919))
+		clientWrote += int64(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.(*net.TCPConn).CloseWrite()
+		m, err := io.Copy(io.Discard, c)
+		clientRead += m
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	served.Wait()
+	waitClosed(t, lab, port)
+	res := rec.stop(t)
+	if res.Lost != 0 {
+		t.Errorf("lost %d (%v)", res.Lost, res.LostBy)
+	}
+	if serverRead.Load() != clientWrote || serverWrote.Load() != clientRead {
+		t.Fatalf("the applications disagree: clients wrote %d, the server read %d; it wrote %d, the clients read %d", clientWrote, serverRead.Load(), serverWrote.Load(), clientRead)
+	}
+	type side struct{ conns, sent, recvd int64 }
+	var cl, sv side
+	for id, c := range readSummaries(t, rec.path) {
+		var s *side
+		switch {
+		case c.netns == lab.Client.NetNSInode && c.rport == uint64(port):
+			s = &cl
+		case c.netns == lab.Server.NetNSInode && c.lport == uint64(port) && c.rport != 0:
+			s = &sv
+		default:
+			continue
+		}
+		s.conns++
+		s.sent += int64(c.sum["sock_send_bytes"])
+		s.recvd += int64(c.sum["sock_recv_bytes"])
+		// Read at its release and at its close, whichever comes
+		// first finding segments exchanged, and no interval between.
+		if n := c.sum["rtt_samples"]; !c.closed || c.records != 1 || n < 1 || n > 2 {
+			t.Errorf("conn %d (ports %d-%d): closed %v, %d records, %d srtt samples; want one record, with the release's and the close's samples", id, c.lport, c.rport, c.closed, c.records, n)
+		}
+		if c.sum["tcp_xmit_bytes"] != c.sum["sock_send_bytes"] || c.sum["tcp_rcv_bytes"] != c.sum["sock_recv_bytes"] || c.sum["retrans_segs"] != 0 {
+			t.Errorf("conn %d: tcp sent %d, received %d, retransmitted %d segments; the application wrote %d and read %d (nothing lost on the veth)", id, c.sum["tcp_xmit_bytes"], c.sum["tcp_rcv_bytes"], c.sum["retrans_segs"], c.sum["sock_send_bytes"], c.sum["sock_recv_bytes"])
+		}
+	}
+	if cl.conns != conns || sv.conns != conns {
+		t.Errorf("%d client and %d server connections in the trace, want %d each", cl.conns, sv.conns, conns)
+	}
+	if cl.sent != clientWrote || sv.recvd != clientWrote || sv.sent != clientRead || cl.recvd != clientRead {
+		t.Errorf("clients sent %d, read %d; server read %d, sent %d; the applications: requests %d bytes, replies %d", cl.sent, cl.recvd, sv.recvd, sv.sent, clientWrote, clientRead)
+	}
+	t.Logf("%d connections: requests %d bytes, replies %d", conns, clientWrote, clientRead)
 }
