@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Summary mode (`magnet record --summary`): the layer programs add what
- * they see to their connection's figures here instead of writing an event
- * each, and the recorder reads the figures every interval (struct
- * mg_conn_summary in events.h says what each counts). What this saves is
- * the record (its fill and publish), the recorder's drain and the trace's
- * bytes; what it costs is a per-CPU hash lookup per program run.
- * Connection lifecycle (conn_open, conn_close, iface) still goes to the
- * control ring, so that the records can be named by tuple.
+ * Summary mode (`magnet record --summary`): a connection's figures are
+ * kept here instead of events, and the recorder reads them every interval
+ * (struct mg_conn_summary in events.h says what each counts). What TCP
+ * keeps per socket (the sock and tcp groups) is read from the socket, so
+ * that no program runs per packet for it; the ip, dev and drop programs
+ * add what they see per packet (a per-CPU hash lookup per run instead of
+ * a record). Connection lifecycle (conn_open, conn_close, iface) still
+ * goes to the control ring, so that the records can be named by tuple.
  *
  * Not summarized: delays between layers (they need each packet matched
  * from layer to layer, the per-packet state summary mode is there to
@@ -91,14 +91,6 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes)
 	if (bytes < 0)
 		bytes = 0; /* an error code, as the events' readers take it */
 	switch (type) {
-	case MG_SOCK_SEND:
-		s->sock_send_bytes += bytes;
-		s->sock_send_calls++;
-		break;
-	case MG_SOCK_RECV:
-		s->sock_recv_bytes += bytes;
-		s->sock_recv_calls++;
-		break;
 	case MG_IP_SEND:
 		s->ip_send_bytes += bytes;
 		s->ip_send_packets++;
