@@ -190,6 +190,12 @@ struct sock_last {
 	__u64 cookie;
 	__u64 sent;   /* write_seq moved since established: bytes written, and the FIN */
 	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
+	/* The socket's byte counters when its figures started: they count
+	 * from its creation, and a socket learned at the recording's start
+	 * (learn_sockets) may have moved data before. */
+	__u64 bytes_sent0;
+	__u64 bytes_received0;
+	__u64 bytes_retrans0;
 };
 
 struct {
@@ -207,20 +213,34 @@ struct {
 	__type(value, struct mg_conn_summary);
 } sock_summaries SEC(".maps");
 
-/* A TCP connection's socket becomes established: its figures start here
- * (what the application writes and reads from now on). */
+/* A TCP connection's socket becomes established, or is found established
+ * at the recording's start: its figures start here (what the application
+ * writes and reads, and TCP sends and receives, from now on). */
 static __noinline void summary_sock_open(struct sock *sk, __u64 conn)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
 	struct sock_last *l;
+	__u32 write_seq = tp->write_seq, copied_seq = tp->copied_seq;
+	__u32 segs_out = tp->segs_out, segs_in = tp->segs_in, retrans = tp->total_retrans;
+	__u64 bytes_sent = tp->bytes_sent, bytes_received = tp->bytes_received;
+	__u64 bytes_retrans = tp->bytes_retrans;
 
 	l = bpf_sk_storage_get(&sock_lasts, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!l)
 		return;
 	bpf_spin_lock(&l->lock);
-	l->cookie = conn;
-	l->write_seq = tp->write_seq;
-	l->copied_seq = tp->copied_seq;
+	/* Once: the socket may be met again (learn_sockets). */
+	if (!l->cookie) {
+		l->cookie = conn;
+		l->write_seq = write_seq;
+		l->copied_seq = copied_seq;
+		l->segs_out = segs_out;
+		l->segs_in = segs_in;
+		l->total_retrans = retrans;
+		l->bytes_sent0 = bytes_sent;
+		l->bytes_received0 = bytes_received;
+		l->bytes_retrans0 = bytes_retrans;
+	}
 	bpf_spin_unlock(&l->lock);
 }
 
@@ -347,10 +367,12 @@ static __noinline void summarize_sock(struct sock *sk, struct sock_last *l, int 
 		raise(&s->sock_send_bytes, l->sent - l->fin_sent);
 	if (l->copied > fin_read)
 		raise(&s->sock_recv_bytes, l->copied - fin_read);
-	raise(&s->tcp_xmit_bytes, bytes_sent);
-	raise(&s->retrans_bytes, bytes_retrans);
-	if (bytes_received > fin_in)
-		raise(&s->tcp_rcv_bytes, bytes_received - fin_in);
+	if (bytes_sent > l->bytes_sent0)
+		raise(&s->tcp_xmit_bytes, bytes_sent - l->bytes_sent0);
+	if (bytes_retrans > l->bytes_retrans0)
+		raise(&s->retrans_bytes, bytes_retrans - l->bytes_retrans0);
+	if (bytes_received > l->bytes_received0 + fin_in)
+		raise(&s->tcp_rcv_bytes, bytes_received - l->bytes_received0 - fin_in);
 	if (b && srtt_us) {
 		s->rtt_samples++;
 		s->rtt_sum_us += srtt_us;

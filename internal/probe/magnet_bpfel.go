@@ -598,19 +598,22 @@ type magnetSockLast struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	WriteSeq     uint32
-	CopiedSeq    uint32
-	SegsOut      uint32
-	SegsIn       uint32
-	TotalRetrans uint32
-	Done         uint8
-	Released     uint8
-	Made         uint8
-	FinSent      uint8
-	_            [4]byte
-	Cookie       uint64
-	Sent         uint64
-	Copied       uint64
+	WriteSeq       uint32
+	CopiedSeq      uint32
+	SegsOut        uint32
+	SegsIn         uint32
+	TotalRetrans   uint32
+	Done           uint8
+	Released       uint8
+	Made           uint8
+	FinSent        uint8
+	_              [4]byte
+	Cookie         uint64
+	Sent           uint64
+	Copied         uint64
+	BytesSent0     uint64
+	BytesReceived0 uint64
+	BytesRetrans0  uint64
 }
 
 type magnetTcpRateSent struct {
@@ -676,6 +679,7 @@ const (
 	magnetProgIpEgress         = "ip_egress"
 	magnetProgIpIngress        = "ip_ingress"
 	magnetProgKfreeSkb         = "kfree_skb"
+	magnetProgLearnSockets     = "learn_sockets"
 	magnetProgNetDevQueue      = "net_dev_queue"
 	magnetProgNetDevStartXmit  = "net_dev_start_xmit"
 	magnetProgNetifReceiveSkb  = "netif_receive_skb"
@@ -788,6 +792,7 @@ type magnetProgramSpecs struct {
 	IpEgress         *ebpf.ProgramSpec `ebpf:"ip_egress"`
 	IpIngress        *ebpf.ProgramSpec `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.ProgramSpec `ebpf:"kfree_skb"`
+	LearnSockets     *ebpf.ProgramSpec `ebpf:"learn_sockets"`
 	NetDevQueue      *ebpf.ProgramSpec `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.ProgramSpec `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.ProgramSpec `ebpf:"netif_receive_skb"`
@@ -1011,6 +1016,7 @@ type magnetPrograms struct {
 	IpEgress         *ebpf.Program `ebpf:"ip_egress"`
 	IpIngress        *ebpf.Program `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.Program `ebpf:"kfree_skb"`
+	LearnSockets     *ebpf.Program `ebpf:"learn_sockets"`
 	NetDevQueue      *ebpf.Program `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.Program `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.Program `ebpf:"netif_receive_skb"`
@@ -1039,6 +1045,7 @@ func (p *magnetPrograms) Close() error {
 		p.IpEgress,
 		p.IpIngress,
 		p.KfreeSkb,
+		p.LearnSockets,
 		p.NetDevQueue,
 		p.NetDevStartXmit,
 		p.NetifReceiveSkb,

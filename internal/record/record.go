@@ -449,6 +449,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		r.nextSummary = time.Now().Add(cfg.Summary)
+		// No state change will announce a connection established
+		// before now: found here, its figures start now.
+		if err := p.LearnSockets(); err != nil {
+			return nil, err
+		}
 	}
 	if r.events, err = p.EventRings(); err != nil {
 		return nil, err

@@ -539,3 +539,99 @@ func TestSummaryShortConnections(t *testing.T) {
 	}
 	t.Logf("%d connections: requests %d bytes, replies %d", conns, clientWrote, clientRead)
 }
+
+// TestSummaryEstablishedBefore: a connection established, and moving
+// data, before the recording starts is found at the start (no state change
+// announces it) and its figures count from there: what the client writes
+// and the server reads after the start, as the applications count it, and
+// TCP's bytes the same (nothing is lost on the veth).
+func TestSummaryEstablishedBefore(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{})
+	var ln net.Listener
+	if err := lab.Server.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	var c net.Conn
+	if err := lab.Client.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+	// Before: 300,000 bytes written and read.
+	const before, after = 300000, 1234567
+	go c.Write(make([]byte, before))
+	if _, err := io.ReadFull(s, make([]byte, before)); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, after))
+		c.Close()
+		wrote <- err
+	}()
+	n, err := io.Copy(io.Discard, s)
+	if err != nil || n != after {
+		t.Fatalf("the server read %d bytes after the start (%v), want %d", n, err, after)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	waitClosed(t, lab, port)
+	res := rec.stop(t)
+	if res.Lost != 0 {
+		t.Errorf("lost %d (%v)", res.Lost, res.LostBy)
+	}
+	var client, server *summaryConn
+	for _, x := range readSummaries(t, rec.path) {
+		switch {
+		case x.netns == lab.Client.NetNSInode && x.rport == uint64(port):
+			client = x
+		case x.netns == lab.Server.NetNSInode && x.lport == uint64(port) && x.rport != 0:
+			server = x
+		}
+	}
+	if client == nil || server == nil {
+		t.Fatalf("client %v, server %v: want both connections in the trace", client, server)
+	}
+	for _, x := range []struct {
+		who  string
+		c    *summaryConn
+		name string
+	}{
+		{"client", client, "sock_send_bytes"}, {"client", client, "tcp_xmit_bytes"},
+		{"server", server, "sock_recv_bytes"}, {"server", server, "tcp_rcv_bytes"},
+	} {
+		if got := x.c.sum[x.name]; got != after {
+			t.Errorf("%s's %s %d, want the %d bytes moved after the start", x.who, x.name, got, after)
+		}
+		if !x.c.closed {
+			t.Errorf("%s has no conn_close", x.who)
+		}
+	}
+	t.Logf("client: %d records, %v; server: %d records", client.records, client.sum["sock_send_bytes"], server.records)
+}
