@@ -635,3 +635,67 @@ func TestSummaryEstablishedBefore(t *testing.T) {
 	}
 	t.Logf("client: %d records, %v; server: %d records", client.records, client.sum["sock_send_bytes"], server.records)
 }
+
+// TestSummaryBesideFullRecording: another recorder on the host that
+// records tcp asks sockops for every segment of every socket, and every
+// sockops program attached then runs for them, the summary recorder's
+// included: that one must still write no tcp_xmit, and its figures stay
+// what the applications counted.
+func TestSummaryBesideFullRecording(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{})
+	var ln net.Listener
+	if err := lab.Server.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	read := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(read)
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		read <- n
+	}()
+	full := startRecording(t, record.Config{Groups: event.GroupTCP | event.GroupConn, Filters: record.Filters{Port: port}})
+	sum := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
+	const size = 2000000
+	var c net.Conn
+	if err := lab.Client.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Write(make([]byte, size))
+	c.Close()
+	if err != nil || n != size {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	if got := <-read; got != size {
+		t.Fatalf("the server read %d bytes, want %d", got, size)
+	}
+	waitClosed(t, lab, port)
+	sum.stop(t)
+	res := full.stop(t)
+	if res.Events["tcp_xmit"] == 0 {
+		t.Fatalf("the full recording has no tcp_xmit (%v): the socket was not flagged, nothing to check", res.Events)
+	}
+	var sent, xmit uint64
+	for _, x := range readSummaries(t, sum.path) {
+		if x.netns == lab.Client.NetNSInode && x.rport == uint64(port) {
+			sent += x.sum["sock_send_bytes"]
+			xmit += x.sum["tcp_xmit_bytes"]
+		}
+	}
+	if sent != size || xmit != size {
+		t.Errorf("client's sock_send_bytes %d, tcp_xmit_bytes %d; it wrote %d", sent, xmit, size)
+	}
+}
