@@ -14,7 +14,9 @@
 #   bench/hooks.sh [REPS] [SECONDS]; RATE=4gbit (default) or RATE=0;
 #   CONFIGS="base default ip dev tcpdump" to choose ("old:default" with
 #   MAGNET_OLD=path: another build, for before/after in one run;
-#   "xad:default" with --xmit-at-device).
+#   "xad:default" with --xmit-at-device,
+#   "summary" records in summary mode at 1 s with its default groups,
+#   "summary:GROUPS" with those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/hooks.sh: run as root" >&2; exit 1; }
@@ -87,12 +89,17 @@ for rep in $(seq 1 "$REPS"); do
 			# commit), for a before/after comparison in one run.
 			# xad:GROUPS records with --xmit-at-device (tcp_xmit read at
 			# net_dev_queue instead of sockops' per-segment callback).
-			bin=$MAGNET ev=$cfg extra=""
+			bin=$MAGNET ev=$cfg extra=()
 			case $cfg in
 			old:*) bin=${MAGNET_OLD:?set MAGNET_OLD} ev=${cfg#old:} ;;
-			xad:*) ev=${cfg#xad:} extra=--xmit-at-device ;;
+			xad:*) ev=${cfg#xad:} extra=(--xmit-at-device) ;;
 			esac
-			"$bin" record -q -e "$ev" $extra --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
+			sel=(-e "$ev")
+			case $ev in
+			summary) sel=(--summary=1s) ;;
+			summary:*) sel=(--summary=1s -e "${ev#summary:}") ;;
+			esac
+			"$bin" record -q "${sel[@]}" "${extra[@]}" --port ${REC_PORT:-$PORT} -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
 			tracer=$!
 			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done ;;
 		esac

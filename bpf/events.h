@@ -320,17 +320,19 @@ struct mg_iface {
 struct mg_conn_summary {
 	struct mg_hdr hdr;
 	__u64 start_ns;
-	__u64 sock_send_bytes; /* bytes the application's send calls handed over (errors aside) */
+	/* sock_* and tcp_* (but for the calls and skbs, which the kernel does
+	 * not keep: 0) and retrans_* are read from the TCP socket. */
+	__u64 sock_send_bytes; /* bytes the application wrote (write_seq's advance, FIN aside) */
 	__u64 sock_send_calls;
 	__u64 sock_recv_bytes;
 	__u64 sock_recv_calls;
-	__u64 tcp_xmit_bytes; /* payload bytes TCP handed to IP, retransmissions included */
-	__u64 tcp_xmit_skbs;  /* tcp_xmit events: a TSO super-segment is one */
-	__u64 tcp_xmit_segs;  /* segments: a TSO super-segment counts its gso_segs */
-	__u64 tcp_rcv_bytes;  /* payload bytes of segments reaching the established socket */
-	__u64 tcp_rcv_skbs;
-	__u64 retrans_bytes; /* of tcp_xmit's: segments that start below snd_nxt */
-	__u64 retrans_segs;  /* in segments, as the kernel counts them */
+	__u64 tcp_xmit_bytes; /* payload bytes TCP sent, retransmissions included (bytes_sent) */
+	__u64 tcp_xmit_skbs;
+	__u64 tcp_xmit_segs;  /* segments sent, pure ACKs included (segs_out) */
+	__u64 tcp_rcv_bytes;  /* payload bytes received in order (bytes_received, FIN aside) */
+	__u64 tcp_rcv_skbs;   /* segments received (segs_in) */
+	__u64 retrans_bytes; /* bytes_retrans */
+	__u64 retrans_segs;  /* total_retrans: TcpRetransSegs */
 	__u64 ip_send_bytes;
 	__u64 ip_send_packets;
 	__u64 ip_recv_bytes;
@@ -345,7 +347,7 @@ struct mg_conn_summary {
 	__u64 drop_packets;
 	__u64 drop_lost_packets; /* of which the reason loses data: not teardown, not a duplicate */
 	__u64 drop_dev_packets;  /* of which freed at a device (its qdisc, its driver) */
-	__u64 rtt_samples; /* srtt read at each segment tcp_probe sees, once the socket has one */
+	__u64 rtt_samples; /* srtt read at each read of the socket that found segments exchanged */
 	__u64 rtt_sum_us;
 	__u32 rtt_hist[MG_SUM_RTT_BUCKETS];
 	__u32 cwnd_hist[MG_SUM_CWND_BUCKETS]; /* at the same points as rtt_hist */

@@ -81,7 +81,6 @@ static __always_inline int sock_event(struct sock *sk, int ret, __u8 type)
 		return 0;
 	if (sk->sk_protocol == IPPROTO_UDP_ && sk->__sk_common.skc_dport)
 		udp_learn_peer(sk, conn);
-	if (summary_mode) { summarize(conn, type, ret); return 0; }
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT_OF(st, task, struct mg_hdr, type, now, &e);
 	if (!r)

@@ -179,7 +179,6 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	if (summary_mode) { summarize_rcv(conn, sk, skb); return 0; }
 	now = bpf_ktime_get_ns();
 	/* The previous ACK's sample, if no segment sent since carried it. */
 	if (enabled(MG_G_RATE))
@@ -209,7 +208,7 @@ int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb, int err)
 	__u64 now, conn;
 	struct emit e;
 
-	if (!enabled(MG_G_TCP) || summary_mode) /* summary: counted at tcp_xmit */
+	if (!enabled(MG_G_TCP))
 		return 0;
 	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
@@ -300,7 +299,9 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	cookie = cookie_of(sk, sk);
 	if (newstate == TCP_ESTABLISHED_) {
 		/* Learn the tuple now that both ends are known. */
-		conn_of(my_state(), sk, cookie, 0);
+		conn = conn_of(my_state(), sk, cookie, 0);
+		if (summary_mode && conn && conn != FILTERED && enabled(MG_G_SOCK | MG_G_TCP))
+			summary_sock_open(sk, conn);
 		return 0;
 	}
 	forget_local_drop(sk);
@@ -313,6 +314,12 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit_tcp_rate(sk, conn, now);
 	if (conn && enabled(MG_G_TCPSTATE))
 		emit_tcp_state(sk, conn, now, 1);
+	if (conn && summary_mode) {
+		struct sock_last *l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
+
+		if (l)
+			summarize_sock(sk, l, oldstate, SOCK_READ_CLOSE);
+	}
 	if (conn) {
 		emit_conn_close(sk, ci, cookie, now);
 	} else if (!ci->eligible && ci->rport) {
@@ -331,7 +338,55 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
-/* UDP sockets have no state changes: they end when released. */
+/* Summary mode: each interval, the recorder runs this over every TCP
+ * socket it reads (those with a sock_last) before it reads the figures. */
+SEC("iter/bpf_sk_storage_map")
+int sock_figures(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+	struct sock_last *l;
+
+	if (!sk)
+		return 0;
+	l = bpf_sk_storage_get(&sock_lasts, sk, 0, 0);
+	if (l)
+		summarize_sock(sk, l, 0, SOCK_READ_ITER);
+	return 0;
+}
+
+/*
+ * Summary mode, once at the start: the TCP connections established before
+ * the recording, which no state change will announce, found through the
+ * files of every task (so in every network namespace). Their figures start
+ * here, as if they had just been established. A socket no task holds (an
+ * orphan, closing) is not found.
+ */
+SEC("iter/task_file")
+int learn_sockets(struct bpf_iter__task_file *ctx)
+{
+	struct file *file = ctx->file;
+	struct socket *sock;
+	struct sock *sk;
+	__u64 conn;
+
+	if (!file || !summary_mode || !enabled(MG_G_SOCK | MG_G_TCP))
+		return 0;
+	sock = bpf_sock_from_file(file);
+	if (!sock)
+		return 0;
+	sk = sock->sk;
+	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || sk->__sk_common.skc_state != TCP_ESTABLISHED_)
+		return 0;
+	if (bpf_sk_storage_get(&sock_lasts, sk, 0, 0))
+		return 0;
+	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
+	if (conn && conn != FILTERED)
+		summary_sock_open(sk, conn);
+	return 0;
+}
+
+/* UDP sockets have no state changes: they end when released. In summary
+ * mode, a TCP socket's figures are read when it is released. */
 SEC("cgroup/sock_release")
 int udp_release(struct bpf_sock *ctx)
 {
@@ -339,6 +394,16 @@ int udp_release(struct bpf_sock *ctx)
 	struct conn_info *ci;
 	struct sock *sk;
 
+	if (ctx->protocol == IPPROTO_TCP_ && summary_mode) {
+		/* What the application wrote and read ends here; what TCP
+		 * sends and receives, at TCP_CLOSE (the later is the last
+		 * read). */
+		struct sock_last *l = bpf_sk_storage_get(&sock_lasts, ctx, 0, 0);
+
+		if (l)
+			summarize_sock((struct sock *)bpf_cast_to_kern_ctx(ctx), l, 0, SOCK_READ_RELEASE);
+		return 1;
+	}
 	if (ctx->protocol != IPPROTO_UDP_)
 		return 1;
 	cookie = bpf_get_socket_cookie(ctx);
@@ -444,7 +509,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		 * connects while neither is recorded gets no tcp_xmit if they
 		 * are switched on later (SetGroups). Silenced (no group: the
 		 * bench's hooks-alone figure) still asks, as when recording. */
-		if (!xmit_by_fentry && !xmit_at_dev && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		if (!xmit_by_fentry && !xmit_at_dev && !summary_mode && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -462,7 +527,9 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	 * before anything outside the context is read. */
 	if (!skb)
 		return 1;
-	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev)
+	/* In summary mode the socket's figures are read from it, but
+	 * another recorder on the host may have flagged the socket. */
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev || summary_mode)
 		return 1;
 	sk = k->sk;
 	if (!sk)
@@ -471,7 +538,6 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	conn = conn_of(st, sk, cookie_of(sk, skops), 0);
 	if (conn == FILTERED || !conn)
 		return 1;
-	if (summary_mode) { summarize_xmit(conn, skb, skops->snd_nxt); return 1; }
 	now = bpf_ktime_get_ns();
 	/* The sample of the ACK that let this segment go comes first. */
 	if (enabled(MG_G_RATE))
@@ -596,7 +662,6 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);
 	if (conn == FILTERED || !conn)
 		return 0;
-	if (summary_mode) { summarize_xmit(conn, skb, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt); return 0; }
 	now = bpf_ktime_get_ns();
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, now);

@@ -13,8 +13,10 @@
 
 #define TCP_ESTABLISHED_ 1
 #define TCP_FIN_WAIT1_ 4
+#define TCP_FIN_WAIT2_ 5
 #define TCP_TIME_WAIT_ 6
 #define TCP_CLOSE_ 7
+#define TCP_LAST_ACK_ 9
 #define TCP_LISTEN_ 10
 #define TCP_CLOSING_ 11
 #define TCP_NEW_SYN_RECV_ 12

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Summary mode (`magnet record --summary`): the layer programs add what
- * they see to their connection's figures here instead of writing an event
- * each, and the recorder reads the figures every interval (struct
- * mg_conn_summary in events.h says what each counts). What this saves is
- * the record (its fill and publish), the recorder's drain and the trace's
- * bytes; what it costs is a per-CPU hash lookup per program run.
- * Connection lifecycle (conn_open, conn_close, iface) still goes to the
- * control ring, so that the records can be named by tuple.
+ * Summary mode (`magnet record --summary`): a connection's figures are
+ * kept here instead of events, and the recorder reads them every interval
+ * (struct mg_conn_summary in events.h says what each counts). What TCP
+ * keeps per socket (the sock and tcp groups) is read from the socket, so
+ * that no program runs per packet for it; the ip, dev and drop programs
+ * add what they see per packet (a per-CPU hash lookup per run instead of
+ * a record). Connection lifecycle (conn_open, conn_close, iface) still
+ * goes to the control ring, so that the records can be named by tuple.
  *
  * Not summarized: delays between layers (they need each packet matched
  * from layer to layer, the per-packet state summary mode is there to
@@ -91,14 +91,6 @@ static __always_inline void summarize(__u64 conn, __u8 type, __s64 bytes)
 	if (bytes < 0)
 		bytes = 0; /* an error code, as the events' readers take it */
 	switch (type) {
-	case MG_SOCK_SEND:
-		s->sock_send_bytes += bytes;
-		s->sock_send_calls++;
-		break;
-	case MG_SOCK_RECV:
-		s->sock_recv_bytes += bytes;
-		s->sock_recv_calls++;
-		break;
 	case MG_IP_SEND:
 		s->ip_send_bytes += bytes;
 		s->ip_send_packets++;
@@ -167,60 +159,231 @@ static __always_inline void summarize_dev(__u64 conn, __u8 type, struct sk_buff 
 }
 
 /*
- * A segment TCP hands to IP; snd_nxt as tcp_xmit's retrans flag reads it.
- * Not inlined: its locals, inlined, grew tcp_segments' own frame, and with
- * a pcap-filter expression (tcp_segments -> conn_slow -> pcap_eval) the
- * three frames then passed the verifier's 512 bytes, so sockops (tcp_xmit)
- * was refused whenever an expression was given, summary mode or not.
+ * What the kernel keeps per TCP socket (struct tcp_sock) is read rather than
+ * counted per packet: every interval, by an iterator over the sockets that
+ * have a sock_last (sock_figures, run by the recorder before it reads the
+ * maps), and at close (inet_sock_set_state), so that a connection that
+ * lives between two reads is not lost. No program runs per packet for the
+ * sock and tcp figures. The figures read go to sock_summaries, one entry a
+ * connection (not per CPU: they are totals, not adds), whose record fields
+ * only ever grow: the recorder adds them to the per-CPU summaries' and
+ * takes differences as for those.
  */
-static __noinline void summarize_xmit(__u64 conn, struct sk_buff *skb, __u32 snd_nxt)
-{
-	struct tcp_skb_cb *cb = tcp_cb(skb);
-	struct mg_conn_summary *s;
-	__s32 len = seg_len(cb);
-	__u16 segs = cb->tcp_gso_segs;
 
-	s = conn ? summary_of(conn) : NULL;
-	if (!s)
+/* A TCP socket's figures at the previous read. The kernel's sequence
+ * numbers and 32-bit counters wrap: each read adds what moved since the
+ * last one to a 64-bit total. lock orders the reads (the iterator's, the
+ * close's and the release's may run at once on two CPUs), so that each
+ * adds what moved once, and a read made before another that took the
+ * lock first adds nothing. */
+struct sock_last {
+	struct bpf_spin_lock lock;
+	__u32 write_seq;
+	__u32 copied_seq;
+	__u32 segs_out;
+	__u32 segs_in;
+	__u32 total_retrans;
+	__u8 done;     /* closed and released: its last read was made */
+	__u8 released; /* the application closed it (sock_release) */
+	__u8 made;     /* its sock_summaries entry was made */
+	__u8 fin_sent; /* write_seq counts a FIN */
+	__u64 cookie;
+	__u64 sent;   /* write_seq moved since established: bytes written, and the FIN */
+	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
+	/* The socket's byte counters when its figures started: they count
+	 * from its creation, and a socket learned at the recording's start
+	 * (learn_sockets) may have moved data before. */
+	__u64 bytes_sent0;
+	__u64 bytes_received0;
+	__u64 bytes_retrans0;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_last);
+} sock_lasts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct mg_conn_summary);
+} sock_summaries SEC(".maps");
+
+/* A TCP connection's socket becomes established, or is found established
+ * at the recording's start: its figures start here (what the application
+ * writes and reads, and TCP sends and receives, from now on). */
+static __noinline void summary_sock_open(struct sock *sk, __u64 conn)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct sock_last *l;
+	__u32 write_seq = tp->write_seq, copied_seq = tp->copied_seq;
+	__u32 segs_out = tp->segs_out, segs_in = tp->segs_in, retrans = tp->total_retrans;
+	__u64 bytes_sent = tp->bytes_sent, bytes_received = tp->bytes_received;
+	__u64 bytes_retrans = tp->bytes_retrans;
+
+	l = bpf_sk_storage_get(&sock_lasts, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!l)
 		return;
-	if (!segs)
-		segs = 1;
-	s->tcp_xmit_skbs++;
-	s->tcp_xmit_segs += segs;
-	if (len <= 0)
-		return;
-	s->tcp_xmit_bytes += len;
-	if (seq_before(cb->seq, snd_nxt)) {
-		s->retrans_bytes += len;
-		s->retrans_segs += segs;
+	bpf_spin_lock(&l->lock);
+	/* Once: the socket may be met again (learn_sockets). */
+	if (!l->cookie) {
+		l->cookie = conn;
+		l->write_seq = write_seq;
+		l->copied_seq = copied_seq;
+		l->segs_out = segs_out;
+		l->segs_in = segs_in;
+		l->total_retrans = retrans;
+		l->bytes_sent0 = bytes_sent;
+		l->bytes_received0 = bytes_received;
+		l->bytes_retrans0 = bytes_retrans;
+	}
+	bpf_spin_unlock(&l->lock);
+}
+
+static __always_inline int fin_sent_in(int state)
+{
+	return state == TCP_FIN_WAIT1_ || state == TCP_FIN_WAIT2_ || state == TCP_CLOSING_ ||
+	       state == TCP_LAST_ACK_ || state == TCP_TIME_WAIT_;
+}
+
+/* Adds to *total what a 32-bit counter moved from *last to now, if it
+ * moved forward (a read older than the last one adds nothing). */
+static __always_inline void advance(__u64 *total, __u32 *last, __u32 now)
+{
+	if ((__s32)(now - *last) > 0) {
+		*total += now - *last;
+		*last = now;
 	}
 }
 
-/* A segment reaching an established socket (tcp_probe), with the
- * socket's srtt and cwnd at that moment. */
-static __always_inline void summarize_rcv(__u64 conn, struct sock *sk, struct sk_buff *skb)
+static __always_inline void raise(__u64 *v, __u64 x)
 {
+	if (x > *v)
+		*v = x;
+}
+
+/* Why summarize_sock reads a socket. */
+enum sock_read {
+	SOCK_READ_ITER,    /* the interval's read */
+	SOCK_READ_CLOSE,   /* TCP_CLOSE: state is the one it leaves */
+	SOCK_READ_RELEASE, /* the application closed it */
+};
+
+/*
+ * Read socket sk's figures (l its sock_last) into its connection's
+ * sock_summaries entry. A socket's last read is the later of its
+ * TCP_CLOSE and its release: the application may read what arrived
+ * before the FIN after TCP_CLOSE (the FIN moved the connection to
+ * TIME_WAIT), and TCP still sends and retransmits after the release.
+ *
+ * Sequence numbers are read before the state and flags the FIN
+ * adjustments depend on, as the kernel changes them in the other order
+ * (state, then write_seq; rcv_nxt and SOCK_DONE, then copied_seq when the
+ * application reads the FIN): a read between the two then counts the FIN
+ * short by one, which a later read corrects, never one too many.
+ */
+static __noinline void summarize_sock(struct sock *sk, struct sock_last *l, int state, int why)
+{
+	static const struct mg_conn_summary zero = {};
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
 	struct mg_conn_summary *s;
-	__s32 len = seg_len(tcp_cb(skb));
-	__u32 srtt_us, b;
+	struct mg_counters *c;
+	__u32 write_seq, copied_seq, segs_out, segs_in, retrans, srtt_us, cwnd, b;
+	__u64 bytes_sent, bytes_retrans, bytes_received, key;
+	int fin_sent, fin_read, fin_in, last;
 
-	s = conn ? summary_of(conn) : NULL;
-	if (!s)
+	if (!l->cookie || l->done)
 		return;
-	s->tcp_rcv_bytes += len > 0 ? len : 0;
-	s->tcp_rcv_skbs++;
+	key = l->cookie;
+	s = bpf_map_lookup_elem(&sock_summaries, &key);
+	if (!s) {
+		/* Made once: gone since, the recorder wrote the closed
+		 * connection's last record and forgot it. */
+		if (l->made)
+			return;
+		bpf_map_update_elem(&sock_summaries, &key, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&sock_summaries, &key);
+		if (!s) {
+			c = my_counters();
+			if (c)
+				__sync_fetch_and_add(&c->lost[MG_CONN_SUMMARY], 1);
+			return;
+		}
+	}
+	write_seq = tp->write_seq;
+	copied_seq = tp->copied_seq;
+	bytes_received = tp->bytes_received;
+	asm volatile("" ::: "memory");
+	if (why != SOCK_READ_CLOSE)
+		state = sk->__sk_common.skc_state;
+	fin_sent = fin_sent_in(state);
+	fin_in = !!(sk->__sk_common.skc_flags & (1UL << SOCK_DONE));
+	fin_read = fin_in && copied_seq == tp->rcv_nxt;
+	/* bytes_received counts the FIN (it is rcv_nxt's advance), which
+	 * the kernel adds before it marks the socket done (SOCK_DONE): a read
+	 * of a socket that may be taking its FIN on another CPU (not under
+	 * its lock, as the close's is, nor closed) takes one byte off until
+	 * the mark, so that no read counts the FIN as data. */
+	if (!fin_in && why != SOCK_READ_CLOSE && state != TCP_CLOSE_)
+		fin_in = 1;
+	segs_out = tp->segs_out;
+	segs_in = tp->segs_in;
+	retrans = tp->total_retrans;
+	bytes_sent = tp->bytes_sent;
+	bytes_retrans = tp->bytes_retrans;
 	srtt_us = tp->srtt_us >> 3;
-	if (!srtt_us)
+	cwnd = tp->snd_cwnd;
+	last = why == SOCK_READ_CLOSE && (sk->__sk_common.skc_flags & (1UL << SOCK_DEAD));
+
+	bpf_spin_lock(&l->lock);
+	if (l->done) {
+		bpf_spin_unlock(&l->lock);
 		return;
-	s->rtt_samples++;
-	s->rtt_sum_us += srtt_us;
-	b = log2_bucket(srtt_us, MG_SUM_RTT_BUCKETS);
-	if (b < MG_SUM_RTT_BUCKETS)
-		s->rtt_hist[b]++;
-	b = log2_bucket(tp->snd_cwnd, MG_SUM_CWND_BUCKETS);
-	if (b < MG_SUM_CWND_BUCKETS)
-		s->cwnd_hist[b]++;
+	}
+	if (why == SOCK_READ_CLOSE && l->released)
+		last = 1;
+	if (why == SOCK_READ_RELEASE) {
+		l->released = 1;
+		if (state == TCP_CLOSE_)
+			last = 1;
+	}
+	l->done = last;
+	l->made = 1;
+	if (fin_sent)
+		l->fin_sent = 1;
+	advance(&l->sent, &l->write_seq, write_seq);
+	advance(&l->copied, &l->copied_seq, copied_seq);
+	/* Whether the connection exchanged a segment since the last read:
+	 * only then is its srtt and cwnd a new sample. */
+	b = (__s32)(segs_out - l->segs_out) > 0 || (__s32)(segs_in - l->segs_in) > 0;
+	advance(&s->tcp_xmit_segs, &l->segs_out, segs_out);
+	advance(&s->tcp_rcv_skbs, &l->segs_in, segs_in);
+	advance(&s->retrans_segs, &l->total_retrans, retrans);
+	if (l->sent > l->fin_sent)
+		raise(&s->sock_send_bytes, l->sent - l->fin_sent);
+	if (l->copied > fin_read)
+		raise(&s->sock_recv_bytes, l->copied - fin_read);
+	if (bytes_sent > l->bytes_sent0)
+		raise(&s->tcp_xmit_bytes, bytes_sent - l->bytes_sent0);
+	if (bytes_retrans > l->bytes_retrans0)
+		raise(&s->retrans_bytes, bytes_retrans - l->bytes_retrans0);
+	if (bytes_received > l->bytes_received0 + fin_in)
+		raise(&s->tcp_rcv_bytes, bytes_received - l->bytes_received0 - fin_in);
+	if (b && srtt_us) {
+		s->rtt_samples++;
+		s->rtt_sum_us += srtt_us;
+		b = log2_bucket(srtt_us, MG_SUM_RTT_BUCKETS);
+		if (b < MG_SUM_RTT_BUCKETS)
+			s->rtt_hist[b]++;
+		b = log2_bucket(cwnd, MG_SUM_CWND_BUCKETS);
+		if (b < MG_SUM_CWND_BUCKETS)
+			s->cwnd_hist[b]++;
+	}
+	bpf_spin_unlock(&l->lock);
 }
 
 #endif

@@ -218,7 +218,8 @@ flight: {window: 30s, after: 0s, triggers: "retrans", memory: 16MiB}
 
 // TestCollectSummary: `magnet collect` with summary writes conn_summary
 // records into the spool whose bytes add up to what the application wrote
-// and read over loopback.
+// and read over loopback. They are read from the sockets, which keep no
+// count of calls: sock_send_calls stays 0.
 func TestCollectSummary(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -254,8 +255,8 @@ summary: 200ms
 			}
 		}
 	}
-	if sent != writes*size || calls != writes || recvd != writes*size {
-		t.Errorf("%d conn_summary records: sock_send %d bytes in %d calls, sock_recv %d bytes; the application wrote and read %d bytes in %d writes",
+	if sent != writes*size || calls != 0 || recvd != writes*size {
+		t.Errorf("%d conn_summary records: sock_send %d bytes in %d calls (want none counted), sock_recv %d bytes; the application wrote and read %d bytes in %d writes",
 			summaries, sent, calls, recvd, writes*size, writes)
 	}
 }

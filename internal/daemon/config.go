@@ -388,7 +388,7 @@ func (s *settings) summaryMode() error {
 	if s.Summary < 100*time.Millisecond {
 		return fmt.Errorf("config: summary %s: want an interval of at least 100ms (0: off)", s.Summary)
 	}
-	if missing := record.SummaryGroups &^ s.available; missing != 0 {
+	if missing := record.DefaultSummaryGroups &^ s.available; missing != 0 {
 		return fmt.Errorf("config: summary needs %s, which events.available does not load", missing)
 	}
 	if len(s.kernel) > 0 {
@@ -399,7 +399,7 @@ func (s *settings) summaryMode() error {
 	}
 	// The summary group is the recorder's conn_summary records (BPF
 	// tests no bit for it): in the baseline, so streams may ask for them.
-	s.available = record.SummaryGroups | event.GroupSummary
+	s.available = record.DefaultSummaryGroups | event.GroupSummary
 	s.baseline = s.available
 	return nil
 }

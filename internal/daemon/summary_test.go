@@ -66,7 +66,7 @@ func TestSummaryConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := record.SummaryGroups | event.GroupSummary; s.available != want || s.baseline != want {
+	if want := record.DefaultSummaryGroups | event.GroupSummary; s.available != want || s.baseline != want {
 		t.Errorf("available %s, baseline %s; want both %s", s.available, s.baseline, want)
 	}
 	for _, tc := range []struct {

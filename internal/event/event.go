@@ -173,7 +173,7 @@ var Catalogue = []Info{
 	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
 	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
 	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB, inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
-	{ConnSummary, "conn_summary", GroupSummary, "recorder", "summary mode (record --summary), from the summaries map: a connection's figures over one interval: bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms (size = the interval in ms)"},
+	{ConnSummary, "conn_summary", GroupSummary, "recorder", "summary mode (record --summary), from the summaries map: a connection's figures over one interval: bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd histograms sampled at each read, IP and device packets if asked for (size = the interval in ms)"},
 }
 
 // ByType returns the catalogue entry of t.

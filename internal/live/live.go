@@ -208,7 +208,9 @@ type Summary struct {
 func (c *Conn) Summarized(t uint64, s Summary) {
 	for l := range numLayers {
 		for d := range 2 {
-			if s.Events[l][d] > 0 {
+			// A summary read from the socket has bytes and no
+			// count of calls or packets (the kernel keeps none).
+			if s.Events[l][d] > 0 || s.Bytes[l][d] > 0 {
 				c.traffic(Layer(l), Dir(d), t, s.Bytes[l][d], s.Events[l][d])
 			}
 		}

@@ -67,7 +67,7 @@ const (
 // find them by name.
 var recordModes = []Config{
 	{Name: Record, Kind: Magnet, What: "`magnet record`, default groups"},
-	{Name: RecordSummary, Kind: Magnet, Args: []string{"--summary=1s"}, What: "`magnet record --summary=1s`: per-connection figures aggregated in the kernel"},
+	{Name: RecordSummary, Kind: Magnet, Args: []string{"--summary=1s"}, What: "`magnet record --summary=1s`: per-connection figures read from each TCP socket (and drops), no program per packet"},
 	// A trigger that never fires: the cost between triggers.
 	{Name: RecordFlight, Kind: Magnet, Args: []string{"--flight", "30s", "--trigger", "rtt>10s"}, What: "`magnet record --flight 30s --trigger 'rtt>10s'`: events kept in memory, none written"},
 }

@@ -594,6 +594,30 @@ type magnetSchedClock struct {
 	LastSwitchNs uint64
 }
 
+type magnetSockLast struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	WriteSeq       uint32
+	CopiedSeq      uint32
+	SegsOut        uint32
+	SegsIn         uint32
+	TotalRetrans   uint32
+	Done           uint8
+	Released       uint8
+	Made           uint8
+	FinSent        uint8
+	_              [4]byte
+	Cookie         uint64
+	Sent           uint64
+	Copied         uint64
+	BytesSent0     uint64
+	BytesReceived0 uint64
+	BytesRetrans0  uint64
+}
+
 type magnetTcpRateSent struct {
 	_              structs.HostLayout
 	Delivered      uint32
@@ -646,6 +670,8 @@ const (
 	magnetMapLostStates        = "lost_states"
 	magnetMapNestedAreas       = "nested_areas"
 	magnetMapSchedClocks       = "sched_clocks"
+	magnetMapSockLasts         = "sock_lasts"
+	magnetMapSockSummaries     = "sock_summaries"
 	magnetMapSummaries         = "summaries"
 	magnetMapTcpRates          = "tcp_rates"
 	magnetMapTcpStates         = "tcp_states"
@@ -655,6 +681,7 @@ const (
 	magnetProgIpEgress         = "ip_egress"
 	magnetProgIpIngress        = "ip_ingress"
 	magnetProgKfreeSkb         = "kfree_skb"
+	magnetProgLearnSockets     = "learn_sockets"
 	magnetProgNetDevQueue      = "net_dev_queue"
 	magnetProgNetDevStartXmit  = "net_dev_start_xmit"
 	magnetProgNetifReceiveSkb  = "netif_receive_skb"
@@ -664,6 +691,7 @@ const (
 	magnetProgSchedProcessFork = "sched_process_fork"
 	magnetProgSchedSwitch      = "sched_switch"
 	magnetProgSchedWakeup      = "sched_wakeup"
+	magnetProgSockFigures      = "sock_figures"
 	magnetProgSockRecvLength   = "sock_recv_length"
 	magnetProgSockSendLength   = "sock_send_length"
 	magnetProgTcpProbe         = "tcp_probe"
@@ -767,6 +795,7 @@ type magnetProgramSpecs struct {
 	IpEgress         *ebpf.ProgramSpec `ebpf:"ip_egress"`
 	IpIngress        *ebpf.ProgramSpec `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.ProgramSpec `ebpf:"kfree_skb"`
+	LearnSockets     *ebpf.ProgramSpec `ebpf:"learn_sockets"`
 	NetDevQueue      *ebpf.ProgramSpec `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.ProgramSpec `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.ProgramSpec `ebpf:"netif_receive_skb"`
@@ -776,6 +805,7 @@ type magnetProgramSpecs struct {
 	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
 	SchedWakeup      *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
+	SockFigures      *ebpf.ProgramSpec `ebpf:"sock_figures"`
 	SockRecvLength   *ebpf.ProgramSpec `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.ProgramSpec `ebpf:"sock_send_length"`
 	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
@@ -792,24 +822,26 @@ type magnetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type magnetMapSpecs struct {
-	AreaPos     *ebpf.MapSpec `ebpf:"area_pos"`
-	Areas       *ebpf.MapSpec `ebpf:"areas"`
-	Conns       *ebpf.MapSpec `ebpf:"conns"`
-	Control     *ebpf.MapSpec `ebpf:"control"`
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	CpuStates   *ebpf.MapSpec `ebpf:"cpu_states"`
-	Doorbell    *ebpf.MapSpec `ebpf:"doorbell"`
-	Frags       *ebpf.MapSpec `ebpf:"frags"`
-	IfacesSeen  *ebpf.MapSpec `ebpf:"ifaces_seen"`
-	LocalDrops  *ebpf.MapSpec `ebpf:"local_drops"`
-	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
-	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
-	SchedClocks *ebpf.MapSpec `ebpf:"sched_clocks"`
-	Summaries   *ebpf.MapSpec `ebpf:"summaries"`
-	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
-	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
-	Tuples      *ebpf.MapSpec `ebpf:"tuples"`
-	UdpPeers    *ebpf.MapSpec `ebpf:"udp_peers"`
+	AreaPos       *ebpf.MapSpec `ebpf:"area_pos"`
+	Areas         *ebpf.MapSpec `ebpf:"areas"`
+	Conns         *ebpf.MapSpec `ebpf:"conns"`
+	Control       *ebpf.MapSpec `ebpf:"control"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
+	Doorbell      *ebpf.MapSpec `ebpf:"doorbell"`
+	Frags         *ebpf.MapSpec `ebpf:"frags"`
+	IfacesSeen    *ebpf.MapSpec `ebpf:"ifaces_seen"`
+	LocalDrops    *ebpf.MapSpec `ebpf:"local_drops"`
+	LostStates    *ebpf.MapSpec `ebpf:"lost_states"`
+	NestedAreas   *ebpf.MapSpec `ebpf:"nested_areas"`
+	SchedClocks   *ebpf.MapSpec `ebpf:"sched_clocks"`
+	SockLasts     *ebpf.MapSpec `ebpf:"sock_lasts"`
+	SockSummaries *ebpf.MapSpec `ebpf:"sock_summaries"`
+	Summaries     *ebpf.MapSpec `ebpf:"summaries"`
+	TcpRates      *ebpf.MapSpec `ebpf:"tcp_rates"`
+	TcpStates     *ebpf.MapSpec `ebpf:"tcp_states"`
+	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
+	UdpPeers      *ebpf.MapSpec `ebpf:"udp_peers"`
 }
 
 // magnetVariableSpecs contains global variables before they are loaded into the kernel.
@@ -883,24 +915,26 @@ func (o *magnetObjects) Close() error {
 //
 // It can be passed to loadMagnetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type magnetMaps struct {
-	AreaPos     *ebpf.Map `ebpf:"area_pos"`
-	Areas       *ebpf.Map `ebpf:"areas"`
-	Conns       *ebpf.Map `ebpf:"conns"`
-	Control     *ebpf.Map `ebpf:"control"`
-	Counters    *ebpf.Map `ebpf:"counters"`
-	CpuStates   *ebpf.Map `ebpf:"cpu_states"`
-	Doorbell    *ebpf.Map `ebpf:"doorbell"`
-	Frags       *ebpf.Map `ebpf:"frags"`
-	IfacesSeen  *ebpf.Map `ebpf:"ifaces_seen"`
-	LocalDrops  *ebpf.Map `ebpf:"local_drops"`
-	LostStates  *ebpf.Map `ebpf:"lost_states"`
-	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
-	SchedClocks *ebpf.Map `ebpf:"sched_clocks"`
-	Summaries   *ebpf.Map `ebpf:"summaries"`
-	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
-	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
-	Tuples      *ebpf.Map `ebpf:"tuples"`
-	UdpPeers    *ebpf.Map `ebpf:"udp_peers"`
+	AreaPos       *ebpf.Map `ebpf:"area_pos"`
+	Areas         *ebpf.Map `ebpf:"areas"`
+	Conns         *ebpf.Map `ebpf:"conns"`
+	Control       *ebpf.Map `ebpf:"control"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
+	Doorbell      *ebpf.Map `ebpf:"doorbell"`
+	Frags         *ebpf.Map `ebpf:"frags"`
+	IfacesSeen    *ebpf.Map `ebpf:"ifaces_seen"`
+	LocalDrops    *ebpf.Map `ebpf:"local_drops"`
+	LostStates    *ebpf.Map `ebpf:"lost_states"`
+	NestedAreas   *ebpf.Map `ebpf:"nested_areas"`
+	SchedClocks   *ebpf.Map `ebpf:"sched_clocks"`
+	SockLasts     *ebpf.Map `ebpf:"sock_lasts"`
+	SockSummaries *ebpf.Map `ebpf:"sock_summaries"`
+	Summaries     *ebpf.Map `ebpf:"summaries"`
+	TcpRates      *ebpf.Map `ebpf:"tcp_rates"`
+	TcpStates     *ebpf.Map `ebpf:"tcp_states"`
+	Tuples        *ebpf.Map `ebpf:"tuples"`
+	UdpPeers      *ebpf.Map `ebpf:"udp_peers"`
 }
 
 func (m *magnetMaps) Close() error {
@@ -918,6 +952,8 @@ func (m *magnetMaps) Close() error {
 		m.LostStates,
 		m.NestedAreas,
 		m.SchedClocks,
+		m.SockLasts,
+		m.SockSummaries,
 		m.Summaries,
 		m.TcpRates,
 		m.TcpStates,
@@ -985,6 +1021,7 @@ type magnetPrograms struct {
 	IpEgress         *ebpf.Program `ebpf:"ip_egress"`
 	IpIngress        *ebpf.Program `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.Program `ebpf:"kfree_skb"`
+	LearnSockets     *ebpf.Program `ebpf:"learn_sockets"`
 	NetDevQueue      *ebpf.Program `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.Program `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.Program `ebpf:"netif_receive_skb"`
@@ -994,6 +1031,7 @@ type magnetPrograms struct {
 	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
 	SchedWakeup      *ebpf.Program `ebpf:"sched_wakeup"`
+	SockFigures      *ebpf.Program `ebpf:"sock_figures"`
 	SockRecvLength   *ebpf.Program `ebpf:"sock_recv_length"`
 	SockSendLength   *ebpf.Program `ebpf:"sock_send_length"`
 	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
@@ -1012,6 +1050,7 @@ func (p *magnetPrograms) Close() error {
 		p.IpEgress,
 		p.IpIngress,
 		p.KfreeSkb,
+		p.LearnSockets,
 		p.NetDevQueue,
 		p.NetDevStartXmit,
 		p.NetifReceiveSkb,
@@ -1021,6 +1060,7 @@ func (p *magnetPrograms) Close() error {
 		p.SchedProcessFork,
 		p.SchedSwitch,
 		p.SchedWakeup,
+		p.SockFigures,
 		p.SockRecvLength,
 		p.SockSendLength,
 		p.TcpProbe,

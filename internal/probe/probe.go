@@ -8,9 +8,11 @@ package probe
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"runtime"
@@ -134,7 +136,9 @@ type Options struct {
 	// Summary loads the programs in summary mode: they add to each
 	// connection's figures in the summaries map (Probe.ReadSummaries)
 	// instead of writing events; connection lifecycle still goes to the
-	// control ring.
+	// control ring. The sock and tcp groups' figures of a TCP connection
+	// are then read from its socket (SocketGroups) and their per-packet
+	// programs are not loaded.
 	Summary bool
 	// orderedPublish publishes events as on CPUs that reorder stores,
 	// for the tests on x86.
@@ -159,6 +163,21 @@ func wakeupBytes(perCPU int, fill float64) uint64 {
 	return max(1, uint64(float64(perCPU)*min(fill, 1)))
 }
 
+// SocketGroups are the groups whose figures summary mode reads from each
+// TCP socket (what the kernel keeps in struct tcp_sock: bytes written and
+// read, sent and received, segments, retransmissions, srtt, cwnd), every
+// interval and at close, instead of counting them per packet: their
+// programs, which run per packet or per call, are not loaded.
+const SocketGroups = event.GroupSock | event.GroupTCP
+
+// sockIterProgram reads the sockets' figures in summary mode: an iterator
+// over the sockets that have a sock_last (bpf/lib/summary.h).
+const sockIterProgram = "sock_figures"
+
+// learnProgram finds, in summary mode, the TCP connections established
+// before the recording: an iterator over every task's files.
+const learnProgram = "learn_sockets"
+
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
 var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root)")
 
@@ -178,10 +197,16 @@ type Probe struct {
 	// Summaries holds each connection's figures per CPU in summary mode
 	// (Options.Summary): cookie → struct mg_conn_summary.
 	Summaries *ebpf.Map
-	Status    []HookStatus // as attached by Load; SetGroups does not change it
-	coll      *ebpf.Collection
-	mask      *ebpf.Variable
-	cgroup    string
+	// SockSummaries holds, in summary mode, the figures read from each TCP
+	// connection's socket (SocketGroups), as totals: cookie → struct
+	// mg_conn_summary.
+	SockSummaries *ebpf.Map
+	// sockIter fills SockSummaries from the sockets (summary mode).
+	sockIter *link.Iter
+	Status   []HookStatus // as attached by Load; SetGroups does not change it
+	coll     *ebpf.Collection
+	mask     *ebpf.Variable
+	cgroup   string
 	// settings are the values Load gave the object's constants
 	// (bpf/lib/settings.h), by name, for LoadSharing.
 	settings map[string]any
@@ -252,6 +277,13 @@ func Load(opts Options) (*Probe, error) {
 	status := CheckHooks()
 	cgroupRoot, cgErr := Cgroup2Root()
 	atDev := opts.XmitAtDevice && !opts.Summary
+	perPacket := opts.Groups
+	if opts.Summary {
+		perPacket &^= SocketGroups
+	} else {
+		delete(spec.Programs, sockIterProgram)
+		delete(spec.Programs, learnProgram)
+	}
 	for i := range status {
 		st := &status[i]
 		if atDev {
@@ -261,7 +293,7 @@ func Load(opts Options) (*Probe, error) {
 				st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
 			}
 		}
-		if st.Groups&opts.Groups == 0 {
+		if st.Groups&perPacket == 0 {
 			st.Reason = "not enabled"
 		}
 		if slices.Contains(opts.Disable, st.Program) {
@@ -270,7 +302,7 @@ func Load(opts Options) (*Probe, error) {
 		if st.Available && (strings.HasPrefix(st.Kind, "cgroup") || st.Kind == "sockops") && cgErr != nil {
 			st.Available, st.Reason = false, cgErr.Error()
 		}
-		if !st.Available || st.Groups&opts.Groups == 0 {
+		if !st.Available || st.Groups&perPacket == 0 {
 			delete(spec.Programs, st.Program)
 		}
 	}
@@ -312,21 +344,22 @@ func Load(opts Options) (*Probe, error) {
 	}
 
 	p := &Probe{
-		Areas:     coll.Maps["areas"],
-		Nested:    coll.Maps["nested_areas"],
-		AreaPos:   coll.Maps["area_pos"],
-		AreaCPUs:  online,
-		Doorbell:  coll.Maps["doorbell"],
-		Control:   coll.Maps["control"],
-		Counters:  coll.Maps["counters"],
-		Lost:      coll.Maps["lost_states"],
-		Summaries: coll.Maps["summaries"],
-		coll:      coll,
-		mask:      coll.Variables["events_mask"],
-		cgroup:    cgroupRoot,
-		links:     map[int]link.Link{},
-		settings:  settings,
-		xmitAtDev: atDev,
+		Areas:         coll.Maps["areas"],
+		Nested:        coll.Maps["nested_areas"],
+		AreaPos:       coll.Maps["area_pos"],
+		AreaCPUs:      online,
+		Doorbell:      coll.Maps["doorbell"],
+		Control:       coll.Maps["control"],
+		Counters:      coll.Maps["counters"],
+		Lost:          coll.Maps["lost_states"],
+		Summaries:     coll.Maps["summaries"],
+		SockSummaries: coll.Maps["sock_summaries"],
+		coll:          coll,
+		mask:          coll.Variables["events_mask"],
+		cgroup:        cgroupRoot,
+		links:         map[int]link.Link{},
+		settings:      settings,
+		xmitAtDev:     atDev,
 	}
 	for i := range status {
 		st := &status[i]
@@ -360,6 +393,14 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 	p.Status = status
+	if opts.Summary {
+		it, err := link.AttachIter(link.IterOptions{Program: coll.Programs[sockIterProgram], Map: coll.Maps["sock_lasts"]})
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("summary mode: attach the socket iterator: %w", err)
+		}
+		p.sockIter = it
+	}
 	return p, nil
 }
 
@@ -592,6 +633,9 @@ func (p *Probe) Detach() {
 // Close detaches and unloads everything.
 func (p *Probe) Close() error {
 	p.Detach()
+	if p.sockIter != nil {
+		p.sockIter.Close()
+	}
 	p.coll.Close()
 	return nil
 }
@@ -1036,38 +1080,114 @@ func (p *Probe) MissedRuns() ([]Missed, uint64, error) {
 	return out, total, nil
 }
 
-// ReadSummaries calls fn with each connection's figures in the summaries
-// map (summary mode): one struct mg_conn_summary per CPU, in the host's
-// byte order, valid during the call only.
+// ReadSummaries calls fn with each connection's figures (summary mode):
+// one struct mg_conn_summary per CPU from the summaries map, and one more
+// with the figures of its socket (SockSummaries, read first), in the
+// host's byte order, valid during the call only. The figures of a
+// connection are the sum of the values.
 func (p *Probe) ReadSummaries(fn func(cookie uint64, perCPU [][]byte) error) error {
+	if p.sockIter != nil {
+		if err := p.readSockets(); err != nil {
+			return err
+		}
+	}
 	var (
 		cookie uint64
 		vals   []magnetMgConnSummary
+		val    magnetMgConnSummary
 		bufs   [][]byte
 	)
 	size := int(unsafe.Sizeof(magnetMgConnSummary{}))
+	bytesOf := func(v *magnetMgConnSummary) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(v)), size) }
+	// The sockets' figures first, by cookie, so that each connection is
+	// given to fn once with all its values.
+	socks := map[uint64][]byte{}
+	if p.SockSummaries != nil {
+		it := p.SockSummaries.Iterate()
+		for it.Next(&cookie, &val) {
+			socks[cookie] = bytes.Clone(bytesOf(&val))
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read the sockets' summaries: %w", err)
+		}
+	}
 	it := p.Summaries.Iterate()
 	for it.Next(&cookie, &vals) {
-		for len(bufs) < len(vals) {
+		for len(bufs) < len(vals)+1 {
 			bufs = append(bufs, make([]byte, size))
 		}
 		for i := range vals {
-			copy(bufs[i], unsafe.Slice((*byte)(unsafe.Pointer(&vals[i])), size))
+			copy(bufs[i], bytesOf(&vals[i]))
 		}
-		if err := fn(cookie, bufs[:len(vals)]); err != nil {
+		n := len(vals)
+		if v, ok := socks[cookie]; ok {
+			bufs[n] = v
+			n++
+			delete(socks, cookie)
+		}
+		if err := fn(cookie, bufs[:n]); err != nil {
 			return err
 		}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read summaries: %w", err)
 	}
+	for cookie, v := range socks {
+		if err := fn(cookie, [][]byte{v}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// ForgetSummary deletes a connection's figures from the summaries map.
+// LearnSockets announces the TCP connections established before the
+// recording and starts their figures (summary mode; nothing otherwise):
+// their conn_open records go to the control ring, as if first seen in a
+// softirq (the recorder finds their owners in /proc).
+func (p *Probe) LearnSockets() error {
+	prog := p.coll.Programs[learnProgram]
+	if p.sockIter == nil || prog == nil {
+		return nil
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		return fmt.Errorf("learn the established sockets: %w", err)
+	}
+	defer it.Close()
+	r, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("learn the established sockets: %w", err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("learn the established sockets: %w", err)
+	}
+	return nil
+}
+
+// readSockets runs the socket iterator (summary mode): it writes nothing,
+// and reads every recorded TCP socket's figures into SockSummaries.
+func (p *Probe) readSockets() error {
+	r, err := p.sockIter.Open()
+	if err != nil {
+		return fmt.Errorf("read the sockets: %w", err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("read the sockets: %w", err)
+	}
+	return nil
+}
+
+// ForgetSummary deletes a connection's figures from the summaries maps.
 func (p *Probe) ForgetSummary(cookie uint64) error {
-	if err := p.Summaries.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete summary of %d: %w", cookie, err)
+	for _, m := range []*ebpf.Map{p.Summaries, p.SockSummaries} {
+		if m == nil {
+			continue
+		}
+		if err := m.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete summary of %d: %w", cookie, err)
+		}
 	}
 	return nil
 }

@@ -59,7 +59,22 @@ func loadAll(t *testing.T, opts Options) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	perPacket := opts.Groups
+	if opts.Summary {
+		// The socket groups' figures are read from each socket: their
+		// programs, which run per packet, must not be there.
+		perPacket &^= SocketGroups
+		if p.sockIter == nil {
+			t.Error("summary mode without its socket iterator")
+		}
+	}
 	for _, st := range p.Status {
+		if st.Groups&perPacket == 0 {
+			if st.Attached {
+				t.Errorf("%s (groups %s) attached in summary mode: its figures are read from the socket", st.Program, st.Groups)
+			}
+			continue
+		}
 		if st.Available && !st.Attached {
 			t.Errorf("%s (%s %s): available but not attached: %s", st.Program, st.Kind, st.Target, st.Reason)
 		}
@@ -68,6 +83,9 @@ func loadAll(t *testing.T, opts Options) {
 		if !st.Available && !(st.Kind == "fentry" && (strings.HasPrefix(st.Reason, "refused") || st.Reason == FentryStandsBack)) {
 			t.Errorf("%s: unavailable on this kernel: %s", st.Program, st.Reason)
 		}
+	}
+	if opts.Summary {
+		return
 	}
 	served := ServedBy(p.Status)
 	for _, in := range event.Catalogue {
@@ -98,7 +116,7 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooked := map[string]bool{}
+	hooked := map[string]bool{sockIterProgram: true, learnProgram: true}
 	for _, h := range Hooks {
 		hooked[h.Program] = true
 	}

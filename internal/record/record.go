@@ -123,6 +123,13 @@ type Config struct {
 // them has nothing to add to the figures.
 const SummaryGroups = event.GroupSock | event.GroupTCP | event.GroupIP | event.GroupDev | event.GroupDrop | event.GroupConn
 
+// DefaultSummaryGroups are what summary mode summarizes when no group is
+// asked for: the figures a TCP socket keeps, read from it every interval
+// and at close (probe.SocketGroups), and drops, which are rare events. The
+// IP and device layers' figures need a program run per packet (three at
+// the device), so they are summarized only when asked for.
+const DefaultSummaryGroups = probe.SocketGroups | event.GroupDrop | event.GroupConn
+
 // DefaultSummaryBufferBytes sizes the events areas of a summary recording,
 // into which nothing but loss records goes: a page per CPU is enough.
 const DefaultSummaryBufferBytes = 64 << 10
@@ -277,7 +284,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Summary > 0 {
 		if cfg.Groups == 0 {
-			cfg.Groups = SummaryGroups
+			cfg.Groups = DefaultSummaryGroups
 		}
 		if cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary) != 0 {
 			return nil, fmt.Errorf("summary mode summarizes %s; %s cannot be summarized (record them without --summary)", SummaryGroups, cfg.Groups&^(SummaryGroups|event.GroupTCPState|event.GroupSummary))
@@ -445,6 +452,11 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		r.nextSummary = time.Now().Add(cfg.Summary)
+		// No state change will announce a connection established
+		// before now: found here, its figures start now.
+		if err := p.LearnSockets(); err != nil {
+			return nil, err
+		}
 	}
 	if r.events, err = p.EventRings(); err != nil {
 		return nil, err

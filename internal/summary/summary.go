@@ -190,16 +190,28 @@ func add(dst, v []byte, f trace.Field) {
 	}
 }
 
-// sub puts a - b of field f into dst and says whether it is not zero.
+// sub puts a - b of field f into dst and says whether it is not zero. A
+// figure below its previous total (a socket's, read while the kernel
+// changed it: bpf/lib/summary.h says why that is not expected) is taken
+// as not having moved, and a keeps the total, so that no record carries
+// a wrapped difference.
 func sub(dst, a, b []byte, f trace.Field) bool {
 	ne := binary.NativeEndian
 	o := f.Offset
 	if f.Size == 8 {
-		d := ne.Uint64(a[o:]) - ne.Uint64(b[o:])
-		ne.PutUint64(dst[o:], d)
-		return d != 0
+		x, y := ne.Uint64(a[o:]), ne.Uint64(b[o:])
+		if x < y {
+			ne.PutUint64(a[o:], y)
+			x = y
+		}
+		ne.PutUint64(dst[o:], x-y)
+		return x != y
 	}
-	d := ne.Uint32(a[o:]) - ne.Uint32(b[o:])
-	ne.PutUint32(dst[o:], d)
-	return d != 0
+	x, y := ne.Uint32(a[o:]), ne.Uint32(b[o:])
+	if x < y {
+		ne.PutUint32(a[o:], y)
+		x = y
+	}
+	ne.PutUint32(dst[o:], x-y)
+	return x != y
 }

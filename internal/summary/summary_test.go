@@ -145,3 +145,42 @@ func TestNewRefusesOtherTypes(t *testing.T) {
 		t.Error("New took a tcp_xmit layout")
 	}
 }
+
+// TestCollectNeverGoesBack: a figure read below its previous total (a
+// socket's figures are totals read from it, not adds) writes no wrapped
+// difference: it counts as unmoved, the total stays, and only what goes
+// past it later is written.
+func TestCollectNeverGoesBack(t *testing.T) {
+	typ := connSummaryType(t)
+	bytes, segs := field(t, typ, "tcp_rcv_bytes"), field(t, typ, "tcp_xmit_segs")
+	m := &fakeMap{vals: map[uint64][][]byte{9: {make([]byte, typ.Size)}}}
+	c, err := New(m, typ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs [][]byte
+	write := func(rec []byte) error {
+		recs = append(recs, append([]byte(nil), rec...))
+		return nil
+	}
+	v := m.vals[9][0]
+	put(v, bytes, 1000)
+	put(v, segs, 10)
+	c.Collect(1e9, write)
+	put(v, bytes, 999) // read one byte short
+	put(v, segs, 12)
+	c.Collect(2e9, write)
+	put(v, bytes, 1500)
+	c.Collect(3e9, write)
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3", len(recs))
+	}
+	for i, want := range []uint64{1000, 0, 500} {
+		if got := get(recs[i], bytes); got != want {
+			t.Errorf("record %d: tcp_rcv_bytes %d, want %d", i, got, want)
+		}
+	}
+	if got := get(recs[1], segs); got != 2 {
+		t.Errorf("record 1: tcp_xmit_segs %d, want 2 (the other figure still moved)", got)
+	}
+}

@@ -68,9 +68,11 @@ seconds), %h (host name), %n (file number), %%. No event is lost or doubled
 at a seam; each file reads on its own, and parse, report and export read the
 files of a chain as one timeline. --keep N deletes the oldest finished files.
 
-To leave it on: --summary[=INTERVAL] adds up each connection's figures in the
-kernel (bytes and events per layer, retransmissions, drops, srtt and cwnd
-histograms) and writes one conn_summary record per active connection every
+To leave it on: --summary[=INTERVAL] reads each TCP connection's figures from
+its socket (bytes written, read, sent and received, segments,
+retransmissions, srtt and cwnd) at every interval and at close, counts its
+drops (and, with --events ...,ip,dev, its packets at those layers) in the
+kernel, and writes one conn_summary record per active connection every
 INTERVAL instead of events; --flight WINDOW keeps the events in memory and
 writes nothing until a --trigger fires or SIGUSR1 comes, then -o's
 stem-<UTC time>.mgt with the WINDOW before it and --flight-after past it.
@@ -255,7 +257,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
-	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode (off unless given): instead of events, write each connection's figures (bytes and packets per layer, retransmissions, drops, srtt and cwnd histograms) every interval as conn_summary records (--summary or --summary=5s)")
+	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode (off unless given): instead of events, write each connection's figures (bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd sampled at each read; ip and dev per packet if given to --events) every interval as conn_summary records (--summary or --summary=5s)")
 	f.Lookup("summary").NoOptDefVal = "1s"
 	f.DurationVar(&flightWindow, "flight", 30*time.Second, "flight recorder (off unless given): keep the last this long of events in memory and write nothing until a trigger (--trigger, SIGUSR1); then write -o's stem-<time>.mgt with that much before it")
 	f.DurationVar(&flightAfter, "flight-after", 2*time.Second, "flight recorder: go on writing this long after the last trigger of a file")
