@@ -80,7 +80,7 @@ func loadAll(t *testing.T, opts Options) {
 }
 
 // TestObjectHasNoLabPrograms: the product's object carries only its hooks'
-// programs; the lab's synthetic events are in bpf/synthevent.bpf.c, loaded
+// programs and the iterators that learn the existing sockets; the lab's synthetic events are in bpf/synthevent.bpf.c, loaded
 // beside it (LoadSharing), never shipped in it.
 func TestObjectHasNoLabPrograms(t *testing.T) {
 	spec, err := loadMagnet()
@@ -90,6 +90,9 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 	hooked := map[string]bool{}
 	for _, h := range Hooks {
 		hooked[h.Program] = true
+	}
+	for _, name := range LearnPrograms {
+		hooked[name] = true
 	}
 	for name := range spec.Programs {
 		if !hooked[name] {
