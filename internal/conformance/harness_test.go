@@ -655,6 +655,7 @@ func stopProc(cmd *exec.Cmd) {
 // the defect, so the rest of the suite guards what is already right. When
 // a comparison here passes, the log says so: take it off the list.
 var openBugs = map[string]string{
+	"server_veth_frames_equal_tshark":        skippedRuns,
 	"report_follows_every_data_packet":       "1-2 data packets of a few hundred are not matched at the peer",
 	"dev_xmit_frame_by_frame_equals_tshark":  skippedRuns,
 	"report_sender_dev_xmit_equals_tshark":   skippedRuns,
