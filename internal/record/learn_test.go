@@ -26,6 +26,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // learnHelperEnv makes this test binary a helper process of the tests
@@ -272,13 +273,9 @@ func TestLearnPreexistingListener(t *testing.T) {
 	checkDevFrames(t, "dev_recv on the server's veth, pure ACKs aside", gotIn, wantIn, tailIn)
 	checkDevFrames(t, "dev_xmit on the server's veth, pure ACKs aside", gotOut, wantOut, tailOut)
 	if t.Failed() {
-		t.Logf("dev_recv by connection@netns: %v", byConn(evs, "dev_recv"))
-		t.Logf("dev_xmit by connection@netns: %v", byConn(evs, "dev_xmit"))
+		logDevDiagnosis(t, evs, sum)
 		for _, c := range accepted {
 			t.Logf("%s", describeConn(c))
-		}
-		if sum.Missed != nil {
-			t.Logf("program runs the kernel skipped: %d", *sum.Missed)
 		}
 	}
 	if sum.Lost != 0 {
@@ -341,7 +338,24 @@ func TestLearnPreexistingConnection(t *testing.T) {
 	out, _ := framesWithout(frames, addr, from)
 	checkDevFrames(t, "server's dev_recv, pure ACKs aside", count(evs, "dev_recv", server.ID).n, in, closingTail(frames, from, addr))
 	checkDevFrames(t, "server's dev_xmit, pure ACKs aside", count(evs, "dev_xmit", server.ID).n, out, closingTail(frames, addr, from))
+	if t.Failed() {
+		logDevDiagnosis(t, evs, sum)
+		t.Log(missingFrames(frames, evs, "dev_recv", from, addr, server.ID))
+	}
 	if sum.Lost != 0 {
 		t.Errorf("lost %d events", sum.Lost)
 	}
+}
+
+// logDevDiagnosis says where device events went, for a count short of
+// tcpdump's.
+func logDevDiagnosis(t *testing.T, evs []ev, sum *trace.Summary) {
+	t.Helper()
+	t.Logf("dev_recv by connection@netns: %v", byConn(evs, "dev_recv"))
+	t.Logf("dev_xmit by connection@netns: %v", byConn(evs, "dev_xmit"))
+	if sum.Missed != nil {
+		t.Logf("program runs the kernel skipped: %d", *sum.Missed)
+	}
+	produced, _ := sum.Extra["produced"].(map[string]any)
+	t.Logf("produced by the programs: dev_recv %v, dev_xmit %v; in the trace %d, %d", produced["dev_recv"], produced["dev_xmit"], sum.Events["dev_recv"], sum.Events["dev_xmit"])
 }

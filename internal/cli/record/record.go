@@ -261,7 +261,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
 	f.StringVar(&celFilter, "filter", "", "write only the events for which this CEL expression over the event's fields is true, as the readers' --filter selects them (docs/FILTERS.md); connection, task and loss records are always written")
-	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
+	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them, or learn_tcp and learn_udp, which learn the sockets that exist at start), as if the kernel lacked them")
 	return cmd
 }
 
@@ -291,11 +291,12 @@ func checkExpression(s string) error {
 // disable nothing.
 func checkHooks(names []string) error {
 	for _, n := range names {
-		if !slices.ContainsFunc(probe.Hooks, func(h probe.Hook) bool { return h.Program == n }) {
+		if !slices.ContainsFunc(probe.Hooks, func(h probe.Hook) bool { return h.Program == n }) && !slices.Contains(probe.LearnPrograms, n) {
 			var valid []string
 			for _, h := range probe.Hooks {
 				valid = append(valid, h.Program)
 			}
+			valid = append(valid, probe.LearnPrograms...)
 			return fmt.Errorf("--disable-hook %q: no such program (valid: %s)", n, strings.Join(valid, ", "))
 		}
 	}
@@ -446,6 +447,12 @@ func printSummary(res *record.Result, what string) {
 		fmt.Fprintf(os.Stderr, "  missed: %d runs the kernel skipped, their events missing (%s): another run of the program was under way on that CPU\n", res.Missed, strings.Join(mp, ", "))
 	} else {
 		fmt.Fprintf(os.Stderr, "  missed: 0\n")
+	}
+	if l := res.Learned; l.Err != "" {
+		fmt.Fprintf(os.Stderr, "  learned: none of the sockets that existed at start (%s): each is met at its next event at a hook that has its socket\n", l.Err)
+	} else {
+		fmt.Fprintf(os.Stderr, "  learned: %d sockets that existed at start, in %d network namespaces: %d announced, %d met by the hooks first, %d with their owner (%s)\n",
+			l.Sockets, l.NetNS, l.Announced, l.Known, l.Owned, l.Took.Round(time.Millisecond))
 	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
