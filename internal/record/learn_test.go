@@ -359,3 +359,59 @@ func logDevDiagnosis(t *testing.T, evs []ev, sum *trace.Summary) {
 	produced, _ := sum.Extra["produced"].(map[string]any)
 	t.Logf("produced by the programs: dev_recv %v, dev_xmit %v; in the trace %d, %d", produced["dev_recv"], produced["dev_xmit"], sum.Events["dev_recv"], sum.Events["dev_xmit"])
 }
+
+// TestLearnFilters: the filters judge a socket learned at start as one met
+// live. Two Go servers listen before the recordings start, A in the lab's
+// server namespace and B in its client namespace; each recording must
+// announce exactly the listeners its filter selects, in their owners'
+// names. The pid filter judges the owner the walk of /proc found.
+func TestLearnFilters(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mglearnf", RateMbit: 100})
+	a := startHelper(t, lab, lab.Server, "http")
+	portA := a.expect(t, "listening")
+	b := startHelper(t, lab, lab.Client, "http")
+	portB := b.expect(t, "listening")
+	type want struct{ a, b bool }
+	for _, c := range []struct {
+		name string
+		f    record.Filters
+		want want
+	}{
+		{"none", record.Filters{}, want{true, true}},
+		{"pid", record.Filters{PID: a.cmd.Process.Pid}, want{true, false}},
+		{"netns", record.Filters{NetNS: lab.Client.NS}, want{false, true}},
+		{"port", record.Filters{Port: portA}, want{true, false}},
+		{"expression", record.Filters{Pcap: fmt.Sprintf("tcp port %d", portB)}, want{false, true}},
+		{"expression_excludes", record.Filters{Pcap: fmt.Sprintf("not port %d", portB)}, want{true, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := startRecording(t, record.Config{Filters: c.f, Groups: event.DefaultGroups})
+			res := rec.stop(t)
+			if res.Learned.Err != "" {
+				t.Fatalf("learning: %s", res.Learned.Err)
+			}
+			var got want
+			for _, cn := range conns(t, rec.path) {
+				if cn.Proto != "tcp" || cn.Remote.Port() != 0 {
+					continue
+				}
+				var hp *helper
+				switch {
+				case cn.NetNS == lab.Server.NetNSInode && int(cn.Local.Port()) == portA:
+					got.a, hp = true, a
+				case cn.NetNS == lab.Client.NetNSInode && int(cn.Local.Port()) == portB:
+					got.b, hp = true, b
+				default:
+					continue
+				}
+				if !cn.Learned || cn.PID != uint32(hp.cmd.Process.Pid) {
+					t.Errorf("%s: want learned at start, owned by pid %d", describeConn(cn), hp.cmd.Process.Pid)
+				}
+			}
+			if got != c.want {
+				t.Errorf("listeners announced: A %v, B %v; want A %v, B %v (learned: %+v)", got.a, got.b, c.want.a, c.want.b, res.Learned)
+			}
+		})
+	}
+}
