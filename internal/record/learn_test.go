@@ -43,7 +43,9 @@ const bodySize = 1 << 20
 //   - "sink": accepts one connection on ":0", reads its first N bytes and
 //     says so, then reads to the end and says how much;
 //   - "source ADDR N1 N2": connects, writes N1 bytes, waits for a line on
-//     its standard input, writes N2 bytes and closes.
+//     its standard input, writes N2 bytes and closes;
+//   - "udprecv N": reads N datagrams on a UDP socket bound to ":0" and
+//     says how many bytes they held.
 //
 // Each says "listening PORT" or what it did on its standard output, and
 // exits when its standard input closes.
@@ -108,6 +110,25 @@ func TestLearnHelper(t *testing.T) {
 		c.Close()
 		fmt.Printf("done %d\n", n2)
 		io.Copy(io.Discard, in)
+	case "udprecv":
+		// "udprecv N": reads N datagrams on a socket bound to ":0".
+		n, _ := strconv.Atoi(f[1])
+		pc, err := lc.ListenPacket(t.Context(), "udp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("listening %d\n", pc.LocalAddr().(*net.UDPAddr).Port)
+		buf := make([]byte, 65536)
+		total := 0
+		for range n {
+			m, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += m
+		}
+		fmt.Printf("got %d\n", total)
+		io.Copy(io.Discard, os.Stdin)
 	default:
 		t.Fatalf("unknown helper role %q", role)
 	}
@@ -413,5 +434,75 @@ func TestLearnFilters(t *testing.T) {
 				t.Errorf("listeners announced: A %v, B %v; want A %v, B %v (learned: %+v)", got.a, got.b, c.want.a, c.want.b, res.Learned)
 			}
 		})
+	}
+}
+
+// TestLearnPreexistingUDP: a UDP socket bound (to [::]:PORT, dual-stack)
+// before the recording starts receives datagrams from an IPv4 client. It
+// must be announced as learned, in its owner's name, and every datagram
+// tcpdump sees arrive must be its dev_recv and, read by the application,
+// its sock_recv.
+func TestLearnPreexistingUDP(t *testing.T) {
+	needRoot(t)
+	needTools(t, "tcpdump", "tshark")
+	lab := netlab.ForTest(t, netlab.Options{Name: "mglearnu", RateMbit: 100})
+	const datagrams, size = 20, 500
+	srv := startHelper(t, lab, lab.Server, fmt.Sprintf("udprecv %d", datagrams))
+	port := srv.expect(t, "listening")
+	capt := startCapture(t, lab, lab.Server, fmt.Sprintf("udp port %d", port))
+	rec := startRecording(t, record.Config{Filters: record.Filters{Port: port}, Groups: event.DefaultGroups})
+	err := lab.Client.Do(func() error {
+		c, err := net.Dial("udp", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range datagrams {
+			if _, err := c.Write(make([]byte, size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.expect(t, "got"); n != datagrams*size {
+		t.Fatalf("server read %d bytes, want %d", n, datagrams*size)
+	}
+	frames := capt.stop(t)
+	res := rec.stop(t)
+
+	t.Logf("learned at start: %+v", res.Learned)
+	_, evs, sum := readTrace(t, rec.path)
+	var s *export.Conn
+	for _, c := range conns(t, rec.path) {
+		if c.NetNS == lab.Server.NetNSInode && c.Proto == "udp" && int(c.Local.Port()) == port {
+			if s != nil {
+				t.Fatalf("two server sockets: %s and %s", describeConn(s), describeConn(c))
+			}
+			s = c
+		}
+	}
+	if s == nil {
+		t.Fatal("the server's UDP socket is not in the connection table")
+	}
+	if !s.Learned || s.PID != uint32(srv.cmd.Process.Pid) {
+		t.Errorf("%s: want learned at start, owned by pid %d", describeConn(s), srv.cmd.Process.Pid)
+	}
+	in := 0
+	for _, f := range frames {
+		if f.proto == "udp" && f.dst.Addr() == lab.Server.Addr && int(f.dst.Port()) == port {
+			in++
+		}
+	}
+	if got := count(evs, "dev_recv", s.ID).n; in != datagrams || got != in {
+		t.Errorf("%s: dev_recv = %d; tcpdump: %d datagrams (%d sent)", describeConn(s), got, in, datagrams)
+	}
+	if got := count(evs, "sock_recv", s.ID); got.n != datagrams || got.sum != datagrams*size {
+		t.Errorf("%s: sock_recv %d calls, %d bytes; the server read %d datagrams, %d bytes", describeConn(s), got.n, got.sum, datagrams, datagrams*size)
+	}
+	if sum.Lost != 0 {
+		t.Errorf("lost %d events", sum.Lost)
 	}
 }
