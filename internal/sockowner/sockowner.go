@@ -82,8 +82,17 @@ func Walk(proc string) (*Table, error) {
 	}
 	addBoundNetNS(t.NetNS, "/run/netns")
 	described := map[int]*Process{}
+	parents := map[int]int{}
+	parent := func(pid int) int {
+		p, ok := parents[pid]
+		if !ok {
+			p = Parent(proc, pid)
+			parents[pid] = p
+		}
+		return p
+	}
 	for ino, pids := range holders {
-		pid := Oldest(pids, func(pid int) int { return Parent(proc, pid) })
+		pid := Oldest(pids, parent)
 		p, ok := described[pid]
 		if !ok {
 			if d, err := Describe(proc, pid); err == nil {
@@ -142,6 +151,9 @@ func addBoundNetNS(ns map[uint32]string, dir string) {
 // whose parent is not among them, the lowest pid if several. pids is
 // sorted in place.
 func Oldest(pids []int, parent func(int) int) int {
+	if len(pids) == 1 {
+		return pids[0]
+	}
 	slices.Sort(pids)
 	for _, pid := range pids {
 		if _, in := slices.BinarySearch(pids, parent(pid)); !in {

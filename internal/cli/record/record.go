@@ -451,8 +451,8 @@ func printSummary(res *record.Result, what string) {
 	if l := res.Learned; l.Err != "" {
 		fmt.Fprintf(os.Stderr, "  learned: none of the sockets that existed at start (%s): each is met at its next event at a hook that has its socket\n", l.Err)
 	} else {
-		fmt.Fprintf(os.Stderr, "  learned: %d sockets that existed at start, in %d network namespaces: %d announced, %d met by the hooks first, %d with their owner (%s)\n",
-			l.Sockets, l.NetNS, l.Announced, l.Known, l.Owned, l.Took.Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "  learned: %d sockets that existed at start, in %d network namespaces: %d announced, %d met by the hooks first, %d with their owner (%s after loading; the walk of /proc for owners %s, while loading)\n",
+			l.Sockets, l.NetNS, l.Announced, l.Known, l.Owned, l.Took.Round(time.Millisecond), l.WalkTook.Round(time.Millisecond))
 	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
