@@ -151,3 +151,15 @@ func (r *recorder) learnNetNS(l *probe.SocketLearner, path string, res *Learned)
 	}
 	return nil
 }
+
+// summary is Learned as the trace's summary holds it (extra.learned_at_start).
+func (l Learned) summary() map[string]any {
+	m := map[string]any{
+		"sockets": l.Sockets, "announced": l.Announced, "known": l.Known, "owned": l.Owned,
+		"netns": l.NetNS, "ns": l.Took.Nanoseconds(),
+	}
+	if l.Err != "" {
+		m["error"] = l.Err
+	}
+	return m
+}

@@ -1180,6 +1180,7 @@ func (r *recorder) finish(res *Result) error {
 		if r.sel != nil {
 			sum.Extra["filtered_by_type"] = res.FilteredBy
 		}
+		sum.Extra["learned_at_start"] = res.Learned.summary()
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {
 				err = r.stopOnWrite(cerr)
