@@ -115,8 +115,9 @@ int learn_tcp(struct bpf_iter__tcp *ctx)
 
 	if (!skc)
 		return 0;
-	/* A request or TIME_WAIT socket has no cookie of its own to learn;
-	 * bpf_get_socket_cookie wants a full socket. */
+	/* A request or TIME_WAIT socket is no full socket: no connection of
+	 * its own (its packets are its listener's, or the kernel's control
+	 * socket's), and no struct sock to read past its sock_common. */
 	if (skc->skc_state == TCP_TIME_WAIT_ || skc->skc_state == TCP_NEW_SYN_RECV_)
 		return 0;
 	return learn_sock(ctx->meta->seq, (struct sock *)skc, bpf_get_socket_cookie(skc));

@@ -519,10 +519,9 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
- * never depends on the order in which it reads the rings. anon: name no
- * task (tid 0), for a record whose current task is not the one it is about
- * (a softirq's interrupted task). */
-/* Reserve a control-ring record of type and sz bytes naming task who. */
+ * never depends on the order in which it reads the rings. This one names
+ * task who (a socket's owner the recorder found, for a socket learned at
+ * start). */
 static __always_inline void *reserve_control_for(__u8 type, __u64 sz, __u64 now, struct emit *e,
 						 const struct task_id *who)
 {
@@ -546,6 +545,9 @@ static __always_inline void *reserve_control_for(__u8 type, __u64 sz, __u64 now,
 	return r;
 }
 
+/* A control record naming the current task. anon: name no task (tid 0),
+ * for a record whose current task is not the one it is about (a softirq's
+ * interrupted task). */
 static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, struct emit *e, int anon)
 {
 	struct task_struct *task = bpf_get_current_task_btf();

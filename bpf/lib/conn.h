@@ -134,12 +134,7 @@ static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct
 	forget_key(&k, cookie);
 }
 
-/* Announce a connection. process: the current task is the socket's user
- * (a system call of it); otherwise the record names no task, and the
- * connection's owner is the task of its first socket-layer event: an
- * accepted connection is first seen in the softirq that completes its
- * handshake, on whatever task that interrupted (on one host, often the
- * client). */
+/* Fill and submit a conn_open record reserved in the control ring. */
 static __always_inline void put_conn_open(struct mg_conn_open *r, const struct sock_addrs *a, __u64 cookie,
 					  __u8 flags, __u64 now, struct emit *e)
 {
@@ -156,6 +151,12 @@ static __always_inline void put_conn_open(struct mg_conn_open *r, const struct s
 	SUBMIT(r, e);
 }
 
+/* Announce a connection. process: the current task is the socket's user
+ * (a system call of it); otherwise the record names no task, and the
+ * connection's owner is the task of its first socket-layer event: an
+ * accepted connection is first seen in the softirq that completes its
+ * handshake, on whatever task that interrupted (on one host, often the
+ * client). */
 static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 cookie, int process, __u8 flags)
 {
 	__u64 now = bpf_ktime_get_ns();

@@ -31,7 +31,7 @@ type Learned struct {
 	// walk of /proc found.
 	Sockets, Announced, Known, Owned int
 	NetNS                            int           // network namespaces iterated
-	Took                             time.Duration // from the end of Load to the end of learning
+	Took                             time.Duration // learning, once the probes were loaded (any wait for the walk included)
 	WalkTook                         time.Duration // the walk of /proc, while the probes loaded
 }
 
