@@ -210,6 +210,7 @@ struct mg_drop {
 /* conn_open's hdr.flags. Bit 7 (0x80) is the recorder's: a copy carried
  * into a rotated file. */
 #define MG_CONN_UPDATE 1 /* the socket's addresses changed (a UDP socket connected): they replace the connection's */
+#define MG_CONN_LEARNED 2 /* a socket that existed when recording started, learned then (bpf/layer/learn.c) */
 
 struct mg_conn_open {
 	struct mg_hdr hdr;

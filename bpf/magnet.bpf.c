@@ -41,3 +41,4 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "layer/dev.c"
 #include "layer/drop.c"
 #include "layer/sched.c"
+#include "layer/learn.c"

@@ -62,3 +62,4 @@ fuzz FuzzFormat 100000x ./internal/tpformat
 fuzz FuzzParse 100000x ./internal/bytesize
 fuzz FuzzParseBusy 100000x ./internal/overhead
 fuzz FuzzParseTriggers 100000x ./internal/flight
+fuzz FuzzSocketInode 100000x ./internal/sockowner

@@ -519,14 +519,13 @@ static __always_inline void *reserve_event(__u8 type, __u64 sz, __u64 now, struc
 }
 
 /* Control records are rare: each carries its struct mg_task, so the reader
- * never depends on the order in which it reads the rings. anon: name no
- * task (tid 0), for a record whose current task is not the one it is about
- * (a softirq's interrupted task). */
-static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, struct emit *e, int anon)
+ * never depends on the order in which it reads the rings. This one names
+ * task who (a socket's owner the recorder found, for a socket learned at
+ * start). */
+static __always_inline void *reserve_control_for(__u8 type, __u64 sz, __u64 now, struct emit *e,
+						 const struct task_id *who)
 {
 	struct cpu_state *st = my_state();
-	struct task_struct *task;
-	struct task_id cur;
 	void *r;
 
 	count_produced(type);
@@ -534,11 +533,7 @@ static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, 
 		note_lost(1, type, now);
 		return NULL;
 	}
-	task = bpf_get_current_task_btf();
-	current_task_id(task, &cur);
-	if (anon || (exclude_cgroup && current_excluded(task)))
-		__builtin_memset(&cur, 0, sizeof(cur));
-	e->pid_tgid = cur.pid_tgid;
+	e->pid_tgid = who->pid_tgid;
 	e->area = 0;
 	e->wakeup = wakeup_flag(&control, control_wakeup);
 	r = bpf_ringbuf_reserve(&control, sz + sizeof(struct mg_task), 0);
@@ -546,8 +541,22 @@ static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, 
 		note_lost(1, type, now);
 		return NULL;
 	}
-	put_task(r + sz, &cur);
+	put_task(r + sz, who);
 	return r;
+}
+
+/* A control record naming the current task. anon: name no task (tid 0),
+ * for a record whose current task is not the one it is about (a softirq's
+ * interrupted task). */
+static __always_inline void *reserve_control_as(__u8 type, __u64 sz, __u64 now, struct emit *e, int anon)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_id cur;
+
+	current_task_id(task, &cur);
+	if (anon || (exclude_cgroup && current_excluded(task)))
+		__builtin_memset(&cur, 0, sizeof(cur));
+	return reserve_control_for(type, sz, now, e, &cur);
 }
 
 /* A ring record is the event T, then struct mg_task when the reader does not

@@ -134,6 +134,23 @@ static __always_inline void forget_conn_tuple(struct sock_addrs *a, const struct
 	forget_key(&k, cookie);
 }
 
+/* Fill and submit a conn_open record reserved in the control ring. */
+static __always_inline void put_conn_open(struct mg_conn_open *r, const struct sock_addrs *a, __u64 cookie,
+					  __u8 flags, __u64 now, struct emit *e)
+{
+	fill(&r->hdr, MG_CONN_OPEN, now, e->pid_tgid, cookie, 0, a->netns);
+	r->hdr.flags = flags;
+	r->proto = a->proto;
+	r->family = a->family;
+	r->state = a->state;
+	r->_pad = 0;
+	r->lport = a->lport;
+	r->rport = a->rport;
+	__builtin_memcpy(r->laddr, a->laddr, 16);
+	__builtin_memcpy(r->raddr, a->raddr, 16);
+	SUBMIT(r, e);
+}
+
 /* Announce a connection. process: the current task is the socket's user
  * (a system call of it); otherwise the record names no task, and the
  * connection's owner is the task of its first socket-layer event: an
@@ -149,17 +166,7 @@ static __always_inline void emit_conn_open(const struct sock_addrs *a, __u64 coo
 	r = (struct mg_conn_open *)reserve_control_as(MG_CONN_OPEN, sizeof(*r), now, &e, !process);
 	if (!r)
 		return;
-	fill(&r->hdr, MG_CONN_OPEN, now, e.pid_tgid, cookie, 0, a->netns);
-	r->hdr.flags = flags;
-	r->proto = a->proto;
-	r->family = a->family;
-	r->state = a->state;
-	r->_pad = 0;
-	r->lport = a->lport;
-	r->rport = a->rport;
-	__builtin_memcpy(r->laddr, a->laddr, 16);
-	__builtin_memcpy(r->raddr, a->raddr, 16);
-	SUBMIT(r, &e);
+	put_conn_open(r, a, cookie, flags, now, &e);
 }
 
 
@@ -209,13 +216,60 @@ static __always_inline int pcap_rejects_listeners(const struct sock_addrs *a)
 	return pcap_listeners_rejected(&r);
 }
 
+/*
+ * The filters' verdict on a socket of addresses a seen for the first time,
+ * of what stays_filtered left to the table (the netns and cgroup filters
+ * passed): whether it is eligible (the port filter, the expression and the
+ * excluded cgroup pass; the pid filter is the caller's), or -1 when it
+ * stays out of the maps for good. The expression's verdict is the
+ * socket's for good: in each CPU's verdict cache, and in the table (a
+ * packet found by its addresses then gets it) unless the socket can stay
+ * out of it.
+ */
+static __always_inline int new_conn_eligible(const struct sock *sk, const struct sock_addrs *a)
+{
+	int sel = 1;
+
+	if (port_filtered(a->lport, a->rport))
+		sel = 0;
+	if (pcap_rejects(a)) {
+		/* A connected TCP socket whose packets no listener the
+		 * expression selects can take stays out of the maps, like one
+		 * --port leaves out: under churn, the inserts and deletions
+		 * are most of what a socket costs the programs. */
+		if (a->proto == IPPROTO_TCP_ && a->lport && a->rport && pcap_rejects_listeners(a))
+			return -1;
+		sel = 0;
+	}
+	/* The collect service ships traces from a cgroup of its own: its
+	 * sockets, and so every event of them at any layer, are left out. */
+	if (exclude_cgroup && cgroup_under(BPF_CORE_READ(sk, sk_cgrp_data.cgroup), exclude_cgroup))
+		sel = 0;
+	return sel;
+}
+
+/* Put a socket seen for the first time in the connection table and the
+ * tuples map. */
+static __always_inline void table_conn(const struct sock_addrs *a, __u64 cookie, int eligible, int selected)
+{
+	struct conn_info fresh = {};
+
+	fresh.eligible = eligible;
+	fresh.selected = selected;
+	fresh.proto = a->proto;
+	fresh.lport = a->lport;
+	fresh.rport = a->rport;
+	bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
+	remember_tuple(a, cookie);
+}
+
 /* conn_of past the per-CPU cache: the connection table, and the filters
  * for a socket seen for the first time. */
 static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 {
 	struct conn_info *ci, fresh = {};
 	struct sock_addrs a;
-	int sel = 1;
+	int sel;
 
 	if (!is_connection(sk))
 		return 0;
@@ -249,27 +303,11 @@ static __noinline __u64 conn_slow(struct sock *sk, __u64 cookie, int process)
 	read_addrs(sk, &a);
 	if (process == PROCESS_LISTEN)
 		a.state = TCP_LISTEN_;
-	/* What stays_filtered left to the table: the netns and cgroup
-	 * filters passed. The expression's verdict is the socket's for good:
-	 * in each CPU's verdict cache, and in the table (a packet found by its
-	 * addresses then gets it) unless the socket can stay out of it. */
-	if (port_filtered(a.lport, a.rport))
-		sel = 0;
-	if (pcap_rejects(&a)) {
-		/* A connected TCP socket whose packets no listener the
-		 * expression selects can take stays out of the maps, like one
-		 * --port leaves out: under churn, the inserts and deletions
-		 * are most of what a socket costs the programs. */
-		if (a.proto == IPPROTO_TCP_ && a.lport && a.rport && pcap_rejects_listeners(&a)) {
-			cache_verdict(cookie, 0);
-			return FILTERED;
-		}
-		sel = 0;
+	sel = new_conn_eligible(sk, &a);
+	if (sel < 0) {
+		cache_verdict(cookie, 0);
+		return FILTERED;
 	}
-	/* The collect service ships traces from a cgroup of its own: its
-	 * sockets, and so every event of them at any layer, are left out. */
-	if (exclude_cgroup && cgroup_under(BPF_CORE_READ(sk, sk_cgrp_data.cgroup), exclude_cgroup))
-		sel = 0;
 	fresh.eligible = sel;
 	if (filter_tgid && !(process && (bpf_get_current_pid_tgid() >> 32) == filter_tgid))
 		sel = 0;

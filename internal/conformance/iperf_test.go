@@ -490,6 +490,33 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 		}
 	})
 
+	// Each connection's handshake reaches the listener: the SYN and the
+	// handshake's last ACK arrive before the accepted socket exists, so
+	// they are the listener's dev_recv. The server started before the
+	// recording, so no hook ever has the listener's socket (the IP layer,
+	// whose ingress hook had it, is not recorded): the recorder learned it
+	// at start.
+	check(t, "listener_dev_recv_equals_handshakes", func(t testing.TB) {
+		l := c.tr.only(t, "the server's listener", func(x conn) bool {
+			return x.Proto == "tcp" && x.NetNS == c.lab.Server.NetNSInode && x.Local.Port() == uint16(c.port) && x.Remote.Port() == 0
+		})
+		syns := 0
+		for _, f := range c.frames {
+			if !f.udp && f.dport == c.port && f.flags&0x12 == 0x02 {
+				syns++
+			}
+		}
+		n := 0
+		for _, e := range c.tr.events {
+			if e.Event == "dev_recv" && e.Conn == l.ID {
+				n++
+			}
+		}
+		if syns == 0 || n != 2*syns {
+			t.Errorf("listener %d: %d dev_recv; tshark: %d SYNs to port %d, want a SYN and an ACK each", l.ID, n, syns, c.port)
+		}
+	})
+
 	// The listening socket belongs to the server process.
 	check(t, "listener_owner", func(t testing.TB) {
 		l := c.tr.only(t, "the server's listener", func(x conn) bool {

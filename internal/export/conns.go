@@ -37,12 +37,20 @@ type Conn struct {
 	// PeerTrace names the trace that holds the peer, when it is not this
 	// connection's own (two hosts recorded apart).
 	PeerTrace string `json:"peer_trace,omitempty"`
-	ownerSet  bool
+	// Learned says the socket existed when recording started: the
+	// recorder learned it then (conn_open flag ConnLearned), and its owner
+	// is the process holding it, as ss -p finds it.
+	Learned  bool `json:"learned,omitempty"`
+	ownerSet bool
 }
 
 // ConnUpdate is conn_open's flag for an announcement with new addresses
 // (bpf/events.h MG_CONN_UPDATE): they replace the connection's.
 const ConnUpdate = 0x01
+
+// ConnLearned is conn_open's flag for a socket that existed when recording
+// started, learned then (bpf/events.h MG_CONN_LEARNED).
+const ConnLearned = 0x02
 
 // Observe updates c with one of its records (one whose conn is c.ID, not a
 // metadata record); rs has seen the trace's metadata up to rec.
@@ -68,6 +76,12 @@ func (c *Conn) Observe(rs *Resolver, rec trace.Record) {
 		c.NetNS = rec.NetNS()
 		if !c.ownerSet {
 			c.PID, c.Comm, _ = rs.Task(rec.TID())
+		}
+		if rec.Flags()&ConnLearned != 0 {
+			c.Learned = true
+			// The process holding the socket, not whichever task
+			// happens to make its next system call.
+			c.ownerSet = rec.TID() != 0
 		}
 		return
 	case "conn_close":

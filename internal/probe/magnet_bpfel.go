@@ -32,14 +32,8 @@ type magnetConnInfo struct {
 }
 
 type magnetCpuState struct {
-	_        structs.HostLayout
-	TaskSent struct {
-		_       structs.HostLayout
-		PidTgid uint64
-		Uid     uint32
-		Pad     uint32
-		Comm    [2]uint64
-	}
+	_           structs.HostLayout
+	TaskSent    magnetTaskId
 	LostPending [2]uint32
 	Woken       uint32
 	Depth       uint32
@@ -618,6 +612,14 @@ type magnetSockLast struct {
 	BytesRetrans0  uint64
 }
 
+type magnetTaskId struct {
+	_       structs.HostLayout
+	PidTgid uint64
+	Uid     uint32
+	Pad     uint32
+	Comm    [2]uint64
+}
+
 type magnetTcpRateSent struct {
 	_              structs.HostLayout
 	Delivered      uint32
@@ -666,6 +668,7 @@ const (
 	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
+	magnetMapLearnOwners       = "learn_owners"
 	magnetMapLocalDrops        = "local_drops"
 	magnetMapLostStates        = "lost_states"
 	magnetMapNestedAreas       = "nested_areas"
@@ -682,6 +685,8 @@ const (
 	magnetProgIpIngress        = "ip_ingress"
 	magnetProgKfreeSkb         = "kfree_skb"
 	magnetProgLearnSockets     = "learn_sockets"
+	magnetProgLearnTcp         = "learn_tcp"
+	magnetProgLearnUdp         = "learn_udp"
 	magnetProgNetDevQueue      = "net_dev_queue"
 	magnetProgNetDevStartXmit  = "net_dev_start_xmit"
 	magnetProgNetifReceiveSkb  = "netif_receive_skb"
@@ -796,6 +801,8 @@ type magnetProgramSpecs struct {
 	IpIngress        *ebpf.ProgramSpec `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.ProgramSpec `ebpf:"kfree_skb"`
 	LearnSockets     *ebpf.ProgramSpec `ebpf:"learn_sockets"`
+	LearnTcp         *ebpf.ProgramSpec `ebpf:"learn_tcp"`
+	LearnUdp         *ebpf.ProgramSpec `ebpf:"learn_udp"`
 	NetDevQueue      *ebpf.ProgramSpec `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.ProgramSpec `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.ProgramSpec `ebpf:"netif_receive_skb"`
@@ -831,6 +838,7 @@ type magnetMapSpecs struct {
 	Doorbell      *ebpf.MapSpec `ebpf:"doorbell"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen    *ebpf.MapSpec `ebpf:"ifaces_seen"`
+	LearnOwners   *ebpf.MapSpec `ebpf:"learn_owners"`
 	LocalDrops    *ebpf.MapSpec `ebpf:"local_drops"`
 	LostStates    *ebpf.MapSpec `ebpf:"lost_states"`
 	NestedAreas   *ebpf.MapSpec `ebpf:"nested_areas"`
@@ -924,6 +932,7 @@ type magnetMaps struct {
 	Doorbell      *ebpf.Map `ebpf:"doorbell"`
 	Frags         *ebpf.Map `ebpf:"frags"`
 	IfacesSeen    *ebpf.Map `ebpf:"ifaces_seen"`
+	LearnOwners   *ebpf.Map `ebpf:"learn_owners"`
 	LocalDrops    *ebpf.Map `ebpf:"local_drops"`
 	LostStates    *ebpf.Map `ebpf:"lost_states"`
 	NestedAreas   *ebpf.Map `ebpf:"nested_areas"`
@@ -948,6 +957,7 @@ func (m *magnetMaps) Close() error {
 		m.Doorbell,
 		m.Frags,
 		m.IfacesSeen,
+		m.LearnOwners,
 		m.LocalDrops,
 		m.LostStates,
 		m.NestedAreas,
@@ -1022,6 +1032,8 @@ type magnetPrograms struct {
 	IpIngress        *ebpf.Program `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.Program `ebpf:"kfree_skb"`
 	LearnSockets     *ebpf.Program `ebpf:"learn_sockets"`
+	LearnTcp         *ebpf.Program `ebpf:"learn_tcp"`
+	LearnUdp         *ebpf.Program `ebpf:"learn_udp"`
 	NetDevQueue      *ebpf.Program `ebpf:"net_dev_queue"`
 	NetDevStartXmit  *ebpf.Program `ebpf:"net_dev_start_xmit"`
 	NetifReceiveSkb  *ebpf.Program `ebpf:"netif_receive_skb"`
@@ -1051,6 +1063,8 @@ func (p *magnetPrograms) Close() error {
 		p.IpIngress,
 		p.KfreeSkb,
 		p.LearnSockets,
+		p.LearnTcp,
+		p.LearnUdp,
 		p.NetDevQueue,
 		p.NetDevStartXmit,
 		p.NetifReceiveSkb,

@@ -321,6 +321,12 @@ func Load(opts Options) (*Probe, error) {
 		}
 	}
 
+	for _, name := range LearnPrograms {
+		if slices.Contains(opts.Disable, name) {
+			delete(spec.Programs, name)
+		}
+	}
+
 	// A program the verifier refuses is dropped and the rest loaded again.
 	var coll *ebpf.Collection
 	for attempt := 0; ; attempt++ {

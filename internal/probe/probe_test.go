@@ -109,7 +109,7 @@ func loadAll(t *testing.T, opts Options) {
 }
 
 // TestObjectHasNoLabPrograms: the product's object carries only its hooks'
-// programs; the lab's synthetic events are in bpf/synthevent.bpf.c, loaded
+// programs and the iterators that learn the existing sockets; the lab's synthetic events are in bpf/synthevent.bpf.c, loaded
 // beside it (LoadSharing), never shipped in it.
 func TestObjectHasNoLabPrograms(t *testing.T) {
 	spec, err := loadMagnet()
@@ -119,6 +119,9 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 	hooked := map[string]bool{sockIterProgram: true, learnProgram: true}
 	for _, h := range Hooks {
 		hooked[h.Program] = true
+	}
+	for _, name := range LearnPrograms {
+		hooked[name] = true
 	}
 	for name := range spec.Programs {
 		if !hooked[name] {

@@ -201,6 +201,8 @@ type Result struct {
 	// Bytes then say what the file holds.
 	Unwritten   uint64
 	UnwrittenBy map[string]uint64
+	// Learned says what learning the sockets that existed at start did.
+	Learned Learned
 }
 
 // ErrStopped marks a recording that ended because of a write error; what was
@@ -381,6 +383,9 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	// in the trace.
 	hc, _ := hostcheck.Run(ctx, hostcheck.Options{Quick: true})
 
+	// The owners of the sockets that exist now, found while the probes
+	// load (see learnSockets).
+	walk := startWalk("/proc")
 	p, err := probe.Load(probe.Options{
 		Groups:          cfg.Groups,
 		Filters:         kf,
@@ -493,6 +498,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	stopWaking := context.AfterFunc(ctx, r.poll.Wake)
 	defer stopWaking()
 
+	learned := r.learnSockets(walk, kf.NetNS)
 	status := newStatusFile(cfg, p, r)
 	defer status.remove()
 	r.readyUser, r.readySystem = processCPU()
@@ -520,7 +526,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		deadline = t.C
 	}
 
-	res := &Result{Output: cfg.Output, Hooks: p.Status}
+	res := &Result{Output: cfg.Output, Hooks: p.Status, Learned: learned}
 	runErr := r.loop(ctx, cmdDone, deadline, status, res)
 	if cmd != nil && cmd.ProcessState == nil {
 		// Stopped by a signal or the duration: end the command too.
@@ -1189,6 +1195,7 @@ func (r *recorder) finish(res *Result) error {
 		if r.sel != nil {
 			sum.Extra["filtered_by_type"] = res.FilteredBy
 		}
+		sum.Extra["learned_at_start"] = res.Learned.summary()
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {
 				err = r.stopOnWrite(cerr)

@@ -266,7 +266,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	kernel.add(f)
 	f.StringVar(&celFilter, "filter", "", "write only the events for which this CEL expression over the event's fields is true, as the readers' --filter selects them (docs/FILTERS.md); connection, task and loss records are always written")
 	f.BoolVar(&xmitAtDevice, "xmit-at-device", false, "read tcp_xmit where each skb TCP sent reaches its device (net_dev_queue) instead of TCP's per-segment sockops callback: ~2.3 fewer program runs per packet, but segments that never reach a device have none, and TCP's own counts (nstat) can exceed the trace's (docs/EVENTS.md)")
-	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them), as if the kernel lacked them")
+	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them, or learn_tcp and learn_udp, which learn the sockets that exist at start), as if the kernel lacked them")
 	return cmd
 }
 
@@ -296,11 +296,12 @@ func checkExpression(s string) error {
 // disable nothing.
 func checkHooks(names []string) error {
 	for _, n := range names {
-		if !slices.ContainsFunc(probe.Hooks, func(h probe.Hook) bool { return h.Program == n }) {
+		if !slices.ContainsFunc(probe.Hooks, func(h probe.Hook) bool { return h.Program == n }) && !slices.Contains(probe.LearnPrograms, n) {
 			var valid []string
 			for _, h := range probe.Hooks {
 				valid = append(valid, h.Program)
 			}
+			valid = append(valid, probe.LearnPrograms...)
 			return fmt.Errorf("--disable-hook %q: no such program (valid: %s)", n, strings.Join(valid, ", "))
 		}
 	}
@@ -451,6 +452,12 @@ func printSummary(res *record.Result, what string) {
 		fmt.Fprintf(os.Stderr, "  missed: %d runs the kernel skipped, their events missing (%s): another run of the program was under way on that CPU\n", res.Missed, strings.Join(mp, ", "))
 	} else {
 		fmt.Fprintf(os.Stderr, "  missed: 0\n")
+	}
+	if l := res.Learned; l.Err != "" {
+		fmt.Fprintf(os.Stderr, "  learned: none of the sockets that existed at start (%s): each is met at its next event at a hook that has its socket\n", l.Err)
+	} else {
+		fmt.Fprintf(os.Stderr, "  learned: %d sockets that existed at start, in %d network namespaces: %d announced, %d met by the hooks first, %d with their owner (%s after loading; the walk of /proc for owners %s, while loading)\n",
+			l.Sockets, l.NetNS, l.Announced, l.Known, l.Owned, l.Took.Round(time.Millisecond), l.WalkTook.Round(time.Millisecond))
 	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
