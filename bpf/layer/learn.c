@@ -54,12 +54,22 @@ static __always_inline __u64 sock_inode(const struct sock *s)
 	return KERNEL_CAST(struct socket_alloc, so)->vfs_inode.i_ino;
 }
 
+/* Summary mode reads a TCP connection's figures from its socket from the
+ * moment it is established; no state change will say so for one that was
+ * established before the start, so its figures start when it is learned. */
+static __always_inline void summary_learned(struct sock *sk, __u64 cookie, __u8 proto, __u8 state)
+{
+	if (summary_mode && proto == IPPROTO_TCP_ && state == TCP_ESTABLISHED_)
+		summary_sock_open(sk, cookie);
+}
+
 static __noinline int learn_sock(struct seq_file *seq, struct sock *sk, __u64 cookie)
 {
 	struct mg_learned out = {};
 	struct task_id nobody = {};
 	const struct task_id *owner;
 	struct mg_conn_open *r;
+	struct conn_info *ci;
 	struct sock_addrs a;
 	int eligible, sel;
 	struct emit e;
@@ -78,8 +88,13 @@ static __noinline int learn_sock(struct seq_file *seq, struct sock *sk, __u64 co
 		goto write;
 	}
 	out.proto = KERNEL_CAST(struct sock, sk)->sk_protocol;
-	if (bpf_map_lookup_elem(&conns, &cookie)) {
+	ci = bpf_map_lookup_elem(&conns, &cookie);
+	if (ci) {
 		out.verdict = LEARN_KNOWN;
+		/* Met by a hook since they attached, before this read: in
+		 * summary mode its figures still start here. */
+		if (ci->selected)
+			summary_learned(sk, cookie, out.proto, out.state);
 		goto write;
 	}
 	if (stays_filtered(sk)) {
@@ -103,6 +118,7 @@ static __noinline int learn_sock(struct seq_file *seq, struct sock *sk, __u64 co
 	r = (struct mg_conn_open *)reserve_control_for(MG_CONN_OPEN, sizeof(*r), now, &e, owner);
 	if (r)
 		put_conn_open(r, &a, cookie, MG_CONN_LEARNED, now, &e);
+	summary_learned(sk, cookie, out.proto, out.state);
 write:
 	bpf_seq_write(seq, &out, sizeof(out));
 	return 0;

@@ -354,37 +354,6 @@ int sock_figures(struct bpf_iter__bpf_sk_storage_map *ctx)
 	return 0;
 }
 
-/*
- * Summary mode, once at the start: the TCP connections established before
- * the recording, which no state change will announce, found through the
- * files of every task (so in every network namespace). Their figures start
- * here, as if they had just been established. A socket no task holds (an
- * orphan, closing) is not found.
- */
-SEC("iter/task_file")
-int learn_sockets(struct bpf_iter__task_file *ctx)
-{
-	struct file *file = ctx->file;
-	struct socket *sock;
-	struct sock *sk;
-	__u64 conn;
-
-	if (!file || !summary_mode || !enabled(MG_G_SOCK | MG_G_TCP))
-		return 0;
-	sock = bpf_sock_from_file(file);
-	if (!sock)
-		return 0;
-	sk = sock->sk;
-	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || sk->__sk_common.skc_state != TCP_ESTABLISHED_)
-		return 0;
-	if (bpf_sk_storage_get(&sock_lasts, sk, 0, 0))
-		return 0;
-	conn = conn_of(my_state(), sk, cookie_of(sk, sk), 0);
-	if (conn && conn != FILTERED)
-		summary_sock_open(sk, conn);
-	return 0;
-}
-
 /* UDP sockets have no state changes: they end when released. In summary
  * mode, a TCP socket's figures are read when it is released. */
 SEC("cgroup/sock_release")

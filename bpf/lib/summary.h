@@ -192,7 +192,7 @@ struct sock_last {
 	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
 	/* The socket's byte counters when its figures started: they count
 	 * from its creation, and a socket learned at the recording's start
-	 * (learn_sockets) may have moved data before. */
+	 * (learned at the start: learn.c) may have moved data before. */
 	__u64 bytes_sent0;
 	__u64 bytes_received0;
 	__u64 bytes_retrans0;
@@ -229,7 +229,7 @@ static __noinline void summary_sock_open(struct sock *sk, __u64 conn)
 	if (!l)
 		return;
 	bpf_spin_lock(&l->lock);
-	/* Once: the socket may be met again (learn_sockets). */
+	/* Once: the socket may be met again (learn.c meets it too). */
 	if (!l->cookie) {
 		l->cookie = conn;
 		l->write_seq = write_seq;

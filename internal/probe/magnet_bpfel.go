@@ -684,7 +684,6 @@ const (
 	magnetProgIpEgress         = "ip_egress"
 	magnetProgIpIngress        = "ip_ingress"
 	magnetProgKfreeSkb         = "kfree_skb"
-	magnetProgLearnSockets     = "learn_sockets"
 	magnetProgLearnTcp         = "learn_tcp"
 	magnetProgLearnUdp         = "learn_udp"
 	magnetProgNetDevQueue      = "net_dev_queue"
@@ -800,7 +799,6 @@ type magnetProgramSpecs struct {
 	IpEgress         *ebpf.ProgramSpec `ebpf:"ip_egress"`
 	IpIngress        *ebpf.ProgramSpec `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.ProgramSpec `ebpf:"kfree_skb"`
-	LearnSockets     *ebpf.ProgramSpec `ebpf:"learn_sockets"`
 	LearnTcp         *ebpf.ProgramSpec `ebpf:"learn_tcp"`
 	LearnUdp         *ebpf.ProgramSpec `ebpf:"learn_udp"`
 	NetDevQueue      *ebpf.ProgramSpec `ebpf:"net_dev_queue"`
@@ -1031,7 +1029,6 @@ type magnetPrograms struct {
 	IpEgress         *ebpf.Program `ebpf:"ip_egress"`
 	IpIngress        *ebpf.Program `ebpf:"ip_ingress"`
 	KfreeSkb         *ebpf.Program `ebpf:"kfree_skb"`
-	LearnSockets     *ebpf.Program `ebpf:"learn_sockets"`
 	LearnTcp         *ebpf.Program `ebpf:"learn_tcp"`
 	LearnUdp         *ebpf.Program `ebpf:"learn_udp"`
 	NetDevQueue      *ebpf.Program `ebpf:"net_dev_queue"`
@@ -1062,7 +1059,6 @@ func (p *magnetPrograms) Close() error {
 		p.IpEgress,
 		p.IpIngress,
 		p.KfreeSkb,
-		p.LearnSockets,
 		p.LearnTcp,
 		p.LearnUdp,
 		p.NetDevQueue,

@@ -174,9 +174,6 @@ const SocketGroups = event.GroupSock | event.GroupTCP
 // over the sockets that have a sock_last (bpf/lib/summary.h).
 const sockIterProgram = "sock_figures"
 
-// learnProgram finds, in summary mode, the TCP connections established
-// before the recording: an iterator over every task's files.
-const learnProgram = "learn_sockets"
 
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
 var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root)")
@@ -282,7 +279,6 @@ func Load(opts Options) (*Probe, error) {
 		perPacket &^= SocketGroups
 	} else {
 		delete(spec.Programs, sockIterProgram)
-		delete(spec.Programs, learnProgram)
 	}
 	for i := range status {
 		st := &status[i]
@@ -1142,31 +1138,6 @@ func (p *Probe) ReadSummaries(fn func(cookie uint64, perCPU [][]byte) error) err
 		if err := fn(cookie, [][]byte{v}); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// LearnSockets announces the TCP connections established before the
-// recording and starts their figures (summary mode; nothing otherwise):
-// their conn_open records go to the control ring, as if first seen in a
-// softirq (the recorder finds their owners in /proc).
-func (p *Probe) LearnSockets() error {
-	prog := p.coll.Programs[learnProgram]
-	if p.sockIter == nil || prog == nil {
-		return nil
-	}
-	it, err := link.AttachIter(link.IterOptions{Program: prog})
-	if err != nil {
-		return fmt.Errorf("learn the established sockets: %w", err)
-	}
-	defer it.Close()
-	r, err := it.Open()
-	if err != nil {
-		return fmt.Errorf("learn the established sockets: %w", err)
-	}
-	defer r.Close()
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return fmt.Errorf("learn the established sockets: %w", err)
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooked := map[string]bool{sockIterProgram: true, learnProgram: true}
+	hooked := map[string]bool{sockIterProgram: true}
 	for _, h := range Hooks {
 		hooked[h.Program] = true
 	}

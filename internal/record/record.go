@@ -458,10 +458,8 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		r.nextSummary = time.Now().Add(cfg.Summary)
 		// No state change will announce a connection established
-		// before now: found here, its figures start now.
-		if err := p.LearnSockets(); err != nil {
-			return nil, err
-		}
+		// before now: learning the existing sockets below starts its
+		// figures.
 	}
 	if r.events, err = p.EventRings(); err != nil {
 		return nil, err
