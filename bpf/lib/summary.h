@@ -192,7 +192,7 @@ struct sock_last {
 	__u64 copied; /* copied_seq moved: bytes read, and a FIN read */
 	/* The socket's byte counters when its figures started: they count
 	 * from its creation, and a socket learned at the recording's start
-	 * (learned at the start: learn.c) may have moved data before. */
+	 * (learn.c) may have moved data before. */
 	__u64 bytes_sent0;
 	__u64 bytes_received0;
 	__u64 bytes_retrans0;

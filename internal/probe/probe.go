@@ -174,7 +174,6 @@ const SocketGroups = event.GroupSock | event.GroupTCP
 // over the sockets that have a sock_last (bpf/lib/summary.h).
 const sockIterProgram = "sock_figures"
 
-
 // ErrPermission is returned when the caller lacks the privileges to load BPF.
 var ErrPermission = errors.New("need CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root)")
 
