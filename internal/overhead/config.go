@@ -58,6 +58,7 @@ const (
 	Record        = "record"
 	RecordSummary = "record-summary"
 	RecordFlight  = "record-flight"
+	RecordXmitDev = "record-xmit-at-device"
 	TcpdumpName   = "tcpdump"
 	PerfName      = "perf"
 	BpftraceName  = "bpftrace"
@@ -70,6 +71,7 @@ var recordModes = []Config{
 	{Name: RecordSummary, Kind: Magnet, Args: []string{"--summary=1s"}, What: "`magnet record --summary=1s`: per-connection figures read from each TCP socket (and drops), no program per packet"},
 	// A trigger that never fires: the cost between triggers.
 	{Name: RecordFlight, Kind: Magnet, Args: []string{"--flight", "30s", "--trigger", "rtt>10s"}, What: "`magnet record --flight 30s --trigger 'rtt>10s'`: events kept in memory, none written"},
+	{Name: RecordXmitDev, Kind: Magnet, Args: []string{"--xmit-at-device"}, What: "`magnet record --xmit-at-device`: default groups, tcp_xmit read at the device instead of sockops' per-segment callback (opt-in)"},
 }
 
 // Configs returns every configuration in the order a repetition runs them:
@@ -102,7 +104,7 @@ func Configs() []Config {
 
 // SaturationDefault are the configurations run at saturation unless told
 // otherwise: the goal compares magnet's default with tcpdump.
-var SaturationDefault = []string{Baseline, Record, TcpdumpName, PerfName, BpftraceName}
+var SaturationDefault = []string{Baseline, Record, RecordXmitDev, TcpdumpName, PerfName, BpftraceName}
 
 // Select returns the configurations of Configs named in names (comma-
 // separated), in Configs' order, with the baseline always first.
