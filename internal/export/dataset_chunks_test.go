@@ -134,6 +134,8 @@ func duckdbSame(t *testing.T, old, cur string, files []string) {
 import duckdb, json, sys
 ps = json.load(sys.stdin)
 con = duckdb.connect()
+# A slow query draws a progress bar on stdout, where the JSON goes.
+con.execute("SET enable_progress_bar = false")
 con.execute("SET threads = 1")
 out = []
 def q(sql):

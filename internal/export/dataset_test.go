@@ -67,6 +67,8 @@ func duckdb(t *testing.T, dir string, queries []string) [][][]any {
 import duckdb, json, sys
 qs = json.load(sys.stdin)
 con = duckdb.connect()
+# A slow query draws a progress bar on stdout, where the JSON goes.
+con.execute("SET enable_progress_bar = false")
 out = []
 for q in qs:
     rows = con.execute(q).fetchall()

@@ -82,7 +82,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.WorkDir != "" {
 		p("The tracers wrote their files under %s. ", r.WorkDir)
 	}
-	p("Events: magnet's records (task, interface and lost records are not events); tcpdump's packets captured; perf's samples; bpftrace's lines. " +
+	p("Events: magnet's records (task, interface and lost records are not events); tcpdump's packets received by its filter; perf's samples; bpftrace's lines. " +
 		"Lost: events the recorder lost (tcpdump: dropped by kernel; perf: lost chunks). Added CPU per event: the CPU per GB above the same repetition's baseline, over the events per GB. " +
 		"Tracer process: the tracer's threads' run time over the transfer (schedstat), a part of the CPU per GB; the rest of what it adds is in the kernel (hooks, programs, the paths they turn on, wake-ups).\n")
 	acc := false

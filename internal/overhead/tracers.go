@@ -23,7 +23,7 @@ import (
 
 // traced is what a tracer says it did over a run.
 type traced struct {
-	Events  uint64 // events written (tcpdump: packets captured; perf: samples)
+	Events  uint64 // events (tcpdump: packets received by its filter; perf: samples)
 	Lost    uint64 // events lost before the file (tcpdump: dropped by kernel)
 	Written int64  // bytes of its output file
 	// TraceSent and TraceRecv are, for a magnet trace with socket events,
@@ -175,7 +175,7 @@ func startTcpdump(lab *netlab.Lab, work string, seq, snaplen int) (*tcpdumpTrace
 }
 
 var (
-	reCaptured = regexp.MustCompile(`(\d+) packets? captured`)
+	reReceived = regexp.MustCompile(`(\d+) packets? received by filter`)
 	reDropped  = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
 )
 
@@ -185,7 +185,10 @@ func (t *tcpdumpTracer) stop() (traced, error) {
 		return traced{}, err
 	}
 	msg := t.Stderr()
-	return traced{Events: tracerproc.FirstNumber(reCaptured, msg), Lost: tracerproc.FirstNumber(reDropped, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
+	// Its events are the packets the kernel handed it: "captured" counts
+	// only those it had read when SIGINT stopped it, and on a loaded
+	// machine a short run's packets can all still wait in its ring then.
+	return traced{Events: tracerproc.FirstNumber(reReceived, msg), Lost: tracerproc.FirstNumber(reDropped, msg), Written: t.size(), TraceSent: -1, TraceRecv: -1}, nil
 }
 
 // perfTracer is perf record of magnet's tracepoints on every CPU.
