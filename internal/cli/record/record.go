@@ -447,6 +447,13 @@ func printSummary(res *record.Result, what string) {
 	} else {
 		fmt.Fprintf(os.Stderr, "  missed: 0\n")
 	}
+	if len(res.Unrecorded) > 0 {
+		var up []string
+		for _, name := range record.SortedCounts(res.Unrecorded) {
+			up = append(up, fmt.Sprintf("%s %d", name, res.Unrecorded[name]))
+		}
+		fmt.Fprintf(os.Stderr, "  unrecorded packets: %s (seen by the device and drop programs, no event made: filtered, or no connection)\n", strings.Join(up, ", "))
+	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))
