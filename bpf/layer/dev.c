@@ -329,11 +329,12 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		count_unrecorded(netns, why);
 		return;
 	}
-	if (summary_mode) { summarize_dev(conn, type, skb); return; }
-	if (!conn && !unattributed_ok(netns)) {
+	/* Summary mode keeps figures by connection only. */
+	if (!conn && (summary_mode || !unattributed_ok(netns))) {
 		count_unrecorded(netns, why);
 		return;
 	}
+	if (summary_mode) { summarize_dev(conn, type, skb); return; }
 	now = bpf_ktime_get_ns();
 	announce_iface(st, dev, netns, ifindex, now);
 	if (enabled(MG_G_HEADERS) && type != MG_DEV_QUEUE) {

@@ -67,11 +67,12 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 			return 0;
 		}
 	}
-	if (summary_mode) { summarize_drop(conn, skb, reason); return 0; }
-	if (!conn && !unattributed_ok(netns)) {
+	/* Summary mode keeps figures by connection only. */
+	if (!conn && (summary_mode || !unattributed_ok(netns))) {
 		count_unrecorded(netns, MG_UNREC_DROP_NO_CONN);
 		return 0;
 	}
+	if (summary_mode) { summarize_drop(conn, skb, reason); return 0; }
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_drop, MG_DROP, now, &e);
 	if (!r)

@@ -237,14 +237,8 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 // about one run in ten, bpftrace short by exactly as many as magnet,
 // while sockops saw each segment); a device event count is then checked
 // against this count, exactly, and tcpdump's surplus is the kernel's.
-type tracepointFrames struct {
-	cmd *exec.Cmd
-	out *bufio.Reader
-}
-
-func startTracepointFrames(t *testing.T, netnsInode uint32, port int) *tracepointFrames {
+func startTracepointFrames(t *testing.T, netnsInode uint32, port int) *bpftraceCounts {
 	t.Helper()
-	needTools(t, "bpftrace")
 	be := (port&0xff)<<8 | port>>8 // the port as a __be16 reads on this little-endian host
 	probe := func(tp, key string) string {
 		return fmt.Sprintf(`tracepoint:net:%s { $s = (struct sk_buff *)args->skbaddr;
@@ -256,11 +250,23 @@ if ($s->dev->nd_net.net->ns.inum == %d && $s->protocol == 8) {
     if ($th->source == %d) { @%s_from = count(); } } } }
 `, tp, netnsInode, be, key, be, key)
 	}
+	return startBpftraceCounts(t, probe("net_dev_start_xmit", "xmit")+probe("netif_receive_skb", "recv"))
+}
+
+// bpftraceCounts runs a bpftrace script whose maps are counts (@name =
+// count()) beside a test.
+type bpftraceCounts struct {
+	cmd *exec.Cmd
+	out *bufio.Reader
+}
+
+func startBpftraceCounts(t *testing.T, script string) *bpftraceCounts {
+	t.Helper()
+	needTools(t, "bpftrace")
 	// The interval probe's output wakes bpftrace's event loop, which
 	// otherwise, with nothing to print, can sleep through the SIGINT that
 	// tells it to stop (another thread takes the signal).
-	c := exec.Command("bpftrace", "-e", probe("net_dev_start_xmit", "xmit")+probe("netif_receive_skb", "recv")+
-		`interval:ms:100 { printf(""); }`)
+	c := exec.Command("bpftrace", "-e", script+`interval:ms:100 { printf(""); }`)
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -268,38 +274,37 @@ if ($s->dev->nd_net.net->ns.inum == %d && $s->protocol == 8) {
 	if err := c.Start(); err != nil {
 		t.Fatalf("bpftrace: %v", err)
 	}
-	tf := &tracepointFrames{cmd: c, out: bufio.NewReader(out)}
+	bc := &bpftraceCounts{cmd: c, out: bufio.NewReader(out)}
 	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	if l, err := tf.out.ReadString('\n'); err != nil || !strings.HasPrefix(l, "Attaching") {
+	if l, err := bc.out.ReadString('\n'); err != nil || !strings.HasPrefix(l, "Attaching") {
 		t.Fatalf("bpftrace did not start: %q %v", l, err)
 	}
-	return tf
+	return bc
 }
 
-// stop ends bpftrace and returns its counts: xmit_to, xmit_from, recv_to,
-// recv_from (to or from the port).
-func (tf *tracepointFrames) stop(t *testing.T) map[string]int {
+// stop ends bpftrace and returns its counts by map name (for
+// startTracepointFrames: xmit_to, xmit_from, recv_to, recv_from, to or
+// from the port).
+func (bc *bpftraceCounts) stop(t *testing.T) map[string]int {
 	t.Helper()
 	out := make(chan []byte, 1)
 	go func() {
-		b, _ := io.ReadAll(tf.out)
+		b, _ := io.ReadAll(bc.out)
 		out <- b
 	}()
 	var b []byte
-	// bpftrace prints its counts and exits on SIGINT; once in a while it
-	// did not, still waiting for events: ask again, then give up.
 	for try := 0; b == nil; try++ {
 		if try == 2 {
-			tf.cmd.Process.Kill()
+			bc.cmd.Process.Kill()
 			t.Fatal("bpftrace did not stop on SIGINT")
 		}
-		tf.cmd.Process.Signal(os.Interrupt)
+		bc.cmd.Process.Signal(os.Interrupt)
 		select {
 		case b = <-out:
 		case <-time.After(10 * time.Second):
 		}
 	}
-	if err := tf.cmd.Wait(); err != nil {
+	if err := bc.cmd.Wait(); err != nil {
 		t.Fatalf("bpftrace: %v\n%s", err, b)
 	}
 	m := map[string]int{}
@@ -326,10 +331,13 @@ func checkDevFrames(t *testing.T, what string, got, want, kernel int) {
 }
 
 // checkTracepointFrames: the events of a kind over the port's connections
-// are exactly what bpftrace on the same tracepoint saw.
+// are at least what bpftrace on the same tracepoint saw. bpftrace's
+// program is a perf one, which the kernel also skips while another such
+// program runs on the CPU: it may see fewer than magnet, never more (seen
+// equal in every run so far).
 func checkTracepointFrames(t *testing.T, what string, got, bpftrace int) {
 	t.Helper()
-	if got != bpftrace {
+	if got < bpftrace {
 		t.Errorf("%s over the port's connections = %d; bpftrace on the same tracepoint saw %d frames", what, got, bpftrace)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,10 +351,18 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	port := uniquePort()
 	iperf3Server(t, lab, lab.Server, port)
 	drops0 := qdiscDrops(t, lab, lab.Client)
+	// The kernel now and then runs no program of kfree_skb for a drop
+	// (docs/EVENTS.md, Loss accounting): bpftrace on it is the witness of
+	// what a program there could see.
+	bt := startBpftraceCounts(t, fmt.Sprintf(`tracepoint:skb:kfree_skb /args->reason == %d/ {
+  $s = (struct sk_buff *)args->skbaddr;
+  if ($s->dev != 0 && $s->dev->nd_net.net->ns.inum == %d) { @qdisc = count(); } }
+`, qdiscDropReason(t), lab.Client.NetNSInode))
 	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-n", "20M")
 	waitClosed(t, lab, port)
 	res := rec.stop(t)
+	seen := bt.stop(t)["qdisc"]
 	want := qdiscDrops(t, lab, lab.Client) - drops0
 	if want == 0 {
 		t.Fatal("the sender's qdisc dropped nothing: nothing to check")
@@ -369,8 +378,29 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	if lost < got || all < lost {
 		t.Errorf("drops over the sender's connections: %d in all, %d losing data, %d at a device; want all ≥ losing data ≥ at a device (qdisc drops lose data)", all, lost, got)
 	}
-	if got != want {
-		t.Errorf("drop_dev_packets over the sender's connections %d; tc -s qdisc: %d dropped; lost %d; missed runs %v; unrecorded %v", got, want, res.Lost, res.MissedBy, res.Unrecorded)
+	// bpftrace's program is a perf one, which the kernel also skips
+	// while another such program runs on the CPU: it may see fewer than
+	// magnet, never more.
+	if got < uint64(seen) || got > want {
+		t.Errorf("drop_dev_packets over the sender's connections %d; bpftrace on kfree_skb saw %d QDISC_DROP in the sender's netns; tc -s qdisc: %d dropped; lost %d; missed runs %v; unrecorded %v", got, seen, want, res.Lost, res.MissedBy, res.Unrecorded)
+	}
+	if uint64(seen) < want {
+		t.Logf("the kernel ran no program of kfree_skb for %d of the qdisc's %d drops (bpftrace on it saw %d, magnet %d)", want-uint64(seen), want, seen, got)
 	}
 	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, got, lost, all, res.Lost, res.MissedBy)
+}
+
+// qdiscDropReason is SKB_DROP_REASON_QDISC_DROP's value on this kernel.
+func qdiscDropReason(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()
+	if err != nil {
+		t.Skipf("bpftool: %v", err)
+	}
+	m := regexp.MustCompile(`\bSKB_DROP_REASON_QDISC_DROP = (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatal("no SKB_DROP_REASON_QDISC_DROP in the kernel's BTF")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
