@@ -228,7 +228,7 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 	return n
 }
 
-// tracepointFrames counts, with bpftrace, the TCP frames of port that the
+// startTracepointFrames counts, with bpftrace, the TCP frames of port that the
 // kernel's net_dev_start_xmit and netif_receive_skb tracepoints run BPF
 // programs for on the devices of one netns: an independent witness of
 // what a program on those tracepoints can see. Under load the kernel now
@@ -236,7 +236,8 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 // tcpdump on the same device captures (seen: 2 to 22 frames each way in
 // about one run in ten, bpftrace short by exactly as many as magnet,
 // while sockops saw each segment); a device event count is then checked
-// against this count, exactly, and tcpdump's surplus is the kernel's.
+// against this count (checkTracepointFrames), and tcpdump's surplus is
+// the kernel's.
 func startTracepointFrames(t *testing.T, netnsInode uint32, port int) *bpftraceCounts {
 	t.Helper()
 	be := (port&0xff)<<8 | port>>8 // the port as a __be16 reads on this little-endian host
