@@ -19,7 +19,8 @@ enum mg_unrecorded {
 	/* Found by its addresses: the port filter or the expression leaves
 	 * its ports out, or the socket of its addresses is left out. */
 	MG_UNREC_DEV_ADDR_FILTERED,
-	/* No socket of its addresses is known, and a filter needs one. */
+	/* No socket of its addresses is known (or it is not TCP or UDP: ARP,
+	 * ICMP), and a filter needs one. */
 	MG_UNREC_DEV_NO_CONN,
 	/* Its addresses name a socket the connection table no longer has,
 	 * and a filter needs one. */

@@ -951,7 +951,7 @@ type Missed struct {
 var Unrecorded = []string{
 	"dev_socket_filtered",  // the packet's socket is one the filters leave out
 	"dev_address_filtered", // found by address: its ports or its socket left out
-	"dev_no_connection",    // no socket of its addresses, and a filter needs one
+	"dev_no_connection",    // no socket of its addresses (or not TCP/UDP), and a filter needs one
 	"dev_stale_tuple",      // its addresses name a socket the table no longer has
 	"drop_filtered",        // a drop of a socket the filters leave out
 	"drop_no_connection",   // a drop with no (full) socket, and a filter needs one
