@@ -34,6 +34,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "lib/summary.h"
 #include "lib/acks.h"
 #include "lib/localdrop.h"
+#include "lib/unrecorded.h"
 
 #include "layer/sock.c"
 #include "layer/tcp.c"

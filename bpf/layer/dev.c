@@ -281,6 +281,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	__u16 l3proto, segs;
 	int ingress = type == MG_DEV_RECV;
 	struct cpu_state *st;
+	enum mg_unrecorded why;
 	int ack_out;
 
 	if (!enabled(MG_G_DEV | MG_G_HEADERS))
@@ -302,6 +303,7 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		return;
 	sk = skb->sk;
 	st = my_state();
+	why = MG_UNREC_DEV_SOCKET_FILTERED;
 	if (!ingress && sk && sk_is_full(sk))
 		conn = conn_of(st, sk, sk_cookie(sk), 0);
 	/* Not a connection's socket: the kernel's TCP control socket, which
@@ -313,15 +315,26 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 		 * anyway (the other end of a veth pair, for one). */
 		if (filter_netns && netns != filter_netns)
 			return;
+		why = MG_UNREC_DEV_ADDR_FILTERED;
 		conn = conn_from_headers(st, l3, l3proto, netns, ingress);
-		if (conn && conn != FILTERED)
+		if (conn && conn != FILTERED) {
 			conn = conn_known(st, conn);
+			if (!conn)
+				why = MG_UNREC_DEV_STALE;
+		} else if (!conn) {
+			why = MG_UNREC_DEV_NO_CONN;
+		}
 	}
-	if (conn == FILTERED)
+	if (conn == FILTERED) {
+		count_unrecorded(netns, why);
 		return;
+	}
+	/* Summary mode keeps figures by connection only. */
+	if (!conn && (summary_mode || !unattributed_ok(netns))) {
+		count_unrecorded(netns, why);
+		return;
+	}
 	if (summary_mode) { summarize_dev(conn, type, skb); return; }
-	if (!conn && !unattributed_ok(netns))
-		return;
 	now = bpf_ktime_get_ns();
 	announce_iface(st, dev, netns, ifindex, now);
 	if (enabled(MG_G_HEADERS) && type != MG_DEV_QUEUE) {

@@ -39,13 +39,40 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 	}
 	if (sk && sk_is_full(sk)) {
 		conn = conn_of(my_state(), sk, sk_cookie(sk), 0);
-		if (conn == FILTERED)
+		if (conn == FILTERED) {
+			count_unrecorded(sk_netns(sk), MG_UNREC_DROP_FILTERED);
 			return 0;
-		netns = sk_netns(sk);
+		}
+		if (conn || !dev)
+			netns = sk_netns(sk);
+	}
+	/*
+	 * A packet on its way out whose socket is no connection's: the
+	 * kernel's TCP control socket, which sends the ACKs and resets of a
+	 * TIME_WAIT socket or of none (as the last ACK of a connection that
+	 * closed), or a TIME_WAIT or request socket. A full qdisc drops
+	 * those too; found by their addresses, as the device finds them, in
+	 * the device's netns (the control socket's is whichever netns it
+	 * last sent for).
+	 */
+	if (!conn && !rx_sk && owner && dev && (!filter_netns || netns == filter_netns)) {
+		struct cpu_state *st = my_state();
+
+		conn = conn_from_headers(st, skb->head + skb->network_header,
+					 __builtin_bswap16(skb->protocol), netns, 0);
+		if (conn && conn != FILTERED)
+			conn = conn_known(st, conn);
+		if (conn == FILTERED) {
+			count_unrecorded(netns, MG_UNREC_DROP_FILTERED);
+			return 0;
+		}
+	}
+	/* Summary mode keeps figures by connection only. */
+	if (!conn && (summary_mode || !unattributed_ok(netns))) {
+		count_unrecorded(netns, MG_UNREC_DROP_NO_CONN);
+		return 0;
 	}
 	if (summary_mode) { summarize_drop(conn, skb, reason); return 0; }
-	if (!conn && !unattributed_ok(netns))
-		return 0;
 	now = bpf_ktime_get_ns();
 	r = RESERVE_EVENT(struct mg_drop, MG_DROP, now, &e);
 	if (!r)

@@ -367,13 +367,6 @@ func TestLocalDropTruth(t *testing.T) {
 	if tcp.WireBytes != wire {
 		t.Errorf("report: %d B left the host; tcpdump on %s captured %d B", tcp.WireBytes, lab.Client.Iface, wire)
 	}
-	if lose < qdrops {
-		// The open defect the conformance suite lists (openBugs,
-		// qdisc_drops_equal_tc): a few drops in the first moments of a
-		// recording have no drop event. Every relation below needs each
-		// drop, so the run can say nothing more.
-		t.Skipf("known gap (docs/EVENTS.md): %d of the qdisc's %d drops have no drop event; the relations that follow need every one", qdrops-lose, qdrops)
-	}
 	if lose != qdrops {
 		t.Errorf("report: %d drops that lose data; the qdisc dropped %d", lose, qdrops)
 	}

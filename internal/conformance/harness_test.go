@@ -661,15 +661,22 @@ var openBugs = map[string]string{
 	"report_sender_dev_xmit_equals_tshark":   skippedRuns,
 	"report_receiver_dev_recv_equals_tshark": skippedRuns,
 	"server_dev_recv_equals_tshark":          skippedRuns,
-	"qdisc_drops_equal_tc":                   "a qdisc drop in a thousand can be missing against tc -s",
-	"report_drops_equal_tc":                  "a qdisc drop in a thousand can be missing against tc -s",
+	"qdisc_drops_equal_tc":                   skippedDrops,
+	"report_drops_equal_tc":                  skippedDrops,
 }
 
-// skippedRuns is the defect docs/EVENTS.md describes among its device
-// events (missing frames, not yet settled): on a loaded host, runs of 1-5 frames reach the
-// wire with none of magnet's device programs run for them, and no
-// recursion miss counted.
-const skippedRuns = "under load, runs of 1-5 frames have no device event and no miss is counted"
+// skippedRuns: on a loaded host the kernel now and then runs no program of
+// the device tracepoints for a run of frames tcpdump captures (2 to 22 each
+// way seen); bpftrace counting the same frames on the same tracepoints is
+// short by as many, the programs' own count of their runs equals the
+// events, and no miss is counted (docs/EVENTS.md, Loss accounting). The
+// record tests check the device events against bpftrace exactly.
+const skippedRuns = "under load the kernel runs no device tracepoint program for a few frames (bpftrace misses the same)"
+
+// skippedDrops: the same for kfree_skb: tc -s 3768 drops, magnet 3766,
+// bpftrace on skb:kfree_skb in the same run 3766. TestSummaryQdiscDrops
+// checks magnet against bpftrace.
+const skippedDrops = "under load the kernel runs no kfree_skb program for a qdisc drop in a thousand (bpftrace misses the same)"
 
 // check runs one comparison of magnet with its ground truth as a subtest.
 func check(t *testing.T, name string, fn func(t testing.TB)) {
@@ -749,6 +756,9 @@ func checkAccounted(t *testing.T, path string) {
 	}
 	produced, _ := sum.Extra["produced"].(map[string]any)
 	lostBy, _ := sum.Extra["lost_by_type"].(map[string]any)
+	if u := sum.Extra["unrecorded"]; u != nil {
+		t.Logf("packets seen and not recorded, by reason: %v", u)
+	}
 	for name, v := range produced {
 		p, _ := v.(float64)
 		l, _ := lostBy[name].(float64)

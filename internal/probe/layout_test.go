@@ -341,3 +341,10 @@ func TestEnumsMatchBTF(t *testing.T) {
 		}
 	}
 }
+
+// Every reason of bpf/lib/unrecorded.h has its name.
+func TestUnrecordedNames(t *testing.T) {
+	if n := len(magnetMgUnrecordedCounts{}.N); len(Unrecorded) != n {
+		t.Fatalf("%d names for the %d reasons of enum mg_unrecorded", len(Unrecorded), n)
+	}
+}

@@ -567,6 +567,11 @@ const (
 	magnetMgTypeMG_TYPE_MAX     magnetMgType = 26
 )
 
+type magnetMgUnrecordedCounts struct {
+	_ structs.HostLayout
+	N [6]uint64
+}
+
 type magnetPcapInsn struct {
 	_    structs.HostLayout
 	Op   uint8
@@ -680,6 +685,7 @@ const (
 	magnetMapTcpStates         = "tcp_states"
 	magnetMapTuples            = "tuples"
 	magnetMapUdpPeers          = "udp_peers"
+	magnetMapUnrecorded        = "unrecorded"
 	magnetProgInetSockSetState = "inet_sock_set_state"
 	magnetProgIpEgress         = "ip_egress"
 	magnetProgIpIngress        = "ip_ingress"
@@ -848,6 +854,7 @@ type magnetMapSpecs struct {
 	TcpStates     *ebpf.MapSpec `ebpf:"tcp_states"`
 	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
 	UdpPeers      *ebpf.MapSpec `ebpf:"udp_peers"`
+	Unrecorded    *ebpf.MapSpec `ebpf:"unrecorded"`
 }
 
 // magnetVariableSpecs contains global variables before they are loaded into the kernel.
@@ -942,6 +949,7 @@ type magnetMaps struct {
 	TcpStates     *ebpf.Map `ebpf:"tcp_states"`
 	Tuples        *ebpf.Map `ebpf:"tuples"`
 	UdpPeers      *ebpf.Map `ebpf:"udp_peers"`
+	Unrecorded    *ebpf.Map `ebpf:"unrecorded"`
 }
 
 func (m *magnetMaps) Close() error {
@@ -967,6 +975,7 @@ func (m *magnetMaps) Close() error {
 		m.TcpStates,
 		m.Tuples,
 		m.UdpPeers,
+		m.Unrecorded,
 	)
 }
 

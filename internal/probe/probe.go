@@ -1060,6 +1060,41 @@ type Missed struct {
 	RunCount uint64 `json:"run_count,omitempty"`
 }
 
+// Unrecorded names the reasons of bpf/lib/unrecorded.h (enum
+// mg_unrecorded), in order: packets the device and drop programs saw in
+// the recorded network namespace and made no record of.
+var Unrecorded = []string{
+	"dev_socket_filtered",  // the packet's socket is one the filters leave out
+	"dev_address_filtered", // found by address: its ports or its socket left out
+	"dev_no_connection",    // no socket of its addresses (or not TCP/UDP), and a filter needs one
+	"dev_stale_tuple",      // its addresses name a socket the table no longer has
+	"drop_filtered",        // a drop of a socket the filters leave out
+	"drop_no_connection",   // a drop with no (full) socket, and a filter needs one
+}
+
+// UnrecordedCounts reads, by reason (Unrecorded), the packets the device
+// and drop programs left without a record, summed over the CPUs; the
+// reasons with none are left out.
+func (p *Probe) UnrecordedCounts() (map[string]uint64, error) {
+	m := p.coll.Maps["unrecorded"]
+	if m == nil {
+		return nil, nil
+	}
+	var percpu []magnetMgUnrecordedCounts
+	if err := m.Lookup(uint32(0), &percpu); err != nil {
+		return nil, fmt.Errorf("read unrecorded counts: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, c := range percpu {
+		for i, n := range c.N {
+			if n > 0 && i < len(Unrecorded) {
+				out[Unrecorded[i]] += n
+			}
+		}
+	}
+	return out, nil
+}
+
 // MissedRuns reads the run statistics of every program loaded, in Hooks
 // order, with the total of recursion misses. The counts are the programs'
 // own, from their load: they cover this recording only.

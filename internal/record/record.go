@@ -184,8 +184,13 @@ type Result struct {
 	// MissedBy has them by program, those with any only.
 	Missed   uint64
 	MissedBy map[string]uint64
-	Produced map[string]uint64 // events the BPF side produced, by type
-	LostBy   map[string]uint64 // events lost, by type
+	// Unrecorded counts, by reason (probe.Unrecorded), the packets of the
+	// recorded network namespace that the device and drop programs saw and
+	// made no record of: left out by the filters, or with no connection
+	// where a filter needs one. Neither lost nor missed: no event was made.
+	Unrecorded map[string]uint64
+	Produced   map[string]uint64 // events the BPF side produced, by type
+	LostBy     map[string]uint64 // events lost, by type
 	// Filtered counts the events Filters.CEL left out of the trace;
 	// FilteredBy has them by type. Produced = written + lost + filtered.
 	Filtered   uint64
@@ -1140,6 +1145,11 @@ func (r *recorder) finish(res *Result) error {
 	if merr != nil && err == nil {
 		err = merr
 	}
+	unrec, uerr := r.probe.UnrecordedCounts()
+	if uerr != nil && err == nil {
+		err = uerr
+	}
+	res.Unrecorded = unrec
 	res.Missed = missedTotal
 	res.MissedBy = map[string]uint64{}
 	for _, m := range missed {
@@ -1194,6 +1204,9 @@ func (r *recorder) finish(res *Result) error {
 			sum.Extra["filtered_by_type"] = res.FilteredBy
 		}
 		sum.Extra["learned_at_start"] = res.Learned.summary()
+		if len(res.Unrecorded) > 0 {
+			sum.Extra["unrecorded"] = res.Unrecorded
+		}
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {
 				err = r.stopOnWrite(cerr)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -380,11 +381,13 @@ func qdiscDrops(t *testing.T, lab *netlab.Lab, h netlab.Host) uint64 {
 }
 
 // TestSummaryQdiscDrops: a sender whose own tbf queue is short (100 kB)
-// drops in its qdisc; every such drop frees an skb of its socket at the
-// device with reason QDISC_DROP, so drop_dev_packets over the sender's
-// connections in summary mode is tc -s's count of the qdisc's drops, and
-// each of them loses data (drop_lost_packets; the other drops of the
-// connections, at teardown, do not).
+// drops in its qdisc; every such drop frees an skb at the device with
+// reason QDISC_DROP, of its socket or, for the ACKs and resets the
+// kernel's TCP control socket sends once the connection has closed, of
+// that control socket, found by address. So drop_dev_packets over the
+// sender's connections in summary mode is tc -s's count of the qdisc's
+// drops, exactly, and each of them loses data (drop_lost_packets; the
+// other drops of the connections, at teardown, do not).
 func TestSummaryQdiscDrops(t *testing.T) {
 	needRoot(t)
 	needTools(t, "iperf3", "tc")
@@ -396,10 +399,18 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	port := uniquePort()
 	iperf3Server(t, lab, lab.Server, port)
 	drops0 := qdiscDrops(t, lab, lab.Client)
+	// The kernel now and then runs no program of kfree_skb for a drop
+	// (docs/EVENTS.md, Loss accounting): bpftrace on it is the witness of
+	// what a program there could see.
+	bt := startBpftraceCounts(t, fmt.Sprintf(`tracepoint:skb:kfree_skb /args->reason == %d/ {
+  $s = (struct sk_buff *)args->skbaddr;
+  if ($s->dev != 0 && $s->dev->nd_net.net->ns.inum == %d) { @qdisc = count(); } }
+`, qdiscDropReason(t), lab.Client.NetNSInode))
 	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-n", "20M")
 	waitClosed(t, lab, port)
 	res := rec.stop(t)
+	seen := bt.stop(t)["qdisc"]
 	want := qdiscDrops(t, lab, lab.Client) - drops0
 	if want == 0 {
 		t.Fatal("the sender's qdisc dropped nothing: nothing to check")
@@ -415,18 +426,14 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	if lost < got || all < lost {
 		t.Errorf("drops over the sender's connections: %d in all, %d losing data, %d at a device; want all ≥ losing data ≥ at a device (qdisc drops lose data)", all, lost, got)
 	}
-	switch {
-	case got == want:
-	case got < want && want-got <= want/1000+1:
-		// docs/EVENTS.md: "a qdisc drop in a thousand is missing", in
-		// full recordings too.
-		t.Logf("open defect (a qdisc drop in a thousand missing): drop_dev_packets %d, tc -s %d", got, want)
-	case got < want:
-		// The same open defect, larger: drops in the first moments of a
-		// recording on a loaded host (docs/EVENTS.md, up to 8 % seen).
-		t.Skipf("known gap (docs/EVENTS.md): drop_dev_packets %d, tc -s %d; lost %d; missed runs %v", got, want, res.Lost, res.MissedBy)
-	default:
-		t.Errorf("drop_dev_packets over the sender's connections %d; tc -s qdisc: %d dropped", got, want)
+	// bpftrace's program is a perf one, which the kernel also skips
+	// while another such program runs on the CPU: it may see fewer than
+	// magnet, never more.
+	if got < uint64(seen) || got > want {
+		t.Errorf("drop_dev_packets over the sender's connections %d; bpftrace on kfree_skb saw %d QDISC_DROP in the sender's netns; tc -s qdisc: %d dropped; lost %d; missed runs %v; unrecorded %v", got, seen, want, res.Lost, res.MissedBy, res.Unrecorded)
+	}
+	if uint64(seen) < want {
+		t.Logf("the kernel ran no program of kfree_skb for %d of the qdisc's %d drops (bpftrace on it saw %d, magnet %d)", want-uint64(seen), want, seen, got)
 	}
 	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, got, lost, all, res.Lost, res.MissedBy)
 }
@@ -698,4 +705,19 @@ func TestSummaryBesideFullRecording(t *testing.T) {
 	if sent != size || xmit != size {
 		t.Errorf("client's sock_send_bytes %d, tcp_xmit_bytes %d; it wrote %d", sent, xmit, size)
 	}
+}
+
+// qdiscDropReason is SKB_DROP_REASON_QDISC_DROP's value on this kernel.
+func qdiscDropReason(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()
+	if err != nil {
+		t.Skipf("bpftool: %v", err)
+	}
+	m := regexp.MustCompile(`\bSKB_DROP_REASON_QDISC_DROP = (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatal("no SKB_DROP_REASON_QDISC_DROP in the kernel's BTF")
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }

@@ -459,6 +459,13 @@ func printSummary(res *record.Result, what string) {
 		fmt.Fprintf(os.Stderr, "  learned: %d sockets that existed at start, in %d network namespaces: %d announced, %d met by the hooks first, %d with their owner (%s after loading; the walk of /proc for owners %s, while loading)\n",
 			l.Sockets, l.NetNS, l.Announced, l.Known, l.Owned, l.Took.Round(time.Millisecond), l.WalkTook.Round(time.Millisecond))
 	}
+	if len(res.Unrecorded) > 0 {
+		var up []string
+		for _, name := range record.SortedCounts(res.Unrecorded) {
+			up = append(up, fmt.Sprintf("%s %d", name, res.Unrecorded[name]))
+		}
+		fmt.Fprintf(os.Stderr, "  unrecorded packets: %s (seen by the device and drop programs, no event made: filtered, or no connection)\n", strings.Join(up, ", "))
+	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))
