@@ -34,6 +34,8 @@ command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v nstat >/dev/null || need+=(iproute2)
 command -v ss >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
+# chrt: timing tests run their helpers at real-time priority.
+command -v chrt >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing ${need[*]}: run this as root (or sudo in front) to install them with apt" >&2

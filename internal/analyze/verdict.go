@@ -24,8 +24,10 @@ import (
 //     call sent anything: the application had nothing for TCP to send;
 //   - sndbuf_limited: nothing left unsent while a write call is under way
 //     (TCP sent bytes no returned call accounts for), or between calls
-//     when the next call sent before everything was acknowledged: the
-//     application's write waited for buffer space freed by ACKs;
+//     when the last call failed for want of space (EAGAIN: a non-blocking
+//     writer waits for the socket to turn writable) or the next call sent
+//     before everything was acknowledged: the application's write waited
+//     for buffer space freed by ACKs;
 //   - rwnd_limited: data waiting, and the next segment would pass the
 //     peer's advertised window (snd_una + snd_wnd);
 //   - cwnd_limited: data waiting, the peer's window open: the congestion
@@ -120,6 +122,10 @@ func (s *snapFields) read(b []byte) *tcpSnap {
 		sndNxt: uint32(s.sndNxt.get(b)), packetsOut: uint32(s.packetsOut.get(b)), mss: uint32(s.mss.get(b)), caState: uint8(s.caSt.get(b))}
 }
 
+// eagain is Linux's EAGAIN (EWOULDBLOCK): a non-blocking call that would
+// have had to wait.
+const eagain = 11
+
 // caRecovery and caLoss are the kernel's TCP_CA_Recovery and TCP_CA_Loss.
 const (
 	caRecovery = 3
@@ -143,13 +149,19 @@ type verdictTracker struct {
 	// edgeStale: the sender was seen sending past it, which TCP never
 	// does, so ACKs moved it unseen (after close(), in FIN_WAIT1, or in
 	// CLOSE_WAIT, ACKs pass no hook: tcp_probe fires only in ESTABLISHED).
-	edge             int64
-	haveEdge         bool
-	edgeStale        bool
-	maxOcc           int64
-	maxFlight        int64
-	cwndFull         uint64
-	between          uint64 // vBetween time not yet given to a state
+	edge      int64
+	haveEdge  bool
+	edgeStale bool
+	maxOcc    int64
+	maxFlight int64
+	cwndFull  uint64
+	between   uint64 // vBetween time not yet given to a state
+	// wantSpace: the last write call failed with EAGAIN, the buffer full.
+	// A non-blocking writer (Go's, any event loop's) then waits for the
+	// socket to turn writable; the kernel says so only once a share of
+	// the buffer is free, and when ACKs come in a burst (a loaded host
+	// processes them late, together) that is once all is acknowledged.
+	wantSpace        bool
 	started          bool
 	last             uint64
 	spent            [vStates]uint64
@@ -197,7 +209,7 @@ func (v *verdictTracker) class() int {
 	// Nothing unsent. A write call is under way when TCP sent bytes no
 	// returned call accounts for: it waits for buffer space. Between calls
 	// it is not known yet: see vBetween.
-	if v.sent > v.calls {
+	if v.sent > v.calls || v.wantSpace {
 		return vSndbuf
 	}
 	return vBetween
@@ -237,9 +249,13 @@ func (v *verdictTracker) observe(e *ev) {
 	}
 	switch e.kind {
 	case kSockSend:
-		if e.size <= 0 {
-			return
+		if e.size == -eagain {
+			v.wantSpace = true
 		}
+		if e.size <= 0 {
+			break
+		}
+		v.wantSpace = false
 		v.sawSend = true
 		v.takeIdle()
 		v.calls += int64(e.size)
@@ -289,7 +305,7 @@ func (v *verdictTracker) observe(e *ev) {
 		case v.written-v.acked <= 0:
 			v.spent[vApp] += v.between
 			v.between = 0
-		case v.sent > v.calls:
+		case v.sent > v.calls || v.wantSpace:
 			v.spent[vSndbuf] += v.between
 			v.between = 0
 		}

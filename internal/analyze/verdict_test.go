@@ -159,6 +159,36 @@ func TestVerdictSyntheticSndbufLimited(t *testing.T) {
 	near(t, "app_limited", vd.Shares["app_limited"], 0.4, 1e-3)
 }
 
+// A non-blocking writer (Go's): each call fills the buffer and returns,
+// the next fails with EAGAIN and the writer waits for the socket to turn
+// writable. ACKs processed in a burst free the whole buffer at once, so
+// everything is acknowledged before the writer's next call: the time was
+// still the buffer's, the failed call says so. Only the pause after the
+// burst, nothing unacknowledged, is the application's.
+func TestVerdictSyntheticSndbufEagain(t *testing.T) {
+	var s vseq
+	s.state(0, 0, 0, 100, 1<<20)
+	for i := range 3 {
+		t0 := float64(i) * 10000
+		seq := uint32(i * 4 * vmss)
+		s.xmit(t0, seq, 4*vmss)
+		s.write(t0+1, 4*vmss)
+		s.write(t0+2, -eagain)
+		// The burst: all four segments acknowledged 9.9 ms later, the
+		// writer back 100 µs after it.
+		s.ack(t0+9900, seq+4*vmss)
+	}
+	vd := s.v.finish(true, 0)
+	if vd.Limit != "sndbuf_limited" {
+		t.Fatalf("limit %s, want sndbuf_limited: %+v", vd.Limit, vd)
+	}
+	// 29.9 ms in all: three waits of 9.9 ms on the buffer, two pauses of
+	// 100 µs with nothing unacknowledged.
+	near(t, "transfer_s", vd.TransferS, 0.0299, 1e-9)
+	near(t, "sndbuf_limited", vd.Shares["sndbuf_limited"], 3*9.9/29.9, 1e-3)
+	near(t, "app_limited", vd.Shares["app_limited"], 0.2/29.9, 1e-3)
+}
+
 // Without tcp_state the windows are unknown: no verdict, and the report
 // says which group would make one.
 func TestVerdictSyntheticMissing(t *testing.T) {

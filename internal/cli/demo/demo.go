@@ -80,10 +80,9 @@ network against what every layer down to the wire made of it. Needs root.`,
 			go func() {
 				res, err := record.Run(recCtx, record.Config{
 					Output: output, Groups: event.DefaultGroups,
-					// Port 5201 is iperf3's: other traffic on it elsewhere
-					// on the host stays out by the lab's addresses.
-					Filters: record.Filters{Port: port, Pcap: fmt.Sprintf("host %s and host %s", lab.Client.Addr, lab.Server.Addr)},
-					Ready:   func() { close(ready) },
+					// The port alone would also take any other traffic on it
+					// (iperf3's default), in any namespace of the host.
+					Filters: record.Filters{Port: port, Pcap: "host " + lab.Server.Addr.String()}, Ready: func() { close(ready) },
 				})
 				done <- result{res, err}
 			}()
