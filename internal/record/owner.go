@@ -10,9 +10,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/magnet-tracer/magnet/internal/sockowner"
 )
 
 // A socket that already existed when the probes were attached is first
@@ -135,7 +136,7 @@ func (o *owners) find(netns uint32, table string, local, remote netip.AddrPort, 
 	if len(holders) == 0 {
 		return nil, fmt.Errorf("no process holds socket inode %d", inode)
 	}
-	return o.describe(oldest(holders, o.parent))
+	return o.describe(sockowner.Oldest(holders, func(pid int) int { return sockowner.Parent(o.proc, pid) }))
 }
 
 // pidsByNetNS lists the processes of network namespace netns, then the
@@ -258,65 +259,16 @@ func (o *owners) holders(pids []int, inode uint64) []int {
 	return out
 }
 
-// oldest picks the owner among the processes that hold a socket: the one
-// whose parent is not among them (nginx's master, not the workers it
-// forked with the listener), the lowest pid if several.
-func oldest(pids []int, parent func(int) int) int {
-	slices.Sort(pids)
-	for _, pid := range pids {
-		if _, in := slices.BinarySearch(pids, parent(pid)); !in {
-			return pid
-		}
-	}
-	return pids[0]
-}
-
-// parent returns process pid's parent, 0 if unknown.
-func (o *owners) parent(pid int) int {
-	b, err := os.ReadFile(filepath.Join(o.proc, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	fs := strings.Fields(s[i+1:])
-	if len(fs) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(fs[1])
-	return ppid
-}
-
 // describe returns process pid as the owner the recorder writes: its main
 // thread (tid = pid), real uid and name, as the probes see a task.
 func (o *owners) describe(pid int) (*owner, error) {
-	dir := filepath.Join(o.proc, strconv.Itoa(pid))
-	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	p, err := sockowner.Describe(o.proc, pid)
 	if err != nil {
-		return nil, fmt.Errorf("read owner's name: %w", err)
+		return nil, err
 	}
-	status, err := os.ReadFile(filepath.Join(dir, "status"))
-	if err != nil {
-		return nil, fmt.Errorf("read owner's status: %w", err)
-	}
-	w := &owner{pid: uint32(pid)}
-	w.key.pid = uint32(pid)
-	copy(w.key.comm[:15], strings.TrimSuffix(string(comm), "\n"))
-	for _, l := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(l, "Uid:"); ok {
-			if fs := strings.Fields(rest); len(fs) > 0 {
-				uid, err := strconv.ParseUint(fs[0], 10, 32)
-				if err != nil {
-					return nil, fmt.Errorf("owner's uid %q: %w", fs[0], err)
-				}
-				w.key.uid = uint32(uid)
-			}
-			break
-		}
-	}
+	w := &owner{pid: p.PID}
+	w.key.pid = p.PID
+	w.key.uid = p.UID
+	copy(w.key.comm[:15], p.Comm)
 	return w, nil
 }

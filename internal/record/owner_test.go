@@ -56,24 +56,6 @@ func FuzzParseProcNetLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line string) { parseProcNetLine(line) })
 }
 
-func TestOldest(t *testing.T) {
-	parents := map[int]int{100: 1, 101: 100, 102: 100, 50: 7, 200: 100}
-	parent := func(p int) int { return parents[p] }
-	for _, c := range []struct {
-		pids []int
-		want int
-	}{
-		{[]int{102, 101, 100}, 100}, // a master and its workers
-		{[]int{101, 102}, 101},      // workers alone: the lowest
-		{[]int{200, 50}, 50},        // unrelated: the lowest
-		{[]int{42}, 42},
-	} {
-		if got := oldest(c.pids, parent); got != c.want {
-			t.Errorf("oldest(%v) = %d, want %d", c.pids, got, c.want)
-		}
-	}
-}
-
 // connOpenOf returns a conn_open ring record (no task) of a socket of this
 // process's network namespace.
 func connOpenOf(t *testing.T, proto, state uint8, local, remote netip.AddrPort) []byte {
