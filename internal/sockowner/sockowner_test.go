@@ -144,3 +144,21 @@ func TestInNetNSMissing(t *testing.T) {
 		t.Errorf("err %v, ran %v", err, ran)
 	}
 }
+
+func TestOldest(t *testing.T) {
+	parents := map[int]int{100: 1, 101: 100, 102: 100, 50: 7, 200: 100}
+	parent := func(p int) int { return parents[p] }
+	for _, c := range []struct {
+		pids []int
+		want int
+	}{
+		{[]int{102, 101, 100}, 100}, // a master and its workers
+		{[]int{101, 102}, 101},      // workers alone: the lowest
+		{[]int{200, 50}, 50},        // unrelated: the lowest
+		{[]int{42}, 42},
+	} {
+		if got := Oldest(c.pids, parent); got != c.want {
+			t.Errorf("Oldest(%v) = %d, want %d", c.pids, got, c.want)
+		}
+	}
+}
