@@ -417,21 +417,19 @@ int udp_bind6(struct bpf_sock *ctx)
 	return udp_bound(ctx);
 }
 
-static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk, struct sk_buff *skb,
-					 __u64 conn, __u32 snd_nxt, __u64 now)
+/* One tcp_xmit record, whichever hook read the segment: the retransmission
+ * mark compares seq with snd_nxt as TCP had it before sending. */
+static __always_inline void put_tcp_xmit(struct cpu_state *st, struct sock *sk, __u64 conn, __u64 t, __s32 len,
+					 __u8 tflags, __u32 seq, __u16 segs, __u32 snd_nxt)
 {
 	struct mg_tcp_xmit *r;
-	struct tcp_skb_cb *cb = tcp_cb(skb);
-	__u32 seq = cb->seq;
-	__s32 len = seg_len(cb);
-	__u16 segs = cb->tcp_gso_segs;
 	struct emit e;
 
-	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, now, &e);
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, t, &e);
 	if (!r)
 		return;
-	fill(&r->hdr, MG_TCP_XMIT, now, e.pid_tgid, conn, len, sk_netns(sk));
-	r->hdr.flags = cb->tcp_flags;
+	fill(&r->hdr, MG_TCP_XMIT, t, e.pid_tgid, conn, len, sk_netns(sk));
+	r->hdr.flags = tflags;
 	r->seq = seq;
 	r->gso_segs = segs ? segs : 1;
 	r->retrans = 0;
@@ -441,6 +439,14 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 		r->retrans = MG_RETRANS_LOCAL;
 	r->_pad = 0;
 	SUBMIT(r, &e);
+}
+
+static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk, struct sk_buff *skb,
+					 __u64 conn, __u32 snd_nxt, __u64 now)
+{
+	struct tcp_skb_cb *cb = tcp_cb(skb);
+
+	put_tcp_xmit(st, sk, conn, now, seg_len(cb), cb->tcp_flags, cb->seq, cb->tcp_gso_segs, snd_nxt);
 }
 
 /*
@@ -538,7 +544,6 @@ static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
 	struct sock *sk = skb->sk;
 	struct tcp_sock *tp;
 	struct cpu_state *st;
-	struct mg_tcp_xmit *r;
 	struct skb_shared_info *si;
 	struct dst_entry *dst;
 	struct tcphdr *th;
@@ -548,7 +553,6 @@ static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
 	__s32 len;
 	__u16 segs, th_off;
 	__u8 tflags;
-	struct emit e;
 
 	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || !sk_is_full(sk))
 		return;
@@ -597,20 +601,7 @@ static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
 	/* On the way down, snd_nxt has not yet moved past new data: TCP
 	 * advances it once the skb is handed over. */
 	snd_nxt = tp->snd_nxt;
-	r = RESERVE_EVENT_IN(st, struct mg_tcp_xmit, MG_TCP_XMIT, t, &e);
-	if (!r)
-		return;
-	fill(&r->hdr, MG_TCP_XMIT, t, e.pid_tgid, conn, len, sk_netns(sk));
-	r->hdr.flags = tflags;
-	r->seq = seq;
-	r->gso_segs = segs ? segs : 1;
-	r->retrans = 0;
-	if (len > 0 && seq_before(seq, snd_nxt))
-		r->retrans = MG_RETRANS_NETWORK;
-	else if (len > 0 && local_drop_marks && resent_after_drop(sk, seq, len))
-		r->retrans = MG_RETRANS_LOCAL;
-	r->_pad = 0;
-	SUBMIT(r, &e);
+	put_tcp_xmit(st, sk, conn, t, len, tflags, seq, segs, snd_nxt);
 }
 
 /*
