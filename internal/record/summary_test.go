@@ -451,15 +451,7 @@ func TestSummaryQdiscDrops(t *testing.T) {
 func TestSummaryShortConnections(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{})
-	var ln net.Listener
-	if err := lab.Server.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	ln, port := listenOnServer(t, lab)
 	const conns = 24
 	var served sync.WaitGroup
 	var serverRead, serverWrote atomic.Int64
@@ -485,13 +477,7 @@ func TestSummaryShortConnections(t *testing.T) {
 	rec := startRecording(t, record.Config{Summary: time.Minute, Filters: record.Filters{Port: port}})
 	var clientWrote, clientRead int64
 	for i := range conns {
-		var c net.Conn
-		if err := lab.Client.Do(func() (err error) {
-			c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		c := dialServer(t, lab, port)
 		n, err := c.Write(make([]byte, 1+i*7919))
 		clientWrote += int64(n)
 		if err != nil {
@@ -555,15 +541,7 @@ func TestSummaryShortConnections(t *testing.T) {
 func TestSummaryEstablishedBefore(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{})
-	var ln net.Listener
-	if err := lab.Server.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	ln, port := listenOnServer(t, lab)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -573,13 +551,7 @@ func TestSummaryEstablishedBefore(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	var c net.Conn
-	if err := lab.Client.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c := dialServer(t, lab, port)
 	defer c.Close()
 	s, ok := <-accepted
 	if !ok {
@@ -651,15 +623,7 @@ func TestSummaryEstablishedBefore(t *testing.T) {
 func TestSummaryBesideFullRecording(t *testing.T) {
 	needRoot(t)
 	lab := netlab.ForTest(t, netlab.Options{})
-	var ln net.Listener
-	if err := lab.Server.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	ln, port := listenOnServer(t, lab)
 	read := make(chan int64, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -674,13 +638,7 @@ func TestSummaryBesideFullRecording(t *testing.T) {
 	full := startRecording(t, record.Config{Groups: event.GroupTCP | event.GroupConn, Filters: record.Filters{Port: port}})
 	sum := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	const size = 2000000
-	var c net.Conn
-	if err := lab.Client.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	c := dialServer(t, lab, port)
 	n, err := c.Write(make([]byte, size))
 	c.Close()
 	if err != nil || n != size {
@@ -720,4 +678,33 @@ func qdiscDropReason(t *testing.T) int {
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
+}
+
+// listenOnServer listens on a TCP port the kernel picks in the lab's server
+// namespace, closed with the test.
+func listenOnServer(t *testing.T, lab *netlab.Lab) (net.Listener, int) {
+	t.Helper()
+	var ln net.Listener
+	if err := lab.Server.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(lab.Server.Addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln, ln.Addr().(*net.TCPAddr).Port
+}
+
+// dialServer connects from the lab's client namespace to port on its
+// server.
+func dialServer(t *testing.T, lab *netlab.Lab, port int) net.Conn {
+	t.Helper()
+	var c net.Conn
+	if err := lab.Client.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
