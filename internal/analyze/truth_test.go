@@ -535,11 +535,21 @@ func ipSendToDevTruth(t *testing.T, path string, conn uint64) (delays, queued []
 // ip_send→dev_xmit median with the one from pairing each ip_send with its
 // device transmission by IPv4 id.
 func TestHopsTruth(t *testing.T) {
+	checkHopTruth(t, "mghops", 2, event.DefaultGroups|event.GroupIP|event.GroupHeaders, "ip_send→dev_xmit", "ip id",
+		func(path string, conn uint64) []float64 { d, _ := ipSendToDevTruth(t, path, conn); return d })
+}
+
+// checkHopTruth sends 16 MiB between two namespaces over a veth without a
+// qdisc, recording the sender with groups, and compares the report's
+// median of hop with the one truth finds from the captured headers
+// (pairing by what says so in how), and their counts.
+func checkHopTruth(t *testing.T, name string, portOffset int, groups event.Group, hop, how string, truth func(path string, conn uint64) []float64) {
+	t.Helper()
 	needRoot(t)
-	lab := netlab.ForTest(t, netlab.Options{Name: "mghops"})
-	port := 20000 + os.Getpid()%20000 + 2
+	lab := netlab.ForTest(t, netlab.Options{Name: name})
+	port := 20000 + os.Getpid()%20000 + portOffset
 	const count, size = 256, 64 << 10
-	path := recordDuring(t, port, event.DefaultGroups|event.GroupIP|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
+	path := recordDuring(t, port, groups, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
 	rep, err := analyze.Modulation([]string{path}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -553,27 +563,30 @@ func TestHopsTruth(t *testing.T) {
 	if snd == nil {
 		t.Fatal("no sender connection in the report")
 	}
-	var hop *analyze.HopStats
+	var hs *analyze.HopStats
 	for _, h := range snd.Hops {
-		if h.Hop == "ip_send→dev_xmit" {
-			hop = h
+		if h.Hop == hop {
+			hs = h
+		}
+		if groups&event.GroupIP == 0 && strings.Contains(h.Hop, "ip_") {
+			t.Errorf("hop %s in a trace without the ip group", h.Hop)
 		}
 	}
-	truth, _ := ipSendToDevTruth(t, path, snd.Conn.ID)
-	sort.Float64s(truth)
-	if hop == nil || len(truth) == 0 {
-		t.Fatalf("hop %+v, %d packets paired by ip id", hop, len(truth))
+	d := truth(path, snd.Conn.ID)
+	sort.Float64s(d)
+	if hs == nil || len(d) == 0 {
+		t.Fatalf("hop %+v, %d packets paired by %s", hs, len(d), how)
 	}
-	med := truth[(len(truth)-1)/2]
-	t.Logf("ip_send→dev_xmit: report median %.2f µs over %d segments; by ip id %.2f µs over %d packets", hop.Delay.Median, hop.Count, med, len(truth))
+	med := d[(len(d)-1)/2]
+	t.Logf("%s: report median %.2f µs over %d segments; by %s %.2f µs over %d packets", hop, hs.Delay.Median, hs.Count, how, med, len(d))
 	// The report's quantiles come from buckets of 1/128 octave (0.8 %);
 	// the lower and upper middle values of an even count may differ too.
-	lo, hi := truth[(len(truth)-1)/2], truth[len(truth)/2]
-	if hop.Delay.Median < lo*0.99 || hop.Delay.Median > hi*1.01 {
-		t.Errorf("report median %.2f µs; the truth from ip ids %.2f µs", hop.Delay.Median, med)
+	lo, hi := d[(len(d)-1)/2], d[len(d)/2]
+	if hs.Delay.Median < lo*0.99 || hs.Delay.Median > hi*1.01 {
+		t.Errorf("report median %.2f µs; the truth from %s %.2f µs", hs.Delay.Median, how, med)
 	}
-	if hop.Count != uint64(len(truth)) {
-		t.Errorf("report pairs %d segments; %d packets have an ip_send and a device transmission", hop.Count, len(truth))
+	if hs.Count != uint64(len(d)) {
+		t.Errorf("report pairs %d segments; %d packets paired by %s", hs.Count, len(d), how)
 	}
 }
 
@@ -638,48 +651,8 @@ func xmitToDevTruth(t *testing.T, path string, conn uint64) []float64 {
 // from tcp_xmit straight to dev_xmit, paired by the device record's TCP
 // sequence number; the truth pairs tcp_xmit with the captured header's.
 func TestHopsNoIPTruth(t *testing.T) {
-	needRoot(t)
-	lab := netlab.ForTest(t, netlab.Options{Name: "mghopsnoip"})
-	port := 20000 + os.Getpid()%20000 + 3
-	const count, size = 256, 64 << 10
-	path := recordDuring(t, port, event.DefaultGroups|event.GroupHeaders, func() { transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
-	rep, err := analyze.Modulation([]string{path}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snd *analyze.ConnReport
-	for _, c := range rep.Conns {
-		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
-			snd = c
-		}
-	}
-	if snd == nil {
-		t.Fatal("no sender connection in the report")
-	}
-	var hop *analyze.HopStats
-	for _, h := range snd.Hops {
-		if h.Hop == "tcp_xmit→dev_xmit" {
-			hop = h
-		}
-		if strings.Contains(h.Hop, "ip_") {
-			t.Errorf("hop %s in a trace without the ip group", h.Hop)
-		}
-	}
-	truth := xmitToDevTruth(t, path, snd.Conn.ID)
-	sort.Float64s(truth)
-	if hop == nil || len(truth) == 0 {
-		t.Fatalf("hop %+v, %d segments paired by seq", hop, len(truth))
-	}
-	med := truth[(len(truth)-1)/2]
-	t.Logf("tcp_xmit→dev_xmit: report median %.2f µs over %d segments; by seq %.2f µs over %d segments", hop.Delay.Median, hop.Count, med, len(truth))
-	// The report's quantiles come from buckets of 1/128 octave (0.8 %).
-	lo, hi := truth[(len(truth)-1)/2], truth[len(truth)/2]
-	if hop.Delay.Median < lo*0.99 || hop.Delay.Median > hi*1.01 {
-		t.Errorf("report median %.2f µs; the truth from seq %.2f µs", hop.Delay.Median, med)
-	}
-	if hop.Count != uint64(len(truth)) {
-		t.Errorf("report pairs %d segments; %d segments have a tcp_xmit and a device transmission", hop.Count, len(truth))
-	}
+	checkHopTruth(t, "mghopsnoip", 3, event.DefaultGroups|event.GroupHeaders, "tcp_xmit→dev_xmit", "seq",
+		func(path string, conn uint64) []float64 { return xmitToDevTruth(t, path, conn) })
 }
 
 // TestXmitSegmentsTruth checks tcp_xmit skb by skb, in the sender's
