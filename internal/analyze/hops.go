@@ -519,6 +519,11 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 		if max(p.gso, 1) != segs {
 			return false
 		}
+		// Device records carry the IPv4 id: a packet whose earlier
+		// device event the kernel skipped must not take the next one's.
+		if p.hasID && e.c == 4 && uint16(e.b) != p.ipid {
+			return false
+		}
 		d := e.size - p.ipSize
 		if l2 >= 0 {
 			return d == l2

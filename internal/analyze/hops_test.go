@@ -225,3 +225,40 @@ func TestHopTrackerQdiscDrop(t *testing.T) {
 	}
 	t.Errorf("no dev_queue→dev_xmit in %v", hops)
 }
+
+// TestHopTrackerQueueSkipped: three equal packets wait in a qdisc, the
+// kernel having run no dev_queue program for the second. Matched by the
+// IPv4 id the device records carry, the third's dev_queue pairs with its
+// own ip_send, the second's dev_xmit with nothing, and the third's dev_xmit
+// with its own dev_queue, not the second's place in line.
+func TestHopTrackerQueueSkipped(t *testing.T) {
+	h := newHopTracker(&connState{})
+	us := uint64(1000)
+	var evs []ev
+	for i := range 3 {
+		at := uint64(i) * 100 * us
+		id := uint32(10 + i)
+		evs = append(evs,
+			ev{t: at, kind: kTCPXmit, flags: 0x10, a: uint32(1000 * i), size: 1000, b: 1},
+			ev{t: at + us, kind: kIPSend, size: 1052, a: id, b: 4})
+		if i != 1 {
+			evs = append(evs, ev{t: at + 2*us, kind: kDevQueue, size: 1066, a: 1, b: id, c: 4})
+		}
+	}
+	for i := range 3 {
+		evs = append(evs, ev{t: uint64(300+100*i) * us, kind: kDevXmit, size: 1066, a: 1, b: uint32(10 + i), c: 4})
+	}
+	for i := range evs {
+		h.step(&evs[i])
+	}
+	hops, _ := h.finish(false)
+	want := map[string][2]float64{
+		"ip_send→dev_queue":  {2, 1 + 1},
+		"dev_queue→dev_xmit": {2, 298 + 298},
+	}
+	for _, s := range hops {
+		if w, ok := want[s.Hop]; ok && (float64(s.Count) != w[0] || s.d.Sum != w[1]) {
+			t.Errorf("%s: %d pairs, %v µs; want %v", s.Hop, s.Count, s.d.Sum, w)
+		}
+	}
+}
