@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,6 +75,14 @@ func TestVerdictHelper(t *testing.T) {
 }
 
 func helperRecv(addr string, control func(_, _ string, c syscall.RawConn) error, chunk int, pause time.Duration) error {
+	// One thread reads and sleeps, as in a single-threaded server: the
+	// analysis follows the thread whose read took the data, and a
+	// goroutine that is not locked to its thread resumes, after a sleep
+	// or a blocking call, on whichever thread the runtime has free (up
+	// to three quarters of the socket wait of TestVerdictReceiverDelay
+	// was read by a thread other than the one that read before).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	lc := net.ListenConfig{Control: control}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
@@ -469,8 +478,8 @@ func TestVerdictReceiverDelay(t *testing.T) {
 	needRoot(t)
 	needTools(t, "chrt")
 	l := netlab.ForTest(t, netlab.Options{Name: "mgvrdly"})
-	// One P keeps the Go reader's reads and sleeps on one thread, the
-	// thread the analysis follows.
+	// The reader reads and sleeps on one thread (helperRecv), the thread
+	// the analysis follows.
 	recv := map[string]string{"RCVBUF": "65536", "READ": "2048", "READ_SLEEP_US": "2000", "GOMAXPROCS": "1"}
 	send := map[string]string{"COUNT": "8", "SIZE": "65536"}
 	// Real-time priority: the reader runs when its sleep ends. At normal
