@@ -531,7 +531,8 @@ int tcp_segments(struct bpf_sock_ops *skops)
 	}
 	case BPF_SOCK_OPS_STATE_CB:
 		/* args[1]: the new state. See tcp_rcv_closing. */
-		if (enabled(MG_G_TCP) && (skops->args[1] == TCP_FIN_WAIT1_ || skops->args[1] == TCP_CLOSE_WAIT_))
+		if (enabled(MG_G_TCP) && !summary_mode &&
+		    (skops->args[1] == TCP_FIN_WAIT1_ || skops->args[1] == TCP_CLOSE_WAIT_))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG);
 		return 1;
@@ -539,7 +540,9 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		k = bpf_cast_to_kern_ctx(skops);
 		sk = k->sk;
 		skb = k->skb;
-		if (!sk || !skb || !enabled(MG_G_TCP) || sk->__sk_common.skc_state == TCP_ESTABLISHED_)
+		/* Summary mode reads the socket instead; another recorder
+		 * on the host may have flagged it. */
+		if (!sk || !skb || !enabled(MG_G_TCP) || summary_mode || sk->__sk_common.skc_state == TCP_ESTABLISHED_)
 			return 1;
 		conn = conn_of(my_state(), sk, cookie_of(sk, skops), 0);
 		if (conn != FILTERED && conn)
