@@ -450,9 +450,9 @@ func TestVerdictCwndLimited(t *testing.T) {
 	if d := float64(ch.BusyUs)/1e6/v.TransferS - 1; d > 0.05 || d < -0.05 {
 		t.Errorf("the kernel's busy time %d µs, the transfer %.3f s", ch.BusyUs, v.TransferS)
 	}
-	// After the sender's close() its ACKs pass no hook: until it is seen
-	// sending past the last edge known, that edge can count as full
-	// (measured up to 0.004 of the transfer).
+	// The edge is each ACK's, also after the sender's close() (sockops'
+	// tcp_rcv); before those, up to 0.004 of the transfer counted as
+	// rwnd-limited while ACKs passed no hook.
 	if ch.RwndUs != 0 || v.Shares["rwnd_limited"] > 0.02 {
 		t.Errorf("rwnd-limited: kernel %d µs, verdict share %.3f; want none", ch.RwndUs, v.Shares["rwnd_limited"])
 	}
