@@ -1190,17 +1190,37 @@ func (p *Probe) readSockets() error {
 	return nil
 }
 
-// ForgetSummary deletes a connection's figures from the summaries maps.
-func (p *Probe) ForgetSummary(cookie uint64) error {
-	for _, m := range []*ebpf.Map{p.Summaries, p.SockSummaries} {
-		if m == nil {
-			continue
-		}
-		if err := m.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete summary of %d: %w", cookie, err)
+// ForgetSummary deletes a connection's figures from the summaries maps and
+// returns them as they were deleted (lookup and delete in one step: a
+// program adding between a read and a delete would lose its add), one
+// value per CPU and the socket's, as ReadSummaries gives them.
+func (p *Probe) ForgetSummary(cookie uint64) ([][]byte, error) {
+	size := int(unsafe.Sizeof(magnetMgConnSummary{}))
+	bytesOf := func(v *magnetMgConnSummary) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(v)), size) }
+	var out [][]byte
+	if p.Summaries != nil {
+		var vals []magnetMgConnSummary
+		err := p.Summaries.LookupAndDelete(cookie, &vals)
+		switch {
+		case err == nil:
+			for i := range vals {
+				out = append(out, bytes.Clone(bytesOf(&vals[i])))
+			}
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil, fmt.Errorf("delete summary of %d: %w", cookie, err)
 		}
 	}
-	return nil
+	if p.SockSummaries != nil {
+		var val magnetMgConnSummary
+		err := p.SockSummaries.LookupAndDelete(cookie, &val)
+		switch {
+		case err == nil:
+			out = append(out, bytes.Clone(bytesOf(&val)))
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil, fmt.Errorf("delete socket summary of %d: %w", cookie, err)
+		}
+	}
+	return out, nil
 }
 
 // pcapProg lays prog out as the BPF object's pcap_prog array: the address
