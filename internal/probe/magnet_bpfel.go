@@ -191,6 +191,11 @@ type magnetMgDev struct {
 	Seq     uint32
 }
 
+type magnetMgDevRuns struct {
+	_ structs.HostLayout
+	N [4]uint64
+}
+
 type magnetMgDrop struct {
 	_   structs.HostLayout
 	Hdr struct {
@@ -670,6 +675,7 @@ const (
 	magnetMapControl           = "control"
 	magnetMapCounters          = "counters"
 	magnetMapCpuStates         = "cpu_states"
+	magnetMapDevRuns           = "dev_runs"
 	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
@@ -839,6 +845,7 @@ type magnetMapSpecs struct {
 	Control       *ebpf.MapSpec `ebpf:"control"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
+	DevRuns       *ebpf.MapSpec `ebpf:"dev_runs"`
 	Doorbell      *ebpf.MapSpec `ebpf:"doorbell"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen    *ebpf.MapSpec `ebpf:"ifaces_seen"`
@@ -934,6 +941,7 @@ type magnetMaps struct {
 	Control       *ebpf.Map `ebpf:"control"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
+	DevRuns       *ebpf.Map `ebpf:"dev_runs"`
 	Doorbell      *ebpf.Map `ebpf:"doorbell"`
 	Frags         *ebpf.Map `ebpf:"frags"`
 	IfacesSeen    *ebpf.Map `ebpf:"ifaces_seen"`
@@ -960,6 +968,7 @@ func (m *magnetMaps) Close() error {
 		m.Control,
 		m.Counters,
 		m.CpuStates,
+		m.DevRuns,
 		m.Doorbell,
 		m.Frags,
 		m.IfacesSeen,
