@@ -316,6 +316,9 @@ type Checker struct {
 	high     map[dirKey]uint64
 	latest   *Report
 	checking bool
+	// carried: what was compared before the last change of the programs
+	// attached, added to what is compared since.
+	carried Report
 }
 
 type dirKey struct {
@@ -356,7 +359,71 @@ func (c *Checker) Check() (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("device runs: %w", err)
 	}
-	return compareAll(start, end), nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start != start {
+		// Another Check rebased meanwhile: this one's start is gone.
+		return Report{}, fmt.Errorf("device runs: compared from a start since replaced")
+	}
+	if end.attaches == start.attaches {
+		return merge(c.carried, compareAll(start, end)), nil
+	}
+	// A program attached or detached since the start (the daemon turns
+	// groups on and off): from then on its runs and the counters do not
+	// cover the same frames. Keep what the last comparison found and
+	// compare from now; what happened between the two is not compared.
+	if c.latest != nil {
+		c.carried = *c.latest
+	}
+	c.start = end
+	return merge(c.carried, compareAll(end, end)), nil
+}
+
+// merge adds the comparisons of b to those of a, interface by interface;
+// a direction compared in either is compared.
+func merge(a, b Report) Report {
+	if len(a.Ifaces) == 0 {
+		return b
+	}
+	out := Report{NotRead: b.NotRead}
+	byKey := map[Key]int{}
+	for _, in := range a.Ifaces {
+		byKey[Key{in.NetNS, in.Ifindex}] = len(out.Ifaces)
+		out.Ifaces = append(out.Ifaces, in)
+	}
+	for _, in := range b.Ifaces {
+		i, ok := byKey[Key{in.NetNS, in.Ifindex}]
+		if !ok {
+			out.Ifaces = append(out.Ifaces, in)
+			continue
+		}
+		o := &out.Ifaces[i]
+		if o.NotChecked != "" || o.Name != in.Name {
+			*o = in
+			continue
+		}
+		for _, d := range []struct{ to, from *Dir }{{&o.Xmit, &in.Xmit}, {&o.Recv, &in.Recv}, {&o.Queue, &in.Queue}} {
+			switch {
+			case d.from.NotChecked != "":
+			case d.to.NotChecked != "":
+				*d.to = *d.from
+			default:
+				d.to.Handled += d.from.Handled
+				d.to.Runs += d.from.Runs
+				d.to.Skipped += d.from.Skipped
+				d.to.Uncertain += d.from.Uncertain
+			}
+		}
+	}
+	for _, in := range out.Ifaces {
+		for _, d := range []Dir{in.Xmit, in.Recv, in.Queue} {
+			if d.NotChecked == "" {
+				out.Skipped += uint64(max(d.Skipped, 0))
+				out.Uncertain += d.Uncertain
+			}
+		}
+	}
+	return out
 }
 
 // Counter is one interface and direction's skipped runs as a counter that

@@ -210,3 +210,37 @@ func TestCheckBeforeStart(t *testing.T) {
 		t.Errorf("first line %q", l)
 	}
 }
+
+// TestRebaseOnAttach: once a program attaches or detaches, what was
+// compared before is kept and the comparison starts again from there.
+func TestRebaseOnAttach(t *testing.T) {
+	src := &fakeSource{reads: []map[uint64]probe.DevRuns{{key(2): {Xmit: 0}}}}
+	tx := uint64(0)
+	c := NewChecker(src, map[uint32]string{ns: "/x"})
+	c.readLinks = func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil }
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// 10 frames sent, 8 runs: 2 skipped.
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 8, Queue: 8, QueueDirect: 8}}}, 0, 10
+	rep, err := c.Check()
+	if err != nil || rep.Ifaces[0].Xmit.Skipped != 2 {
+		t.Fatalf("first check %+v %v", rep, err)
+	}
+	c.latest = &rep
+	// The programs change; the frames in between are not compared.
+	src.attaches++
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 50, Queue: 50, QueueDirect: 50}}}, 0, 100
+	if rep, err = c.Check(); err != nil || rep.Ifaces[0].Xmit.Skipped != 2 || rep.Ifaces[0].Xmit.Handled != 10 {
+		t.Fatalf("at the change %+v %v", rep, err)
+	}
+	// After: 20 more frames, 19 runs.
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 69, Queue: 69, QueueDirect: 69}}}, 0, 120
+	rep, err = c.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := rep.Ifaces[0].Xmit; x.Skipped != 3 || x.Handled != 30 || rep.Skipped != 3+3 {
+		t.Errorf("after the change: dev_xmit %+v, total %d; want 3 of 30 (and 3 at dev_queue)", x, rep.Skipped)
+	}
+}

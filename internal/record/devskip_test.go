@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/devskip"
 	"github.com/magnet-tracer/magnet/internal/event"
@@ -196,7 +197,26 @@ func TestKernelSkippedTruth(t *testing.T) {
 func TestKernelSkippedQuiet(t *testing.T) {
 	needRoot(t)
 	lab := quietLab(t, "mgskipq")
-	rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS}, Groups: event.DefaultGroups})
+	dir := t.TempDir()
+	rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS}, Groups: event.DefaultGroups, StatusDir: dir})
+	// The status file (magnet status) says it too, once the first
+	// comparison, made in the background, is done.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		sts, err := record.ReadStatuses(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sts) == 1 && sts[0].KernelSkipped != nil {
+			// xmit, recv and queue of the veth at least.
+			if *sts[0].KernelSkipped != 0 || sts[0].KernelSkippedChecked < 3 {
+				t.Errorf("status: kernel_skipped %d over %d comparisons", *sts[0].KernelSkipped, sts[0].KernelSkippedChecked)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no kernel_skipped in the status: %+v", sts)
+		}
+	}
 	res := rec.stop(t)
 	v := clientVeth(t, res.KernelSkipped, lab)
 	if res.KernelSkipped.Skipped != 0 || res.KernelSkipped.Uncertain != 0 {
