@@ -139,8 +139,14 @@ func TestKernelSkippedTruth(t *testing.T) {
 	for _, l := range res.KernelSkipped.Lines() {
 		t.Log(l)
 	}
-	if len(res.Unrecorded) > 0 || res.Lost > 0 || res.Missed > 0 {
-		t.Fatalf("unrecorded %v, lost %d, missed %d: the device events are not every run", res.Unrecorded, res.Lost, res.Missed)
+	// Runs of other programs the kernel skipped (tcp_probe's, under
+	// load) take nothing from the device events.
+	devMissed := res.MissedBy["net_dev_queue"] + res.MissedBy["net_dev_start_xmit"] + res.MissedBy["netif_receive_skb"]
+	if len(res.Unrecorded) > 0 || res.Lost > 0 || devMissed > 0 {
+		t.Fatalf("unrecorded %v, lost %d, device runs missed %d: the device events are not every run", res.Unrecorded, res.Lost, devMissed)
+	}
+	if res.Missed > 0 {
+		t.Logf("runs of other programs the kernel skipped: %v", res.MissedBy)
 	}
 	for _, d := range []struct {
 		name          string
