@@ -191,6 +191,12 @@ type magnetMgDev struct {
 	Seq     uint32
 }
 
+type magnetMgDevRunSlot struct {
+	_    structs.HostLayout
+	Key  uint64
+	Runs magnetMgDevRuns
+}
+
 type magnetMgDevRuns struct {
 	_ structs.HostLayout
 	N [4]uint64
@@ -675,6 +681,7 @@ const (
 	magnetMapControl           = "control"
 	magnetMapCounters          = "counters"
 	magnetMapCpuStates         = "cpu_states"
+	magnetMapDevRunSlots       = "dev_run_slots"
 	magnetMapDevRuns           = "dev_runs"
 	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
@@ -845,6 +852,7 @@ type magnetMapSpecs struct {
 	Control       *ebpf.MapSpec `ebpf:"control"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
+	DevRunSlots   *ebpf.MapSpec `ebpf:"dev_run_slots"`
 	DevRuns       *ebpf.MapSpec `ebpf:"dev_runs"`
 	Doorbell      *ebpf.MapSpec `ebpf:"doorbell"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
@@ -941,6 +949,7 @@ type magnetMaps struct {
 	Control       *ebpf.Map `ebpf:"control"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
+	DevRunSlots   *ebpf.Map `ebpf:"dev_run_slots"`
 	DevRuns       *ebpf.Map `ebpf:"dev_runs"`
 	Doorbell      *ebpf.Map `ebpf:"doorbell"`
 	Frags         *ebpf.Map `ebpf:"frags"`
@@ -968,6 +977,7 @@ func (m *magnetMaps) Close() error {
 		m.Control,
 		m.Counters,
 		m.CpuStates,
+		m.DevRunSlots,
 		m.DevRuns,
 		m.Doorbell,
 		m.Frags,

@@ -1236,29 +1236,47 @@ type DevRuns struct {
 }
 
 // DevRunsByInterface reads the device programs' runs by interface, keyed
-// netns inode << 32 | ifindex, summed over the CPUs. Interfaces no device
-// program ran on are absent.
+// netns inode << 32 | ifindex, summed over the CPUs: each CPU counts an
+// interface in a slot of its own (dev_run_slots) or, when another took
+// that slot, in a table (dev_runs). Interfaces no device program ran on are
+// absent.
 func (p *Probe) DevRunsByInterface() (map[uint64]DevRuns, error) {
-	m := p.coll.Maps["dev_runs"]
-	if m == nil {
-		return nil, nil
-	}
 	out := map[uint64]DevRuns{}
-	var key uint64
-	var percpu []magnetMgDevRuns
-	it := m.Iterate()
-	for it.Next(&key, &percpu) {
-		var r DevRuns
-		for _, c := range percpu {
-			r.Queue += c.N[0]
-			r.QueueDirect += c.N[1]
-			r.Xmit += c.N[2]
-			r.Recv += c.N[3]
-		}
+	add := func(key uint64, n [4]uint64) {
+		r := out[key]
+		r.Queue += n[0]
+		r.QueueDirect += n[1]
+		r.Xmit += n[2]
+		r.Recv += n[3]
 		out[key] = r
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read device program runs: %w", err)
+	if m := p.coll.Maps["dev_run_slots"]; m != nil {
+		var slot uint32
+		var percpu []magnetMgDevRunSlot
+		it := m.Iterate()
+		for it.Next(&slot, &percpu) {
+			for _, s := range percpu {
+				if s.Key != 0 {
+					add(s.Key-1, s.Runs.N)
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read device program runs: %w", err)
+		}
+	}
+	if m := p.coll.Maps["dev_runs"]; m != nil {
+		var key uint64
+		var percpu []magnetMgDevRuns
+		it := m.Iterate()
+		for it.Next(&key, &percpu) {
+			for _, c := range percpu {
+				add(key, c.N)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read device program runs: %w", err)
+		}
 	}
 	return out, nil
 }
