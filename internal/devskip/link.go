@@ -24,11 +24,6 @@ type Link struct {
 	TxPackets, TxDropped, RxPackets, RxDropped uint64
 }
 
-// Counters are the counts of Link that move with traffic.
-func (l Link) counters() [4]uint64 {
-	return [4]uint64{l.TxPackets, l.TxDropped, l.RxPackets, l.RxDropped}
-}
-
 // ErrBadDump is wrapped by parse errors of a link dump.
 var ErrBadDump = errors.New("bad link dump")
 
