@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/witness"
 )
 
 // lossyPath is a routed path whose bottleneck (200 Mbit/s, a 32 KiB queue)
@@ -402,15 +402,12 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	// The kernel now and then runs no program of kfree_skb for a drop
 	// (docs/EVENTS.md, Loss accounting): bpftrace on it is the witness of
 	// what a program there could see.
-	bt := startBpftraceCounts(t, fmt.Sprintf(`tracepoint:skb:kfree_skb /args->reason == %d/ {
-  $s = (struct sk_buff *)args->skbaddr;
-  if ($s->dev != 0 && $s->dev->nd_net.net->ns.inum == %d) { @qdisc = count(); } }
-`, qdiscDropReason(t), lab.Client.NetNSInode))
+	bt := witness.Start(t, witness.Options{NetNS: []uint32{lab.Client.NetNSInode}, Port: port, Drops: true})
 	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-n", "20M")
 	waitClosed(t, lab, port)
 	res := rec.stop(t)
-	seen := bt.stop(t)["qdisc"]
+	seen := bt.Stop(t).DropsOf(lab.Client.NetNSInode, 0, "QDISC_DROP", 0)
 	want := qdiscDrops(t, lab, lab.Client) - drops0
 	if want == 0 {
 		t.Fatal("the sender's qdisc dropped nothing: nothing to check")
@@ -663,21 +660,6 @@ func TestSummaryBesideFullRecording(t *testing.T) {
 	if sent != size || xmit != size {
 		t.Errorf("client's sock_send_bytes %d, tcp_xmit_bytes %d; it wrote %d", sent, xmit, size)
 	}
-}
-
-// qdiscDropReason is SKB_DROP_REASON_QDISC_DROP's value on this kernel.
-func qdiscDropReason(t *testing.T) int {
-	t.Helper()
-	out, err := exec.Command("bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c").Output()
-	if err != nil {
-		t.Skipf("bpftool: %v", err)
-	}
-	m := regexp.MustCompile(`\bSKB_DROP_REASON_QDISC_DROP = (\d+)`).FindSubmatch(out)
-	if m == nil {
-		t.Fatal("no SKB_DROP_REASON_QDISC_DROP in the kernel's BTF")
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
 }
 
 // listenOnServer listens on a TCP port the kernel picks in the lab's server
