@@ -379,6 +379,11 @@ func (w *Witness) Stop(t testing.TB) *Counts {
 		t.Fatal(err)
 	}
 	c.Missed = missed
+	var n int64
+	for _, v := range c.Packets {
+		n += v.N
+	}
+	t.Logf("witness: %d packets of the port on the tracepoints, %d drops keys; its programs' runs the kernel skipped (recursion_misses): %d", n, len(c.Drops), missed)
 	return c
 }
 
