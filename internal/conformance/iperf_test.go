@@ -438,6 +438,9 @@ func checkTCPTransfer(t *testing.T, c tcpCheck) {
 			d.magnet.Bytes += int64(n * k.Len)
 		}
 		d.check(t)
+		if notCaptured, _ := witness.Subtract(got, multiset(fs, false)); len(notCaptured) > 0 {
+			t.Errorf("dev_xmit frames (seq, length) of the sender tcpdump did not capture: %v", notCaptured[:min(8, len(notCaptured))])
+		}
 		if d.witnessMissed == 0 && d.magnetMissed == 0 {
 			magnetOnly, witnessOnly := witness.Subtract(got, multiset(saw, false))
 			if len(magnetOnly) > 0 || len(witnessOnly) > 0 {
