@@ -273,18 +273,20 @@ type Witness struct {
 	reasons map[int]string
 }
 
-// need skips the test without root or bpftrace, and fails it on CI, where
-// scripts/deps.sh installs bpftrace.
+// need skips the test without root, bpftrace or bpftool, and fails it on
+// CI, where scripts/deps.sh installs them.
 func need(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the bpftrace witness needs root")
 	}
-	if _, err := exec.LookPath("bpftrace"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("bpftrace is missing on CI (scripts/deps.sh installs it)")
+	for _, tool := range []string{"bpftrace", "bpftool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing on CI (scripts/deps.sh installs it)", tool)
+			}
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
 		}
-		t.Skip("bpftrace not installed (scripts/deps.sh installs it)")
 	}
 }
 
