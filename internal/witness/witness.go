@@ -197,9 +197,15 @@ func Script(o Options) string {
 		b.WriteString("    } } }\n")
 	}
 	if o.Drops {
-		fmt.Fprintf(&b, "tracepoint:skb:kfree_skb { $s = (struct sk_buff *)args->skbaddr;\n  if ($s->dev != 0) { $ns = $s->dev->nd_net.net->ns.inum;\n  if (%s) {\n    %s", nsCond, parse)
+		// A packet freed with no device (a socket's, on its way in after
+		// the device is let go, or out before one is chosen) counts in
+		// its socket's namespace, with ifindex 0.
+		fmt.Fprintf(&b, "tracepoint:skb:kfree_skb { $s = (struct sk_buff *)args->skbaddr; $ns = (uint32)0; $if = (int32)0;\n"+
+			"  if ($s->dev != 0) { $ns = $s->dev->nd_net.net->ns.inum; $if = $s->dev->ifindex; }\n"+
+			"  else { if ($s->sk != 0) { $ns = $s->sk->__sk_common.skc_net.net->ns.inum; } }\n"+
+			"  if (%s) {\n    %s", nsCond, parse)
 		b.WriteString("    $sp = (uint16)0; $dp = (uint16)0; if ($proto == 6 || $proto == 17) { $sp = $t->source; $dp = $t->dest; }\n")
-		b.WriteString("    @d[$ns, $s->dev->ifindex, args->reason, $proto, $sp, $dp] = count(); } } }\n")
+		b.WriteString("    @d[$ns, $if, args->reason, $proto, $sp, $dp] = count(); } }\n")
 	}
 	// The interval probe, attached after the others, says when they are
 	// all attached (its first tick), and its output wakes bpftrace's
