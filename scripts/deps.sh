@@ -24,7 +24,8 @@ command -v fish >/dev/null || need+=(fish)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v tmux >/dev/null || need+=(tmux)         # magnet top in a real terminal, in the tests
 command -v chromium >/dev/null || need+=(chromium) # the daemon's oscilloscope page, in the tests
-command -v bpftrace >/dev/null || need+=(bpftrace) # the bench's peer tracer, whose probe set a test checks
+command -v bpftrace >/dev/null || need+=(bpftrace) # the bench's peer tracer, and the tests' witness of the device tracepoints (internal/witness)
+command -v bpftool >/dev/null || need+=(bpftool)   # the witness reads its programs' recursion misses through it
 # The conformance tests (internal/conformance) run real programs between
 # namespaces and check magnet against tcpdump/tshark, nstat, ss and tc.
 command -v iperf3 >/dev/null || need+=(iperf3)

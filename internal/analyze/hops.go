@@ -154,6 +154,9 @@ type pending struct {
 	ipid     uint16
 	gso      uint16
 	hasID    bool // ipid is an IPv4 id (IPv6 has none)
+	// devSeq: seq is the TCP sequence number its IPv6 dev_recv carried,
+	// by which it was looked up among the peer's departures
+	devSeq bool
 	// receiver
 	devT   uint64 // when it reached the device
 	end    int64  // chunk waiting for the reader: stream offset past its data
@@ -401,6 +404,13 @@ func (h *hopTracker) step(e *ev) {
 		h.segs++
 		p := pending{t: e.t, devT: e.t, seg: h.segs, ipSize: e.size, cpu: e.cpu, tid: e.tid}
 		p.st[jDevRecv] = stampOf(e)
+		if e.c == 6 {
+			// IPv6 has no packet id: the TCP sequence number the device
+			// event carries (traces since it does: family set) is each
+			// packet's own, where tcp_rcv has only the first of those the
+			// socket's backlog coalesced.
+			p.seq, p.devSeq = e.d, true
+		}
 		if !h.noIP {
 			h.queue(&h.qDev, p)
 			return
@@ -411,6 +421,8 @@ func (h *hopTracker) step(e *ev) {
 		}
 		if e.c == 4 {
 			p.ipid, p.hasID = uint16(e.b), true
+			h.matchWire(&p, e.t)
+		} else if p.devSeq {
 			h.matchWire(&p, e.t)
 		}
 		h.queue(&h.qIPr, p)
@@ -429,6 +441,8 @@ func (h *hopTracker) step(e *ev) {
 		p.ipSize = e.size
 		if e.b == 4 {
 			p.ipid, p.hasID = uint16(e.a), true
+			h.matchWire(&p, e.t)
+		} else if p.devSeq {
 			h.matchWire(&p, e.t)
 		}
 		p.t = h.hop(hopRecvIP, p.t, e.t, h.ref(&p))
@@ -524,6 +538,11 @@ func (h *hopTracker) matchDev(q *fifo[pending], e *ev, side int, oneCall bool) (
 		if p.hasID && e.c == 4 && uint16(e.b) != p.ipid {
 			return false
 		}
+		// IPv6 has no id: the TCP sequence number device records carry
+		// (family set) does the same.
+		if e.c == 6 && e.d != p.seq {
+			return false
+		}
 		d := e.size - p.ipSize
 		if l2 >= 0 {
 			return d == l2
@@ -611,9 +630,15 @@ func (h *hopTracker) matchWire(p *pending, ipT uint64) {
 	}
 	var d departure
 	var ok bool
-	if p.hasID {
+	switch {
+	case p.hasID:
 		d, ok = peer.path.takeID(p.ipid, p.devT)
-	} else {
+	case p.devSeq:
+		// A pure ACK carries the sender's next sequence number, which a
+		// data packet departed since may start at: the departure is
+		// this packet only if the IP length holds its data.
+		d, ok = peer.path.takeSeqFits(p.seq, p.ipSize, p.devT)
+	default:
 		d, ok = peer.path.takeSeq(p.seq, p.devT)
 	}
 	if !ok {
@@ -654,7 +679,7 @@ func (h *hopTracker) tcpRcv(e *ev) {
 		p := h.qIPr.at(n)
 		if n == 0 {
 			lo = p.seg
-			if !p.hasID && p.origin.cs == nil && e.size > 0 {
+			if !p.hasID && !p.devSeq && p.origin.cs == nil && e.size > 0 {
 				// IPv6 has no packet id: the first packet of the chunk is
 				// matched by its sequence number.
 				p.seq = e.a

@@ -262,3 +262,85 @@ func TestHopTrackerQueueSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestPathIPv6Coalesced: without the IP layer, IPv6 data packets are
+// matched to their departures by the TCP sequence number their dev_recv
+// carries, each of them, also when the receiver's socket backlog coalesces
+// several into one tcp_rcv (which carries the first one's sequence number
+// only). A pure ACK whose sequence number is that of a departed data
+// packet (the sender's next byte) is not taken for it: its length cannot
+// hold the data.
+func TestPathIPv6Coalesced(t *testing.T) {
+	snd, rcv := &connState{id: 1}, &connState{id: 2}
+	snd.peer, rcv.peer = rcv, snd
+	snd.path, rcv.path = newPathStats(snd, true), newPathStats(rcv, true)
+	hs, hr := newHopTracker(snd), newHopTracker(rcv)
+	hs.noIP, hr.noIP = true, true
+	snd.hops, rcv.hops = hs, hr
+	us := uint64(1000)
+	const n, size = 4, 1000
+	for i := range n {
+		seq := uint32(1000 + size*i)
+		at := uint64(i) * 10 * us
+		hs.step(&ev{t: at, kind: kTCPXmit, flags: 0x18, a: seq, size: size, b: 1})
+		// The IPv6 packet: 40 + 32 (TCP with timestamps) + the data, and
+		// the Ethernet header at the sender's device.
+		hs.step(&ev{t: at + us, kind: kDevXmit, size: 14 + 72 + size, a: 1, c: 6, d: seq})
+	}
+	// A pure ACK of the sender's with the next data packet's sequence
+	// number arrives first.
+	hr.step(&ev{t: 50 * us, kind: kDevRecv, size: 72, a: 1, c: 6, d: 1000 + size*(n-1)})
+	for i := range n {
+		hr.step(&ev{t: uint64(60+i) * us, kind: kDevRecv, size: 72 + size, a: 1, c: 6, d: uint32(1000 + size*i)})
+	}
+	// The socket was owned: the four come out of the backlog as one.
+	hr.step(&ev{t: 70 * us, kind: kTCPRcv, a: 1000, size: n * size})
+	hr.step(&ev{t: 80 * us, kind: kSockRecv, size: n * size})
+	// A GSO packet of 3 segments that a qdisc on the way segmented: it
+	// arrives as 3 packets, the first of which is its departure's.
+	const seq, mss = 1000 + n*size, 1428
+	hs.step(&ev{t: 90 * us, kind: kTCPXmit, flags: 0x18, a: seq, size: 3 * mss, b: 3})
+	hs.step(&ev{t: 91 * us, kind: kDevXmit, size: 14 + 72 + 3*mss, a: 3, c: 6, d: seq})
+	for i := range 3 {
+		hr.step(&ev{t: uint64(100+i) * us, kind: kDevRecv, size: 72 + mss, a: 1, c: 6, d: uint32(seq + i*mss)})
+	}
+	hr.step(&ev{t: 110 * us, kind: kTCPRcv, a: seq, size: 3 * mss})
+	hr.step(&ev{t: 120 * us, kind: kSockRecv, size: 3 * mss})
+	p := snd.path.report()
+	if p == nil || p.DataDeparted != n+1 || p.Matched != n+1 || p.Segments != n+1 {
+		t.Fatalf("path %+v: want %d data packets departed, matched and followed to the reader", p, n+1)
+	}
+}
+
+// TestPathIPv6DevXmitSkipped: the kernel ran no net_dev_start_xmit
+// program for one of two queued IPv6 packets of the same length and GSO
+// segments. The other's dev_xmit is paired with its own dev_queue, by the
+// TCP sequence number both device events carry, not with the first queued
+// one: that would depart it under the wrong sequence number, so that its
+// arrival (matched by sequence number) found no departure.
+func TestPathIPv6DevXmitSkipped(t *testing.T) {
+	snd, rcv := &connState{id: 1}, &connState{id: 2}
+	snd.peer, rcv.peer = rcv, snd
+	snd.path, rcv.path = newPathStats(snd, true), newPathStats(rcv, true)
+	hs, hr := newHopTracker(snd), newHopTracker(rcv)
+	hs.noIP, hr.noIP = true, true
+	us := uint64(1000)
+	const size, segs = 20 * 1428, 20
+	for i := range 2 {
+		seq := uint32(1000 + size*i)
+		at := uint64(i) * 10 * us
+		hs.step(&ev{t: at, kind: kTCPXmit, flags: 0x10, a: seq, size: size, b: segs})
+		hs.step(&ev{t: at + us, kind: kDevQueue, size: 14 + 72 + size, a: segs, c: 6, d: seq})
+	}
+	// Only the second packet's dev_xmit: the first one's run was skipped
+	// (and so was its netif_receive_skb at the receiver).
+	const second = 1000 + size
+	hs.step(&ev{t: 30 * us, kind: kDevXmit, size: 14 + 72 + size, a: segs, c: 6, d: second})
+	hr.step(&ev{t: 31 * us, kind: kDevRecv, size: 72 + size, a: segs, c: 6, d: second})
+	hr.step(&ev{t: 32 * us, kind: kTCPRcv, a: second, size: size})
+	hr.step(&ev{t: 33 * us, kind: kSockRecv, size: size})
+	p := snd.path.report()
+	if p == nil || p.DataDeparted != 1 || p.Matched != 1 || p.Segments != 1 {
+		t.Fatalf("path %+v: want the second packet departed, matched and followed to the reader", p)
+	}
+}

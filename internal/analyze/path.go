@@ -145,6 +145,20 @@ func (ps *pathStats) takeSeq(seq uint32, arrived uint64) (departure, bool) {
 	return departure{}, false
 }
 
+// takeSeqFits is takeSeq for an arrival of IP length ipLen: the
+// departure's data and the IP and TCP headers make that length, or the
+// arrival is longer than any headers (it holds data) and holds no more
+// than the departure's (a qdisc on the way segmented a GSO packet: the
+// arrival is its first segment).
+func (ps *pathStats) takeSeqFits(seq uint32, ipLen int32, arrived uint64) (departure, bool) {
+	if d, ok := ps.bySeq[seq]; ok {
+		if hdr := ipLen - d.size; hdr > maxHeaders || hdr < minHeaders && ipLen <= maxHeaders {
+			return departure{}, false
+		}
+	}
+	return ps.takeSeq(seq, arrived)
+}
+
 // complete takes a segment followed from the sender's TCP to the receiver's
 // application. Each time is taken as no earlier than the one before, so
 // that the hops, all non-negative, add up to the whole journey; on two

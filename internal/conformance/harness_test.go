@@ -55,7 +55,7 @@ func need(t *testing.T, tools ...string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: loads BPF and builds network namespaces")
 	}
-	for _, tool := range append([]string{"ip", "tc", "tcpdump", "tshark", "nstat"}, tools...) {
+	for _, tool := range append([]string{"ip", "tc", "tcpdump", "tshark", "nstat", "bpftrace", "bpftool"}, tools...) {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
 				t.Fatalf("%s is missing on CI (scripts/deps.sh installs it)", tool)
@@ -162,8 +162,10 @@ func (r *recorder) stop(t *testing.T) *trace {
 	if err := <-r.wait; err != nil {
 		t.Fatalf("record: %v\n%s", err, r.stderr.String())
 	}
-	checkAccounted(t, r.path)
-	return load(t, r.path)
+	missed := checkAccounted(t, r.path)
+	tr := load(t, r.path)
+	tr.missed = missed
+	return tr
 }
 
 // capture is a tcpdump on one interface of one namespace, writing a pcap
@@ -228,7 +230,8 @@ type frame struct {
 	udp          bool
 	tcpLen       int // tcp.len: TCP payload bytes
 	flags        uint16
-	seq, ack     int64 // tcp.seq, tcp.ack: relative to the initial sequence numbers
+	seq, ack     int64  // tcp.seq, tcp.ack: relative to the initial sequence numbers
+	seqRaw       uint32 // tcp.seq_raw: the sequence number in the header, as magnet's dev events and the witness carry it
 }
 
 // stop ends tcpdump and returns the frames tshark reads from its file. A
@@ -251,7 +254,7 @@ func (c *capture) stop(t *testing.T) []frame {
 	out, err := exec.Command("tshark", "-r", c.path, "-n", "-T", "fields", "-E", "separator=,",
 		"-e", "frame.len", "-e", "ip.src", "-e", "ipv6.src", "-e", "ip.dst", "-e", "ipv6.dst",
 		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "udp.srcport", "-e", "udp.dstport",
-		"-e", "tcp.len", "-e", "tcp.flags", "-e", "tcp.seq", "-e", "tcp.ack").Output()
+		"-e", "tcp.len", "-e", "tcp.flags", "-e", "tcp.seq", "-e", "tcp.ack", "-e", "tcp.seq_raw").Output()
 	if err != nil {
 		t.Fatalf("tshark -r %s: %v", c.path, err)
 	}
@@ -261,8 +264,8 @@ func (c *capture) stop(t *testing.T) []frame {
 			continue
 		}
 		f := strings.Split(line, ",")
-		if len(f) != 13 {
-			t.Fatalf("tshark line %q: want 13 fields", line)
+		if len(f) != 14 {
+			t.Fatalf("tshark line %q: want 14 fields", line)
 		}
 		var fr frame
 		fr.len, _ = strconv.Atoi(f[0])
@@ -276,6 +279,8 @@ func (c *capture) stop(t *testing.T) []frame {
 			fr.flags = uint16(fl)
 			fr.seq, _ = strconv.ParseInt(f[11], 10, 64)
 			fr.ack, _ = strconv.ParseInt(f[12], 10, 64)
+			raw, _ := strconv.ParseUint(f[13], 10, 32)
+			fr.seqRaw = uint32(raw)
 		} else {
 			fr.udp = true
 			fr.sport, _ = strconv.Atoi(f[7])
@@ -356,6 +361,7 @@ type ev struct {
 	TotalRetrans  uint64 `json:"total_retrans"`
 	Delivered     uint64 `json:"delivered"`
 	Flags         string `json:"tcpflags"`
+	Seq           uint32 `json:"seq"` // dev_*: the TCP header's sequence number
 }
 
 // conn is a row of magnet parse --conns --json.
@@ -415,6 +421,9 @@ type trace struct {
 	events []ev
 	conns  map[uint64]conn
 	report report
+	// missed: runs of the recorder's device and drop programs the
+	// kernel skipped (their recursion_misses, from the trace summary).
+	missed uint64
 }
 
 func load(t *testing.T, path string) *trace {
@@ -459,7 +468,7 @@ func load(t *testing.T, path string) *trace {
 	return tr
 }
 
-func magnetOut(t *testing.T, args ...string) []byte {
+func magnetOut(t testing.TB, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	var se bytes.Buffer
@@ -561,15 +570,6 @@ func framesOf(frames []frame, c conn, out bool) []frame {
 	return fs
 }
 
-func sumLen(fs []frame) (n, bytes, payload int64) {
-	for _, f := range fs {
-		n++
-		bytes += int64(f.len)
-		payload += int64(f.tcpLen)
-	}
-	return
-}
-
 // waitListening polls ss in h until something listens on TCP port p: the
 // servers started here (nginx) say nothing when they are ready.
 func waitListening(t *testing.T, h netlab.Host, p int, proto string) {
@@ -654,29 +654,7 @@ func stopProc(cmd *exec.Cmd) {
 // found; while it fails, it is reported as skipped with its failure and
 // the defect, so the rest of the suite guards what is already right. When
 // a comparison here passes, the log says so: take it off the list.
-var openBugs = map[string]string{
-	"server_veth_frames_equal_tshark":        skippedRuns,
-	"report_follows_every_data_packet":       "1-2 data packets of a few hundred are not matched at the peer",
-	"dev_xmit_frame_by_frame_equals_tshark":  skippedRuns,
-	"report_sender_dev_xmit_equals_tshark":   skippedRuns,
-	"report_receiver_dev_recv_equals_tshark": skippedRuns,
-	"server_dev_recv_equals_tshark":          skippedRuns,
-	"qdisc_drops_equal_tc":                   skippedDrops,
-	"report_drops_equal_tc":                  skippedDrops,
-}
-
-// skippedRuns: on a loaded host the kernel now and then runs no program of
-// the device tracepoints for a run of frames tcpdump captures (2 to 22 each
-// way seen); bpftrace counting the same frames on the same tracepoints is
-// short by as many, the programs' own count of their runs equals the
-// events, and no miss is counted (docs/EVENTS.md, Loss accounting). The
-// record tests check the device events against bpftrace exactly.
-const skippedRuns = "under load the kernel runs no device tracepoint program for a few frames (bpftrace misses the same)"
-
-// skippedDrops: the same for kfree_skb: tc -s 3768 drops, magnet 3766,
-// bpftrace on skb:kfree_skb in the same run 3766. TestSummaryQdiscDrops
-// checks magnet against bpftrace.
-const skippedDrops = "under load the kernel runs no kfree_skb program for a qdisc drop in a thousand (bpftrace misses the same)"
+var openBugs = map[string]string{}
 
 // check runs one comparison of magnet with its ground truth as a subtest.
 func check(t *testing.T, name string, fn func(t testing.TB)) {
@@ -731,7 +709,7 @@ func (x *openCheck) finish() {
 // checkAccounted fails the test when the recorder wrote fewer events of a
 // type than the BPF side produced, less those counted as lost: an event
 // lost between the kernel and the file without a loss record.
-func checkAccounted(t *testing.T, path string) {
+func checkAccounted(t *testing.T, path string) (missed uint64) {
 	t.Helper()
 	rd, err := mgt.Open(path)
 	if err != nil {
@@ -754,6 +732,17 @@ func checkAccounted(t *testing.T, path string) {
 	if sum == nil {
 		t.Fatalf("trace %s has no summary", path)
 	}
+	// Only the device and drop programs' skipped runs can make their
+	// events differ from the witness's (tcp_probe's, the usual ones,
+	// cannot).
+	byProg, _ := sum.Extra["missed_by_program"].(map[string]any)
+	for _, prog := range []string{"net_dev_queue", "net_dev_start_xmit", "netif_receive_skb", "kfree_skb"} {
+		n, _ := byProg[prog].(float64)
+		missed += uint64(n)
+	}
+	if sum.Missed != nil && *sum.Missed > 0 {
+		t.Logf("program runs the kernel skipped: %d, by program %v; of the device and drop programs: %d", *sum.Missed, sum.Extra["missed_by_program"], missed)
+	}
 	produced, _ := sum.Extra["produced"].(map[string]any)
 	lostBy, _ := sum.Extra["lost_by_type"].(map[string]any)
 	if u := sum.Extra["unrecorded"]; u != nil {
@@ -767,5 +756,34 @@ func checkAccounted(t *testing.T, path string) {
 		} else if strings.HasPrefix(name, "dev_") {
 			t.Logf("%s: produced %d = in the file %d + lost %d", name, uint64(p), inFile[name], uint64(l))
 		}
+	}
+	return missed
+}
+
+// journey is a row of magnet export --table journeys: a data segment one
+// end sent that the other end got, and the layers it was followed through
+// (a layer's time is absent where it was not).
+type journey struct {
+	Conn     uint64 `json:"conn"`
+	Peer     uint64 `json:"peer"`
+	Seq      uint32 `json:"seq"`
+	Payload  int64  `json:"payload"`
+	DevRecv  *int64 `json:"dev_recv_ns"`
+	SockRecv *int64 `json:"sock_recv_ns"`
+}
+
+// journeys exports the trace's journeys table.
+func (tr *trace) journeys(t testing.TB) []journey {
+	t.Helper()
+	var js []journey
+	dec := json.NewDecoder(bytes.NewReader(magnetOut(t, "export", "--table", "journeys", "-f", "jsonl", "-o", "-", tr.path)))
+	for {
+		var j journey
+		if err := dec.Decode(&j); err == io.EOF {
+			return js
+		} else if err != nil {
+			t.Fatalf("export --table journeys: %v", err)
+		}
+		js = append(js, j)
 	}
 }

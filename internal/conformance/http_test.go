@@ -99,6 +99,7 @@ func TestNginxCurl(t *testing.T) {
 			nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
 			_, _, drops0 := qdiscStats(t, lab.Server)
 			capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
+			wit := startWitness(t, lab, p)
 			rec := record(t, append(everyFrame, "--port", strconv.Itoa(p))...)
 			out, err := exec.Command("ip", "netns", "exec", lab.Client.NS, "curl", "-sS", "-g", "-o", "/dev/null",
 				"-w", "%{http_code} %{size_download} %{size_header} %{size_request}", sc.url(lab, p)).Output()
@@ -112,6 +113,7 @@ func TestNginxCurl(t *testing.T) {
 			settled(t, lab, p)
 			frames := capS.stop(t)
 			tr := rec.stop(t)
+			seen := wit.Stop(t)
 			dC, dS := delta(nsC0, nstat(t, lab.Client)), delta(nsS0, nstat(t, lab.Server))
 			_, _, drops1 := qdiscStats(t, lab.Server)
 			stopProc(srv)
@@ -127,7 +129,7 @@ func TestNginxCurl(t *testing.T) {
 				lab: lab, port: p, tr: tr, frames: frames, nsClient: dC, nsServer: dS, mss: sc.mss,
 				sent: bytesSent, received: download + header, total: download + header,
 				appRetrans: -1, serverPID: srv.Process.Pid, serverComm: "nginx", download: true,
-				qdiscDrops: int64(drops1 - drops0),
+				qdiscDrops: int64(drops1 - drops0), seen: seen,
 			}
 			checkTCPTransfer(t, c)
 			// The request, the other way: curl's size_request is nginx's
@@ -199,6 +201,7 @@ func TestGoHTTP(t *testing.T) {
 	nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)
 	_, _, drops0 := qdiscStats(t, lab.Server)
 	capS := startCapture(t, lab.Server, "tcp port "+strconv.Itoa(p))
+	wit := startWitness(t, lab, p)
 	rec := record(t, append(everyFrame, "--port", strconv.Itoa(p))...)
 
 	// The client is this test binary run again in the client's namespace
@@ -221,6 +224,7 @@ func TestGoHTTP(t *testing.T) {
 	settled(t, lab, p)
 	frames := capS.stop(t)
 	tr := rec.stop(t)
+	seen := wit.Stop(t)
 	dC, dS := delta(nsC0, nstat(t, lab.Client)), delta(nsS0, nstat(t, lab.Server))
 	_, _, drops1 := qdiscStats(t, lab.Server)
 	comm, _ := os.ReadFile("/proc/self/comm")
@@ -229,7 +233,7 @@ func TestGoHTTP(t *testing.T) {
 		lab: lab, port: p, tr: tr, frames: frames, nsClient: dC, nsServer: dS, mss: 1448,
 		sent: written, received: res.Read, total: res.Read,
 		appRetrans: -1, serverPID: os.Getpid(), serverComm: strings.TrimSpace(string(comm)), download: true,
-		qdiscDrops: int64(drops1 - drops0),
+		qdiscDrops: int64(drops1 - drops0), seen: seen,
 	}
 	checkTCPTransfer(t, c)
 

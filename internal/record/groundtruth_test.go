@@ -28,6 +28,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/witness"
 )
 
 // needTools skips the test when a program it compares against is missing,
@@ -228,91 +229,44 @@ func framesBetween(frames []frame, from, to netip.AddrPort) int {
 	return n
 }
 
-// startTracepointFrames counts, with bpftrace, the TCP frames of port that the
-// kernel's net_dev_start_xmit and netif_receive_skb tracepoints run BPF
-// programs for on the devices of one netns: an independent witness of
-// what a program on those tracepoints can see. Under load the kernel now
-// and then runs no program of these tracepoints for a run of frames that
-// tcpdump on the same device captures (seen: 2 to 22 frames each way in
-// about one run in ten, bpftrace short by exactly as many as magnet,
-// while sockops saw each segment); a device event count is then checked
-// against this count (checkTracepointFrames), and tcpdump's surplus is
-// the kernel's.
-func startTracepointFrames(t *testing.T, netnsInode uint32, port int) *bpftraceCounts {
+// startTracepointFrames counts, with bpftrace (internal/witness), the TCP
+// frames of port that the kernel's net_dev_start_xmit and
+// netif_receive_skb tracepoints run BPF programs for on the devices of one
+// netns: an independent witness of what a program on those tracepoints can
+// see. Under load the kernel now and then runs no program of these
+// tracepoints for a run of frames that tcpdump on the same device captures
+// (seen: 2 to 22 frames each way in about one run in ten, bpftrace short by
+// exactly as many as magnet, while sockops saw each segment); a device
+// event count is then checked against this count (checkTracepointFrames),
+// and tcpdump's surplus is the kernel's.
+func startTracepointFrames(t *testing.T, netnsInode uint32, port int) *tracepointFrames {
 	t.Helper()
-	be := (port&0xff)<<8 | port>>8 // the port as a __be16 reads on this little-endian host
-	probe := func(tp, key string) string {
-		return fmt.Sprintf(`tracepoint:net:%s { $s = (struct sk_buff *)args->skbaddr;
-if ($s->dev->nd_net.net->ns.inum == %d && $s->protocol == 8) {
-  $ip = (struct iphdr *)($s->head + $s->network_header);
-  if ($ip->protocol == 6) {
-    $th = (struct tcphdr *)($s->head + $s->network_header + 20);
-    if ($th->dest == %d) { @%s_to = count(); }
-    if ($th->source == %d) { @%s_from = count(); } } } }
-`, tp, netnsInode, be, key, be, key)
-	}
-	return startBpftraceCounts(t, probe("net_dev_start_xmit", "xmit")+probe("netif_receive_skb", "recv"))
+	return &tracepointFrames{w: witness.Start(t, witness.Options{NetNS: []uint32{netnsInode}, Port: port}), port: port}
 }
 
-// bpftraceCounts runs a bpftrace script whose maps are counts (@name =
-// count()) beside a test.
-type bpftraceCounts struct {
-	cmd *exec.Cmd
-	out *bufio.Reader
+// tracepointFrames is a running startTracepointFrames.
+type tracepointFrames struct {
+	w    *witness.Witness
+	port int
 }
 
-func startBpftraceCounts(t *testing.T, script string) *bpftraceCounts {
+// stop ends the witness and returns its counts of the port's TCP frames:
+// xmit_to, xmit_from, recv_to, recv_from (to or from the port).
+func (tf *tracepointFrames) stop(t *testing.T) map[string]int {
 	t.Helper()
-	needTools(t, "bpftrace")
-	// The interval probe's output wakes bpftrace's event loop, which
-	// otherwise, with nothing to print, can sleep through the SIGINT that
-	// tells it to stop (another thread takes the signal).
-	c := exec.Command("bpftrace", "-e", script+`interval:ms:100 { printf(""); }`)
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	c := tf.w.Stop(t)
+	if c.Missed > 0 {
+		t.Logf("bpftrace's programs were skipped %d times (recursion_misses)", c.Missed)
 	}
-	if err := c.Start(); err != nil {
-		t.Fatalf("bpftrace: %v", err)
+	p := uint16(tf.port)
+	n := func(h witness.Hook, m witness.Match) int {
+		m.Hook, m.Proto = h, 6
+		return int(c.Sum(m).N)
 	}
-	bc := &bpftraceCounts{cmd: c, out: bufio.NewReader(out)}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	if l, err := bc.out.ReadString('\n'); err != nil || !strings.HasPrefix(l, "Attaching") {
-		t.Fatalf("bpftrace did not start: %q %v", l, err)
+	return map[string]int{
+		"xmit_to": n(witness.Xmit, witness.Match{DPort: p}), "xmit_from": n(witness.Xmit, witness.Match{SPort: p}),
+		"recv_to": n(witness.Recv, witness.Match{DPort: p}), "recv_from": n(witness.Recv, witness.Match{SPort: p}),
 	}
-	return bc
-}
-
-// stop ends bpftrace and returns its counts by map name (for
-// startTracepointFrames: xmit_to, xmit_from, recv_to, recv_from, to or
-// from the port).
-func (bc *bpftraceCounts) stop(t *testing.T) map[string]int {
-	t.Helper()
-	out := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(bc.out)
-		out <- b
-	}()
-	var b []byte
-	for try := 0; b == nil; try++ {
-		if try == 2 {
-			bc.cmd.Process.Kill()
-			t.Fatal("bpftrace did not stop on SIGINT")
-		}
-		bc.cmd.Process.Signal(os.Interrupt)
-		select {
-		case b = <-out:
-		case <-time.After(10 * time.Second):
-		}
-	}
-	if err := bc.cmd.Wait(); err != nil {
-		t.Fatalf("bpftrace: %v\n%s", err, b)
-	}
-	m := map[string]int{}
-	for _, f := range regexp.MustCompile(`@(\w+): (\d+)`).FindAllStringSubmatch(string(b), -1) {
-		m[f[1]], _ = strconv.Atoi(f[2])
-	}
-	return m
 }
 
 // checkDevFrames compares a device event count of one connection with

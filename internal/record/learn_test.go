@@ -377,7 +377,7 @@ func TestLearnPreexistingConnection(t *testing.T) {
 // devKernel stops the tracepoint witness and returns the frames of the
 // port tcpdump captured on the server's veth that the kernel ran no
 // tracepoint program for, in and out (tcpdump's count less bpftrace's).
-func devKernel(t *testing.T, tpf *bpftraceCounts, frames []frame, port int) (in, out int) {
+func devKernel(t *testing.T, tpf *tracepointFrames, frames []frame, port int) (in, out int) {
 	t.Helper()
 	tp := tpf.stop(t)
 	for _, f := range frames {
