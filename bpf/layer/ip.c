@@ -56,6 +56,19 @@ static __always_inline void ip_event(struct __sk_buff *ctx, __u8 type)
 SEC("cgroup_skb/egress")
 int ip_egress(struct __sk_buff *ctx)
 {
+	/* Every skb TCP sends passes here once, inside __tcp_transmit_skb:
+	 * where tcp_xmit is read by default (bpf/layer/tcp.c), before its
+	 * ip_send. */
+	if (xmit_at_ip && enabled(MG_G_TCP | MG_G_RATE)) {
+		/* skb->sk read from the kernel's skb is an RCU pointer, which
+		 * a cgroup_skb program may not give socket storage; the
+		 * context's socket, as a full TCP socket, it may. */
+		struct bpf_sock *bsk = ctx->sk;
+		struct tcp_sock *tp = bsk ? bpf_skc_to_tcp_sock(bsk) : NULL;
+
+		if (tp)
+			tcp_xmit_from(bpf_cast_to_kern_ctx(ctx), (struct sock *)tp, ctx, 0);
+	}
 	ip_event(ctx, MG_IP_SEND);
 	return 1;
 }

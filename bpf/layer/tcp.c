@@ -450,9 +450,10 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 }
 
 /*
- * sockops: enable the per-segment header callbacks on every TCP socket as it
- * connects or is accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each
- * segment TCP builds, before it goes to IP. We reserve no option space, so
+ * sockops: where neither fentry nor IP egress serves tcp_xmit, enable the
+ * per-segment header callbacks on every TCP socket as it connects or is
+ * accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each segment TCP
+ * builds, before it goes to IP. We reserve no option space, so
  * the wire is untouched.
  */
 SEC("sockops")
@@ -477,14 +478,16 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		/* The flag makes TCP run this program for every segment it
 		 * sends and every time it works out its MSS (2.3 runs per
 		 * packet of a bulk transfer, ~70 ns each when they find
-		 * nothing to do, bench/hooks.sh): only while tcp_xmit or
-		 * tcp_rate is recorded, and a socket the filters leave out
+		 * nothing to do, bench/hooks.sh): only while sockops serves
+		 * tcp_xmit (neither fentry, IP egress nor the device can) and
+		 * it or tcp_rate is recorded, and a socket the filters leave out
 		 * for good (another netns, port or cgroup; not one the pid
 		 * filter may still select) goes without. A socket that
 		 * connects while neither is recorded gets no tcp_xmit if they
 		 * are switched on later (SetGroups). Silenced (no group: the
 		 * bench's hooks-alone figure) still asks, as when recording. */
-		if (!xmit_by_fentry && !xmit_at_dev && !summary_mode && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		if (!xmit_by_fentry && !xmit_at_dev && !xmit_at_ip && !summary_mode &&
+		    (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -504,7 +507,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		return 1;
 	/* In summary mode the socket's figures are read from it, but
 	 * another recorder on the host may have flagged the socket. */
-	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev || summary_mode)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev || xmit_at_ip || summary_mode)
 		return 1;
 	sk = k->sk;
 	if (!sk)
@@ -529,79 +532,114 @@ int tcp_segments(struct bpf_sock_ops *skops)
 #define XMIT_CLOCK_MAX_NS 1000000
 
 /*
- * tcp_xmit read where an skb TCP sent reaches the device the route chose
- * (net_dev_queue, before any qdisc): skb->sk is the sending socket, and the
- * headers TCP wrote say what the control block, overwritten by IP since,
- * said. It costs a few loads in a program that runs for every packet sent
- * anyway, where sockops' per-segment callback was two more program runs per
- * packet. The device sees the skb before GSO splits it: one tcp_xmit per
- * skb TCP sent, as at __tcp_transmit_skb. A segment that never reaches a
- * device (dropped by netfilter or a cgroup program on the way down, or
- * transformed by IPsec) has none; docs/EVENTS.md.
+ * tcp_xmit read below TCP, from an skb TCP sent: at IP egress (cgroup_skb,
+ * the default where fentry is refused) or where it reaches the device the
+ * route chose (net_dev_queue, --xmit-at-device). skb->sk is the sending
+ * socket, and the headers TCP wrote say what the control block, cleared by
+ * __tcp_transmit_skb before IP, said. Both see the skb before GSO splits it:
+ * one tcp_xmit per skb TCP sent, as at __tcp_transmit_skb. IP egress runs
+ * synchronously inside __tcp_transmit_skb (ip_finish_output, after
+ * netfilter, before any neighbour or qdisc), once per skb, as a program run
+ * the kernel never skips; the device runs later, and a segment that never
+ * reaches a device has none there. docs/EVENTS.md.
+ *
+ * tcp_xmit_below_ok says whether skb is a segment its socket's TCP built. sk
+ * is skb->sk, as a pointer the hook's program type may give socket storage.
  */
-static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
+static __always_inline int tcp_xmit_below_ok(struct sk_buff *skb, struct sock *sk, int at_dev)
 {
-	struct sock *sk = skb->sk;
-	struct tcp_sock *tp;
-	struct cpu_state *st;
-	struct skb_shared_info *si;
-	struct dst_entry *dst;
+	unsigned char *head = skb->head;
 	struct tcphdr *th;
-	unsigned char *head, *th_p;
-	__u64 conn, now, t;
-	__u32 seq, snd_nxt;
-	__s32 len;
-	__u16 segs, th_off;
-	__u8 tflags;
+	__u16 th_off;
 
 	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || !sk_is_full(sk))
-		return;
-	/* A stacked device (VLAN, bond) hands the same skb to the one below
-	 * it: only the device the route chose reports it. */
-	dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
-	if (dst && dst->dev != skb->dev)
-		return;
+		return 0;
+	if (at_dev) {
+		/* A stacked device (VLAN, bond) hands the same skb to the one
+		 * below it: only the device the route chose reports it. */
+		struct dst_entry *dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
+
+		if (dst && dst->dev != skb->dev)
+			return 0;
+	}
 	th_off = skb->transport_header;
 	if (!th_off || th_off == 0xffff)
-		return;
-	head = skb->head;
-	th_p = head + th_off;
-	th = KERNEL_CAST(struct tcphdr, th_p);
+		return 0;
+	th = KERNEL_CAST(struct tcphdr, head + th_off);
 	/* The socket's own segment (not a tunnel's outer header, which has
-	 * other ports). */
+	 * other ports, nor the kernel's control socket's resets and TIME_WAIT
+	 * ACKs, nor a listener's SYN-ACK: neither passes __tcp_transmit_skb). */
 	if (__builtin_bswap16(th->source) != sk->__sk_common.skc_num ||
 	    th->dest != sk->__sk_common.skc_dport)
-		return;
+		return 0;
 	if (skb->protocol == __builtin_bswap16(ETH_P_IP) &&
 	    KERNEL_CAST(struct iphdr, head + skb->network_header)->protocol != IPPROTO_TCP_)
-		return;
-	st = my_state();
-	conn = conn_of(st, sk, sk_cookie(sk), 0);
-	if (conn == FILTERED || !conn)
-		return;
-	tp = KERNEL_CAST(struct tcp_sock, sk);
-	now = bpf_ktime_get_ns();
-	/* TCP's clock, read as the pass that sent this skb began
-	 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit comes
-	 * before ip_send; the device's time comes after. */
-	t = tp->tcp_clock_cache;
-	if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
-		t = now;
-	/* The sample of the ACK that let this segment go comes first. */
-	if (enabled(MG_G_RATE))
-		emit_tcp_rate(sk, conn, t);
-	if (!enabled(MG_G_TCP))
-		return;
+		return 0;
+	return 1;
+}
+
+/* The tcp_xmit of an skb tcp_xmit_below_ok accepted, of connection conn,
+ * at time t. A call of its own, apart from conn_of's and emit_tcp_rate's:
+ * each chain's stack then stays within the verifier's 512 bytes. */
+static __noinline void tcp_xmit_below(struct sk_buff *skb, struct sock *sk, __u64 conn, __u64 t)
+{
+	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
+	struct skb_shared_info *si;
+	unsigned char *head, *th_p;
+	struct tcphdr *th;
+	__u32 seq, snd_nxt;
+	__s32 len;
+	__u8 tflags;
+
+	head = skb->head;
+	th_p = head + skb->transport_header;
+	th = KERNEL_CAST(struct tcphdr, th_p);
 	seq = __builtin_bswap32(th->seq);
 	tflags = th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
 		 th->ece << 6 | th->cwr << 7;
 	len = (__s32)skb->len - (__s32)(th_p - skb->data) - (__s32)th->doff * 4;
 	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
-	segs = si->gso_segs;
-	/* On the way down, snd_nxt has not yet moved past new data: TCP
-	 * advances it once the skb is handed over. */
+	/* TCP advances snd_nxt past new data once the skb is handed over
+	 * (tcp_event_new_data_sent): below it, snd_nxt is still as TCP had
+	 * it before sending. */
 	snd_nxt = tp->snd_nxt;
-	put_tcp_xmit(st, sk, conn, t, len, tflags, seq, segs, snd_nxt);
+	put_tcp_xmit(my_state(), sk, conn, t, len, tflags, seq, si->gso_segs, snd_nxt);
+}
+
+/* tcp_xmit and the tcp_rate a segment carries out, read below TCP. ctx is
+ * what the program type's cookie helper takes, NULL where none does (the
+ * socket then has the cookie it got at its first socket- or TCP-layer
+ * event). */
+static __always_inline void tcp_xmit_from(struct sk_buff *skb, struct sock *sk, void *ctx, int at_dev)
+{
+	__u64 conn, now, t;
+
+	if (!tcp_xmit_below_ok(skb, sk, at_dev))
+		return;
+	conn = conn_of(my_state(), sk, ctx ? cookie_of(sk, ctx) : sk_cookie(sk), 0);
+	if (conn == FILTERED || !conn)
+		return;
+	now = bpf_ktime_get_ns();
+	t = now;
+	if (at_dev) {
+		/* TCP's clock, read as the pass that sent this skb began
+		 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit
+		 * comes before ip_send; the device's time comes after. At IP
+		 * egress TCP is still sending it: now is its time. */
+		t = KERNEL_CAST(struct tcp_sock, sk)->tcp_clock_cache;
+		if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
+			t = now;
+	}
+	/* The sample of the ACK that let this segment go comes first. */
+	if (enabled(MG_G_RATE))
+		emit_tcp_rate(sk, conn, t);
+	if (enabled(MG_G_TCP))
+		tcp_xmit_below(skb, sk, conn, t);
+}
+
+static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
+{
+	tcp_xmit_from(skb, skb->sk, NULL, 1);
 }
 
 /*
@@ -616,7 +654,7 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	struct cpu_state *st;
 	__u64 now, conn;
 
-	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry || xmit_at_dev)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry || xmit_at_dev || xmit_at_ip)
 		return 0;
 	st = my_state();
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);

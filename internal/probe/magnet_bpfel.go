@@ -756,6 +756,7 @@ const (
 	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitAtDev         = "xmit_at_dev"
+	magnetVarXmitAtIp          = "xmit_at_ip"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
@@ -905,6 +906,7 @@ type magnetVariableSpecs struct {
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
+	XmitAtIp         *ebpf.VariableSpec `ebpf:"xmit_at_ip"`
 	XmitByFentry     *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -1027,6 +1029,7 @@ type magnetVariables struct {
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.Variable `ebpf:"xmit_at_dev"`
+	XmitAtIp         *ebpf.Variable `ebpf:"xmit_at_ip"`
 	XmitByFentry     *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

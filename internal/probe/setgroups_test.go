@@ -325,7 +325,8 @@ func TestSilence(t *testing.T) {
 
 // TestSegmentCallbacksOnlyForTCP: TCP runs the sockops program for each
 // segment only for sockets that connected while sockops served tcp_xmit or
-// tcp_rate: where net_dev_queue serves them (XmitAtDevice), and with
+// tcp_rate: where IP egress (the default) or net_dev_queue (XmitAtDevice)
+// serves them, and with
 // neither recorded, those runs would find nothing to do. The run count of
 // the program over 200 writes (a segment each, Go sets TCP_NODELAY) shows
 // it: at least 200 more runs with tcp served by sockops, and
@@ -347,10 +348,12 @@ func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
 		groups  event.Group
 		atDev   bool
 		perSegs bool
+		disable []string
 	}{
-		{"sock", event.GroupSock | event.GroupConn, false, false},
-		{"tcp at the device", event.GroupSock | event.GroupTCP | event.GroupConn, true, false},
-		{"tcp by sockops", event.GroupSock | event.GroupTCP | event.GroupConn, false, true},
+		{"sock", event.GroupSock | event.GroupConn, false, false, nil},
+		{"tcp at IP egress", event.GroupSock | event.GroupTCP | event.GroupConn, false, false, nil},
+		{"tcp at the device", event.GroupSock | event.GroupTCP | event.GroupConn, true, false, nil},
+		{"tcp by sockops", event.GroupSock | event.GroupTCP | event.GroupConn, false, true, []string{"ip_egress"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if os.Geteuid() != 0 {
@@ -364,8 +367,8 @@ func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
 			p, err := Load(Options{Groups: tc.groups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
 				Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}, XmitAtDevice: tc.atDev,
 				// fentry, where the kernel allows it, would serve
-				// tcp_xmit instead of sockops.
-				Disable: []string{"tcp_xmit_fentry"}})
+				// tcp_xmit instead of sockops or IP egress.
+				Disable: append([]string{"tcp_xmit_fentry"}, tc.disable...)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -154,6 +154,7 @@ const (
 	syntheventVarSelfTgid       = "self_tgid"
 	syntheventVarTupleGens      = "tuple_gens"
 	syntheventVarXmitAtDev      = "xmit_at_dev"
+	syntheventVarXmitAtIp       = "xmit_at_ip"
 	syntheventVarXmitByFentry   = "xmit_by_fentry"
 )
 
@@ -246,6 +247,7 @@ type syntheventVariableSpecs struct {
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
+	XmitAtIp       *ebpf.VariableSpec `ebpf:"xmit_at_ip"`
 	XmitByFentry   *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -326,6 +328,7 @@ type syntheventVariables struct {
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.Variable `ebpf:"xmit_at_dev"`
+	XmitAtIp       *ebpf.Variable `ebpf:"xmit_at_ip"`
 	XmitByFentry   *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 
