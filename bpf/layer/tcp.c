@@ -69,18 +69,19 @@ static __noinline void emit_tcp_state_rec(struct sock *sk, __u64 conn, __u64 now
 	SUBMIT(r, &e);
 }
 
-static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
+static __always_inline struct tcp_sent *tcp_sent_of(struct sock *sk)
+{
+	return bpf_sk_storage_get(&tcp_sents, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+}
+
+/* A tcp_state snapshot of sk if it is due; ts is the socket's last. */
+static __always_inline void emit_tcp_state_in(struct sock *sk, __u64 conn, __u64 now, int force,
+					      struct tcp_state_sent *ts)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct tcp_state_sent *ts;
 	__u32 srtt_us, ssthresh, retrans;
 	__u64 gap;
 
-	if (!enabled(MG_G_TCPSTATE))
-		return;
-	ts = bpf_sk_storage_get(&tcp_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!ts)
-		return;
 	srtt_us = tp->srtt_us >> 3;
 	ssthresh = tp->snd_ssthresh;
 	retrans = tp->retrans_out;
@@ -99,6 +100,17 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
 	emit_tcp_state_rec(sk, conn, now);
 }
 
+static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
+{
+	struct tcp_sent *s;
+
+	if (!enabled(MG_G_TCPSTATE))
+		return;
+	s = tcp_sent_of(sk);
+	if (s)
+		emit_tcp_state_in(sk, conn, now, force, &s->state);
+}
+
 /*
  * Write a tcp_rate if tp->delivered moved since the socket's last one. The
  * kernel makes its delivery-rate sample in tcp_ack -> tcp_rate_gen, and no
@@ -109,18 +121,16 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
  * the same softirq; otherwise the next segment received or the next state
  * change. docs/EVENTS.md says what this misses.
  */
-static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+static __noinline void emit_tcp_rate_in(struct sock *sk, __u64 conn, __u64 now, struct tcp_rate_sent *rs)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct tcp_rate_sent *rs;
 	struct mg_tcp_rate *r;
 	__u32 delivered, rate_delivered, interval;
 	__u8 app_limited;
 	struct emit e;
 
 	delivered = tp->delivered;
-	rs = bpf_sk_storage_get(&tcp_rates, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!rs || rs->delivered == delivered)
+	if (rs->delivered == delivered)
 		return;
 	rate_delivered = tp->rate_delivered;
 	interval = tp->rate_interval_us;
@@ -148,6 +158,14 @@ static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
 	rs->app_limited = app_limited;
 }
 
+static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sent *s = tcp_sent_of(sk);
+
+	if (s)
+		emit_tcp_rate_in(sk, conn, now, &s->rate);
+}
+
 /* The window a received segment advertises, scaled as tcp_ack will scale
  * it (an established connection's segments never carry SYN, whose window is
  * not scaled). The TCP header is at skb->head + transport_header. */
@@ -155,13 +173,14 @@ static __always_inline __u32 seg_wnd(struct sock *sk, struct sk_buff *skb)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
 	struct tcp_options_received *rx = &tp->rx_opt;
-	__u16 raw = 0;
+	struct tcphdr *th = KERNEL_CAST(struct tcphdr, skb->head + skb->transport_header);
 
 	/* Without the barrier, clang folds &tp->rx_opt into the bitfield's
 	 * access chain and the relocated offset counts rx_opt twice. */
 	barrier_var(rx);
-	bpf_probe_read_kernel(&raw, sizeof(raw), skb->head + skb->transport_header + 14);
-	return (__u32)__builtin_bswap16(raw) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
+	/* A plain load through a kernel-typed pointer, not a probe-read
+	 * helper call: the verifier guards it as it does a helper's. */
+	return (__u32)__builtin_bswap16(th->window) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
 }
 
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
@@ -169,6 +188,7 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
 	struct cpu_state *st = my_state();
+	struct tcp_sent *sent;
 	struct mg_tcp_rcv *r;
 	struct tcp_skb_cb *cb;
 	__u64 now, conn;
@@ -180,9 +200,12 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
+	/* One look in the socket's storage for the last tcp_rate and
+	 * tcp_state. */
+	sent = enabled(MG_G_RATE | MG_G_TCPSTATE) ? tcp_sent_of(sk) : NULL;
 	/* The previous ACK's sample, if no segment sent since carried it. */
-	if (enabled(MG_G_RATE))
-		emit_tcp_rate(sk, conn, now);
+	if (sent && enabled(MG_G_RATE))
+		emit_tcp_rate_in(sk, conn, now, &sent->rate);
 	if (enabled(MG_G_TCP)) {
 		cb = tcp_cb(skb);
 		r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
@@ -196,7 +219,8 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 			SUBMIT(r, &e);
 		}
 	}
-	emit_tcp_state(sk, conn, now, 0);
+	if (sent && enabled(MG_G_TCPSTATE))
+		emit_tcp_state_in(sk, conn, now, 0, &sent->state);
 	return 0;
 }
 

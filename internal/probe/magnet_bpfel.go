@@ -625,20 +625,22 @@ type magnetTaskId struct {
 	Comm    [2]uint64
 }
 
-type magnetTcpRateSent struct {
-	_              structs.HostLayout
-	Delivered      uint32
-	RateDelivered  uint32
-	RateIntervalUs uint32
-	AppLimited     uint8
-	Pad            [3]uint8
-}
-
-type magnetTcpStateSent struct {
-	_        structs.HostLayout
-	TimeNs   uint64
-	Ssthresh uint32
-	Retrans  uint32
+type magnetTcpSent struct {
+	_     structs.HostLayout
+	State struct {
+		_        structs.HostLayout
+		TimeNs   uint64
+		Ssthresh uint32
+		Retrans  uint32
+	}
+	Rate struct {
+		_              structs.HostLayout
+		Delivered      uint32
+		RateDelivered  uint32
+		RateIntervalUs uint32
+		AppLimited     uint8
+		Pad            [3]uint8
+	}
 }
 
 type magnetTuple struct {
@@ -681,8 +683,7 @@ const (
 	magnetMapSockLasts         = "sock_lasts"
 	magnetMapSockSummaries     = "sock_summaries"
 	magnetMapSummaries         = "summaries"
-	magnetMapTcpRates          = "tcp_rates"
-	magnetMapTcpStates         = "tcp_states"
+	magnetMapTcpSents          = "tcp_sents"
 	magnetMapTuples            = "tuples"
 	magnetMapUdpPeers          = "udp_peers"
 	magnetMapUnrecorded        = "unrecorded"
@@ -851,8 +852,7 @@ type magnetMapSpecs struct {
 	SockLasts     *ebpf.MapSpec `ebpf:"sock_lasts"`
 	SockSummaries *ebpf.MapSpec `ebpf:"sock_summaries"`
 	Summaries     *ebpf.MapSpec `ebpf:"summaries"`
-	TcpRates      *ebpf.MapSpec `ebpf:"tcp_rates"`
-	TcpStates     *ebpf.MapSpec `ebpf:"tcp_states"`
+	TcpSents      *ebpf.MapSpec `ebpf:"tcp_sents"`
 	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
 	UdpPeers      *ebpf.MapSpec `ebpf:"udp_peers"`
 	Unrecorded    *ebpf.MapSpec `ebpf:"unrecorded"`
@@ -947,8 +947,7 @@ type magnetMaps struct {
 	SockLasts     *ebpf.Map `ebpf:"sock_lasts"`
 	SockSummaries *ebpf.Map `ebpf:"sock_summaries"`
 	Summaries     *ebpf.Map `ebpf:"summaries"`
-	TcpRates      *ebpf.Map `ebpf:"tcp_rates"`
-	TcpStates     *ebpf.Map `ebpf:"tcp_states"`
+	TcpSents      *ebpf.Map `ebpf:"tcp_sents"`
 	Tuples        *ebpf.Map `ebpf:"tuples"`
 	UdpPeers      *ebpf.Map `ebpf:"udp_peers"`
 	Unrecorded    *ebpf.Map `ebpf:"unrecorded"`
@@ -973,8 +972,7 @@ func (m *magnetMaps) Close() error {
 		m.SockLasts,
 		m.SockSummaries,
 		m.Summaries,
-		m.TcpRates,
-		m.TcpStates,
+		m.TcpSents,
 		m.Tuples,
 		m.UdpPeers,
 		m.Unrecorded,
