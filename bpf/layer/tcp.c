@@ -557,35 +557,34 @@ int tcp_segments(struct bpf_sock_ops *skops)
 
 /*
  * tcp_xmit read below TCP, from an skb TCP sent: at IP egress (cgroup_skb,
- * the default where fentry is refused) or where it reaches the device the
- * route chose (net_dev_queue, --xmit-at-device). skb->sk is the sending
- * socket, and the headers TCP wrote say what the control block, cleared by
- * __tcp_transmit_skb before IP, said. Both see the skb before GSO splits it:
- * one tcp_xmit per skb TCP sent, as at __tcp_transmit_skb. IP egress runs
- * synchronously inside __tcp_transmit_skb (ip_finish_output, after
- * netfilter, before any neighbour or qdisc), once per skb, as a program run
- * the kernel never skips; the device runs later, and a segment that never
- * reaches a device has none there. docs/EVENTS.md.
+ * the default where fentry is refused: tcp_xmit_at_ip in bpf/layer/ip.c) or
+ * where it reaches the device the route chose (net_dev_queue,
+ * --xmit-at-device). skb->sk is the sending socket, and the headers TCP
+ * wrote say what the control block, cleared by __tcp_transmit_skb before
+ * IP, said. Both see the skb before GSO splits it: one tcp_xmit per skb TCP
+ * sent, as at __tcp_transmit_skb. IP egress runs synchronously inside
+ * __tcp_transmit_skb (ip_finish_output, after netfilter, before any
+ * neighbour or qdisc), once per skb, as a program run the kernel never
+ * skips; the device runs later, and a segment that never reaches a device
+ * has none there. docs/EVENTS.md.
  *
- * tcp_xmit_below_ok says whether skb is a segment its socket's TCP built. sk
- * is skb->sk, as a pointer the hook's program type may give socket storage.
+ * tcp_xmit_below_ok says whether the skb at the device is a segment its
+ * socket's TCP built.
  */
-static __always_inline int tcp_xmit_below_ok(struct sk_buff *skb, struct sock *sk, int at_dev)
+static __always_inline int tcp_xmit_below_ok(struct sk_buff *skb, struct sock *sk)
 {
 	unsigned char *head = skb->head;
+	struct dst_entry *dst;
 	struct tcphdr *th;
 	__u16 th_off;
 
 	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || !sk_is_full(sk))
 		return 0;
-	if (at_dev) {
-		/* A stacked device (VLAN, bond) hands the same skb to the one
-		 * below it: only the device the route chose reports it. */
-		struct dst_entry *dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
-
-		if (dst && dst->dev != skb->dev)
-			return 0;
-	}
+	/* A stacked device (VLAN, bond) hands the same skb to the one below
+	 * it: only the device the route chose reports it. */
+	dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
+	if (dst && dst->dev != skb->dev)
+		return 0;
 	th_off = skb->transport_header;
 	if (!th_off || th_off == 0xffff)
 		return 0;
@@ -602,68 +601,65 @@ static __always_inline int tcp_xmit_below_ok(struct sk_buff *skb, struct sock *s
 	return 1;
 }
 
-/* The tcp_xmit of an skb tcp_xmit_below_ok accepted, of connection conn,
- * at time t. A call of its own, apart from conn_of's and emit_tcp_rate's:
- * each chain's stack then stays within the verifier's 512 bytes. */
-static __noinline void tcp_xmit_below(struct sk_buff *skb, struct sock *sk, __u64 conn, __u64 t)
+/* The tcp_xmit of a segment a hook below TCP read, of connection conn, at
+ * time t: seq and the TCP flags byte packed as seq | flags << 32, the
+ * payload and gso_segs as len | segs << 32. A call of its own, apart from
+ * conn_of's and emit_tcp_rate's: each chain's stack then stays within the
+ * verifier's 512 bytes. */
+static __noinline void tcp_xmit_put(struct sock *sk, __u64 conn, __u64 t, __u64 seq_flags, __u64 len_segs)
 {
-	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct skb_shared_info *si;
-	unsigned char *head, *th_p;
-	struct tcphdr *th;
-	__u32 seq, snd_nxt;
-	__s32 len;
-	__u8 tflags;
-
-	head = skb->head;
-	th_p = head + skb->transport_header;
-	th = KERNEL_CAST(struct tcphdr, th_p);
-	seq = __builtin_bswap32(th->seq);
-	tflags = th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
-		 th->ece << 6 | th->cwr << 7;
-	len = (__s32)skb->len - (__s32)(th_p - skb->data) - (__s32)th->doff * 4;
-	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
 	/* TCP advances snd_nxt past new data once the skb is handed over
 	 * (tcp_event_new_data_sent): below it, snd_nxt is still as TCP had
 	 * it before sending. */
-	snd_nxt = tp->snd_nxt;
-	put_tcp_xmit(my_state(), sk, conn, t, len, tflags, seq, si->gso_segs, snd_nxt);
+	put_tcp_xmit(my_state(), sk, conn, t, (__s32)(__u32)len_segs, seq_flags >> 32, (__u32)seq_flags,
+		     len_segs >> 32, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt);
 }
 
-/* tcp_xmit and the tcp_rate a segment carries out, read below TCP. ctx is
- * what the program type's cookie helper takes, NULL where none does (the
- * socket then has the cookie it got at its first socket- or TCP-layer
- * event). */
-static __always_inline void tcp_xmit_from(struct sk_buff *skb, struct sock *sk, void *ctx, int at_dev)
+/* The TCP flags as tcp_xmit's flags carry them (TCP's own byte 13). */
+static __always_inline __u8 tcp_flag_byte(const struct tcphdr *th)
 {
-	__u64 conn, now, t;
+	return th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
+	       th->ece << 6 | th->cwr << 7;
+}
 
-	if (!tcp_xmit_below_ok(skb, sk, at_dev))
+/* tcp_xmit and the tcp_rate a segment carries out, read at the device
+ * (--xmit-at-device). */
+static __always_inline void tcp_xmit_from(struct sk_buff *skb, struct sock *sk)
+{
+	struct skb_shared_info *si;
+	unsigned char *th_p;
+	struct tcphdr *th;
+	__u64 conn, now, t;
+	__s32 len;
+
+	if (!tcp_xmit_below_ok(skb, sk))
 		return;
-	conn = conn_of(my_state(), sk, ctx ? cookie_of(sk, ctx) : sk_cookie(sk), 0);
+	conn = conn_of(my_state(), sk, sk_cookie(sk), 0);
 	if (conn == FILTERED || !conn)
 		return;
 	now = bpf_ktime_get_ns();
-	t = now;
-	if (at_dev) {
-		/* TCP's clock, read as the pass that sent this skb began
-		 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit
-		 * comes before ip_send; the device's time comes after. At IP
-		 * egress TCP is still sending it: now is its time. */
-		t = KERNEL_CAST(struct tcp_sock, sk)->tcp_clock_cache;
-		if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
-			t = now;
-	}
+	/* TCP's clock, read as the pass that sent this skb began
+	 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit comes
+	 * before ip_send; the device's time comes after. */
+	t = KERNEL_CAST(struct tcp_sock, sk)->tcp_clock_cache;
+	if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
+		t = now;
 	/* The sample of the ACK that let this segment go comes first. */
 	if (enabled(MG_G_RATE))
 		emit_tcp_rate(sk, conn, t);
-	if (enabled(MG_G_TCP))
-		tcp_xmit_below(skb, sk, conn, t);
+	if (!enabled(MG_G_TCP))
+		return;
+	th_p = skb->head + skb->transport_header;
+	th = KERNEL_CAST(struct tcphdr, th_p);
+	len = (__s32)skb->len - (__s32)(th_p - skb->data) - (__s32)th->doff * 4;
+	si = KERNEL_CAST(struct skb_shared_info, skb->head + skb->end);
+	tcp_xmit_put(sk, conn, t, (__u64)tcp_flag_byte(th) << 32 | __builtin_bswap32(th->seq),
+		     (__u64)si->gso_segs << 32 | (__u32)len);
 }
 
 static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
 {
-	tcp_xmit_from(skb, skb->sk, NULL, 1);
+	tcp_xmit_from(skb, skb->sk);
 }
 
 /*
