@@ -63,7 +63,8 @@ var Hooks = []Hook{
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
 	// With Options.XmitAtDevice, Load adds tcp_xmit and tcp_rate (and
-	// their groups) to net_dev_queue's and takes them from sockops'.
+	// their groups) to net_dev_queue's and takes them from ip_egress's
+	// and sockops'.
 	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
@@ -135,9 +136,9 @@ type Options struct {
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
 	// XmitAtDevice reads tcp_xmit (and the tcp_rate a segment carries
-	// out) at net_dev_queue instead of sockops' per-segment callback or
-	// fentry: cheaper, but it sees only the skbs that reach a device
-	// (docs/EVENTS.md). Not in summary mode.
+	// out) at net_dev_queue instead of at IP egress or fentry: one
+	// program run fewer per skb sent, but it sees only the skbs that
+	// reach a device (docs/EVENTS.md). Not in summary mode.
 	XmitAtDevice bool
 	// Silent loads and attaches the programs of Groups with no group
 	// enabled: every run returns at its first check (see Silence). The
@@ -615,10 +616,11 @@ func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 // the traffic nothing (an attached program runs even when it returns at
 // once); it is attached again, before its groups are enabled, when one is.
 // Programs of groups enabled before and after are never touched, so they
-// lose no events. Programs not attached at Load stay detached. TCP runs
-// sockops for each segment only for sockets that connected while tcp or
-// rate was enabled: switching them on later gives no tcp_xmit for the
-// connections opened in between (docs/EVENTS.md, tcp_xmit).
+// lose no events. Programs not attached at Load stay detached. Where
+// sockops serves tcp_xmit (neither fentry nor IP egress can), TCP runs it
+// for each segment only for sockets that connected while tcp or rate was
+// enabled: switching them on later gives no tcp_xmit for the connections
+// opened in between (docs/EVENTS.md, tcp_xmit).
 func (p *Probe) SetGroups(g event.Group) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
