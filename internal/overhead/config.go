@@ -55,6 +55,7 @@ type Config struct {
 // Names of the configurations the goals judge.
 const (
 	Baseline      = "baseline"
+	BaselineAgain = "baseline-again"
 	Record        = "record"
 	RecordSummary = "record-summary"
 	RecordFlight  = "record-flight"
@@ -99,16 +100,22 @@ func Configs() []Config {
 	cs = append(cs, Config{Name: "record-ip", Kind: Magnet, Args: []string{"--events", "ip"},
 		What: "`magnet record --events ip` (with conn; opt-in: two cgroup_skb runs per packet)"})
 	cs = append(cs, recordModes...)
-	return append(cs,
+	return append(cs, again,
 		Config{Name: TcpdumpName, Kind: Tcpdump, What: "`tcpdump -s 96 -w FILE` on the sender's veth"},
 		Config{Name: PerfName, Kind: Perf, What: "`perf record -a` of the default groups' tracepoints"},
 		Config{Name: BpftraceName, Kind: Bpftrace, What: "bpftrace, a line per event of the same tracepoints, to a file"},
 	)
 }
 
+// again is the baseline run a second time in each repetition, halfway
+// through it: its difference from the baseline is what this host's noise
+// alone makes of "more CPU per GB" (an A/A comparison), the yardstick for
+// every other configuration's.
+var again = Config{Name: BaselineAgain, Kind: Nothing, What: "nothing recording, again, later in the repetition: the run's own noise"}
+
 // SaturationDefault are the configurations run at saturation unless told
 // otherwise: the goal compares magnet's default with tcpdump.
-var SaturationDefault = []string{Baseline, Record, RecordXmitDev, TcpdumpName, PerfName, BpftraceName}
+var SaturationDefault = []string{Baseline, Record, RecordXmitDev, BaselineAgain, TcpdumpName, PerfName, BpftraceName}
 
 // Select returns the configurations of Configs named in names (comma-
 // separated), in Configs' order, with the baseline always first.

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // userHZ is the unit of /proc/stat's times, USER_HZ, which the ABI fixes
@@ -71,4 +73,39 @@ func parseBusy(r io.Reader) (uint64, error) {
 // ticksSeconds converts /proc/stat ticks to seconds.
 func ticksSeconds(n uint64) float64 {
 	return float64(n) / userHZ
+}
+
+// settleWindow and settleBusy define a quiet machine: at most settleBusy
+// of all CPUs' time busy over one window.
+const (
+	settleWindow = 250 * time.Millisecond
+	settleBusy   = 0.04
+)
+
+// settle waits until the machine is quiet, at most limit, and says whether
+// it became so. What a tracer leaves behind when it stops (the kernel
+// freeing its maps and programs after an RCU grace period, a file's
+// writeback, its process's exit) and what it does once started (the
+// learning pass, the first wake-ups) would otherwise land in whichever
+// transfer is measured next, as noise in the next configuration's figure.
+// No event says "the machine is idle": the busy time is polled.
+func settle(limit time.Duration) bool {
+	window := float64(settleWindow) / float64(time.Second) * userHZ * float64(runtime.NumCPU())
+	allowed := uint64(window * settleBusy)
+	prev, err := busyTicks()
+	if err != nil {
+		return false
+	}
+	for end := time.Now().Add(limit); time.Now().Before(end); {
+		time.Sleep(settleWindow)
+		cur, err := busyTicks()
+		if err != nil {
+			return false
+		}
+		if cur-prev <= allowed {
+			return true
+		}
+		prev = cur
+	}
+	return false
 }

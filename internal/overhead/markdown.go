@@ -56,8 +56,14 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		"(user, nice, system, irq, softirq; steal and guest excluded): the workload, the tracer, softirq, kernel threads, "+
 		"BPF programs, whatever ran. **CPU per GB** is that over the GB (10⁹ bytes) %s counted; "+
 		"**more CPU per GB** is the ratio to the same repetition's baseline, less 1. Figures are the mean ± the half-width "+
-		"of the 95 %% confidence interval (Student t) over the repetitions; a goal is met only when the whole interval is on its side.\n\n",
+		"of the 95 %% confidence interval (Student t) over the repetitions; a goal is met only when the whole interval is on its side. "+
+		"Before each tracer starts, and again before its transfer begins, the bench waits (up to 5 s) for the machine to be quiet "+
+		"(at most 4 %% of all CPUs busy over 250 ms), so what one tracer leaves behind, or does while starting, does not land in the next transfer; "+
+		"`baseline-again` runs nothing a second time in each repetition, and its difference from the baseline is what this run's noise alone makes of a figure.\n\n",
 		work, phases, r.Reps, reps, r.Duration, counter)
+	if n := r.unsettled(); n > 0 {
+		p("**%d of %d runs began before the machine was quiet** (something else was running): their figures carry its CPU.\n\n", n, len(r.Runs))
+	}
 	if r.BPFStatsOn {
 		p("**bpf_stats was on when this run began** (kernel.bpf_stats_enabled): every BPF program run, magnet's and bpftrace's, also read the clock twice. Figures are dearer than on a host without it.\n\n")
 	}
@@ -72,8 +78,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Fixed {
 		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Config, row.What, num(row.Gbps, 2), num(row.CPUPerGB, 3),
-			dash(row.Config, pct(row.MoreCPU)), dash(row.Config, num(row.EventsPerGB, 0)), dash(row.Config, num(row.NsPerEvent, 0)),
-			dash(row.Config, num(row.TracerPerGB, 3)), dash(row.Config, fmt.Sprint(row.Lost)), runs(row))
+			dash(row.Config, pct(row.MoreCPU)), tracerCol(row.Config, num(row.EventsPerGB, 0)), tracerCol(row.Config, num(row.NsPerEvent, 0)),
+			tracerCol(row.Config, num(row.TracerPerGB, 3)), tracerCol(row.Config, fmt.Sprint(row.Lost)), runs(row))
 	}
 	if slow := r.belowRate(); len(slow) > 0 {
 		p("\nDid not keep the fixed rate (throughput 5 %% or more below the baseline's, same repetition, on average): %s; the tracer bounds the transfer there, and its CPU per GB is that of a saturated link.\n", strings.Join(slow, ", "))
@@ -106,7 +112,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range r.Saturation {
 			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Config, num(row.Gbps, 2), dash(row.Config, pct(row.Loss)), num(row.CPUPerGB, 3),
-				dash(row.Config, pct(row.MoreCPU)), dash(row.Config, num(row.EventsPerGB, 0)), dash(row.Config, fmt.Sprint(row.Lost)), runs(row))
+				dash(row.Config, pct(row.MoreCPU)), tracerCol(row.Config, num(row.EventsPerGB, 0)), tracerCol(row.Config, fmt.Sprint(row.Lost)), runs(row))
 		}
 		p("\nThroughput loss: 1 − the configuration's throughput over the same repetition's baseline's.\n")
 	}
@@ -203,9 +209,29 @@ func dash(config, s string) string {
 	return s
 }
 
+// tracerCol is s for a configuration that runs a tracer, a dash for the
+// baseline and its second run.
+func tracerCol(config, s string) string {
+	if config == Baseline || config == BaselineAgain {
+		return "–"
+	}
+	return s
+}
+
 func runs(row Row) string {
 	if row.Failed > 0 {
 		return fmt.Sprintf("%d (%d failed)", row.Runs, row.Failed)
 	}
 	return fmt.Sprint(row.Runs)
+}
+
+// unsettled counts the runs that began on a machine that was not quiet.
+func (r *Report) unsettled() int {
+	n := 0
+	for _, run := range r.Runs {
+		if run.Unsettled && run.Err == "" {
+			n++
+		}
+	}
+	return n
 }

@@ -186,6 +186,10 @@ func (m *measurer) log(r Run) {
 // tracer stops.
 type hooks struct{ start, end func(pid int) }
 
+// settleLimit bounds each wait for a quiet machine (settle); a run that
+// starts without one is marked Unsettled and counted in the report.
+const settleLimit = 5 * time.Second
+
 // runOne runs the workload once under c. CPU is read from /proc/stat just
 // before the sender starts and just after the transfer ends: the tracer's
 // start and its end (loading programs, writing out what it holds) are not
@@ -193,6 +197,7 @@ type hooks struct{ start, end func(pid int) }
 func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c Config, h hooks) Run {
 	run := Run{Config: c.Name, TraceSent: -1, TraceRecv: -1}
 	m.seq++
+	quiet := settle(settleLimit)
 	var (
 		t   tracer
 		err error
@@ -215,6 +220,8 @@ func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c C
 		run.Err = err.Error()
 		return run
 	}
+	// Settled again once the tracer runs: its start-up is not recording.
+	run.Unsettled = !(settle(settleLimit) && quiet)
 	var busy0, proc0 uint64
 	var berr error
 	x, werr := wl.run(ctx, m.opts.Duration, func() {

@@ -35,8 +35,11 @@ type Run struct {
 	Written int64   `json:"written_bytes"`
 	// TraceSent and TraceRecv: a magnet trace's application bytes on the
 	// data connection (-1: no socket events, or not a magnet trace).
-	TraceSent int64  `json:"trace_sent_bytes"`
-	TraceRecv int64  `json:"trace_received_bytes"`
+	TraceSent int64 `json:"trace_sent_bytes"`
+	TraceRecv int64 `json:"trace_received_bytes"`
+	// Unsettled: the machine was not quiet (settle) before the tracer
+	// started or before the transfer began, within settleLimit.
+	Unsettled bool   `json:"unsettled,omitempty"`
 	Err       string `json:"error,omitempty"`
 }
 
@@ -215,10 +218,12 @@ func (r *Report) rows(phase string, configs []Config) []Row {
 			}
 		}
 		row.Gbps, row.CPUPerGB = benchstat.Summarize(gbps), benchstat.Summarize(cpu)
-		if c.Kind != Nothing {
-			row.EventsPerGB, row.TracerPerGB = benchstat.Summarize(evs), benchstat.Summarize(tracer)
+		if c.Name != Baseline {
 			row.MoreCPU = benchstat.Summarize(r.perRep(phase, c.Name, moreCPU))
 			row.Loss = benchstat.Summarize(r.perRep(phase, c.Name, loss))
+		}
+		if c.Kind != Nothing {
+			row.EventsPerGB, row.TracerPerGB = benchstat.Summarize(evs), benchstat.Summarize(tracer)
 			row.NsPerEvent = benchstat.Summarize(r.perRep(phase, c.Name, func(run, base Run) float64 {
 				if run.Events == 0 {
 					return math.NaN()
@@ -364,6 +369,15 @@ func (r *Report) goals() []Goal {
 		gs = append(gs, Goal{Goal: g, Measured: fmt.Sprintf("exact in %d of %d transfers", exact, accounted), Verdict: string(benchstat.Met)})
 	default:
 		gs = append(gs, Goal{Goal: g, Measured: fmt.Sprintf("exact in %d of %d transfers", exact, accounted), Verdict: string(benchstat.NotMet)})
+	}
+	// The A/A comparison: what this run's noise alone makes of the
+	// figures above. No goal; each verdict is only as sharp as this.
+	if a := r.row(r.Fixed, BaselineAgain); a != nil {
+		m := pct(a.MoreCPU)
+		if s := r.row(r.Saturation, BaselineAgain); s != nil {
+			m += fmt.Sprintf("; at saturation, throughput loss %s", pct(s.Loss))
+		}
+		gs = append(gs, Goal{Goal: "the run's own noise: the baseline again in each repetition, against the baseline (no goal: 0 is the truth)", Measured: m, Verdict: "reference"})
 	}
 	return gs
 }

@@ -148,3 +148,27 @@ func TestWriteMarkdown(t *testing.T) {
 		t.Log(md)
 	}
 }
+
+// TestNoiseReference: the baseline run again in each repetition is the
+// run's own noise, reported beside the goals with no verdict of its own.
+func TestNoiseReference(t *testing.T) {
+	r := synthetic(t)
+	r.Configs = append(r.Configs, again)
+	for rep := 1; rep <= 3; rep++ {
+		// 0.99, 1.00, 1.01 CPU s/GB against the baseline's 1: -1, 0, +1 %.
+		r.Runs = append(r.Runs, Run{Phase: PhaseFixed, Rep: rep, Config: BaselineAgain, Sent: 1e9, Received: 1e9,
+			Seconds: 1, BusyS: 0.99 + 0.01*float64(rep-1), TraceSent: -1, TraceRecv: -1})
+	}
+	r.summarize()
+	g := r.Goals[len(r.Goals)-1]
+	if g.Verdict != "reference" || g.Measured != "+0.0 ± 2.5 %" {
+		t.Errorf("noise: %+v", g)
+	}
+	var b bytes.Buffer
+	if err := r.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if row := "| baseline-again | nothing recording, again, later in the repetition: the run's own noise | 8.00 ± 0.00 | 1.000 ± 0.025 | +0.0 ± 2.5 % | – | – | – | – | 3 |"; !strings.Contains(b.String(), row) {
+		t.Errorf("markdown lacks %q:\n%s", row, b.String())
+	}
+}
