@@ -35,6 +35,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "lib/acks.h"
 #include "lib/localdrop.h"
 #include "lib/unrecorded.h"
+#include "lib/devruns.h"
 
 #include "layer/sock.c"
 #include "layer/tcp.c"

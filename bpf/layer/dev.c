@@ -393,11 +393,14 @@ static __always_inline int qdisc_can_queue(struct sk_buff *skb)
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 {
+	int direct = !qdisc_can_queue(skb);
+
+	count_dev_run(skb->dev, MG_DEVRUN_QUEUE, direct);
 	/* Every skb sent passes here once, before any qdisc: where tcp_xmit
 	 * is read (bpf/layer/tcp.c). */
 	if (xmit_at_dev && enabled(MG_G_TCP | MG_G_RATE))
 		tcp_xmit_at_dev(skb);
-	if (!qdisc_can_queue(skb))
+	if (direct)
 		return 0;
 	dev_event(skb, NULL, MG_DEV_QUEUE);
 	return 0;
@@ -406,6 +409,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(net_dev_start_xmit, struct sk_buff *skb, struct net_device *dev)
 {
+	count_dev_run(dev ? dev : skb->dev, MG_DEVRUN_XMIT, 0);
 	dev_event(skb, dev, MG_DEV_XMIT);
 	return 0;
 }
@@ -413,6 +417,7 @@ int BPF_PROG(net_dev_start_xmit, struct sk_buff *skb, struct net_device *dev)
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 {
+	count_dev_run(skb->dev, MG_DEVRUN_RECV, 0);
 	dev_event(skb, NULL, MG_DEV_RECV);
 	return 0;
 }

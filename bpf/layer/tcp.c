@@ -474,6 +474,42 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 }
 
 /*
+ * Segments a connection takes once it has left ESTABLISHED (after close()
+ * or shutdown() in FIN_WAIT1, FIN_WAIT2 and CLOSING; after the peer's FIN
+ * in CLOSE_WAIT and LAST_ACK) go through tcp_rcv_state_process, where
+ * tcp_probe does not fire: a sender that closes right after its last write
+ * takes all its ACKs there. sockops' header-parsing callback runs for each
+ * of them (tcp_validate_incoming, before tcp_ack, as tcp_probe runs before
+ * its segment): it writes the tcp_rcv (and the throttled tcp_state)
+ * tcp_probe would have. The callback is switched on per socket as it
+ * leaves ESTABLISHED (its STATE callback), so that the segments of an
+ * established connection, which tcp_probe sees, cost no program run.
+ */
+static __noinline void tcp_rcv_closing(struct sock *sk, struct sk_buff *skb, __u64 conn)
+{
+	struct cpu_state *st = my_state();
+	struct tcp_skb_cb *cb = tcp_cb(skb);
+	struct mg_tcp_rcv *r;
+	struct emit e;
+	__u64 now;
+
+	if (!st)
+		return;
+	now = bpf_ktime_get_ns();
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
+	if (r) {
+		fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
+		r->hdr.flags = cb->tcp_flags;
+		r->seq = cb->seq;
+		r->ack = cb->ack_seq;
+		r->wnd = seg_wnd(sk, skb);
+		r->_pad = 0;
+		SUBMIT(r, &e);
+	}
+	emit_tcp_state(sk, conn, now, 0);
+}
+
+/*
  * sockops: where neither fentry nor IP egress serves tcp_xmit, enable the
  * per-segment header callbacks on every TCP socket as it connects or is
  * accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each segment TCP
@@ -515,8 +551,30 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+		/* State changes are few: see tcp_rcv_closing. */
+		if (!summary_mode && enabled(MG_G_TCP) && !(conn == FILTERED && left_out(st, cookie)))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 		return 1;
 	}
+	case BPF_SOCK_OPS_STATE_CB:
+		/* args[1]: the new state. See tcp_rcv_closing. */
+		if (enabled(MG_G_TCP) && !summary_mode &&
+		    (skops->args[1] == TCP_FIN_WAIT1_ || skops->args[1] == TCP_CLOSE_WAIT_))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG);
+		return 1;
+	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
+		k = bpf_cast_to_kern_ctx(skops);
+		sk = k->sk;
+		skb = k->skb;
+		/* Summary mode reads the socket instead; another recorder
+		 * on the host may have flagged it. */
+		if (!sk || !skb || !enabled(MG_G_TCP) || summary_mode || sk->__sk_common.skc_state == TCP_ESTABLISHED_)
+			return 1;
+		conn = conn_of(my_state(), sk, cookie_of(sk, skops), 0);
+		if (conn != FILTERED && conn)
+			tcp_rcv_closing(sk, skb, conn);
+		return 1;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 		break;
 	default:

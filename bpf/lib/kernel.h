@@ -16,6 +16,7 @@
 #define TCP_FIN_WAIT2_ 5
 #define TCP_TIME_WAIT_ 6
 #define TCP_CLOSE_ 7
+#define TCP_CLOSE_WAIT_ 8
 #define TCP_LAST_ACK_ 9
 #define TCP_LISTEN_ 10
 #define TCP_CLOSING_ 11

@@ -148,7 +148,8 @@ type verdictTracker struct {
 	// does not shrink windows), so the furthest is the current one.
 	// edgeStale: the sender was seen sending past it, which TCP never
 	// does, so ACKs moved it unseen (after close(), in FIN_WAIT1, or in
-	// CLOSE_WAIT, ACKs pass no hook: tcp_probe fires only in ESTABLISHED).
+	// CLOSE_WAIT, tcp_probe does not fire; sockops writes their tcp_rcv,
+	// but not for a connection established before recording started).
 	edge      int64
 	haveEdge  bool
 	edgeStale bool

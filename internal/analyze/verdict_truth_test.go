@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/netlab"
+	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
 // chrono is what the kernel's per-socket chrono ledger said at the end of
@@ -64,6 +66,10 @@ func TestVerdictHelper(t *testing.T) {
 	case "recv":
 		err = helperRecv(addr, bufOpt(unix.SO_RCVBUF, env("RCVBUF")), env("READ"), time.Duration(env("READ_SLEEP_US"))*time.Microsecond)
 	case "send":
+		if env("CLOSE") != 0 {
+			err = helperSendClose(addr, env("COUNT"), env("SIZE"))
+			break
+		}
 		err = helperSend(addr, bufOpt(unix.SO_SNDBUF, env("SNDBUF")), env("COUNT"), env("SIZE"), time.Duration(env("SLEEP_US"))*time.Microsecond)
 	}
 	if err != nil {
@@ -74,6 +80,14 @@ func TestVerdictHelper(t *testing.T) {
 }
 
 func helperRecv(addr string, control func(_, _ string, c syscall.RawConn) error, chunk int, pause time.Duration) error {
+	// One thread reads and sleeps, as in a single-threaded server: the
+	// analysis follows the thread whose read took the data, and a
+	// goroutine that is not locked to its thread resumes, after a sleep
+	// or a blocking call, on whichever thread the runtime has free (up
+	// to three quarters of the socket wait of TestVerdictReceiverDelay
+	// was read by a thread other than the one that read before).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	lc := net.ListenConfig{Control: control}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
@@ -148,6 +162,36 @@ func helperSend(addr string, control func(_, _ string, c syscall.RawConn) error,
 		return ierr
 	}
 	return json.NewEncoder(os.Stdout).Encode(chrono{BusyUs: info.Busy_time, RwndUs: info.Rwnd_limited, SndbufUs: info.Sndbuf_limited, ElapsedUs: elapsed.Microseconds()})
+}
+
+// helperSendClose writes count times size bytes and closes the connection
+// at once, as a server answering with a file and closing does: the
+// kernel sends what is queued from FIN_WAIT1, the socket an orphan.
+func helperSendClose(addr string, count, size int) error {
+	// A send buffer that takes everything at once (FORCE: past
+	// wmem_max; the helper runs as root): the writes return at once and
+	// the whole transfer is sent after the close.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 2*count*size)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, size)
+	for range count {
+		if _, err := c.Write(buf); err != nil {
+			c.Close()
+			return err
+		}
+	}
+	return c.Close()
 }
 
 // scenario is one transfer with a known limit.
@@ -406,9 +450,9 @@ func TestVerdictCwndLimited(t *testing.T) {
 	if d := float64(ch.BusyUs)/1e6/v.TransferS - 1; d > 0.05 || d < -0.05 {
 		t.Errorf("the kernel's busy time %d µs, the transfer %.3f s", ch.BusyUs, v.TransferS)
 	}
-	// After the sender's close() its ACKs pass no hook: until it is seen
-	// sending past the last edge known, that edge can count as full
-	// (measured up to 0.004 of the transfer).
+	// The edge is each ACK's, also after the sender's close() (sockops'
+	// tcp_rcv); before those, up to 0.004 of the transfer counted as
+	// rwnd-limited while ACKs passed no hook.
 	if ch.RwndUs != 0 || v.Shares["rwnd_limited"] > 0.02 {
 		t.Errorf("rwnd-limited: kernel %d µs, verdict share %.3f; want none", ch.RwndUs, v.Shares["rwnd_limited"])
 	}
@@ -469,8 +513,8 @@ func TestVerdictReceiverDelay(t *testing.T) {
 	needRoot(t)
 	needTools(t, "chrt")
 	l := netlab.ForTest(t, netlab.Options{Name: "mgvrdly"})
-	// One P keeps the Go reader's reads and sleeps on one thread, the
-	// thread the analysis follows.
+	// The reader reads and sleeps on one thread (helperRecv), the thread
+	// the analysis follows.
 	recv := map[string]string{"RCVBUF": "65536", "READ": "2048", "READ_SLEEP_US": "2000", "GOMAXPROCS": "1"}
 	send := map[string]string{"COUNT": "8", "SIZE": "65536"}
 	// Real-time priority: the reader runs when its sleep ends. At normal
@@ -516,5 +560,195 @@ func TestVerdictReceiverDelay(t *testing.T) {
 	}
 	if m := strings.Join(c.Verdict.Missing, "; "); !strings.Contains(m, "record with --events default,sched to see where the receiver's delay went") {
 		t.Errorf("missing %q does not say to record sched", m)
+	}
+}
+
+// A Go writer writes 2 MiB at once and closes right away, through a
+// 20 Mbit/s tbf on its own veth: the send buffer takes the writes in
+// about a millisecond, and the transfer (about 0.9 s) happens in
+// FIN_WAIT1, where tcp_probe does not fire. The ACKs are seen there at
+// sockops' RTT callback, as tcp_state snapshots: the verdict follows the
+// transfer to its end, and each snapshot's snd_una is an ACK number the
+// receiver sent, as tshark reads them on the sender's veth, down to the
+// last one (the ACK of the FIN).
+func TestVerdictSenderClosesAtOnce(t *testing.T) {
+	needRoot(t)
+	needTools(t, "tcpdump", "tshark")
+	l := netlab.ForTest(t, netlab.Options{Name: "mgvclose", RateMbit: 20})
+	// A queue that holds the whole transfer: the sender's qdisc, not
+	// loss recovery, is the limit.
+	if out, err := l.Command(l.Client, "tc", "qdisc", "replace", "dev", l.Client.Iface, "root", "tbf",
+		"rate", "20mbit", "burst", "65536", "limit", "4000000").CombinedOutput(); err != nil {
+		t.Fatalf("tc: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port number for the lab's namespaces
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	addr := fmt.Sprintf("%s:%d", l.Server.Addr, port)
+	const count, size = 32, 65536
+	var wire string
+	path := recordDuring(t, port, event.DefaultGroups, func() {
+		stop := capture(t, l.Client, l.Client.Iface, port)
+		srv := helper(l.Command, l.Server, "recv", map[string]string{"ADDR": addr}, false)
+		stdout, err := srv.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(stdout)
+		if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening ") {
+			srv.Process.Kill()
+			srv.Wait()
+			t.Fatalf("receiver did not start: %q", lines.Text())
+		}
+		snd := helper(l.Command, l.Client, "send", map[string]string{"ADDR": addr, "CLOSE": "1",
+			"COUNT": strconv.Itoa(count), "SIZE": strconv.Itoa(size)}, false)
+		if out, err := snd.Output(); err != nil {
+			srv.Process.Kill()
+			srv.Wait()
+			t.Fatalf("sender: %v\n%s", err, out)
+		}
+		if !lines.Scan() || lines.Text() != fmt.Sprintf("received %d", count*size) {
+			t.Errorf("receiver: %q, want received %d", lines.Text(), count*size)
+		}
+		if err := srv.Wait(); err != nil {
+			t.Fatalf("receiver: %v", err)
+		}
+		waitOrphanGone(t, l, port)
+		wire = stop()
+	})
+	if keep := os.Getenv("MAGNET_VERDICT_KEEP"); keep != "" {
+		b, _ := os.ReadFile(path)
+		os.WriteFile(filepath.Join(keep, t.Name()+".mgt"), b, 0o644)
+		exec.Command("cp", wire, filepath.Join(keep, t.Name()+".pcap")).Run()
+	}
+	rep, err := analyze.Modulation([]string{path}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *analyze.ConnReport
+	for _, x := range rep.Conns {
+		if x.Conn.NetNS == l.Client.NetNSInode && int(x.Conn.Remote.Port()) == port {
+			c = x
+		}
+	}
+	if c == nil || c.Verdict == nil {
+		t.Fatalf("no verdict of the sender's connection")
+	}
+	v := c.Verdict
+	t.Logf("verdict %s: %s; transfer %.3f s, shares %v; evidence %v; missing %v", v.Limit, v.Why, v.TransferS, v.Shares, v.Evidence, v.Missing)
+
+	// The receiver's ACK numbers on the sender's veth, in order, but the
+	// SYN-ACK's (the handshake's segments pass neither hook).
+	out, err := exec.Command("tshark", "-r", wire, "-T", "fields", "-e", "tcp.ack_raw",
+		"-Y", fmt.Sprintf("tcp.srcport == %d && tcp.flags.ack == 1 && tcp.flags.syn == 0", port)).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	var wireAcks []uint32
+	acks := map[uint32]bool{}
+	for _, f := range strings.Fields(string(out)) {
+		n, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("tshark: %q", f)
+		}
+		wireAcks = append(wireAcks, uint32(n))
+		acks[uint32(n)] = true
+	}
+	if len(wireAcks) == 0 {
+		t.Fatal("tshark read no ACK from the receiver")
+	}
+	lastAck := wireAcks[len(wireAcks)-1]
+	// The sender's tcp_rcv: tcp_probe's while ESTABLISHED (about a
+	// millisecond here), sockops' after the close. Each carries an ACK
+	// number the receiver sent, and each ACK number on the wire has one,
+	// but those the kernel merged into a later segment in the socket's
+	// backlog (nstat TCPBacklogCoalesce: they never reach TCP one by one).
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var rcvs, notOnWire int
+	var lastRcvAck uint32
+	seen := map[uint32]bool{}
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Conn() != c.Conn.ID || rec.Type.Name != "tcp_rcv" || rec.Flags()&0x10 == 0 {
+			continue
+		}
+		a, _ := rec.Uint("ack")
+		rcvs++
+		seen[uint32(a)] = true
+		if rcvs == 1 || int32(uint32(a)-lastRcvAck) > 0 {
+			lastRcvAck = uint32(a)
+		}
+		if !acks[uint32(a)] {
+			notOnWire++
+		}
+	}
+	unseen := 0
+	for a := range acks {
+		if !seen[a] {
+			unseen++
+		}
+	}
+	coalesced := nstat(t, l.Client.NS, "TcpExtTCPBacklogCoalesce")
+	t.Logf("sender's tcp_rcv with ACK: %d, %d ACK numbers; on the wire %d frames, %d ACK numbers, %d without a tcp_rcv (backlog coalesced %d); last ACK %d, last tcp_rcv ack %d",
+		rcvs, len(seen), len(wireAcks), len(acks), unseen, coalesced, lastAck, lastRcvAck)
+	if notOnWire != 0 {
+		t.Errorf("%d tcp_rcv records carry an ACK number no frame on the wire carried", notOnWire)
+	}
+	if uint64(unseen) > coalesced {
+		t.Errorf("%d ACK numbers on the wire have no tcp_rcv; the backlog merged %d segments", unseen, coalesced)
+	}
+	if lastRcvAck != lastAck {
+		t.Errorf("the last ACK seen %d, the receiver's last ACK on the wire %d", lastRcvAck, lastAck)
+	}
+	if sum := r.Summary(); sum == nil || sum.Lost != 0 || sum.Missed == nil || *sum.Missed != 0 {
+		t.Errorf("events lost or skipped: the ACKs seen cannot be complete")
+	}
+	// All of it but the first millisecond is in FIN_WAIT1: without the
+	// ACKs there, the window edge was lost at the first segment sent past
+	// it (unknown was 0.96 of TestVerdictReceiverDelay's transfer). With
+	// every ACK's window seen, nothing is unknown.
+	if u := v.Shares["unknown"]; u != 0 {
+		t.Errorf("unknown for %.3f of the transfer, want 0", u)
+	}
+	if v.Limit != "cwnd_limited" {
+		t.Errorf("verdict %s, want cwnd_limited: the sender's own 20 Mbit/s qdisc is the bottleneck, the reader keeps up", v.Limit)
+	}
+}
+
+// waitOrphanGone waits until the client's orphaned socket has had its FIN
+// acknowledged (no socket of port left but in TIME_WAIT or FIN_WAIT2).
+func waitOrphanGone(t *testing.T, l *netlab.Lab, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := l.Command(l.Client, "ss", "-Htn", "state", "fin-wait-1", "state", "closing", "state", "last-ack").Output()
+		if err != nil {
+			t.Fatalf("ss: %v", err)
+		}
+		if !strings.Contains(string(out), fmt.Sprintf(":%d", port)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sender's socket stays open: %s", out)
+		}
+		// ss cannot wait for a state change; the FIN's ACK comes within
+		// a round trip of the last data.
+		time.Sleep(20 * time.Millisecond)
 	}
 }

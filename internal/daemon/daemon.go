@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/magnet-tracer/magnet/internal/devskip"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/live"
@@ -67,7 +68,10 @@ type Daemon struct {
 
 	probeMu sync.Mutex
 	probe   *probe.Probe
-	applied event.Group
+	// devCheck compares the device programs' runs with the interfaces'
+	// counters (record.Config.Checking); nil until the recorder starts it.
+	devCheck *devskip.Checker
+	applied  event.Group
 
 	subsMu sync.Mutex
 	subs   map[uint64]*sub
@@ -211,6 +215,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.subsMu.Lock()
 			d.applyGroups()
 			d.subsMu.Unlock()
+		},
+		Checking: func(c *devskip.Checker) {
+			d.probeMu.Lock()
+			d.devCheck = c
+			d.probeMu.Unlock()
 		},
 		Ready: func() {
 			startServing()

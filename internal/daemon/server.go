@@ -124,7 +124,19 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request, who *ident
 			}
 		}
 	}
+	check := d.devCheck
 	d.probeMu.Unlock()
+	if check != nil {
+		check.CheckLater()
+		if rep, ok := check.Latest(); ok {
+			st.Recorder.KernelSkipped = &rep.Skipped
+			for _, c := range check.Counters(rep) {
+				st.Recorder.KernelSkippedByInterface = append(st.Recorder.KernelSkippedByInterface, magnetclient.KernelSkipCount{
+					NetNS: c.NetNS, Ifindex: c.Ifindex, Interface: c.Name, Program: c.Dir, Skipped: c.Total,
+				})
+			}
+		}
+	}
 	d.hub.mu.Lock()
 	tracked, open := d.hub.table.Len()
 	st.Connections = magnetclient.TableStatus{Tracked: tracked, Open: open, Evicted: d.hub.table.Evicted(), Max: d.hub.table.Config().MaxConns}

@@ -119,6 +119,10 @@ func (col *Collector) write(e *expo, s Snapshot) {
 	for _, p := range sortedKeys(st.Recorder.MissedByProgram) {
 		e.sample(labels{"program", p}, float64(st.Recorder.MissedByProgram[p]))
 	}
+	e.family("magnet_recorder_kernel_skipped_runs_total", "counter", "Device program runs the kernel did not make for frames an interface counted (its own packet counters), by network namespace, interface and program: their events are missing, and are neither lost nor missed.")
+	for _, k := range st.Recorder.KernelSkippedByInterface {
+		e.sample(labels{"netns", strconv.FormatUint(uint64(k.NetNS), 10), "interface", k.Interface, "program", k.Program}, float64(k.Skipped))
+	}
 	e.family("magnet_recorder_buffer_bytes", "gauge", "Size of the kernel ring buffer.")
 	e.sample(nil, float64(st.Recorder.BufferBytes))
 

@@ -46,6 +46,7 @@ func snapshot(conns ...magnetclient.Connection) Snapshot {
 			Recorder: magnetclient.RecorderStatus{
 				Events: 30, EventsByType: map[string]uint64{"sock_send": 10, "tcp_xmit": 20},
 				Lost: 5, LostByType: map[string]uint64{"tcp_xmit": 5}, BufferBytes: 1 << 23,
+				KernelSkippedByInterface: []magnetclient.KernelSkipCount{{NetNS: 4026531840, Ifindex: 2, Interface: "veth0", Program: "dev_xmit", Skipped: 12}},
 			},
 			Connections: magnetclient.TableStatus{Tracked: len(conns), Open: len(conns), Max: 16384},
 			Subscribers: 2,
@@ -138,6 +139,7 @@ func TestExposition(t *testing.T) {
 		{"magnet_recorder_events_total", []string{"type", "tcp_xmit"}, 20},
 		{"magnet_recorder_lost_events_total", []string{"type", "tcp_xmit"}, 5},
 		{"magnet_recorder_lost_events_total", []string{"type", "sock_send"}, 0},
+		{"magnet_recorder_kernel_skipped_runs_total", []string{"netns", "4026531840", "interface", "veth0", "program", "dev_xmit"}, 12},
 		{"magnet_event_group_enabled", []string{"group", "tcp"}, 1},
 		{"magnet_event_group_enabled", []string{"group", "sched"}, 0},
 		{"magnet_connections_tracked", nil, 2},

@@ -191,6 +191,17 @@ type magnetMgDev struct {
 	Seq     uint32
 }
 
+type magnetMgDevRunSlot struct {
+	_    structs.HostLayout
+	Key  uint64
+	Runs magnetMgDevRuns
+}
+
+type magnetMgDevRuns struct {
+	_ structs.HostLayout
+	N [4]uint64
+}
+
 type magnetMgDrop struct {
 	_   structs.HostLayout
 	Hdr struct {
@@ -672,6 +683,8 @@ const (
 	magnetMapControl           = "control"
 	magnetMapCounters          = "counters"
 	magnetMapCpuStates         = "cpu_states"
+	magnetMapDevRunSlots       = "dev_run_slots"
+	magnetMapDevRuns           = "dev_runs"
 	magnetMapDoorbell          = "doorbell"
 	magnetMapFrags             = "frags"
 	magnetMapIfacesSeen        = "ifaces_seen"
@@ -841,6 +854,8 @@ type magnetMapSpecs struct {
 	Control       *ebpf.MapSpec `ebpf:"control"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
+	DevRunSlots   *ebpf.MapSpec `ebpf:"dev_run_slots"`
+	DevRuns       *ebpf.MapSpec `ebpf:"dev_runs"`
 	Doorbell      *ebpf.MapSpec `ebpf:"doorbell"`
 	Frags         *ebpf.MapSpec `ebpf:"frags"`
 	IfacesSeen    *ebpf.MapSpec `ebpf:"ifaces_seen"`
@@ -936,6 +951,8 @@ type magnetMaps struct {
 	Control       *ebpf.Map `ebpf:"control"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
+	DevRunSlots   *ebpf.Map `ebpf:"dev_run_slots"`
+	DevRuns       *ebpf.Map `ebpf:"dev_runs"`
 	Doorbell      *ebpf.Map `ebpf:"doorbell"`
 	Frags         *ebpf.Map `ebpf:"frags"`
 	IfacesSeen    *ebpf.Map `ebpf:"ifaces_seen"`
@@ -961,6 +978,8 @@ func (m *magnetMaps) Close() error {
 		m.Control,
 		m.Counters,
 		m.CpuStates,
+		m.DevRunSlots,
+		m.DevRuns,
 		m.Doorbell,
 		m.Frags,
 		m.IfacesSeen,

@@ -226,9 +226,12 @@ type Probe struct {
 	// (bpf/lib/settings.h), by name, for LoadSharing.
 	settings map[string]any
 
-	mu      sync.Mutex
-	links   map[int]link.Link // by index in Status: the programs attached now
-	stopped bool              // Detach was called: nothing attaches again
+	mu    sync.Mutex
+	links map[int]link.Link // by index in Status: the programs attached now
+	// attaches counts attaches and detaches: a reader of run counts knows
+	// by it whether the programs stayed attached between two reads.
+	attaches uint64
+	stopped  bool // Detach was called: nothing attaches again
 	// xmitAt: where tcp_xmit is read when a program below TCP serves it
 	// (XmitAtIP, XmitAtDevice), "" otherwise.
 	xmitAt string
@@ -505,6 +508,7 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 		}
 	}
 	p.links[i] = l
+	p.attaches++
 	return nil
 }
 
@@ -517,6 +521,7 @@ func (p *Probe) detach(i int, st *HookStatus) {
 	}
 	p.links[i].Close()
 	delete(p.links, i)
+	p.attaches++
 }
 
 // FentryStandsBack is the reason fentry/__tcp_transmit_skb is not loaded
@@ -695,6 +700,7 @@ func (p *Probe) Detach() {
 		if l, ok := p.links[i]; ok {
 			l.Close()
 			delete(p.links, i)
+			p.attaches++
 		}
 	}
 }
@@ -1258,17 +1264,37 @@ func (p *Probe) readSockets() error {
 	return nil
 }
 
-// ForgetSummary deletes a connection's figures from the summaries maps.
-func (p *Probe) ForgetSummary(cookie uint64) error {
-	for _, m := range []*ebpf.Map{p.Summaries, p.SockSummaries} {
-		if m == nil {
-			continue
-		}
-		if err := m.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete summary of %d: %w", cookie, err)
+// ForgetSummary deletes a connection's figures from the summaries maps and
+// returns them as they were deleted (lookup and delete in one step: a
+// program adding between a read and a delete would lose its add), one
+// value per CPU and the socket's, as ReadSummaries gives them.
+func (p *Probe) ForgetSummary(cookie uint64) ([][]byte, error) {
+	size := int(unsafe.Sizeof(magnetMgConnSummary{}))
+	bytesOf := func(v *magnetMgConnSummary) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(v)), size) }
+	var out [][]byte
+	if p.Summaries != nil {
+		var vals []magnetMgConnSummary
+		err := p.Summaries.LookupAndDelete(cookie, &vals)
+		switch {
+		case err == nil:
+			for i := range vals {
+				out = append(out, bytes.Clone(bytesOf(&vals[i])))
+			}
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil, fmt.Errorf("delete summary of %d: %w", cookie, err)
 		}
 	}
-	return nil
+	if p.SockSummaries != nil {
+		var val magnetMgConnSummary
+		err := p.SockSummaries.LookupAndDelete(cookie, &val)
+		switch {
+		case err == nil:
+			out = append(out, bytes.Clone(bytesOf(&val)))
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil, fmt.Errorf("delete socket summary of %d: %w", cookie, err)
+		}
+	}
+	return out, nil
 }
 
 // pcapProg lays prog out as the BPF object's pcap_prog array: the address
@@ -1285,4 +1311,82 @@ func pcapProg(prog []pcapfilter.Insn) [pcapfilter.MaxInsns]magnetPcapInsn {
 		}
 	}
 	return out
+}
+
+// DevRuns counts the runs of the device programs on one interface
+// (bpf/lib/devruns.h), from the first on it: every run, before the
+// program does anything else.
+type DevRuns struct {
+	Queue       uint64 // net_dev_queue
+	QueueDirect uint64 // of which on a tx queue without a qdisc that holds packets
+	Xmit        uint64 // net_dev_start_xmit
+	Recv        uint64 // netif_receive_skb
+}
+
+// DevRunsByInterface reads the device programs' runs by interface, keyed
+// netns inode << 32 | ifindex, summed over the CPUs: each CPU counts an
+// interface in a slot of its own (dev_run_slots) or, when another took
+// that slot, in a table (dev_runs). Interfaces no device program ran on are
+// absent.
+func (p *Probe) DevRunsByInterface() (map[uint64]DevRuns, error) {
+	out := map[uint64]DevRuns{}
+	add := func(key uint64, n [4]uint64) {
+		r := out[key]
+		r.Queue += n[0]
+		r.QueueDirect += n[1]
+		r.Xmit += n[2]
+		r.Recv += n[3]
+		out[key] = r
+	}
+	if m := p.coll.Maps["dev_run_slots"]; m != nil {
+		var slot uint32
+		var percpu []magnetMgDevRunSlot
+		it := m.Iterate()
+		for it.Next(&slot, &percpu) {
+			for _, s := range percpu {
+				if s.Key != 0 {
+					add(s.Key-1, s.Runs.N)
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read device program runs: %w", err)
+		}
+	}
+	if m := p.coll.Maps["dev_runs"]; m != nil {
+		var key uint64
+		var percpu []magnetMgDevRuns
+		it := m.Iterate()
+		for it.Next(&key, &percpu) {
+			for _, c := range percpu {
+				add(key, c.N)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read device program runs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// DevAttached says which device programs are attached now, and the count
+// of attaches and detaches so far: where it is the same at two reads, the
+// programs attached at both stayed attached in between.
+func (p *Probe) DevAttached() (queue, xmit, recv bool, attaches uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, st := range p.Status {
+		if _, on := p.links[i]; !on {
+			continue
+		}
+		switch st.Program {
+		case "net_dev_queue":
+			queue = true
+		case "net_dev_start_xmit":
+			xmit = true
+		case "netif_receive_skb":
+			recv = true
+		}
+	}
+	return queue, xmit, recv, p.attaches
 }

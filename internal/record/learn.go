@@ -66,6 +66,12 @@ func (r *recorder) learnSockets(walk <-chan walked, filterNetNS uint32) Learned 
 		res.Err = w.err.Error()
 		return res
 	}
+	r.netns = map[uint32]string{}
+	for ns, path := range w.t.NetNS {
+		if filterNetNS == 0 || ns == filterNetNS {
+			r.netns[ns] = path
+		}
+	}
 	owners := make(map[uint64]probe.SocketOwner, len(w.t.Owners))
 	for ino, o := range w.t.Owners {
 		owners[ino] = probe.SocketOwner{PID: o.PID, UID: o.UID, Comm: o.Comm}

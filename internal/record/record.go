@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
+	"github.com/magnet-tracer/magnet/internal/devskip"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/filter"
@@ -77,6 +78,9 @@ type Config struct {
 	Command     []string      // run this and record it and its children only
 	// Live, if set, receives a one-line status every second (a terminal).
 	Live io.Writer
+	// Checking, if set, is given the comparison of the device programs'
+	// runs with the interfaces' counters once it started (devskip).
+	Checking func(*devskip.Checker)
 	// Ready, if set, is called once the probes are attached and before the
 	// command starts.
 	Ready func()
@@ -189,6 +193,12 @@ type Result struct {
 	// MissedBy has them by program, those with any only.
 	Missed   uint64
 	MissedBy map[string]uint64
+	// KernelSkipped compares, on every interface of the recorded
+	// namespaces, the device programs' runs with the frames the interface
+	// counted (devskip): the frames the kernel ran no program for. Nil
+	// when it could not (KernelSkippedErr says why).
+	KernelSkipped    *devskip.Report
+	KernelSkippedErr string
 	// Unrecorded counts, by reason (probe.Unrecorded), the packets of the
 	// recorded network namespace that the device and drop programs saw and
 	// made no record of: left out by the filters, or with no connection
@@ -508,6 +518,16 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	defer stopWaking()
 
 	learned := r.learnSockets(walk, kf.NetNS)
+	// After the programs attached (and the learning, which sends
+	// nothing): frames before are the interfaces' alone.
+	r.devCheck = devskip.NewChecker(p, r.netns)
+	if r.netns == nil {
+		r.devCheckErr = fmt.Errorf("the recorded network namespaces are not known: %s", learned.Err)
+	} else if err := r.devCheck.Start(); err != nil {
+		r.devCheckErr = err
+	} else if cfg.Checking != nil {
+		cfg.Checking(r.devCheck)
+	}
 	status := newStatusFile(cfg, p, r)
 	defer status.remove()
 	r.readyUser, r.readySystem = processCPU()
@@ -562,14 +582,20 @@ type taskKey struct {
 }
 
 type recorder struct {
-	cfg      Config
-	probe    *probe.Probe
-	w        Sink
-	hdr      *trace.Header
-	events   []*ring.Reader // one per CPU and area level (probe.EventRings)
-	control  *ring.Reader
-	doorbell *ring.Reader // its records only say "drain": skipped
-	poll     *ring.Poller
+	cfg   Config
+	probe *probe.Probe
+	// netns: the recorded network namespaces (inode → path), as the walk
+	// of /proc found them; devCheck compares the device programs' runs on
+	// their interfaces with the interfaces' counters (devCheckErr: why not).
+	netns       map[uint32]string
+	devCheck    *devskip.Checker
+	devCheckErr error
+	w           Sink
+	hdr         *trace.Header
+	events      []*ring.Reader // one per CPU and area level (probe.EventRings)
+	control     *ring.Reader
+	doorbell    *ring.Reader // its records only say "drain": skipped
+	poll        *ring.Poller
 	// readyUser and readySystem are the process's CPU time when the probes
 	// were attached (Result.CPU).
 	readyUser, readySystem time.Duration
@@ -1133,6 +1159,18 @@ func (r *recorder) stopOnWrite(err error) error {
 func (r *recorder) finish(res *Result) error {
 	// Detaching is a fixed cost of stopping (milliseconds of cgroup and
 	// link teardown), not the events': Result.CPU leaves it out.
+	// Before detaching: a frame after it is the interfaces' alone.
+	if r.devCheckErr == nil {
+		rep, err := r.devCheck.Check()
+		if err != nil {
+			r.devCheckErr = err
+		} else {
+			res.KernelSkipped = &rep
+		}
+	}
+	if r.devCheckErr != nil {
+		res.KernelSkippedErr = r.devCheckErr.Error()
+	}
 	du0, ds0 := processCPU()
 	r.probe.Detach()
 	if r.kev != nil {
@@ -1212,6 +1250,12 @@ func (r *recorder) finish(res *Result) error {
 		sum.Extra["learned_at_start"] = res.Learned.summary()
 		if len(res.Unrecorded) > 0 {
 			sum.Extra["unrecorded"] = res.Unrecorded
+		}
+		if ks := res.KernelSkipped; ks != nil {
+			sum.KernelSkipped = &ks.Skipped
+			sum.Extra["kernel_skipped_by_interface"] = ks
+		} else {
+			sum.Extra["kernel_skipped_error"] = res.KernelSkippedErr
 		}
 		if cerr := r.w.Close(sum); cerr != nil {
 			if err == nil {

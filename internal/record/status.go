@@ -21,19 +21,24 @@ type Status struct {
 	PID    int    `json:"pid"`
 	Output string `json:"output"` // the file being written
 	// Previous is the file finished last, when the recording rotates.
-	Previous    string             `json:"previous,omitempty"`
-	Started     time.Time          `json:"started"`
-	Updated     time.Time          `json:"updated"`
-	Events      []string           `json:"events"`
-	Filters     map[string]string  `json:"filters,omitempty"`
-	Command     []string           `json:"command,omitempty"`
-	BufferBytes int                `json:"buffer_bytes"`
-	BufferUsed  int                `json:"buffer_used"`
-	Recorded    uint64             `json:"recorded"`
-	Lost        uint64             `json:"lost"`
-	Missed      uint64             `json:"missed"` // program runs the kernel skipped (Result.Missed)
-	Written     int64              `json:"bytes_written"`
-	Hooks       []probe.HookStatus `json:"hooks"`
+	Previous    string            `json:"previous,omitempty"`
+	Started     time.Time         `json:"started"`
+	Updated     time.Time         `json:"updated"`
+	Events      []string          `json:"events"`
+	Filters     map[string]string `json:"filters,omitempty"`
+	Command     []string          `json:"command,omitempty"`
+	BufferBytes int               `json:"buffer_bytes"`
+	BufferUsed  int               `json:"buffer_used"`
+	Recorded    uint64            `json:"recorded"`
+	Lost        uint64            `json:"lost"`
+	Missed      uint64            `json:"missed"` // program runs the kernel skipped (Result.Missed)
+	// KernelSkipped: device program runs the kernel did not make for
+	// frames the recorded interfaces counted (Result.KernelSkipped), and
+	// the directions compared; nil until the first comparison is done.
+	KernelSkipped        *uint64            `json:"kernel_skipped,omitempty"`
+	KernelSkippedChecked int                `json:"kernel_skipped_checked,omitempty"`
+	Written              int64              `json:"bytes_written"`
+	Hooks                []probe.HookStatus `json:"hooks"`
 }
 
 // statusFile is rewritten in place, once a second: creating a file and
@@ -94,6 +99,14 @@ func (s *statusFile) update() {
 	s.st.Lost = s.r.lost
 	if _, missed, err := s.r.probe.MissedRuns(); err == nil {
 		s.st.Missed = missed
+	}
+	if s.r.devCheckErr == nil {
+		// In the background: reading every namespace's interfaces takes
+		// milliseconds the drain must not wait for.
+		s.r.devCheck.CheckLater()
+		if rep, ok := s.r.devCheck.Latest(); ok {
+			s.st.KernelSkipped, s.st.KernelSkippedChecked = &rep.Skipped, rep.Checked()
+		}
 	}
 	s.st.Written = s.r.w.Bytes()
 	if fs, ok := s.r.w.(filesSink); ok {

@@ -401,16 +401,31 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	drops0 := qdiscDrops(t, lab, lab.Client)
 	// The kernel now and then runs no program of kfree_skb for a drop
 	// (docs/EVENTS.md, Loss accounting): bpftrace on it is the witness of
-	// what a program there could see.
+	// what a program there could see. It counts the port's TCP packets
+	// only: the namespace's own IPv6 packets (router solicitations, MLD
+	// reports of a new interface) meet the same full queue now and then
+	// (one in about 40 runs), and are no connection's.
+	be := (port&0xff)<<8 | port>>8 // the port as a __be16 reads on this little-endian host
 	bt := startBpftraceCounts(t, fmt.Sprintf(`tracepoint:skb:kfree_skb /args->reason == %d/ {
   $s = (struct sk_buff *)args->skbaddr;
-  if ($s->dev != 0 && $s->dev->nd_net.net->ns.inum == %d) { @qdisc = count(); } }
-`, qdiscDropReason(t), lab.Client.NetNSInode))
+  if ($s->dev != 0 && $s->dev->nd_net.net->ns.inum == %d) {
+    $port = 0;
+    if ($s->protocol == 8) {
+      $ip = (struct iphdr *)($s->head + $s->network_header);
+      $th = (struct tcphdr *)($s->head + $s->network_header + 20);
+      if ($ip->protocol == 6 && ($th->source == %d || $th->dest == %d)) { $port = 1; }
+    }
+    if ($port) { @qdisc = count(); } else if ($s->protocol == 0xdd86) { @ipv6 = count(); } else { @other = count(); } } }
+`, qdiscDropReason(t), lab.Client.NetNSInode, be, be))
 	rec := startRecording(t, record.Config{Summary: 200 * time.Millisecond, Filters: record.Filters{Port: port}})
 	iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-n", "20M")
 	waitClosed(t, lab, port)
 	res := rec.stop(t)
-	seen := bt.stop(t)["qdisc"]
+	wit := bt.stop(t)
+	seen := wit["qdisc"]
+	if wit["ipv6"]+wit["other"] > 0 {
+		t.Logf("the qdisc also dropped packets of no connection: %d IPv6, %d other", wit["ipv6"], wit["other"])
+	}
 	want := qdiscDrops(t, lab, lab.Client) - drops0
 	if want == 0 {
 		t.Fatal("the sender's qdisc dropped nothing: nothing to check")
@@ -428,14 +443,15 @@ func TestSummaryQdiscDrops(t *testing.T) {
 	}
 	// bpftrace's program is a perf one, which the kernel also skips
 	// while another such program runs on the CPU: it may see fewer than
-	// magnet, never more.
+	// magnet, never more. tc counts every packet its queue dropped, the
+	// namespace's own IPv6 ones too.
 	if got < uint64(seen) || got > want {
 		t.Errorf("drop_dev_packets over the sender's connections %d; bpftrace on kfree_skb saw %d QDISC_DROP in the sender's netns; tc -s qdisc: %d dropped; lost %d; missed runs %v; unrecorded %v", got, seen, want, res.Lost, res.MissedBy, res.Unrecorded)
 	}
-	if uint64(seen) < want {
-		t.Logf("the kernel ran no program of kfree_skb for %d of the qdisc's %d drops (bpftrace on it saw %d, magnet %d)", want-uint64(seen), want, seen, got)
+	if all := uint64(seen + wit["ipv6"] + wit["other"]); all < want {
+		t.Logf("the kernel ran no program of kfree_skb for %d of the qdisc's %d drops (bpftrace on it saw %d, magnet %d)", want-all, want, all, got)
 	}
-	t.Logf("qdisc drops: tc %d, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, got, lost, all, res.Lost, res.MissedBy)
+	t.Logf("qdisc drops: tc %d, bpftrace %d of the port's, summary %d at a device, %d losing data, %d in all; lost %d; missed runs %v", want, seen, got, lost, all, res.Lost, res.MissedBy)
 }
 
 // TestSummaryShortConnections: connections that open and close between

@@ -33,11 +33,11 @@ func (s segHead) String() string {
 // grows as it autotunes) are its tcp_rcv records, in order, each with
 // tshark's seq, ack, window and payload for a frame on the sender's veth;
 // tshark scales the window by the factor it saw in the handshake, magnet
-// by the one the kernel keeps. The frames with no record are those the
-// kernel merged in the socket's backlog (no more than nstat counts) and
-// those after the sender's close(), which tcp_rcv_established no longer
-// handles (FIN_WAIT; close() can come well before the FIN leaves, queued
-// behind data at the bottleneck, so no capture shows when).
+// by the one the kernel keeps. After the sender's close() (FIN_WAIT1,
+// tcp_rcv_state_process) the records are sockops'. The frames with no
+// record are those the kernel merged in the socket's backlog (no more than
+// nstat counts) and the last ones, which reach the kernel's TIME_WAIT
+// socket once the full socket closed.
 func TestTCPRcvEqualsTshark(t *testing.T) {
 	needRoot(t)
 	needTools(t, "iperf3", "tcpdump", "tshark")
@@ -67,7 +67,11 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 	got := tcpRcvHeads(t, rec.path, id)
 	_, _, sum := readTrace(t, rec.path)
 	if sum.Lost != 0 || (sum.Missed != nil && *sum.Missed != 0) {
-		t.Fatalf("the recording lost %d events and skipped %v program runs: not complete, nothing to compare", sum.Lost, sum.Missed)
+		var missed uint64
+		if sum.Missed != nil {
+			missed = *sum.Missed
+		}
+		t.Fatalf("the recording lost %d events and skipped %d program runs (%v): not complete, nothing to compare", sum.Lost, missed, sum.Extra["missed_by_program"])
 	}
 	want := tsharkIn(t, capt.path, data)
 	windows := map[uint64]bool{}

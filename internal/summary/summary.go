@@ -21,8 +21,11 @@ type Source interface {
 	// ReadSummaries calls fn with each connection's struct
 	// mg_conn_summary, one per CPU.
 	ReadSummaries(fn func(cookie uint64, perCPU [][]byte) error) error
-	// ForgetSummary deletes a connection's figures.
-	ForgetSummary(cookie uint64) error
+	// ForgetSummary deletes a connection's figures and returns them as
+	// they were when deleted (one value per CPU, as ReadSummaries gives
+	// them; none if there were none), so that what a program added
+	// between the last read and the delete is not lost.
+	ForgetSummary(cookie uint64) ([][]byte, error)
 }
 
 // Collector writes conn_summary records from a Source.
@@ -31,15 +34,32 @@ type Collector struct {
 	typ    *trace.EventType
 	counts []trace.Field // the fields that count (all but start_ns)
 	conns  map[uint64]*conn
-	last   uint64 // when the previous pass read the figures
-	pass   uint64
-	sum    []byte
-	rec    []byte
+	// gone: the network namespaces of connections forgotten lately, by
+	// cookie, for a packet that comes after (an ACK or a drop of a
+	// closed connection's, found by its addresses), whose figures the
+	// programs make anew: they are recorded in its netns and forgotten
+	// again.
+	gone map[uint64]goneConn
+	last uint64 // when the previous pass read the figures
+	pass uint64
+	sum  []byte
+	rec  []byte
 	// Records counts the conn_summary records written.
 	Records uint64
 	// Forgotten counts the closed connections whose figures were deleted.
 	Forgotten uint64
 }
+
+// goneConn is a forgotten connection's netns, and when it was forgotten.
+type goneConn struct {
+	netns uint32
+	at    uint64
+}
+
+// goneFor is how long a forgotten connection's netns is kept: longer than
+// Linux's TIME_WAIT (60 s), during which the last ACKs of a connection
+// may still come.
+const goneFor = 120e9
 
 // conn is what the collector knows of a connection.
 type conn struct {
@@ -56,7 +76,7 @@ func New(src Source, typ *trace.EventType, start uint64) (*Collector, error) {
 	if typ == nil || typ.ID != uint8(event.ConnSummary) {
 		return nil, fmt.Errorf("summary: the trace has no conn_summary type")
 	}
-	c := &Collector{src: src, typ: typ, conns: map[uint64]*conn{}, last: start}
+	c := &Collector{src: src, typ: typ, conns: map[uint64]*conn{}, gone: map[uint64]goneConn{}, last: start}
 	for _, f := range typ.Fields {
 		if f.Name == "start_ns" {
 			continue
@@ -75,6 +95,11 @@ func (c *Collector) of(cookie uint64) *conn {
 	x := c.conns[cookie]
 	if x == nil {
 		x = &conn{totals: make([]byte, c.typ.Size)}
+		if g, ok := c.gone[cookie]; ok {
+			// Figures made anew after the connection was forgotten.
+			x.netns, x.closed = g.netns, true
+			delete(c.gone, cookie)
+		}
 		c.conns[cookie] = x
 	}
 	return x
@@ -104,14 +129,8 @@ func (c *Collector) Collect(now uint64, write func(rec []byte) error) (int, erro
 	c.pass++
 	var forget []uint64
 	err := c.src.ReadSummaries(func(cookie uint64, perCPU [][]byte) error {
-		clear(c.sum)
-		for _, v := range perCPU {
-			if len(v) < c.typ.Size {
-				return fmt.Errorf("summary: a value of %d bytes, want %d", len(v), c.typ.Size)
-			}
-			for _, f := range c.counts {
-				add(c.sum, v, f)
-			}
+		if err := c.sumOf(perCPU); err != nil {
+			return err
 		}
 		x := c.of(cookie)
 		x.seen = c.pass
@@ -135,11 +154,27 @@ func (c *Collector) Collect(now uint64, write func(rec []byte) error) (int, erro
 		return n, err
 	}
 	// Deleted after the walk: deleting while iterating a hash map can make
-	// the walk start over.
+	// the walk start over. What moved since the walk read the figures
+	// (a packet of the closed connection meanwhile) goes in a last record.
 	for _, cookie := range forget {
-		if err := c.src.ForgetSummary(cookie); err != nil {
+		perCPU, err := c.src.ForgetSummary(cookie)
+		if err != nil {
 			return n, err
 		}
+		x := c.conns[cookie]
+		if len(perCPU) > 0 {
+			if err := c.sumOf(perCPU); err != nil {
+				return n, err
+			}
+			if c.delta(x, cookie, now) {
+				if err := write(c.rec); err != nil {
+					return n, err
+				}
+				c.Records++
+				n++
+			}
+		}
+		c.gone[cookie] = goneConn{netns: x.netns, at: now}
 		delete(c.conns, cookie)
 		c.Forgotten++
 	}
@@ -148,8 +183,27 @@ func (c *Collector) Collect(now uint64, write func(rec []byte) error) (int, erro
 			delete(c.conns, cookie) // closed without a figure in the map
 		}
 	}
+	for cookie, g := range c.gone {
+		if now-g.at > goneFor {
+			delete(c.gone, cookie)
+		}
+	}
 	c.last = now
 	return n, nil
+}
+
+// sumOf puts the sum over CPUs of a connection's figures in c.sum.
+func (c *Collector) sumOf(perCPU [][]byte) error {
+	clear(c.sum)
+	for _, v := range perCPU {
+		if len(v) < c.typ.Size {
+			return fmt.Errorf("summary: a value of %d bytes, want %d", len(v), c.typ.Size)
+		}
+		for _, f := range c.counts {
+			add(c.sum, v, f)
+		}
+	}
+	return nil
 }
 
 // delta fills c.rec with the record of connection x (cookie) for the

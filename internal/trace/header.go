@@ -376,7 +376,12 @@ type Summary struct {
 	// Missed counts the runs of the recorder's BPF programs the kernel
 	// skipped (recursion protection), whose events were never made; nil in
 	// traces written before it was counted, which cannot say.
-	Missed *uint64        `json:"missed,omitempty"`
-	Blocks uint64         `json:"blocks"` // data blocks in the file
-	Extra  map[string]any `json:"extra,omitempty"`
+	Missed *uint64 `json:"missed,omitempty"`
+	// KernelSkipped counts the device program runs the kernel did not make
+	// for frames the recorded interfaces counted (docs/EVENTS.md, Loss
+	// accounting; by interface in Extra["kernel_skipped_by_interface"]);
+	// nil in traces written before it was counted, which cannot say.
+	KernelSkipped *uint64        `json:"kernel_skipped,omitempty"`
+	Blocks        uint64         `json:"blocks"` // data blocks in the file
+	Extra         map[string]any `json:"extra,omitempty"`
 }

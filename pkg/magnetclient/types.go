@@ -58,10 +58,26 @@ type RecorderStatus struct {
 	// that CPU): their events were never made, and Lost does not have them.
 	Missed          uint64            `json:"missed"`
 	MissedByProgram map[string]uint64 `json:"missed_by_program,omitempty"`
-	BufferBytes     int               `json:"buffer_bytes"`
+	// KernelSkipped counts the device program runs the kernel did not make
+	// for frames the recorded interfaces counted (their own packet
+	// counters; docs/EVENTS.md, Loss accounting): events missing that
+	// neither Lost nor Missed has. Absent until the first comparison.
+	KernelSkipped            *uint64           `json:"kernel_skipped,omitempty"`
+	KernelSkippedByInterface []KernelSkipCount `json:"kernel_skipped_by_interface,omitempty"`
+	BufferBytes              int               `json:"buffer_bytes"`
 	// ProcessedNs is the time (CLOCK_MONOTONIC) up to which every event
 	// has been handed to the subscriptions.
 	ProcessedNs uint64 `json:"processed_ns"`
+}
+
+// KernelSkipCount is the device program runs the kernel did not make on
+// one interface, for one program, since recording started: a counter.
+type KernelSkipCount struct {
+	NetNS     uint32 `json:"netns"`
+	Ifindex   uint32 `json:"ifindex"`
+	Interface string `json:"interface"`
+	Program   string `json:"program"` // dev_xmit, dev_recv or dev_queue
+	Skipped   uint64 `json:"skipped"`
 }
 
 // TableStatus describes the connection table.

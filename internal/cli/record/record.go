@@ -471,6 +471,16 @@ func printSummary(res *record.Result, what string) {
 		}
 		fmt.Fprintf(os.Stderr, "  unrecorded packets: %s (seen by the device and drop programs, no event made: filtered, or no connection)\n", strings.Join(up, ", "))
 	}
+	if ks := res.KernelSkipped; ks != nil {
+		for i, l := range ks.Lines() {
+			if i == 0 {
+				l = "kernel skipped: " + l
+			}
+			fmt.Fprintf(os.Stderr, "  %s\n", l)
+		}
+	} else if res.KernelSkippedErr != "" {
+		fmt.Fprintf(os.Stderr, "  kernel skipped: not checked (%s)\n", res.KernelSkippedErr)
+	}
 	fmt.Fprintf(os.Stderr, "  file:   %d bytes", res.Bytes)
 	if total > 0 {
 		fmt.Fprintf(os.Stderr, " (%.1f bytes/event)", float64(res.Bytes)/float64(total))

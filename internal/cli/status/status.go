@@ -131,6 +131,11 @@ func New() *cobra.Command {
 				fmt.Fprintf(out, "  recorded: %d events, %d bytes written\n", s.Recorded, s.Written)
 				fmt.Fprintf(out, "  lost:     %d events\n", s.Lost)
 				fmt.Fprintf(out, "  missed:   %d program runs the kernel skipped (their events are missing)\n", s.Missed)
+				if s.KernelSkipped != nil {
+					fmt.Fprintf(out, "  kernel skipped: %d device program runs the kernel did not make for frames the interfaces counted (%d comparisons)\n", *s.KernelSkipped, s.KernelSkippedChecked)
+				} else {
+					fmt.Fprintf(out, "  kernel skipped: not compared yet\n")
+				}
 			}
 			return nil
 		},

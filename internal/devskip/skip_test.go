@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package devskip
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/probe"
+)
+
+func veth(tx, txDrop, rx uint64) Link {
+	return Link{Name: "va", Kind: "veth", TxPackets: tx, TxDropped: txDrop, RxPackets: rx}
+}
+
+var all = [3]bool{true, true, true}
+
+func TestCompareExact(t *testing.T) {
+	start := point{runs: probe.DevRuns{Queue: 10, QueueDirect: 10, Xmit: 10, Recv: 5}, link: veth(100, 1, 50)}
+	// 1000 frames sent, 7 of them dropped by the veth (after
+	// net_dev_start_xmit ran): the program ran for 993 of them; 400
+	// received, the program ran for 398.
+	end := point{runs: probe.DevRuns{Queue: 1003, QueueDirect: 1003, Xmit: 1003, Recv: 403}, link: veth(1093, 8, 450)}
+	in := Compare(start, end, all)
+	if in.NotChecked != "" {
+		t.Fatalf("not checked: %s", in.NotChecked)
+	}
+	if want := (Dir{Handled: 1000, Runs: 993, Skipped: 7}); in.Xmit != want {
+		t.Errorf("dev_xmit %+v, want %+v", in.Xmit, want)
+	}
+	if want := (Dir{Handled: 400, Runs: 398, Skipped: 2}); in.Recv != want {
+		t.Errorf("dev_recv %+v, want %+v", in.Recv, want)
+	}
+	if want := (Dir{Handled: 1000, Runs: 993, Skipped: 7}); in.Queue != want {
+		t.Errorf("dev_queue %+v, want %+v", in.Queue, want)
+	}
+}
+
+func TestCompareNotChecked(t *testing.T) {
+	base := point{link: veth(0, 0, 0)}
+	for _, tc := range []struct {
+		name       string
+		start, end point
+		attached   [3]bool
+		xmit, recv string
+		queue      string
+	}{
+		{"lo", point{link: Link{Name: "lo"}}, point{link: Link{Name: "lo", TxPackets: 5}}, all, NotVeth, NotVeth, NotVeth},
+		{"xdp", base, point{link: Link{Name: "va", Kind: "veth", XDP: true}}, all, WithXDP, WithXDP, WithXDP},
+		{"gro", base, point{link: Link{Name: "va", Kind: "veth", GRO: true}}, all, "", WithGRO, ""},
+		{"replaced", base, point{link: Link{Name: "vb", Kind: "veth"}}, all, Replaced, Replaced, Replaced},
+		{"detached", base, base, [3]bool{true, false, true}, NotAttached, "", ""},
+		{"qdisc", base, point{runs: probe.DevRuns{Queue: 3, QueueDirect: 1, Xmit: 3}, link: veth(3, 0, 0)}, all, "", "", QdiscHeld},
+		{"backwards", point{link: veth(9, 0, 9)}, point{link: veth(3, 0, 9)}, all, WentBackward, "", WentBackward},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Compare(tc.start, tc.end, tc.attached)
+			if in.Xmit.NotChecked != tc.xmit || in.Recv.NotChecked != tc.recv || in.Queue.NotChecked != tc.queue {
+				t.Errorf("not checked: xmit %q recv %q queue %q; want %q %q %q", in.Xmit.NotChecked, in.Recv.NotChecked, in.Queue.NotChecked, tc.xmit, tc.recv, tc.queue)
+			}
+		})
+	}
+}
+
+// fakeSource plays back run counts, one map per read.
+type fakeSource struct {
+	reads    []map[uint64]probe.DevRuns
+	i        int
+	attaches uint64
+}
+
+func (f *fakeSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
+	if f.i >= len(f.reads) {
+		return f.reads[len(f.reads)-1], nil
+	}
+	f.i++
+	return f.reads[f.i-1], nil
+}
+
+func (f *fakeSource) DevAttached() (bool, bool, bool, uint64) { return true, true, true, f.attaches }
+
+const ns = 4026531840
+
+func key(ifindex uint32) uint64 { return uint64(ns)<<32 | uint64(ifindex) }
+
+// TestTakeSettles: a pair of reads of the runs that moved while the
+// counters were read is read again; the first pair that did not move is
+// kept, with no uncertainty.
+func TestTakeSettles(t *testing.T) {
+	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
+		{key(2): {Xmit: 5}},
+		{key(2): {Xmit: 7}}, // moved during the first read of the counters
+		{key(2): {Xmit: 7}}, // still during the second
+	}}
+	links := []Link{veth(6, 0, 0), veth(7, 0, 0)}
+	n := 0
+	read := func(string) (map[uint32]Link, error) {
+		l := links[min(n, len(links)-1)]
+		n++
+		return map[uint32]Link{2: l}, nil
+	}
+	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.at[Key{ns, 2}]
+	if p.runs.Xmit != 7 || p.link.TxPackets != 7 || p.unc != (probe.DevRuns{}) {
+		t.Errorf("kept %+v, want runs 7 with tx_packets 7, settled", p)
+	}
+	if n != 2 {
+		t.Errorf("counters read %d times, want 2", n)
+	}
+}
+
+// TestTakeUnsettled: runs that move at every try leave the last pair with
+// the movement as its uncertainty, and Compare carries it.
+func TestTakeUnsettled(t *testing.T) {
+	var reads []map[uint64]probe.DevRuns
+	for i := range Tries + 1 {
+		reads = append(reads, map[uint64]probe.DevRuns{key(2): {Xmit: uint64(10 * i)}})
+	}
+	src := &fakeSource{reads: reads}
+	n := uint64(0)
+	read := func(string) (map[uint32]Link, error) {
+		n++
+		return map[uint32]Link{2: veth(10*n-5, 0, 0)}, nil
+	}
+	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.at[Key{ns, 2}]
+	if p.unc.Xmit != 10 || p.runs.Xmit != 10*Tries {
+		t.Errorf("kept %+v, want runs %d with uncertainty 10", p, 10*Tries)
+	}
+	start := point{link: veth(0, 0, 0)}
+	in := Compare(start, p, all)
+	if in.Xmit.Uncertain != 10 || in.Xmit.Skipped != -5 {
+		t.Errorf("dev_xmit %+v, want skipped -5 ± 10", in.Xmit)
+	}
+}
+
+func TestCompareAll(t *testing.T) {
+	start := &snapshot{at: map[Key]point{
+		{ns, 1}: {link: Link{Name: "lo"}},
+		{ns, 2}: {runs: probe.DevRuns{Xmit: 1, Recv: 1}, link: veth(1, 0, 1)},
+		{ns, 3}: {link: veth(0, 0, 0)},
+	}, unread: map[uint32]string{7: "gone"}, attached: all, attaches: 9}
+	end := &snapshot{at: map[Key]point{
+		{ns, 1}: {link: Link{Name: "lo"}},
+		{ns, 2}: {runs: probe.DevRuns{Xmit: 11, Recv: 5}, link: veth(14, 0, 6)},
+		{ns, 4}: {link: Link{Name: "vc", Kind: "veth"}},
+	}, attached: all, attaches: 9}
+	rep := compareAll(start, end)
+	// Interface 2: 3 sends and 1 receive skipped; its queue runs (0) are
+	// all direct, so 13 queue runs skipped too.
+	if rep.Skipped != 3+1+13 {
+		t.Errorf("skipped %d, want 17", rep.Skipped)
+	}
+	if len(rep.Ifaces) != 4 || rep.Ifaces[2].NotChecked != Gone || rep.Ifaces[3].NotChecked != NoStart {
+		t.Errorf("interfaces %+v", rep.Ifaces)
+	}
+	if rep.NotRead[7] != "gone" {
+		t.Errorf("namespaces not read %v", rep.NotRead)
+	}
+	lines := strings.Join(rep.Lines(), "\n")
+	for _, want := range []string{"17 device program runs", "va (netns 4026531840, ifindex 2): dev_xmit 3 of 13, dev_recv 1 of 5", "not checked: lo", "not checked: netns 7"} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("lines lack %q:\n%s", want, lines)
+		}
+	}
+	// Attached again in between: nothing compared.
+	end.attaches++
+	if rep := compareAll(start, end); rep.Skipped != 0 || rep.Checked() != 0 {
+		t.Errorf("after a re-attach: skipped %d over %d comparisons, want none", rep.Skipped, rep.Checked())
+	}
+}
+
+func TestCountersNeverGoDown(t *testing.T) {
+	c := NewChecker(&fakeSource{}, nil)
+	rep := Report{Ifaces: []Iface{{NetNS: ns, Ifindex: 2, Name: "va", Xmit: Dir{Skipped: 5}, Recv: Dir{NotChecked: WithGRO}, Queue: Dir{Skipped: 1}}}}
+	c.Counters(rep)
+	rep.Ifaces[0].Xmit.Skipped = 4
+	got := c.Counters(rep)
+	if len(got) != 2 || got[0].Dir != "dev_xmit" || got[0].Total != 5 || got[1].Total != 1 {
+		t.Errorf("counters %+v", got)
+	}
+}
+
+func TestCheckBeforeStart(t *testing.T) {
+	c := NewChecker(&fakeSource{}, nil)
+	if _, err := c.Check(); err == nil {
+		t.Error("Check before Start: no error")
+	}
+	c.readLinks = func(string) (map[uint32]Link, error) { return nil, errors.New("no such namespace") }
+	c.nss = map[uint32]string{ns: "/nowhere"}
+	c.src = &fakeSource{reads: []map[uint64]probe.DevRuns{{}}}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.NotRead[ns] != "no such namespace" || rep.Checked() != 0 {
+		t.Errorf("report %+v", rep)
+	}
+	if l := rep.Lines()[0]; !strings.HasPrefix(l, "no interface compared") {
+		t.Errorf("first line %q", l)
+	}
+}
+
+// TestRebaseOnAttach: once a program attaches or detaches, what was
+// compared before is kept and the comparison starts again from there.
+func TestRebaseOnAttach(t *testing.T) {
+	src := &fakeSource{reads: []map[uint64]probe.DevRuns{{key(2): {Xmit: 0}}}}
+	tx := uint64(0)
+	c := NewChecker(src, map[uint32]string{ns: "/x"})
+	c.readLinks = func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil }
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// 10 frames sent, 8 runs: 2 skipped.
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 8, Queue: 8, QueueDirect: 8}}}, 0, 10
+	rep, err := c.Check()
+	if err != nil || rep.Ifaces[0].Xmit.Skipped != 2 {
+		t.Fatalf("first check %+v %v", rep, err)
+	}
+	c.latest = &rep
+	// The programs change; the frames in between are not compared.
+	src.attaches++
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 50, Queue: 50, QueueDirect: 50}}}, 0, 100
+	if rep, err = c.Check(); err != nil || rep.Ifaces[0].Xmit.Skipped != 2 || rep.Ifaces[0].Xmit.Handled != 10 {
+		t.Fatalf("at the change %+v %v", rep, err)
+	}
+	// After: 20 more frames, 19 runs.
+	src.reads, src.i, tx = []map[uint64]probe.DevRuns{{key(2): {Xmit: 69, Queue: 69, QueueDirect: 69}}}, 0, 120
+	rep, err = c.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := rep.Ifaces[0].Xmit; x.Skipped != 3 || x.Handled != 30 || rep.Skipped != 3+3 {
+		t.Errorf("after the change: dev_xmit %+v, total %d; want 3 of 30 (and 3 at dev_queue)", x, rep.Skipped)
+	}
+}
