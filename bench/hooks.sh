@@ -14,7 +14,9 @@
 #   bench/hooks.sh [REPS] [SECONDS]; RATE=4gbit (default) or RATE=0;
 #   CONFIGS="base default ip dev tcpdump" to choose ("old:default" with
 #   MAGNET_OLD=path: another build, for before/after in one run;
-#   "xad:default" with --xmit-at-device,
+#   "xad:default" with --xmit-at-device, "sop:default" with tcp_xmit
+#   from sockops' per-segment callback (--disable-hook ip_egress),
+#   "floor:default" with --hooks-only (every program returns at once),
 #   "summary" records in summary mode at 1 s with its default groups,
 #   "summary:GROUPS" with those).
 set -euo pipefail
@@ -88,11 +90,16 @@ for rep in $(seq 1 "$REPS"); do
 			# old:GROUPS records with $MAGNET_OLD (a build of another
 			# commit), for a before/after comparison in one run.
 			# xad:GROUPS records with --xmit-at-device (tcp_xmit read at
-			# net_dev_queue instead of sockops' per-segment callback).
+			# net_dev_queue instead of at IP egress); sop:GROUPS with
+			# sockops' per-segment callback serving tcp_xmit;
+			# floor:GROUPS attaches the groups' programs, which return at
+			# once.
 			bin=$MAGNET ev=$cfg extra=()
 			case $cfg in
 			old:*) bin=${MAGNET_OLD:?set MAGNET_OLD} ev=${cfg#old:} ;;
 			xad:*) ev=${cfg#xad:} extra=(--xmit-at-device) ;;
+			sop:*) ev=${cfg#sop:} extra=(--disable-hook ip_egress) ;;
+			floor:*) ev=${cfg#floor:} extra=(--hooks-only) ;;
 			esac
 			sel=(-e "$ev")
 			case $ev in

@@ -69,18 +69,19 @@ static __noinline void emit_tcp_state_rec(struct sock *sk, __u64 conn, __u64 now
 	SUBMIT(r, &e);
 }
 
-static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
+static __always_inline struct tcp_sent *tcp_sent_of(struct sock *sk)
+{
+	return bpf_sk_storage_get(&tcp_sents, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+}
+
+/* A tcp_state snapshot of sk if it is due; ts is the socket's last. */
+static __always_inline void emit_tcp_state_in(struct sock *sk, __u64 conn, __u64 now, int force,
+					      struct tcp_state_sent *ts)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct tcp_state_sent *ts;
 	__u32 srtt_us, ssthresh, retrans;
 	__u64 gap;
 
-	if (!enabled(MG_G_TCPSTATE))
-		return;
-	ts = bpf_sk_storage_get(&tcp_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!ts)
-		return;
 	srtt_us = tp->srtt_us >> 3;
 	ssthresh = tp->snd_ssthresh;
 	retrans = tp->retrans_out;
@@ -99,6 +100,17 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
 	emit_tcp_state_rec(sk, conn, now);
 }
 
+static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 now, int force)
+{
+	struct tcp_sent *s;
+
+	if (!enabled(MG_G_TCPSTATE))
+		return;
+	s = tcp_sent_of(sk);
+	if (s)
+		emit_tcp_state_in(sk, conn, now, force, &s->state);
+}
+
 /*
  * Write a tcp_rate if tp->delivered moved since the socket's last one. The
  * kernel makes its delivery-rate sample in tcp_ack -> tcp_rate_gen, and no
@@ -109,18 +121,16 @@ static __always_inline void emit_tcp_state(struct sock *sk, __u64 conn, __u64 no
  * the same softirq; otherwise the next segment received or the next state
  * change. docs/EVENTS.md says what this misses.
  */
-static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+static __noinline void emit_tcp_rate_in(struct sock *sk, __u64 conn, __u64 now, struct tcp_rate_sent *rs)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
-	struct tcp_rate_sent *rs;
 	struct mg_tcp_rate *r;
 	__u32 delivered, rate_delivered, interval;
 	__u8 app_limited;
 	struct emit e;
 
 	delivered = tp->delivered;
-	rs = bpf_sk_storage_get(&tcp_rates, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!rs || rs->delivered == delivered)
+	if (rs->delivered == delivered)
 		return;
 	rate_delivered = tp->rate_delivered;
 	interval = tp->rate_interval_us;
@@ -148,6 +158,14 @@ static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
 	rs->app_limited = app_limited;
 }
 
+static __noinline void emit_tcp_rate(struct sock *sk, __u64 conn, __u64 now)
+{
+	struct tcp_sent *s = tcp_sent_of(sk);
+
+	if (s)
+		emit_tcp_rate_in(sk, conn, now, &s->rate);
+}
+
 /* The window a received segment advertises, scaled as tcp_ack will scale
  * it (an established connection's segments never carry SYN, whose window is
  * not scaled). The TCP header is at skb->head + transport_header. */
@@ -155,13 +173,14 @@ static __always_inline __u32 seg_wnd(struct sock *sk, struct sk_buff *skb)
 {
 	struct tcp_sock *tp = KERNEL_CAST(struct tcp_sock, sk);
 	struct tcp_options_received *rx = &tp->rx_opt;
-	__u16 raw = 0;
+	struct tcphdr *th = KERNEL_CAST(struct tcphdr, skb->head + skb->transport_header);
 
 	/* Without the barrier, clang folds &tp->rx_opt into the bitfield's
 	 * access chain and the relocated offset counts rx_opt twice. */
 	barrier_var(rx);
-	bpf_probe_read_kernel(&raw, sizeof(raw), skb->head + skb->transport_header + 14);
-	return (__u32)__builtin_bswap16(raw) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
+	/* A plain load through a kernel-typed pointer, not a probe-read
+	 * helper call: the verifier guards it as it does a helper's. */
+	return (__u32)__builtin_bswap16(th->window) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
 }
 
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
@@ -169,6 +188,7 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
 	struct cpu_state *st = my_state();
+	struct tcp_sent *sent;
 	struct mg_tcp_rcv *r;
 	struct tcp_skb_cb *cb;
 	__u64 now, conn;
@@ -180,9 +200,12 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	if (conn == FILTERED || !conn)
 		return 0;
 	now = bpf_ktime_get_ns();
+	/* One look in the socket's storage for the last tcp_rate and
+	 * tcp_state. */
+	sent = enabled(MG_G_RATE | MG_G_TCPSTATE) ? tcp_sent_of(sk) : NULL;
 	/* The previous ACK's sample, if no segment sent since carried it. */
-	if (enabled(MG_G_RATE))
-		emit_tcp_rate(sk, conn, now);
+	if (sent && enabled(MG_G_RATE))
+		emit_tcp_rate_in(sk, conn, now, &sent->rate);
 	if (enabled(MG_G_TCP)) {
 		cb = tcp_cb(skb);
 		r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
@@ -196,7 +219,8 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 			SUBMIT(r, &e);
 		}
 	}
-	emit_tcp_state(sk, conn, now, 0);
+	if (sent && enabled(MG_G_TCPSTATE))
+		emit_tcp_state_in(sk, conn, now, 0, &sent->state);
 	return 0;
 }
 
@@ -486,9 +510,10 @@ static __noinline void tcp_rcv_closing(struct sock *sk, struct sk_buff *skb, __u
 }
 
 /*
- * sockops: enable the per-segment header callbacks on every TCP socket as it
- * connects or is accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each
- * segment TCP builds, before it goes to IP. We reserve no option space, so
+ * sockops: where neither fentry nor IP egress serves tcp_xmit, enable the
+ * per-segment header callbacks on every TCP socket as it connects or is
+ * accepted; BPF_SOCK_OPS_HDR_OPT_LEN_CB then runs for each segment TCP
+ * builds, before it goes to IP. We reserve no option space, so
  * the wire is untouched.
  */
 SEC("sockops")
@@ -513,14 +538,16 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		/* The flag makes TCP run this program for every segment it
 		 * sends and every time it works out its MSS (2.3 runs per
 		 * packet of a bulk transfer, ~70 ns each when they find
-		 * nothing to do, bench/hooks.sh): only while tcp_xmit or
-		 * tcp_rate is recorded, and a socket the filters leave out
+		 * nothing to do, bench/hooks.sh): only while sockops serves
+		 * tcp_xmit (neither fentry, IP egress nor the device can) and
+		 * it or tcp_rate is recorded, and a socket the filters leave out
 		 * for good (another netns, port or cgroup; not one the pid
 		 * filter may still select) goes without. A socket that
 		 * connects while neither is recorded gets no tcp_xmit if they
 		 * are switched on later (SetGroups). Silenced (no group: the
 		 * bench's hooks-alone figure) still asks, as when recording. */
-		if (!xmit_by_fentry && !xmit_at_dev && !summary_mode && (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
+		if (!xmit_by_fentry && !xmit_at_dev && !xmit_at_ip && !summary_mode &&
+		    (enabled(MG_G_TCP | MG_G_RATE) || !events_mask) &&
 		    !(conn == FILTERED && left_out(st, cookie)))
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
@@ -562,7 +589,7 @@ int tcp_segments(struct bpf_sock_ops *skops)
 		return 1;
 	/* In summary mode the socket's figures are read from it, but
 	 * another recorder on the host may have flagged the socket. */
-	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev || summary_mode)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || xmit_by_fentry || xmit_at_dev || xmit_at_ip || summary_mode)
 		return 1;
 	sk = k->sk;
 	if (!sk)
@@ -587,62 +614,92 @@ int tcp_segments(struct bpf_sock_ops *skops)
 #define XMIT_CLOCK_MAX_NS 1000000
 
 /*
- * tcp_xmit read where an skb TCP sent reaches the device the route chose
- * (net_dev_queue, before any qdisc): skb->sk is the sending socket, and the
- * headers TCP wrote say what the control block, overwritten by IP since,
- * said. It costs a few loads in a program that runs for every packet sent
- * anyway, where sockops' per-segment callback was two more program runs per
- * packet. The device sees the skb before GSO splits it: one tcp_xmit per
- * skb TCP sent, as at __tcp_transmit_skb. A segment that never reaches a
- * device (dropped by netfilter or a cgroup program on the way down, or
- * transformed by IPsec) has none; docs/EVENTS.md.
+ * tcp_xmit read below TCP, from an skb TCP sent: at IP egress (cgroup_skb,
+ * the default where fentry is refused: tcp_xmit_at_ip in bpf/layer/ip.c) or
+ * where it reaches the device the route chose (net_dev_queue,
+ * --xmit-at-device). skb->sk is the sending socket, and the headers TCP
+ * wrote say what the control block, cleared by __tcp_transmit_skb before
+ * IP, said. Both see the skb before GSO splits it: one tcp_xmit per skb TCP
+ * sent, as at __tcp_transmit_skb. IP egress runs synchronously inside
+ * __tcp_transmit_skb (ip_finish_output, after netfilter, before any
+ * neighbour or qdisc), once per skb, as a program run the kernel never
+ * skips; the device runs later, and a segment that never reaches a device
+ * has none there. docs/EVENTS.md.
+ *
+ * tcp_xmit_below_ok says whether the skb at the device is a segment its
+ * socket's TCP built.
  */
-static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
+static __always_inline int tcp_xmit_below_ok(struct sk_buff *skb, struct sock *sk)
 {
-	struct sock *sk = skb->sk;
-	struct tcp_sock *tp;
-	struct cpu_state *st;
-	struct skb_shared_info *si;
+	unsigned char *head = skb->head;
 	struct dst_entry *dst;
 	struct tcphdr *th;
-	unsigned char *head, *th_p;
-	__u64 conn, now, t;
-	__u32 seq, snd_nxt;
-	__s32 len;
-	__u16 segs, th_off;
-	__u8 tflags;
+	__u16 th_off;
 
 	if (!sk || sk->sk_protocol != IPPROTO_TCP_ || !sk_is_full(sk))
-		return;
+		return 0;
 	/* A stacked device (VLAN, bond) hands the same skb to the one below
 	 * it: only the device the route chose reports it. */
 	dst = KERNEL_CAST(struct dst_entry, skb->_skb_refdst & ~1UL);
 	if (dst && dst->dev != skb->dev)
-		return;
+		return 0;
 	th_off = skb->transport_header;
 	if (!th_off || th_off == 0xffff)
-		return;
-	head = skb->head;
-	th_p = head + th_off;
-	th = KERNEL_CAST(struct tcphdr, th_p);
+		return 0;
+	th = KERNEL_CAST(struct tcphdr, head + th_off);
 	/* The socket's own segment (not a tunnel's outer header, which has
-	 * other ports). */
+	 * other ports, nor the kernel's control socket's resets and TIME_WAIT
+	 * ACKs, nor a listener's SYN-ACK: neither passes __tcp_transmit_skb). */
 	if (__builtin_bswap16(th->source) != sk->__sk_common.skc_num ||
 	    th->dest != sk->__sk_common.skc_dport)
-		return;
+		return 0;
 	if (skb->protocol == __builtin_bswap16(ETH_P_IP) &&
 	    KERNEL_CAST(struct iphdr, head + skb->network_header)->protocol != IPPROTO_TCP_)
+		return 0;
+	return 1;
+}
+
+/* The tcp_xmit of a segment a hook below TCP read, of connection conn, at
+ * time t: seq and the TCP flags byte packed as seq | flags << 32, the
+ * payload and gso_segs as len | segs << 32. A call of its own, apart from
+ * conn_of's and emit_tcp_rate's: each chain's stack then stays within the
+ * verifier's 512 bytes. */
+static __noinline void tcp_xmit_put(struct sock *sk, __u64 conn, __u64 t, __u64 seq_flags, __u64 len_segs)
+{
+	/* TCP advances snd_nxt past new data once the skb is handed over
+	 * (tcp_event_new_data_sent): below it, snd_nxt is still as TCP had
+	 * it before sending. */
+	put_tcp_xmit(my_state(), sk, conn, t, (__s32)(__u32)len_segs, seq_flags >> 32, (__u32)seq_flags,
+		     len_segs >> 32, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt);
+}
+
+/* The TCP flags as tcp_xmit's flags carry them (TCP's own byte 13). */
+static __always_inline __u8 tcp_flag_byte(const struct tcphdr *th)
+{
+	return th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
+	       th->ece << 6 | th->cwr << 7;
+}
+
+/* tcp_xmit and the tcp_rate a segment carries out, read at the device
+ * (--xmit-at-device). */
+static __always_inline void tcp_xmit_from(struct sk_buff *skb, struct sock *sk)
+{
+	struct skb_shared_info *si;
+	unsigned char *th_p;
+	struct tcphdr *th;
+	__u64 conn, now, t;
+	__s32 len;
+
+	if (!tcp_xmit_below_ok(skb, sk))
 		return;
-	st = my_state();
-	conn = conn_of(st, sk, sk_cookie(sk), 0);
+	conn = conn_of(my_state(), sk, sk_cookie(sk), 0);
 	if (conn == FILTERED || !conn)
 		return;
-	tp = KERNEL_CAST(struct tcp_sock, sk);
 	now = bpf_ktime_get_ns();
 	/* TCP's clock, read as the pass that sent this skb began
 	 * (tcp_mstamp_refresh): before IP saw it, so that tcp_xmit comes
 	 * before ip_send; the device's time comes after. */
-	t = tp->tcp_clock_cache;
+	t = KERNEL_CAST(struct tcp_sock, sk)->tcp_clock_cache;
 	if (!t || t > now || now - t > XMIT_CLOCK_MAX_NS)
 		t = now;
 	/* The sample of the ACK that let this segment go comes first. */
@@ -650,16 +707,17 @@ static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
 		emit_tcp_rate(sk, conn, t);
 	if (!enabled(MG_G_TCP))
 		return;
-	seq = __builtin_bswap32(th->seq);
-	tflags = th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
-		 th->ece << 6 | th->cwr << 7;
+	th_p = skb->head + skb->transport_header;
+	th = KERNEL_CAST(struct tcphdr, th_p);
 	len = (__s32)skb->len - (__s32)(th_p - skb->data) - (__s32)th->doff * 4;
-	si = KERNEL_CAST(struct skb_shared_info, head + skb->end);
-	segs = si->gso_segs;
-	/* On the way down, snd_nxt has not yet moved past new data: TCP
-	 * advances it once the skb is handed over. */
-	snd_nxt = tp->snd_nxt;
-	put_tcp_xmit(st, sk, conn, t, len, tflags, seq, segs, snd_nxt);
+	si = KERNEL_CAST(struct skb_shared_info, skb->head + skb->end);
+	tcp_xmit_put(sk, conn, t, (__u64)tcp_flag_byte(th) << 32 | __builtin_bswap32(th->seq),
+		     (__u64)si->gso_segs << 32 | (__u32)len);
+}
+
+static __noinline void tcp_xmit_at_dev(struct sk_buff *skb)
+{
+	tcp_xmit_from(skb, skb->sk);
 }
 
 /*
@@ -674,7 +732,7 @@ int BPF_PROG(tcp_xmit_fentry, struct sock *sk, struct sk_buff *skb)
 	struct cpu_state *st;
 	__u64 now, conn;
 
-	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry || xmit_at_dev)
+	if (!enabled(MG_G_TCP | MG_G_RATE) || !xmit_by_fentry || xmit_at_dev || xmit_at_ip)
 		return 0;
 	st = my_state();
 	conn = conn_of(st, sk, cookie_of(sk, sk), 0);

@@ -109,21 +109,12 @@ struct conn_info {
 	__u16 rport;   /* as last announced (conn_open): a UDP socket's changes when it connects */
 };
 
-/* The last tcp_state snapshot of a TCP socket, kept in the socket: it is
- * consulted at every segment received, and a socket's own storage is found
- * without hashing. */
+/* The last tcp_state snapshot of a TCP socket. */
 struct tcp_state_sent {
 	__u64 time_ns;
 	__u32 ssthresh;
 	__u32 retrans;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct tcp_state_sent);
-} tcp_states SEC(".maps");
 
 /* What the last tcp_rate of a TCP socket carried: a new one is written
  * only when tp->delivered has moved since. */
@@ -135,12 +126,20 @@ struct tcp_rate_sent {
 	__u8 _pad[3];
 };
 
+/* Both, kept in the socket: consulted at every segment received (tcp_probe
+ * checks both), and a socket's own storage is found without hashing; one
+ * storage, so that tcp_probe looks once. */
+struct tcp_sent {
+	struct tcp_state_sent state;
+	struct tcp_rate_sent rate;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct tcp_rate_sent);
-} tcp_rates SEC(".maps");
+	__type(value, struct tcp_sent);
+} tcp_sents SEC(".maps");
 
 /* The peer a connected UDP socket's tuple was last learned for. */
 struct udp_peer {

@@ -58,4 +58,9 @@ volatile __u8 xmit_by_fentry = 0;
  * reaches its device, and neither sockops nor fentry reports segments. */
 volatile __u8 xmit_at_dev = 0;
 
+/* Set when cgroup_skb/egress serves tcp_xmit (and the tcp_rate a segment
+ * carries out), the default where fentry is refused: neither sockops nor
+ * fentry reports segments then. */
+volatile __u8 xmit_at_ip = 0;
+
 #endif

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,15 +79,20 @@ func needTools(t *testing.T, tools ...string) {
 // trace's path.
 func recordDuring(t *testing.T, port int, groups event.Group, fn func()) string {
 	t.Helper()
-	return recordDuringAt(t, port, groups, false, fn)
+	return recordDuringAt(t, port, groups, "", fn)
 }
 
 // recordDuringAt is recordDuring with tcp_xmit read at the device or not
 // (record.Config.XmitAtDevice).
-func recordDuringAt(t *testing.T, port int, groups event.Group, atDev bool, fn func()) string {
+func recordDuringAt(t *testing.T, port int, groups event.Group, xmitAt string, fn func()) string {
 	t.Helper()
 	cfg := record.Config{Output: filepath.Join(t.TempDir(), "trace.mgt"), StatusDir: t.TempDir(),
-		Filters: record.Filters{Port: port}, Groups: groups, XmitAtDevice: atDev}
+		Filters: record.Filters{Port: port}, Groups: groups, XmitAtDevice: xmitAt == "device"}
+	if xmitAt == "sockops" {
+		// Where IP egress cannot be had, sockops' per-segment callback
+		// serves tcp_xmit.
+		cfg.DisableHooks = []string{"ip_egress"}
+	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -117,7 +123,7 @@ type command func(h netlab.Host, name string, args ...string) *exec.Cmd
 // back, and returns the bytes the receiver read.
 func transfer(t *testing.T, cmd command, snd, rcv netlab.Host, port, count, size int) int64 {
 	t.Helper()
-	addr := fmt.Sprintf("%s:%d", rcv.Addr, port)
+	addr := netip.AddrPortFrom(rcv.Addr, uint16(port)).String()
 	srv := cmd(rcv, magnetBin, "workload", "serve", "--proto", "tcp", "--listen", addr)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
@@ -659,13 +665,14 @@ func TestHopsNoIPTruth(t *testing.T) {
 // namespace, where the transfer (through a bottleneck that makes TCP
 // retransmit) is the only TCP traffic.
 //
-// Read at TCP (sockops, or fentry), against the kernel's own counters: TCP
-// counts a segment in TcpOutSegs when it sends it past snd_nxt or it carries
-// no sequence space (a pure ACK), and in TcpRetransSegs when it retransmits
-// it, both as tcp_skb_pcount (gso_segs). The tcp_xmit records must sum to
-// both exactly: the same rule applied to their seq, size and flags (the
-// highest sequence sent standing for snd_nxt) for the first, retrans 1 for
-// the second. A missing, doubled or GSO-miscounted tcp_xmit shows here.
+// Read at IP egress (the default where fentry is refused), at TCP (sockops,
+// or fentry), against the kernel's own counters: TCP counts a segment in
+// TcpOutSegs when it sends it past snd_nxt or it carries no sequence space
+// (a pure ACK), and in TcpRetransSegs when it retransmits it, both as
+// tcp_skb_pcount (gso_segs). The tcp_xmit records must sum to both exactly:
+// the same rule applied to their seq, size and flags (the highest sequence
+// sent standing for snd_nxt) for the first, retrans 1 for the second. A
+// missing, doubled or GSO-miscounted tcp_xmit shows here.
 //
 // Read at the device (XmitAtDevice), against tcpdump on the sender's
 // device: one tcp_xmit per packet captured (veth hands GSO skbs whole to
@@ -675,24 +682,27 @@ func TestHopsNoIPTruth(t *testing.T) {
 func TestXmitSegmentsTruth(t *testing.T) {
 	needRoot(t)
 	needTools(t, "nstat", "tcpdump", "tshark")
-	for i, atDev := range []bool{false, true} {
-		name := "tcp"
-		if atDev {
-			name = "device"
-		}
-		t.Run(name, func(t *testing.T) { xmitSegmentsTruth(t, i, atDev) })
+	for i, at := range []string{"ip", "ip6", "sockops", "device"} {
+		t.Run(at, func(t *testing.T) { xmitSegmentsTruth(t, i, at) })
 	}
 }
 
-func xmitSegmentsTruth(t *testing.T, i int, atDev bool) {
-	p := netlab.PathForTest(t, netlab.PathOptions{Name: fmt.Sprintf("mgxmit%d", i), BottleneckMbit: 20, QueueBytes: 15000})
+func xmitSegmentsTruth(t *testing.T, i int, xmitAt string) {
+	atDev := xmitAt == "device"
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: fmt.Sprintf("mgxmit%d", i), BottleneckMbit: 20, QueueBytes: 15000,
+		IPv6: xmitAt == "ip6"})
+	rcv := p.Receiver
+	if xmitAt == "ip6" {
+		// IP egress is ip6_finish_output's there.
+		rcv.Addr, xmitAt = p.Receiver.Addr6, "ip"
+	}
 	port := 20000 + os.Getpid()%20000 + 4
 	const count, size = 128, 64 << 10
 	var stop func() string
 	if atDev {
 		stop = capture(t, p.Sender, p.Sender.Iface, port)
 	}
-	path := recordDuringAt(t, port, event.DefaultGroups, atDev, func() { transfer(t, p.Command, p.Sender, p.Receiver, port, count, size) })
+	path := recordDuringAt(t, port, event.DefaultGroups, xmitAt, func() { transfer(t, p.Command, p.Sender, rcv, port, count, size) })
 	outSegs := nstat(t, p.Sender.NS, "TcpOutSegs")
 	retransSegs := nstat(t, p.Sender.NS, "TcpRetransSegs")
 	r, err := trace.Open(path)

@@ -152,7 +152,7 @@ var Catalogue = []Info{
 	{SockSend, "sock_send", GroupSock, "tp_btf/sock_send_length", "bytes the application handed to a TCP or UDP socket in one send call (size < 0: the call's error)"},
 	{SockRecv, "sock_recv", GroupSock, "tp_btf/sock_recv_length", "bytes the application took from a socket in one receive call (MSG_PEEK excluded)"},
 	{TCPSend, "tcp_send", GroupTCPSend, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
-	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB; tp_btf/net_dev_queue with --xmit-at-device", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
+	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else cgroup_skb/egress (sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB without it); tp_btf/net_dev_queue with --xmit-at-device", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
 	{TCPRcv, "tcp_rcv", GroupTCP, "tp_btf/tcp_probe", "a segment arriving at an established TCP socket from IP: seq, ack, payload bytes"},
 	{TCPState, "tcp_state", GroupTCPState, "tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state", "snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits (once per srtt, and on every loss-recovery change)"},
 	{TCPRetrans, "tcp_retrans", GroupTCP, "tp_btf/tcp_retransmit_skb", "a segment TCP retransmits (size < 0: the transmit error)"},
@@ -172,7 +172,7 @@ var Catalogue = []Info{
 	{Headers, "headers", GroupHeaders, "tp_btf/net_dev_start_xmit, netif_receive_skb", "the first 128 bytes of a packet at the device, from its link-layer header"},
 	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
 	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
-	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB, inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
+	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, the tcp_xmit hook (cgroup_skb/egress, fentry or sockops), inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
 	{ConnSummary, "conn_summary", GroupSummary, "recorder", "summary mode (record --summary), from the summaries map: a connection's figures over one interval: bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd histograms sampled at each read, IP and device packets if asked for (size = the interval in ms)"},
 }
 

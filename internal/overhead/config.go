@@ -60,6 +60,7 @@ const (
 	RecordSummary = "record-summary"
 	RecordFlight  = "record-flight"
 	RecordXmitDev = "record-xmit-at-device"
+	RecordFloor   = "record-floor"
 	TcpdumpName   = "tcpdump"
 	PerfName      = "perf"
 	BpftraceName  = "bpftrace"
@@ -72,7 +73,10 @@ var recordModes = []Config{
 	{Name: RecordSummary, Kind: Magnet, Args: []string{"--summary=1s"}, What: "`magnet record --summary=1s`: per-connection figures read from each TCP socket (and drops), no program per packet"},
 	// A trigger that never fires: the cost between triggers.
 	{Name: RecordFlight, Kind: Magnet, Args: []string{"--flight", "30s", "--trigger", "rtt>10s"}, What: "`magnet record --flight 30s --trigger 'rtt>10s'`: events kept in memory, none written"},
-	{Name: RecordXmitDev, Kind: Magnet, Args: []string{"--xmit-at-device"}, What: "`magnet record --xmit-at-device`: default groups, tcp_xmit read at the device instead of sockops' per-segment callback (opt-in)"},
+	{Name: RecordXmitDev, Kind: Magnet, Args: []string{"--xmit-at-device"}, What: "`magnet record --xmit-at-device`: default groups, tcp_xmit read at the device instead of at IP egress (opt-in)"},
+	// What the floor is made of: the default groups' hooks with bodies
+	// that return at once.
+	{Name: RecordFloor, Kind: Magnet, Args: []string{"--hooks-only"}, What: "`magnet record --hooks-only` (benchmark only): every program the default groups attach, each returning at its first check: what the hooks alone cost"},
 }
 
 // Configs returns every configuration in the order a repetition runs them:

@@ -111,6 +111,11 @@ func (t *magnetTracer) stop() (traced, error) {
 		return tr, errors.New("read the trace: no summary (recording did not end properly)")
 	}
 	tr.Lost = sum.Lost
+	if t.name == RecordFloor {
+		// Its programs write nothing but the connections' openings and
+		// closes: no event to divide the added CPU by.
+		return tr, nil
+	}
 	for name, n := range sum.Events {
 		// Task and interface records describe events, lost records
 		// count them: none is an event.

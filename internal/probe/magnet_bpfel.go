@@ -636,20 +636,22 @@ type magnetTaskId struct {
 	Comm    [2]uint64
 }
 
-type magnetTcpRateSent struct {
-	_              structs.HostLayout
-	Delivered      uint32
-	RateDelivered  uint32
-	RateIntervalUs uint32
-	AppLimited     uint8
-	Pad            [3]uint8
-}
-
-type magnetTcpStateSent struct {
-	_        structs.HostLayout
-	TimeNs   uint64
-	Ssthresh uint32
-	Retrans  uint32
+type magnetTcpSent struct {
+	_     structs.HostLayout
+	State struct {
+		_        structs.HostLayout
+		TimeNs   uint64
+		Ssthresh uint32
+		Retrans  uint32
+	}
+	Rate struct {
+		_              structs.HostLayout
+		Delivered      uint32
+		RateDelivered  uint32
+		RateIntervalUs uint32
+		AppLimited     uint8
+		Pad            [3]uint8
+	}
 }
 
 type magnetTuple struct {
@@ -694,8 +696,7 @@ const (
 	magnetMapSockLasts         = "sock_lasts"
 	magnetMapSockSummaries     = "sock_summaries"
 	magnetMapSummaries         = "summaries"
-	magnetMapTcpRates          = "tcp_rates"
-	magnetMapTcpStates         = "tcp_states"
+	magnetMapTcpSents          = "tcp_sents"
 	magnetMapTuples            = "tuples"
 	magnetMapUdpPeers          = "udp_peers"
 	magnetMapUnrecorded        = "unrecorded"
@@ -769,6 +770,7 @@ const (
 	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitAtDev         = "xmit_at_dev"
+	magnetVarXmitAtIp          = "xmit_at_ip"
 	magnetVarXmitByFentry      = "xmit_by_fentry"
 )
 
@@ -865,8 +867,7 @@ type magnetMapSpecs struct {
 	SockLasts     *ebpf.MapSpec `ebpf:"sock_lasts"`
 	SockSummaries *ebpf.MapSpec `ebpf:"sock_summaries"`
 	Summaries     *ebpf.MapSpec `ebpf:"summaries"`
-	TcpRates      *ebpf.MapSpec `ebpf:"tcp_rates"`
-	TcpStates     *ebpf.MapSpec `ebpf:"tcp_states"`
+	TcpSents      *ebpf.MapSpec `ebpf:"tcp_sents"`
 	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
 	UdpPeers      *ebpf.MapSpec `ebpf:"udp_peers"`
 	Unrecorded    *ebpf.MapSpec `ebpf:"unrecorded"`
@@ -920,6 +921,7 @@ type magnetVariableSpecs struct {
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
+	XmitAtIp         *ebpf.VariableSpec `ebpf:"xmit_at_ip"`
 	XmitByFentry     *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -962,8 +964,7 @@ type magnetMaps struct {
 	SockLasts     *ebpf.Map `ebpf:"sock_lasts"`
 	SockSummaries *ebpf.Map `ebpf:"sock_summaries"`
 	Summaries     *ebpf.Map `ebpf:"summaries"`
-	TcpRates      *ebpf.Map `ebpf:"tcp_rates"`
-	TcpStates     *ebpf.Map `ebpf:"tcp_states"`
+	TcpSents      *ebpf.Map `ebpf:"tcp_sents"`
 	Tuples        *ebpf.Map `ebpf:"tuples"`
 	UdpPeers      *ebpf.Map `ebpf:"udp_peers"`
 	Unrecorded    *ebpf.Map `ebpf:"unrecorded"`
@@ -990,8 +991,7 @@ func (m *magnetMaps) Close() error {
 		m.SockLasts,
 		m.SockSummaries,
 		m.Summaries,
-		m.TcpRates,
-		m.TcpStates,
+		m.TcpSents,
 		m.Tuples,
 		m.UdpPeers,
 		m.Unrecorded,
@@ -1046,6 +1046,7 @@ type magnetVariables struct {
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.Variable `ebpf:"xmit_at_dev"`
+	XmitAtIp         *ebpf.Variable `ebpf:"xmit_at_ip"`
 	XmitByFentry     *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 

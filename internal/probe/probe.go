@@ -47,6 +47,13 @@ var Hooks = []Hook{
 	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
 	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
 	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
+	// Where fentry is refused, tcp_xmit (and the tcp_rate a segment
+	// carries out) is read at IP egress: once per skb, in a program that
+	// returns early for other packets, where sockops' per-segment callback
+	// ran 2.3 times per packet. Before sockops, so that it is attached
+	// first and sockops flags no socket. Load takes tcp_xmit from it when
+	// it does not serve it (fentry, --xmit-at-device, summary mode).
+	{"ip_egress", "cgroup_skb", "egress", event.GroupIP | event.GroupTCP | event.GroupRate, []string{"ip_send", "tcp_xmit", "tcp_rate"}},
 	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
 	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
 	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
@@ -54,10 +61,10 @@ var Hooks = []Hook{
 	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn, []string{"conn_close"}},
 	{"udp_bind4", "cgroup_sock", "post_bind4", event.GroupConn, []string{"conn_open"}},
 	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
-	{"ip_egress", "cgroup_skb", "egress", event.GroupIP, []string{"ip_send"}},
 	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
 	// With Options.XmitAtDevice, Load adds tcp_xmit and tcp_rate (and
-	// their groups) to net_dev_queue's and takes them from sockops'.
+	// their groups) to net_dev_queue's and takes them from ip_egress's
+	// and sockops'.
 	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
 	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
 	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
@@ -129,10 +136,14 @@ type Options struct {
 	// full, which leaves the reader to its poll interval.
 	WakeupFill float64
 	// XmitAtDevice reads tcp_xmit (and the tcp_rate a segment carries
-	// out) at net_dev_queue instead of sockops' per-segment callback or
-	// fentry: cheaper, but it sees only the skbs that reach a device
-	// (docs/EVENTS.md). Not in summary mode.
+	// out) at net_dev_queue instead of at IP egress or fentry: one
+	// program run fewer per skb sent, but it sees only the skbs that
+	// reach a device (docs/EVENTS.md). Not in summary mode.
 	XmitAtDevice bool
+	// Silent loads and attaches the programs of Groups with no group
+	// enabled: every run returns at its first check (see Silence). The
+	// bench's floor: what the hooks alone cost.
+	Silent bool
 	// Summary loads the programs in summary mode: they add to each
 	// connection's figures in the summaries map (Probe.ReadSummaries)
 	// instead of writing events; connection lifecycle still goes to the
@@ -143,6 +154,14 @@ type Options struct {
 	// orderedPublish publishes events as on CPUs that reorder stores,
 	// for the tests on x86.
 	orderedPublish bool
+}
+
+// eventsMask is the events_mask the programs start with.
+func eventsMask(opts Options) event.Group {
+	if opts.Silent {
+		return 0
+	}
+	return opts.Groups
 }
 
 // DefaultWakeupFill: half a ring leaves the reader the other half to come
@@ -213,8 +232,9 @@ type Probe struct {
 	// by it whether the programs stayed attached between two reads.
 	attaches uint64
 	stopped  bool // Detach was called: nothing attaches again
-	// xmitAtDev: net_dev_queue serves tcp_xmit (Options.XmitAtDevice).
-	xmitAtDev bool
+	// xmitAt: where tcp_xmit is read when a program below TCP serves it
+	// (XmitAtIP, XmitAtDevice), "" otherwise.
+	xmitAt string
 }
 
 // Load loads the programs the enabled groups need and attaches them.
@@ -262,7 +282,7 @@ func Load(opts Options) (*Probe, error) {
 		{"area_slot_of", slots},
 		{"publish_ordered", publishOrdered(runtime.GOARCH) | b2u(opts.orderedPublish)},
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
-		{"events_mask", uint32(opts.Groups)},
+		{"events_mask", uint32(eventsMask(opts))},
 		{"summary_mode", uint8(b2u(opts.Summary))},
 		{"pcap_len", uint32(len(opts.Filters.Pcap))},
 		{"pcap_prog", pcapProg(opts.Filters.Pcap)},
@@ -276,6 +296,22 @@ func Load(opts Options) (*Probe, error) {
 	status := CheckHooks()
 	cgroupRoot, cgErr := Cgroup2Root()
 	atDev := opts.XmitAtDevice && !opts.Summary
+	usable := func(program string) bool {
+		i := slices.IndexFunc(status, func(st HookStatus) bool { return st.Program == program })
+		return i >= 0 && status[i].Available && !slices.Contains(opts.Disable, program)
+	}
+	// tcp_xmit at IP egress unless fentry (exact at TCP, and needing no
+	// cgroup) can serve it, or the device is asked to; with ip_egress
+	// disabled, sockops serves it.
+	atIP := !opts.Summary && !atDev && opts.Groups&(event.GroupTCP|event.GroupRate) != 0 &&
+		!usable("tcp_xmit_fentry") && usable("ip_egress") && cgErr == nil
+	xmitAt := ""
+	switch {
+	case atDev:
+		xmitAt = XmitAtDevice
+	case atIP:
+		xmitAt = XmitAtIP
+	}
 	perPacket := opts.Groups
 	if opts.Summary {
 		perPacket &^= SocketGroups
@@ -284,12 +320,15 @@ func Load(opts Options) (*Probe, error) {
 	}
 	for i := range status {
 		st := &status[i]
-		if atDev {
-			switch st.Program {
-			case "net_dev_queue":
-				st.Groups |= event.GroupTCP | event.GroupRate
-				st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
-			}
+		switch {
+		case st.Program == "net_dev_queue" && atDev:
+			st.Groups |= event.GroupTCP | event.GroupRate
+			st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
+		case st.Program == "ip_egress" && !atIP:
+			st.Groups = event.GroupIP
+			st.Events = []string{"ip_send"}
+		case st.Program == "tcp_segments" && atIP:
+			st.Events = []string{"conn_open"}
 		}
 		if st.Groups&perPacket == 0 {
 			st.Reason = "not enabled"
@@ -316,6 +355,11 @@ func Load(opts Options) (*Probe, error) {
 				st.Available, st.Reason = false, FentryStandsBack
 				delete(spec.Programs, st.Program)
 			}
+		}
+	}
+	if atIP && spec.Programs["ip_egress"] != nil {
+		if err := set("xmit_at_ip", uint8(1)); err != nil {
+			return nil, err
 		}
 	}
 
@@ -363,7 +407,7 @@ func Load(opts Options) (*Probe, error) {
 		cgroup:        cgroupRoot,
 		links:         map[int]link.Link{},
 		settings:      settings,
-		xmitAtDev:     atDev,
+		xmitAt:        xmitAt,
 	}
 	for i := range status {
 		st := &status[i]
@@ -378,21 +422,26 @@ func Load(opts Options) (*Probe, error) {
 		}
 		st.Attached = true
 	}
-	if atDev {
-		i := slices.IndexFunc(status, func(st HookStatus) bool { return st.Program == "net_dev_queue" })
+	if server := xmitServer(xmitAt); server != "" {
+		i := slices.IndexFunc(status, func(st HookStatus) bool { return st.Program == server })
 		if i >= 0 && status[i].Attached {
 			for j := range status {
 				if status[j].Program == "tcp_segments" {
 					status[j].Events = []string{"conn_open"}
 				}
 			}
-		} else if v := p.coll.Variables["xmit_at_dev"]; v != nil {
+		} else if v := p.coll.Variables[xmitVariable(server, xmitAt)]; v != nil {
 			// Refused or failed to attach: sockops (fentry is not
 			// loaded) serves tcp_xmit after all.
-			p.xmitAtDev = false
+			p.xmitAt = ""
 			if err := v.Set(uint8(0)); err != nil {
 				p.Close()
-				return nil, fmt.Errorf("set xmit_at_dev: %w", err)
+				return nil, fmt.Errorf("set %s: %w", xmitVariable(server, xmitAt), err)
+			}
+			for j := range status {
+				if status[j].Program == "tcp_segments" {
+					status[j].Events = []string{"tcp_xmit", "conn_open", "tcp_rate"}
+				}
 			}
 		}
 	}
@@ -452,7 +501,7 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
-	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
+	if v := xmitVariable(st.Program, p.xmitAt); v != "" {
 		if err := p.coll.Variables[v].Set(uint8(1)); err != nil {
 			l.Close()
 			return fmt.Errorf("enable: %w", err)
@@ -465,7 +514,7 @@ func (p *Probe) attach(i int, st *HookStatus) error {
 
 // detach detaches the program of status[i]. p.mu must be held.
 func (p *Probe) detach(i int, st *HookStatus) {
-	if v := xmitVariable(st.Program, p.xmitAtDev); v != "" {
+	if v := xmitVariable(st.Program, p.xmitAt); v != "" {
 		// sockops takes tcp_xmit back (when its group is enabled again
 		// and this program cannot attach).
 		_ = p.coll.Variables[v].Set(uint8(0))
@@ -479,19 +528,37 @@ func (p *Probe) detach(i int, st *HookStatus) {
 // where it could be.
 const FentryStandsBack = "not needed: tcp_xmit served at net_dev_queue"
 
+// Where a program below TCP serves tcp_xmit (Probe.xmitAt); "" where
+// fentry or sockops does.
+const (
+	XmitAtIP     = "ip"     // cgroup_skb/egress, the default where fentry is refused
+	XmitAtDevice = "device" // net_dev_queue, Options.XmitAtDevice
+)
+
+// xmitServer names the program that serves tcp_xmit from below TCP.
+func xmitServer(xmitAt string) string {
+	switch xmitAt {
+	case XmitAtIP:
+		return "ip_egress"
+	case XmitAtDevice:
+		return "net_dev_queue"
+	}
+	return ""
+}
+
 // xmitVariable names the global that tells the other tcp_xmit programs to
-// stand back while program serves tcp_xmit; "" if it does not.
-// net_dev_queue serves it only when asked (Options.XmitAtDevice) and not in
-// summary mode, whose per-connection figures of a segment are counted from
-// TCP's control block, which IP overwrites before the device.
-func xmitVariable(program string, atDev bool) string {
-	switch program {
-	case "tcp_xmit_fentry":
+// stand back while program serves tcp_xmit; "" if it does not. fentry
+// always sets its own; ip_egress and net_dev_queue serve tcp_xmit only as
+// Load chose (xmitAt): not in summary mode, whose per-connection figures
+// of a segment are read from the socket.
+func xmitVariable(program, xmitAt string) string {
+	switch {
+	case program == "tcp_xmit_fentry":
 		return "xmit_by_fentry"
-	case "net_dev_queue":
-		if atDev {
-			return "xmit_at_dev"
-		}
+	case program == xmitServer(xmitAt) && xmitAt == XmitAtDevice:
+		return "xmit_at_dev"
+	case program == xmitServer(xmitAt) && xmitAt == XmitAtIP:
+		return "xmit_at_ip"
 	}
 	return ""
 }
@@ -554,10 +621,11 @@ func attach(h Hook, prog *ebpf.Program, cgroupRoot string) (link.Link, error) {
 // the traffic nothing (an attached program runs even when it returns at
 // once); it is attached again, before its groups are enabled, when one is.
 // Programs of groups enabled before and after are never touched, so they
-// lose no events. Programs not attached at Load stay detached. TCP runs
-// sockops for each segment only for sockets that connected while tcp or
-// rate was enabled: switching them on later gives no tcp_xmit for the
-// connections opened in between (docs/EVENTS.md, tcp_xmit).
+// lose no events. Programs not attached at Load stay detached. Where
+// sockops serves tcp_xmit (neither fentry nor IP egress can), TCP runs it
+// for each segment only for sockets that connected while tcp or rate was
+// enabled: switching them on later gives no tcp_xmit for the connections
+// opened in between (docs/EVENTS.md, tcp_xmit).
 func (p *Probe) SetGroups(g event.Group) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -44,10 +44,18 @@ func TestLoadAll(t *testing.T) {
 		{"xmit-at-device", nil, false, true},
 		{"xmit-at-device+expression", expr, false, true},
 		{"xmit-at-device+summary", nil, true, true},
+		{"sockops", nil, false, false},
+		{"sockops+expression", expr, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			var disable []string
+			if strings.HasPrefix(c.name, "sockops") {
+				// sockops' per-segment callback serves tcp_xmit
+				// where IP egress cannot.
+				disable = []string{"ip_egress"}
+			}
 			loadAll(t, Options{Groups: event.AllGroups(), BufferBytes: 1 << 20, ControlBytes: 64 << 10,
-				Filters: Filters{Pcap: c.pcap}, Summary: c.summary, XmitAtDevice: c.atDev})
+				Filters: Filters{Pcap: c.pcap}, Summary: c.summary, XmitAtDevice: c.atDev, Disable: disable})
 		})
 	}
 }
@@ -80,7 +88,7 @@ func loadAll(t *testing.T, opts Options) {
 		}
 		// fentry is refused on some kernels (ours among them): then sockops
 		// must serve tcp_xmit. Everything else must load.
-		if !st.Available && !(st.Kind == "fentry" && (strings.HasPrefix(st.Reason, "refused") || st.Reason == FentryStandsBack)) {
+		if !st.Available && st.Reason != "disabled" && !(st.Kind == "fentry" && (strings.HasPrefix(st.Reason, "refused") || st.Reason == FentryStandsBack)) {
 			t.Errorf("%s: unavailable on this kernel: %s", st.Program, st.Reason)
 		}
 	}
@@ -92,13 +100,16 @@ func loadAll(t *testing.T, opts Options) {
 		if in.Hook == "recorder" || in.Name == "lost" || in.Name == "headers" || in.Name == "iface" {
 			continue
 		}
-		if served[in.Name] == "" {
+		if served[in.Name] == "" && !(in.Name == "ip_send" && slices.Contains(opts.Disable, "ip_egress")) {
 			t.Errorf("no hook serves %s", in.Name)
 		}
 	}
-	// At the device when asked, but in summary mode, whose figures need
-	// TCP's control block.
-	want := []string{"fentry/__tcp_transmit_skb", "sockops/sockops"}
+	// At the device when asked; otherwise fentry where the kernel allows
+	// it, else IP egress (sockops only if ip_egress cannot be had).
+	want := []string{"fentry/__tcp_transmit_skb", "cgroup_skb/egress"}
+	if slices.Contains(opts.Disable, "ip_egress") {
+		want = []string{"fentry/__tcp_transmit_skb", "sockops/sockops"}
+	}
 	if opts.XmitAtDevice && !opts.Summary {
 		want = []string{"tp_btf/net_dev_queue"}
 	}
@@ -131,22 +142,25 @@ func TestObjectHasNoLabPrograms(t *testing.T) {
 }
 
 // TestXmitVariable: the global that makes the other tcp_xmit programs stand
-// back is set by fentry always and by net_dev_queue only when it serves
-// tcp_xmit (XmitAtDevice, not summary mode).
+// back is set by fentry always, and by ip_egress or net_dev_queue only when
+// Load chose it to serve tcp_xmit.
 func TestXmitVariable(t *testing.T) {
 	for _, c := range []struct {
-		program string
-		atDev   bool
-		want    string
+		program, xmitAt, want string
 	}{
-		{"tcp_xmit_fentry", false, "xmit_by_fentry"},
-		{"tcp_xmit_fentry", true, "xmit_by_fentry"},
-		{"net_dev_queue", false, ""},
-		{"net_dev_queue", true, "xmit_at_dev"},
-		{"tcp_segments", true, ""},
+		{"tcp_xmit_fentry", "", "xmit_by_fentry"},
+		{"tcp_xmit_fentry", XmitAtDevice, "xmit_by_fentry"},
+		{"net_dev_queue", "", ""},
+		{"net_dev_queue", XmitAtIP, ""},
+		{"net_dev_queue", XmitAtDevice, "xmit_at_dev"},
+		{"ip_egress", "", ""},
+		{"ip_egress", XmitAtDevice, ""},
+		{"ip_egress", XmitAtIP, "xmit_at_ip"},
+		{"tcp_segments", XmitAtIP, ""},
+		{"tcp_segments", XmitAtDevice, ""},
 	} {
-		if got := xmitVariable(c.program, c.atDev); got != c.want {
-			t.Errorf("xmitVariable(%q, %v) = %q, want %q", c.program, c.atDev, got, c.want)
+		if got := xmitVariable(c.program, c.xmitAt); got != c.want {
+			t.Errorf("xmitVariable(%q, %q) = %q, want %q", c.program, c.xmitAt, got, c.want)
 		}
 	}
 }

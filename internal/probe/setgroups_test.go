@@ -263,9 +263,9 @@ func TestDeliveryRate(t *testing.T) {
 
 // TestSilence empties the event mask with every program left attached:
 // no event is produced or lost (connections' openings aside), and sockets
-// connected meanwhile still get sockops' per-segment callbacks (what the
-// bench's hooks configuration measures), so tcp_xmit shows for them as soon
-// as the groups come back.
+// connected meanwhile get tcp_xmit as soon as the groups come back (IP
+// egress needs no per-socket flag; sockops, where it serves tcp_xmit, still
+// flags them while silenced).
 func TestSilence(t *testing.T) {
 	all := event.GroupSock | event.GroupTCP | event.GroupConn
 	p, ln := loadForListener(t, all)
@@ -316,8 +316,8 @@ func TestSilence(t *testing.T) {
 		t.Errorf("groups back: %d sock_send events, want 3", got)
 	}
 	// The connection was made while silenced: its segments are reported
-	// all the same (net_dev_queue needs no per-socket flag; sockops, where
-	// it serves them, sets the flag while silenced too).
+	// all the same (IP egress and net_dev_queue need no per-socket flag;
+	// sockops, where it serves them, sets the flag while silenced too).
 	if got := countType(recs, event.TCPXmit); got < 3 {
 		t.Errorf("groups back: %d tcp_xmit events for a connection made while silenced, want at least 3", got)
 	}
@@ -325,7 +325,8 @@ func TestSilence(t *testing.T) {
 
 // TestSegmentCallbacksOnlyForTCP: TCP runs the sockops program for each
 // segment only for sockets that connected while sockops served tcp_xmit or
-// tcp_rate: where net_dev_queue serves them (XmitAtDevice), and with
+// tcp_rate: where IP egress (the default) or net_dev_queue (XmitAtDevice)
+// serves them, and with
 // neither recorded, those runs would find nothing to do. The run count of
 // the program over 200 writes (a segment each, Go sets TCP_NODELAY) shows
 // it: at least 200 more runs with tcp served by sockops, and
@@ -347,10 +348,12 @@ func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
 		groups  event.Group
 		atDev   bool
 		perSegs bool
+		disable []string
 	}{
-		{"sock", event.GroupSock | event.GroupConn, false, false},
-		{"tcp at the device", event.GroupSock | event.GroupTCP | event.GroupConn, true, false},
-		{"tcp by sockops", event.GroupSock | event.GroupTCP | event.GroupConn, false, true},
+		{"sock", event.GroupSock | event.GroupConn, false, false, nil},
+		{"tcp at IP egress", event.GroupSock | event.GroupTCP | event.GroupConn, false, false, nil},
+		{"tcp at the device", event.GroupSock | event.GroupTCP | event.GroupConn, true, false, nil},
+		{"tcp by sockops", event.GroupSock | event.GroupTCP | event.GroupConn, false, true, []string{"ip_egress"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if os.Geteuid() != 0 {
@@ -364,8 +367,8 @@ func TestSegmentCallbacksOnlyForTCP(t *testing.T) {
 			p, err := Load(Options{Groups: tc.groups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
 				Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}, XmitAtDevice: tc.atDev,
 				// fentry, where the kernel allows it, would serve
-				// tcp_xmit instead of sockops.
-				Disable: []string{"tcp_xmit_fentry"}})
+				// tcp_xmit instead of sockops or IP egress.
+				Disable: append([]string{"tcp_xmit_fentry"}, tc.disable...)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,4 +426,79 @@ func onlySockops(t *testing.T) bool {
 		t.Fatalf("query the root cgroup's sockops programs: %v", err)
 	}
 	return len(q.Programs) == 1
+}
+
+// TestLoadSilent: Options.Silent (record --hooks-only, the bench's floor)
+// attaches exactly the programs the same groups attach when recording,
+// tcp_xmit's server at IP egress among them, and no event comes out of
+// them (connections' openings and closes aside), while the programs do
+// run: the floor counts the hooks, not their absence.
+func TestLoadSilent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Skipf("run counts: %v", err)
+	}
+	defer stats.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
+	loud, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loud.AttachedPrograms()
+	loud.Close()
+	opts.Silent = true
+	p, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
+		t.Fatalf("silent: attached %v, recording attaches %v", got, want)
+	}
+	if !slices.Contains(want, "ip_egress") {
+		t.Fatalf("the default groups attach %v: no ip_egress to serve tcp_xmit", want)
+	}
+	rd := ringReaders(t, p)
+	runs := func() uint64 {
+		s, err := p.coll.Programs["ip_egress"].Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.RunCount
+	}
+	before := runs()
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	for range 20 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := runs() - before; n < 20 {
+		t.Errorf("ip_egress ran %d times over 20 writes, want at least one per segment", n)
+	}
+	if recs := drainRing(t, rd); len(recs) != 0 {
+		t.Fatalf("silent: %d records", len(recs))
+	}
+	produced, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ := range produced {
+		if event.Type(typ) == event.ConnOpen || event.Type(typ) == event.ConnClose {
+			continue
+		}
+		if produced[typ] != 0 || lost[typ] != 0 {
+			t.Errorf("silent: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
+		}
+	}
 }

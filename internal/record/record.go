@@ -93,6 +93,11 @@ type Config struct {
 	DisableHooks []string
 	// XmitAtDevice reads tcp_xmit at the device (probe.Options).
 	XmitAtDevice bool
+	// HooksOnly attaches the programs of Groups but enables no group:
+	// every run returns at its first check and nothing but connections'
+	// openings and closes is recorded (probe.Options.Silent). For the
+	// bench's floor.
+	HooksOnly bool
 	// NewSink, if set, replaces the trace file at Output: it is called once
 	// with the trace header, after the probes load and before any record.
 	// Rotation and the daemon use it to put records somewhere else.
@@ -409,6 +414,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		SelfTGID:        uint32(os.Getpid()),
 		Disable:         cfg.DisableHooks,
 		XmitAtDevice:    cfg.XmitAtDevice,
+		Silent:          cfg.HooksOnly,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
 		WakeupFill:      cfg.WakeupFill,
 		Summary:         cfg.Summary > 0,

@@ -38,7 +38,7 @@ func New() *cobra.Command {
 		duration                                         time.Duration
 		quiet                                            bool
 		disable                                          []string
-		xmitAtDevice                                     bool
+		xmitAtDevice, hooksOnly                          bool
 		rotateEvery                                      time.Duration
 		rotateSize, onFull                               string
 		keep                                             int
@@ -156,6 +156,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 				Command:      args,
 				DisableHooks: disable,
 				XmitAtDevice: xmitAtDevice,
+				HooksOnly:    hooksOnly,
 				WakeupFill:   fill,
 				PollInterval: pollInterval,
 				FlushEvery:   flushEvery,
@@ -265,7 +266,11 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&triggers, "trigger", "", "flight recorder: what writes a file, comma-separated: retrans (a retransmission), drop (a drop that loses data: not a teardown's or a duplicate's, as report tells them apart), rtt>DURATION (a smoothed RTT above it); SIGUSR1 always does")
 	kernel.add(f)
 	f.StringVar(&celFilter, "filter", "", "write only the events for which this CEL expression over the event's fields is true, as the readers' --filter selects them (docs/FILTERS.md); connection, task and loss records are always written")
-	f.BoolVar(&xmitAtDevice, "xmit-at-device", false, "read tcp_xmit where each skb TCP sent reaches its device (net_dev_queue) instead of TCP's per-segment sockops callback: ~2.3 fewer program runs per packet, but segments that never reach a device have none, and TCP's own counts (nstat) can exceed the trace's (docs/EVENTS.md)")
+	f.BoolVar(&xmitAtDevice, "xmit-at-device", false, "read tcp_xmit where each skb TCP sent reaches its device (net_dev_queue) instead of at IP egress: one program run fewer per packet sent, but segments that never reach a device have none, and TCP's own counts (nstat) can exceed the trace's (docs/EVENTS.md)")
+	// Benchmarks only (magnet bench's record-floor): what the hooks cost
+	// with nothing behind them.
+	f.BoolVar(&hooksOnly, "hooks-only", false, "attach the programs of the chosen groups but record no event: every run returns at its first check (the benchmark's floor)")
+	_ = f.MarkHidden("hooks-only")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them, or learn_tcp and learn_udp, which learn the sockets that exist at start), as if the kernel lacked them")
 	return cmd
 }

@@ -32,9 +32,10 @@ const (
 	Loaded   = "loaded"
 	// Hooks holds magnet's programs attached on every hook loaded attaches,
 	// with no event group enabled: each run returns at its first check.
-	// What is left is the hooks' own cost (the kernel's dispatch, and the
-	// per-segment sockops callbacks TCP makes once a socket asks for them),
-	// the floor of any tracer that watches the same hooks.
+	// What is left is the hooks' own cost (the kernel's dispatch, and,
+	// where sockops serves tcp_xmit, the per-segment callbacks TCP makes
+	// once a socket asks for them), the floor of any tracer that watches
+	// the same hooks.
 	Hooks          = "hooks"
 	RecordSender   = "record-sender"
 	RecordReceiver = "record-receiver"

@@ -80,20 +80,22 @@ type syntheventMgCounters struct {
 	Lost     [32]uint64
 }
 
-type syntheventTcpRateSent struct {
-	_              structs.HostLayout
-	Delivered      uint32
-	RateDelivered  uint32
-	RateIntervalUs uint32
-	AppLimited     uint8
-	Pad            [3]uint8
-}
-
-type syntheventTcpStateSent struct {
-	_        structs.HostLayout
-	TimeNs   uint64
-	Ssthresh uint32
-	Retrans  uint32
+type syntheventTcpSent struct {
+	_     structs.HostLayout
+	State struct {
+		_        structs.HostLayout
+		TimeNs   uint64
+		Ssthresh uint32
+		Retrans  uint32
+	}
+	Rate struct {
+		_              structs.HostLayout
+		Delivered      uint32
+		RateDelivered  uint32
+		RateIntervalUs uint32
+		AppLimited     uint8
+		Pad            [3]uint8
+	}
 }
 
 type syntheventTuple struct {
@@ -130,8 +132,7 @@ const (
 	syntheventMapIfacesSeen     = "ifaces_seen"
 	syntheventMapLostStates     = "lost_states"
 	syntheventMapNestedAreas    = "nested_areas"
-	syntheventMapTcpRates       = "tcp_rates"
-	syntheventMapTcpStates      = "tcp_states"
+	syntheventMapTcpSents       = "tcp_sents"
 	syntheventMapTuples         = "tuples"
 	syntheventMapUdpPeers       = "udp_peers"
 	syntheventProgSynthBurst    = "synth_burst"
@@ -154,6 +155,7 @@ const (
 	syntheventVarSelfTgid       = "self_tgid"
 	syntheventVarTupleGens      = "tuple_gens"
 	syntheventVarXmitAtDev      = "xmit_at_dev"
+	syntheventVarXmitAtIp       = "xmit_at_ip"
 	syntheventVarXmitByFentry   = "xmit_by_fentry"
 )
 
@@ -220,8 +222,7 @@ type syntheventMapSpecs struct {
 	IfacesSeen  *ebpf.MapSpec `ebpf:"ifaces_seen"`
 	LostStates  *ebpf.MapSpec `ebpf:"lost_states"`
 	NestedAreas *ebpf.MapSpec `ebpf:"nested_areas"`
-	TcpRates    *ebpf.MapSpec `ebpf:"tcp_rates"`
-	TcpStates   *ebpf.MapSpec `ebpf:"tcp_states"`
+	TcpSents    *ebpf.MapSpec `ebpf:"tcp_sents"`
 	Tuples      *ebpf.MapSpec `ebpf:"tuples"`
 	UdpPeers    *ebpf.MapSpec `ebpf:"udp_peers"`
 }
@@ -246,6 +247,7 @@ type syntheventVariableSpecs struct {
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
+	XmitAtIp       *ebpf.VariableSpec `ebpf:"xmit_at_ip"`
 	XmitByFentry   *ebpf.VariableSpec `ebpf:"xmit_by_fentry"`
 }
 
@@ -280,8 +282,7 @@ type syntheventMaps struct {
 	IfacesSeen  *ebpf.Map `ebpf:"ifaces_seen"`
 	LostStates  *ebpf.Map `ebpf:"lost_states"`
 	NestedAreas *ebpf.Map `ebpf:"nested_areas"`
-	TcpRates    *ebpf.Map `ebpf:"tcp_rates"`
-	TcpStates   *ebpf.Map `ebpf:"tcp_states"`
+	TcpSents    *ebpf.Map `ebpf:"tcp_sents"`
 	Tuples      *ebpf.Map `ebpf:"tuples"`
 	UdpPeers    *ebpf.Map `ebpf:"udp_peers"`
 }
@@ -299,8 +300,7 @@ func (m *syntheventMaps) Close() error {
 		m.IfacesSeen,
 		m.LostStates,
 		m.NestedAreas,
-		m.TcpRates,
-		m.TcpStates,
+		m.TcpSents,
 		m.Tuples,
 		m.UdpPeers,
 	)
@@ -326,6 +326,7 @@ type syntheventVariables struct {
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.Variable `ebpf:"xmit_at_dev"`
+	XmitAtIp       *ebpf.Variable `ebpf:"xmit_at_ip"`
 	XmitByFentry   *ebpf.Variable `ebpf:"xmit_by_fentry"`
 }
 
