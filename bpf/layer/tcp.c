@@ -183,16 +183,34 @@ static __always_inline __u32 seg_wnd(struct sock *sk, struct sk_buff *skb)
 	return (__u32)__builtin_bswap16(th->window) << BPF_CORE_READ_BITFIELD(rx, snd_wscale);
 }
 
+/* The tcp_rcv of a segment TCP takes in: tcp_probe's in ESTABLISHED,
+ * sockops' header-parsing callback's after it (tcp_rcv_closing). */
+static __always_inline void put_tcp_rcv(struct cpu_state *st, struct sock *sk, struct sk_buff *skb, __u64 conn,
+					__u64 now)
+{
+	struct tcp_skb_cb *cb = tcp_cb(skb);
+	struct mg_tcp_rcv *r;
+	struct emit e;
+
+	r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
+	if (!r)
+		return;
+	fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
+	r->hdr.flags = cb->tcp_flags;
+	r->seq = cb->seq;
+	r->ack = cb->ack_seq;
+	r->wnd = seg_wnd(sk, skb);
+	r->_pad = 0;
+	SUBMIT(r, &e);
+}
+
 /* tcp_probe fires for every segment tcp_rcv_established handles. */
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
 	struct cpu_state *st = my_state();
 	struct tcp_sent *sent;
-	struct mg_tcp_rcv *r;
-	struct tcp_skb_cb *cb;
 	__u64 now, conn;
-	struct emit e;
 
 	if (!enabled(MG_G_TCP | MG_G_TCPSTATE | MG_G_RATE))
 		return 0;
@@ -206,19 +224,8 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	/* The previous ACK's sample, if no segment sent since carried it. */
 	if (sent && enabled(MG_G_RATE))
 		emit_tcp_rate_in(sk, conn, now, &sent->rate);
-	if (enabled(MG_G_TCP)) {
-		cb = tcp_cb(skb);
-		r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
-		if (r) {
-			fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
-			r->hdr.flags = cb->tcp_flags;
-			r->seq = cb->seq;
-			r->ack = cb->ack_seq;
-			r->wnd = seg_wnd(sk, skb);
-			r->_pad = 0;
-			SUBMIT(r, &e);
-		}
-	}
+	if (enabled(MG_G_TCP))
+		put_tcp_rcv(st, sk, skb, conn, now);
 	if (sent && enabled(MG_G_TCPSTATE))
 		emit_tcp_state_in(sk, conn, now, 0, &sent->state);
 	return 0;
@@ -488,24 +495,12 @@ static __always_inline void emit_tcp_xmit(struct cpu_state *st, struct sock *sk,
 static __noinline void tcp_rcv_closing(struct sock *sk, struct sk_buff *skb, __u64 conn)
 {
 	struct cpu_state *st = my_state();
-	struct tcp_skb_cb *cb = tcp_cb(skb);
-	struct mg_tcp_rcv *r;
-	struct emit e;
 	__u64 now;
 
 	if (!st)
 		return;
 	now = bpf_ktime_get_ns();
-	r = RESERVE_EVENT_IN(st, struct mg_tcp_rcv, MG_TCP_RCV, now, &e);
-	if (r) {
-		fill(&r->hdr, MG_TCP_RCV, now, e.pid_tgid, conn, seg_len(cb), sk_netns(sk));
-		r->hdr.flags = cb->tcp_flags;
-		r->seq = cb->seq;
-		r->ack = cb->ack_seq;
-		r->wnd = seg_wnd(sk, skb);
-		r->_pad = 0;
-		SUBMIT(r, &e);
-	}
+	put_tcp_rcv(st, sk, skb, conn, now);
 	emit_tcp_state(sk, conn, now, 0);
 }
 
