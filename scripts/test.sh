@@ -60,6 +60,6 @@ fuzz FuzzReportPair 8000x ./internal/analyze
 fuzz FuzzParseKeys 150000x ./internal/top
 fuzz FuzzFormat 100000x ./internal/tpformat
 fuzz FuzzParse 100000x ./internal/bytesize
-fuzz FuzzParseBusy 100000x ./internal/overhead
+fuzz FuzzParseStat 100000x ./internal/overhead
 fuzz FuzzParseTriggers 100000x ./internal/flight
 fuzz FuzzSocketInode 100000x ./internal/sockowner

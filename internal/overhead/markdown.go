@@ -52,9 +52,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	p("The workload is %s from one network namespace to another over a veth pair, %s. "+
 		"Each repetition runs every configuration once, in the order of the tables (interleaved), unpinned; "+
-		"%d %s of %gs. CPU is the busy time of all CPUs over each transfer from /proc/stat "+
-		"(user, nice, system, irq, softirq; steal and guest excluded): the workload, the tracer, softirq, kernel threads, "+
-		"BPF programs, whatever ran. **CPU per GB** is that over the GB (10⁹ bytes) %s counted; "+
+		"%d %s of %gs. CPU is the busy time of all CPUs over each transfer: their elapsed time less /proc/stat's idle, iowait and steal, "+
+		"which the kernel measures at each entry and exit of the idle loop (NO_HZ), to the microsecond; the busy columns (user, system, softirq) "+
+		"are only sampled at each tick and miss most of the interrupt and softirq time taken from idle, about a third of this workload's. "+
+		"Whatever ran is in it: the workload, the tracer, softirq, kernel threads, BPF programs. **CPU per GB** is that over the GB (10⁹ bytes) %s counted; "+
 		"**more CPU per GB** is the ratio to the same repetition's baseline, less 1. Figures are the mean ± the half-width "+
 		"of the 95 %% confidence interval (Student t) over the repetitions; a goal is met only when the whole interval is on its side. "+
 		"Before each tracer starts, and again before its transfer begins, the bench waits (up to 5 s) for the machine to be quiet "+

@@ -222,16 +222,17 @@ func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c C
 	}
 	// Settled again once the tracer runs: its start-up is not recording.
 	run.Unsettled = !(settle(settleLimit) && quiet)
-	var busy0, proc0 uint64
+	var busy0 cpuSample
+	var proc0 uint64
 	var berr error
 	x, werr := wl.run(ctx, m.opts.Duration, func() {
-		busy0, berr = busyTicks()
+		busy0, berr = sampleCPU()
 		proc0 = procCPU(t.pid())
 		if h.start != nil {
 			h.start(t.pid())
 		}
 	})
-	busy1, berr1 := busyTicks()
+	busy1, berr1 := sampleCPU()
 	proc1 := procCPU(t.pid())
 	if h.end != nil && werr == nil {
 		h.end(t.pid())
@@ -249,7 +250,7 @@ func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c C
 		return run
 	}
 	run.Sent, run.Received, run.Seconds = x.Sent, x.Received, x.Seconds
-	run.BusyS = ticksSeconds(busy1 - busy0)
+	run.BusyS, run.BusyTickedS = busyBetween(busy0, busy1)
 	if proc1 >= proc0 {
 		run.TracerS = float64(proc1-proc0) / 1e9
 	}

@@ -3,6 +3,7 @@
 package overhead
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -11,22 +12,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestParseBusy(t *testing.T) {
+func TestParseStat(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice:
-	// busy = 100+2+30+4+5 - (7+1); idle, iowait and steal never count.
-	stat := "cpu  100 2 30 5000 60 4 5 99 7 1\ncpu0 50 1 15 2500 30 2 2 50 3 0\nintr 1 2 3\n"
-	n, err := parseBusy(strings.NewReader(stat))
-	if err != nil || n != 133 {
-		t.Fatalf("parseBusy = %d, %v; want 133", n, err)
+	// busy = 100+2+30+4+5 - (7+1); not busy = idle + iowait + steal.
+	stat := "cpu  100 2 30 5000 60 4 5 99 7 1\ncpu0 50 1 15 2500 30 2 2 50 3 0\ncpu1 50 1 15 2500 30 2 3 49 4 1\nintr 1 2 3\n"
+	st, err := parseStat(strings.NewReader(stat))
+	if err != nil || st != (cpuStat{busy: 133, notBusy: 5159, cpus: 2}) {
+		t.Fatalf("parseStat = %+v, %v; want busy 133, not busy 5159, 2 CPUs", st, err)
 	}
 	// An older kernel without the guest columns.
-	n, err = parseBusy(strings.NewReader("cpu 10 0 5 100 0 1 1 0\n"))
-	if err != nil || n != 17 {
-		t.Fatalf("parseBusy(8 columns) = %d, %v; want 17", n, err)
+	st, err = parseStat(strings.NewReader("cpu 10 0 5 100 0 1 1 0\n"))
+	if err != nil || st.busy != 17 || st.notBusy != 100 {
+		t.Fatalf("parseStat(8 columns) = %+v, %v; want busy 17, not busy 100", st, err)
 	}
 	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 x 3 4 5 6 7 8\n"} {
-		if _, err := parseBusy(strings.NewReader(bad)); err == nil {
-			t.Errorf("parseBusy(%q) accepted", bad)
+		if _, err := parseStat(strings.NewReader(bad)); err == nil {
+			t.Errorf("parseStat(%q) accepted", bad)
 		}
 	}
 	if ticksSeconds(250) != 2.5 {
@@ -34,11 +35,51 @@ func TestParseBusy(t *testing.T) {
 	}
 }
 
-func FuzzParseBusy(f *testing.F) {
-	f.Add("cpu  100 2 30 5000 60 4 5 99 7 1\n")
+// TestBusyBetween: over 2 s of 2 CPUs (4 CPU-seconds), 3.2 s idle, 0.1
+// iowait and 0.1 steal leave 0.6 s busy, whatever the busy columns
+// sampled (here 0.5 s).
+func TestBusyBetween(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := cpuSample{at: t0, stat: cpuStat{busy: 1000, notBusy: 5000, cpus: 2}}
+	b := cpuSample{at: t0.Add(2 * time.Second), stat: cpuStat{busy: 1050, notBusy: 5340, cpus: 2}}
+	precise, ticked := busyBetween(a, b)
+	if math.Abs(precise-0.6) > 1e-9 || math.Abs(ticked-0.5) > 1e-9 {
+		t.Errorf("busyBetween = %v, %v; want 0.6, 0.5", precise, ticked)
+	}
+	// Idle read past the wall clock (the reads' 10 ms units): never below 0.
+	b.stat.notBusy = 5500
+	if p, _ := busyBetween(a, b); p != 0 {
+		t.Errorf("busyBetween with more idle than time = %v, want 0", p)
+	}
+}
+
+// TestBusyPrecise: on this host, the precise busy time of a busy loop on
+// one thread is its run time, give or take the 10 ms units of /proc/stat
+// and whatever else ran.
+func TestBusyPrecise(t *testing.T) {
+	a, err := sampleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for time.Since(start) < 300*time.Millisecond {
+	}
+	b, err := sampleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	precise, ticked := busyBetween(a, b)
+	t.Logf("a 300 ms busy loop: precise %.3f s, ticked %.3f s", precise, ticked)
+	if precise < 0.28 {
+		t.Errorf("precise busy %.3f s over a 300 ms busy loop", precise)
+	}
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add("cpu  100 2 30 5000 60 4 5 99 7 1\ncpu0 1 2 3 4 5 6 7 8\n")
 	f.Add("cpu 1 2\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _ = parseBusy(strings.NewReader(s))
+		_, _ = parseStat(strings.NewReader(s))
 	})
 }
 

@@ -25,9 +25,13 @@ type Run struct {
 	Sent     uint64  `json:"sent_bytes"`
 	Received uint64  `json:"received_bytes"`
 	Seconds  float64 `json:"seconds"`
-	// BusyS is the CPU time of all CPUs over the transfer (/proc/stat:
-	// user, nice, system, irq, softirq; not idle, iowait, steal or guest).
+	// BusyS is the CPU time of all CPUs over the transfer: their elapsed
+	// time less /proc/stat's idle, iowait and steal (busyBetween).
 	BusyS float64 `json:"busy_cpu_s"`
+	// BusyTickedS is the same from /proc/stat's busy columns (user, nice,
+	// system, irq, softirq, less guest), which the kernel samples at each
+	// tick: kept to compare, noisier.
+	BusyTickedS float64 `json:"busy_cpu_ticked_s"`
 	// TracerS is the tracer process's own CPU time over the same span.
 	TracerS float64 `json:"tracer_cpu_s"`
 	Events  uint64  `json:"events"`
