@@ -206,12 +206,7 @@ func TestTransferTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snd *analyze.ConnReport
-	for _, c := range rep.Conns {
-		if c.Conn.NetNS == p.Sender.NetNSInode && int(c.Conn.Remote.Port()) == port {
-			snd = c
-		}
-	}
+	snd := connTo(rep, p.Sender.NetNSInode, port)
 	if snd == nil || snd.TCP == nil || snd.SendBuffer == nil {
 		t.Fatalf("no sender connection with TCP figures in the report: %+v", snd)
 	}
@@ -357,12 +352,7 @@ func TestLocalDropTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snd *analyze.ConnReport
-	for _, c := range rep.Conns {
-		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
-			snd = c
-		}
-	}
+	snd := connTo(rep, lab.Client.NetNSInode, port)
 	if snd == nil || snd.TCP == nil {
 		t.Fatalf("no sender connection with TCP figures in the report: %+v", snd)
 	}
@@ -574,12 +564,7 @@ func checkHopTruth(t *testing.T, name string, portOffset int, groups event.Group
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snd *analyze.ConnReport
-	for _, c := range rep.Conns {
-		if c.Conn.NetNS == lab.Client.NetNSInode && int(c.Conn.Remote.Port()) == port {
-			snd = c
-		}
-	}
+	snd := connTo(rep, lab.Client.NetNSInode, port)
 	if snd == nil {
 		t.Fatal("no sender connection in the report")
 	}
@@ -805,4 +790,16 @@ func xmitSegmentsTruth(t *testing.T, i int, xmitAt string) {
 	if out != outSegs || retrans != retransSegs {
 		t.Errorf("tcp_xmit: %d segments sent, %d retransmitted; nstat TcpOutSegs %d, TcpRetransSegs %d", out, retrans, outSegs, retransSegs)
 	}
+}
+
+// connTo is the report's connection in network namespace netns whose
+// remote port is port (the sender's, in these tests), or nil.
+func connTo(rep *analyze.Report, netns uint32, port int) *analyze.ConnReport {
+	var found *analyze.ConnReport
+	for _, c := range rep.Conns {
+		if c.Conn.NetNS == netns && int(c.Conn.Remote.Port()) == port {
+			found = c
+		}
+	}
+	return found
 }

@@ -278,16 +278,14 @@ func runScenarioReport(t *testing.T, cmd command, snd, rcv netlab.Host, sc scena
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range rep.Conns {
-		if c.Conn.NetNS == snd.NetNSInode && int(c.Conn.Remote.Port()) == port {
-			if c.Verdict == nil {
-				t.Fatalf("sender's connection has no verdict")
-			}
-			return c, ch, rep
-		}
+	c := connTo(rep, snd.NetNSInode, port)
+	if c == nil {
+		t.Fatalf("no sender connection in the report")
 	}
-	t.Fatalf("no sender connection in the report")
-	return nil, ch, nil
+	if c.Verdict == nil {
+		t.Fatalf("sender's connection has no verdict")
+	}
+	return c, ch, rep
 }
 
 func logVerdict(t *testing.T, c *analyze.ConnReport, ch chrono) {
@@ -631,12 +629,7 @@ func TestVerdictSenderClosesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c *analyze.ConnReport
-	for _, x := range rep.Conns {
-		if x.Conn.NetNS == l.Client.NetNSInode && int(x.Conn.Remote.Port()) == port {
-			c = x
-		}
-	}
+	c := connTo(rep, l.Client.NetNSInode, port)
 	if c == nil || c.Verdict == nil {
 		t.Fatalf("no verdict of the sender's connection")
 	}

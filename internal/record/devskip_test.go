@@ -4,8 +4,6 @@ package record_test
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -55,24 +53,12 @@ func runIn(t *testing.T, lab *netlab.Lab, h netlab.Host, name string, args ...st
 // devEvents counts the dev_xmit and dev_recv records of one interface.
 func devEvents(t *testing.T, path string, netns uint32, ifindex int) (xmit, recv int) {
 	t.Helper()
-	r, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachRecord(t, path, func(rec trace.Record) {
 		if rec.NetNS() != netns {
-			continue
+			return
 		}
 		if i, _ := rec.Uint("ifindex"); int(i) != ifindex {
-			continue
+			return
 		}
 		switch rec.Type.Name {
 		case "dev_xmit":
@@ -80,7 +66,7 @@ func devEvents(t *testing.T, path string, netns uint32, ifindex int) (xmit, recv
 		case "dev_recv":
 			recv++
 		}
-	}
+	})
 	return xmit, recv
 }
 
