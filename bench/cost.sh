@@ -8,9 +8,10 @@
 # are the whole machine's CPU. Extra arguments go to `magnet bench` (e.g.
 # --reps 2 --duration 2s for a quick look, which is not the documented run).
 #
-# The documented run: 5 repetitions of 4 s, every configuration at 4 Gbit/s,
-# baseline, record, tcpdump, perf and bpftrace at saturation, and the
-# bpf_stats diagnostic: about 7 minutes on 2 vCPUs (82 s per repetition).
+# By default 5 repetitions of 4 s: every configuration at 4 Gbit/s, the
+# saturation configurations (docs/BENCH.md), and the bpf_stats diagnostic;
+# about 2.5 minutes per repetition on 2 vCPUs. The figures in RESULTS.md
+# come from `bench/cost.sh --reps 10`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/cost.sh: run as root (network namespaces and BPF)" >&2; exit 1; }

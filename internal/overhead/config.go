@@ -115,7 +115,10 @@ var again = Config{Name: BaselineAgain, Kind: Nothing, What: "nothing recording,
 
 // SaturationDefault are the configurations run at saturation unless told
 // otherwise: the goal compares magnet's default with tcpdump.
-var SaturationDefault = []string{Baseline, Record, RecordXmitDev, BaselineAgain, TcpdumpName, PerfName, BpftraceName}
+//
+// The floor shows what the hooks alone take from a saturated link, and
+// summary mode what the always-on mode takes.
+var SaturationDefault = []string{Baseline, Record, RecordXmitDev, RecordSummary, RecordFloor, BaselineAgain, TcpdumpName, PerfName, BpftraceName}
 
 // Select returns the configurations of Configs named in names (comma-
 // separated), in Configs' order, with the baseline always first.

@@ -17,7 +17,7 @@ func synthetic(t *testing.T) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sat, err := Select("record,tcpdump")
+	sat, err := Select("record,record-floor,tcpdump")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +39,7 @@ func synthetic(t *testing.T) *Report {
 			run(PhaseSaturation, Baseline, rep, 1e9, 1, 0, 0),
 			run(PhaseSaturation, Record, rep, 0.98e9, 1, 200000, 0),   // 2 % lost
 			run(PhaseSaturation, TcpdumpName, rep, 0.7e9, 1, 1000, 0), // 30 % lost
+			run(PhaseSaturation, RecordFloor, rep, 0.9e9, 1, 0, 0),    // 10 % lost
 		)
 		if rep < 3 {
 			r.Runs = append(r.Runs, run(PhaseFixed, TcpdumpName, rep, 1e9, 1.1+0.01*f, 1000, 0))
@@ -113,6 +114,19 @@ func TestGoals(t *testing.T) {
 	r.summarize()
 	if g := r.Goals[0]; g.Verdict != "undecided" {
 		t.Errorf("+5 ± 2.5 %%: %+v", g)
+	}
+}
+
+// The saturation goal says what the hooks alone lose against the goal's
+// bound: 10 % lost against half of tcpdump's 30 %, so -5 points.
+func TestGoalsFloor(t *testing.T) {
+	r := synthetic(t)
+	g := r.Goals[4]
+	if !strings.Contains(g.Measured, "the hooks alone (record-floor) lose +10.0 ± 0.0 %, − half of tcpdump's -5.0 ± 0.0 %") {
+		t.Errorf("saturation goal: %q", g.Measured)
+	}
+	if strings.Contains(r.Goals[0].Measured, "record-floor") {
+		t.Errorf("no fixed-rate floor was run, yet: %q", r.Goals[0].Measured)
 	}
 }
 
