@@ -47,6 +47,7 @@ type magnetCpuState struct {
 		Cookie uint64
 	}
 	Produced [2][32]uint64
+	Scratch  [256]uint8
 }
 
 type magnetFragKey struct {
@@ -763,6 +764,7 @@ const (
 	magnetVarLocalDropMarks    = "local_drop_marks"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
+	magnetVarNoEmit            = "no_emit"
 	magnetVarPcapLen           = "pcap_len"
 	magnetVarPcapProg          = "pcap_prog"
 	magnetVarPublishOrdered    = "publish_ordered"
@@ -914,6 +916,7 @@ type magnetVariableSpecs struct {
 	LocalDropMarks   *ebpf.VariableSpec `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	NoEmit           *ebpf.VariableSpec `ebpf:"no_emit"`
 	PcapLen          *ebpf.VariableSpec `ebpf:"pcap_len"`
 	PcapProg         *ebpf.VariableSpec `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
@@ -1039,6 +1042,7 @@ type magnetVariables struct {
 	LocalDropMarks   *ebpf.Variable `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
+	NoEmit           *ebpf.Variable `ebpf:"no_emit"`
 	PcapLen          *ebpf.Variable `ebpf:"pcap_len"`
 	PcapProg         *ebpf.Variable `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`

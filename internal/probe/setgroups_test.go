@@ -502,3 +502,80 @@ func TestLoadSilent(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadNoEmit: Options.NoEmit (record --no-emit, the bench's bodies
+// without records) attaches what recording attaches, and every program
+// does its work up to the record, which goes to its CPU's scratch record:
+// no event reaches the events rings or the counts (the control ring's
+// connections and interfaces do), yet a scratch record holds an
+// event of the test's connection, of a type the default groups write.
+func TestLoadNoEmit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
+	loud, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loud.AttachedPrograms()
+	loud.Close()
+	opts.NoEmit = true
+	p, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
+		t.Fatalf("no-emit: attached %v, recording attaches %v", got, want)
+	}
+	rd := ringReaders(t, p)
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	for range 20 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if recs := drainRing(t, rd); len(recs) != 0 {
+		t.Fatalf("no-emit: %d records in the events rings", len(recs))
+	}
+	produced, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ := range produced {
+		// The control ring's records are written as when recording.
+		if event.Type(typ) == event.ConnOpen || event.Type(typ) == event.ConnClose || event.Type(typ) == event.Iface {
+			continue
+		}
+		if produced[typ] != 0 || lost[typ] != 0 {
+			t.Errorf("no-emit: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
+		}
+	}
+	var states []magnetCpuState
+	if err := p.coll.Maps["cpu_states"].Lookup(uint32(0), &states); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[event.Type]bool{event.SockSend: true, event.TCPXmit: true, event.TCPRcv: true,
+		event.DevQueue: true, event.DevXmit: true, event.DevRecv: true, event.SockRecv: true,
+		event.TCPState: true, event.TCPRate: true}
+	found := false
+	for cpu, st := range states {
+		conn := binary.LittleEndian.Uint64(st.Scratch[8:16])
+		typ := event.Type(st.Scratch[30])
+		t.Logf("cpu %d scratch: conn %d, type %v", cpu, conn, typ)
+		// Only the test's two sockets pass the port filter: any
+		// connection there is one of them.
+		found = found || conn != 0 && kinds[typ]
+	}
+	if !found {
+		t.Fatal("no CPU's scratch record holds an event of the test's connection")
+	}
+}

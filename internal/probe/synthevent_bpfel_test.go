@@ -53,6 +53,7 @@ type syntheventCpuState struct {
 		Cookie uint64
 	}
 	Produced [2][32]uint64
+	Scratch  [256]uint8
 }
 
 type syntheventFragKey struct {
@@ -151,6 +152,7 @@ const (
 	syntheventVarFilterTgid     = "filter_tgid"
 	syntheventVarNestedSize     = "nested_size"
 	syntheventVarNestedWakeup   = "nested_wakeup"
+	syntheventVarNoEmit         = "no_emit"
 	syntheventVarPublishOrdered = "publish_ordered"
 	syntheventVarSelfTgid       = "self_tgid"
 	syntheventVarTupleGens      = "tuple_gens"
@@ -243,6 +245,7 @@ type syntheventVariableSpecs struct {
 	FilterTgid     *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	NestedSize     *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup   *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	NoEmit         *ebpf.VariableSpec `ebpf:"no_emit"`
 	PublishOrdered *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
@@ -322,6 +325,7 @@ type syntheventVariables struct {
 	FilterTgid     *ebpf.Variable `ebpf:"filter_tgid"`
 	NestedSize     *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup   *ebpf.Variable `ebpf:"nested_wakeup"`
+	NoEmit         *ebpf.Variable `ebpf:"no_emit"`
 	PublishOrdered *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
