@@ -17,6 +17,8 @@
 #             skc_to_tcp_sock, ring buffers (the doorbell) and irq_work
 #   recorder  magnet's own process (user and kernel)
 #   other     the rest (the transfer itself)
+#   foreign   programs of other tracers on the machine (not the recorder's
+#             tags); their dispatch cannot be told from ours
 # Only the samples of iperf3, the softirq threads, the idle task's
 # interrupts and the recorder count: the machine's other load (and another
 # recorder's programs run by other processes' traffic) stays out.
@@ -57,7 +59,13 @@ ip netns exec $A tc qdisc add dev va root tbf rate "$RATE" burst 1mb latency 50m
 # JITed programs by name in the profile.
 sysctl -qw net.core.bpf_jit_kallsyms=1
 
-printf "%-8s %3s %6s %8s %9s %9s %9s %9s %9s\n" config rep GB busy_ms/GB bodies dispatch helpers recorder other
+# The tags of the recorder's programs: a JITed function's symbol is
+# bpf_prog_<tag>_<name> (each subprogram's own tag, which bpftool does not
+# show), and another recorder on the machine runs programs of the same
+# names. Ours are the symbols that appeared while it loaded.
+bpfsyms() { awk '$3 ~ /^bpf_prog_/ {print $3}' /proc/kallsyms | sort -u; }
+
+printf "%-8s %3s %6s %8s %9s %9s %9s %9s %9s %9s\n" config rep GB busy_ms/GB bodies dispatch helpers recorder other foreign
 for rep in $(seq 1 "$REPS"); do
 	for cfg in $CONFIGS; do
 		tracer=""
@@ -68,26 +76,30 @@ for rep in $(seq 1 "$REPS"); do
 			extra=()
 			[ "$cfg" = floor ] && extra=(--hooks-only)
 			[ "$cfg" = noemit ] && extra=(--no-emit)
+			bpfsyms >"$tmp/syms0"
 			"$MAGNET" record -q "${extra[@]}" --port $PORT -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
 			tracer=$!
-			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done ;;
+			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
+			bpfsyms | comm -13 "$tmp/syms0" - | cut -d_ -f3 | sort -u | tr '\n' , >"$tmp/tags" ;;
 		*) echo "bench/profile.sh: unknown configuration $cfg" >&2; exit 1 ;;
 		esac
 		ip netns exec $B iperf3 -s -p $PORT -D -1 >/dev/null 2>&1 || true
 		sleep 0.3
 		perf record -q -F "$FREQ" -a -g -o "$tmp/perf.data" -- \
 			ip netns exec $A iperf3 -c 10.78.0.2 -p $PORT -t "$SECS" -J >"$tmp/ip.json" 2>/dev/null
-		tids=""
+		tids="" tags=""
 		if [ -n "$tracer" ]; then
 			tids=$(ls /proc/$tracer/task | tr '\n' ,)
+			tags=$(cat "$tmp/tags")
 			kill -INT "$tracer"; wait "$tracer" || true; tracer=""
 		fi
 		bytes=$(python3 -c 'import json;print(json.load(open("'"$tmp/ip.json"'"))["end"]["sum_sent"]["bytes"])')
 		perf report -i "$tmp/perf.data" --no-children --sort pid,sym -g none -n --stdio 2>/dev/null >"$tmp/report"
 		[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp/report" "$KEEP/$cfg.$rep.txt"
-		python3 - "$cfg" "$rep" "$bytes" "$FREQ" "$tids" "$tmp/report" <<'PY'
+		python3 - "$cfg" "$rep" "$bytes" "$FREQ" "$tids" "$tags" "$tmp/report" <<'PY'
 import re, sys
-cfg, rep, b, freq, tids, path = sys.argv[1:]
+cfg, rep, b, freq, tids, tags, path = sys.argv[1:]
+tags = set(t for t in tags.split(",") if t)
 tids = set(t for t in tids.split(",") if t)
 gb = int(b) / 1e9
 ms = lambda n: n / float(freq) * 1e3 / gb
@@ -101,7 +113,7 @@ helpers = re.compile(r"^(bpf_sk_storage_get\w*|bpf_local_storage_\w+|bpf_selem_\
                      r"htab_\w+|__htab_\w+|bpf_lru_\w+|array_map_\w+|percpu_array_\w+|bpf_map_\w+|"
                      r"bpf_probe_read\w*|copy_from_kernel_nofault\w*|bpf_rdonly_cast|bpf_cast_to_kern_ctx|"
                      r"kvm_clock_\w+|pvclock_\w+|read_tsc|native_sched_clock)$")
-tot = {"bodies": 0, "dispatch": 0, "helpers": 0, "recorder": 0, "other": 0}
+tot = {"bodies": 0, "dispatch": 0, "helpers": 0, "recorder": 0, "other": 0, "foreign": 0}
 progs = {}
 for l in open(path):
     m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\d+):(\S+)\s+\[(.)\]\s+(\S+)", l)
@@ -114,6 +126,8 @@ for l in open(path):
         tot["recorder"] += n
     elif not re.match(r"(iperf3|swapper|ksoftirqd)", comm):
         continue
+    elif sym.startswith("bpf_prog_") and sym.split("_")[2] not in tags:
+        tot["foreign"] += n
     elif sym.startswith("bpf_prog_"):
         tot["bodies"] += n
         name = sym.split("_", 3)[-1]
@@ -125,7 +139,7 @@ for l in open(path):
     else:
         tot["other"] += n
 busy = sum(tot.values())
-print("%-8s %3s %6.2f %8.1f %9.1f %9.1f %9.1f %9.1f %9.1f" % (cfg, rep, gb, ms(busy), ms(tot["bodies"]), ms(tot["dispatch"]), ms(tot["helpers"]), ms(tot["recorder"]), ms(tot["other"])))
+print("%-8s %3s %6.2f %8.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f" % (cfg, rep, gb, ms(busy), ms(tot["bodies"]), ms(tot["dispatch"]), ms(tot["helpers"]), ms(tot["recorder"]), ms(tot["other"]), ms(tot["foreign"])))
 if progs:
     print("    bodies: " + ", ".join("%s %.1f" % (k, ms(v)) for k, v in sorted(progs.items(), key=lambda x: -x[1])))
 PY

@@ -671,11 +671,13 @@ static __noinline void tcp_xmit_put(struct sock *sk, __u64 conn, __u64 t, __u64 
 		     len_segs >> 32, KERNEL_CAST(struct tcp_sock, sk)->snd_nxt);
 }
 
-/* The TCP flags as tcp_xmit's flags carry them (TCP's own byte 13). */
+/* The TCP flags as tcp_xmit's flags carry them: TCP's own byte 13 (CWR,
+ * ECE, URG, ACK, PSH, RST, SYN, FIN from its high bit down), one load.
+ * Assembled from the eight bitfields instead, it took ip_egress 35
+ * instructions and eight stack slots. */
 static __always_inline __u8 tcp_flag_byte(const struct tcphdr *th)
 {
-	return th->fin | th->syn << 1 | th->rst << 2 | th->psh << 3 | th->ack << 4 | th->urg << 5 |
-	       th->ece << 6 | th->cwr << 7;
+	return ((const __u8 *)th)[13];
 }
 
 /* tcp_xmit and the tcp_rate a segment carries out, read at the device

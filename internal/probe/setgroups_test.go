@@ -579,3 +579,70 @@ func TestLoadNoEmit(t *testing.T) {
 		t.Fatal("no CPU's scratch record holds an event of the test's connection")
 	}
 }
+
+// TestXmitFlags: tcp_xmit's flags are the TCP header's flag byte as the
+// segment went out (read at IP egress by default): the client's one SYN
+// carries SYN alone, its data segments ACK and never SYN or FIN, and the
+// FIN its close sends FIN and ACK. TCP sends nothing else on this
+// connection, so the counts are exact.
+func TestXmitFlags(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	p, err := Load(Options{Groups: event.GroupTCP | event.GroupConn, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rd := ringReaders(t, p)
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	for range 5 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// shutdown() sends the FIN in the call (the window has room for it
+	// on loopback), through IP egress, where its tcp_xmit is written: it
+	// is in the ring when the call returns.
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	var syn, data, fin int
+	for _, r := range drainRing(t, rd) {
+		if event.Type(r[30]) != event.TCPXmit {
+			continue
+		}
+		flags, size := r[31], int32(binary.LittleEndian.Uint32(r[20:24]))
+		switch {
+		case flags&0x02 != 0:
+			syn++
+			if flags != 0x02 {
+				t.Errorf("SYN sent with flags %#x, want 0x02", flags)
+			}
+		case flags&0x01 != 0:
+			fin++
+			if flags != 0x11 {
+				t.Errorf("FIN sent with flags %#x, want 0x11 (FIN, ACK)", flags)
+			}
+		case size > 0:
+			data++
+			if flags&0x10 == 0 {
+				t.Errorf("data segment of %d bytes sent with flags %#x, without ACK", size, flags)
+			}
+		}
+	}
+	// Both ends are recorded (the port filter names the server's port):
+	// the server sends a SYN-ACK from its request socket, which
+	// __tcp_transmit_skb never sees, and no data.
+	if syn != 1 || fin != 1 || data == 0 {
+		t.Fatalf("tcp_xmit: %d SYN (want 1), %d FIN (want 1), %d data segments (want some)", syn, fin, data)
+	}
+}
