@@ -40,6 +40,7 @@ MAGNET=${MAGNET:-bin/magnet}
 tmp=$(mktemp -d /tmp/profile.XXXXXX)
 A=profa$$ B=profb$$
 tracer=""
+: >"$tmp/tags"
 cleanup() {
 	if [ -n "$tracer" ]; then kill -INT "$tracer" 2>/dev/null && wait "$tracer" 2>/dev/null; fi
 	ip netns del $A 2>/dev/null || true
@@ -62,9 +63,17 @@ sysctl -qw net.core.bpf_jit_kallsyms=1
 # The tags of the recorder's programs: a JITed function's symbol is
 # bpf_prog_<tag>_<name> (each subprogram's own tag, which bpftool does not
 # show), and another recorder on the machine runs programs of the same
-# names. Ours are the symbols that appeared while it loaded.
+# names. Ours are the symbols that appeared while it loaded, in this run or
+# an earlier one: every configuration loads the same programs (the tags are
+# of the instructions before the verifier sees the settings), and a
+# program just unloaded may keep its symbol while the next one loads.
 bpfsyms() { awk '$3 ~ /^bpf_prog_/ {print $3}' /proc/kallsyms | sort -u; }
 
+# Another tracer's programs on the same hooks double the dispatch and run
+# on this transfer's packets too: the figures are then not this recorder's.
+if bpfsyms | grep -qE '_(tcp_probe|net_dev_queue|kevent_tp)$'; then
+	echo "bench/profile.sh: warning: other BPF tracers are loaded (their programs and dispatch count here, as 'foreign' and in 'dispatch')" >&2
+fi
 printf "%-8s %3s %6s %8s %9s %9s %9s %9s %9s %9s\n" config rep GB busy_ms/GB bodies dispatch helpers recorder other foreign
 for rep in $(seq 1 "$REPS"); do
 	for cfg in $CONFIGS; do
@@ -80,7 +89,7 @@ for rep in $(seq 1 "$REPS"); do
 			"$MAGNET" record -q "${extra[@]}" --port $PORT -o "$tmp/t.mgt" --ready-file "$tmp/ready" >"$tmp/rec.out" 2>&1 &
 			tracer=$!
 			for _ in $(seq 100); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
-			bpfsyms | comm -13 "$tmp/syms0" - | cut -d_ -f3 | sort -u | tr '\n' , >"$tmp/tags" ;;
+			bpfsyms | comm -13 "$tmp/syms0" - | cut -d_ -f3 >>"$tmp/tags" ;;
 		*) echo "bench/profile.sh: unknown configuration $cfg" >&2; exit 1 ;;
 		esac
 		ip netns exec $B iperf3 -s -p $PORT -D -1 >/dev/null 2>&1 || true
@@ -90,7 +99,7 @@ for rep in $(seq 1 "$REPS"); do
 		tids="" tags=""
 		if [ -n "$tracer" ]; then
 			tids=$(ls /proc/$tracer/task | tr '\n' ,)
-			tags=$(cat "$tmp/tags")
+			tags=$(sort -u "$tmp/tags" | tr '\n' ,)
 			kill -INT "$tracer"; wait "$tracer" || true; tracer=""
 		fi
 		bytes=$(python3 -c 'import json;print(json.load(open("'"$tmp/ip.json"'"))["end"]["sum_sent"]["bytes"])')
