@@ -133,6 +133,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err := checkHooks(disable); err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
+			if noEmit && (hooksOnly || cmd.Flags().Changed("summary")) {
+				return fmt.Errorf("record: --no-emit runs the programs in full: it cannot be combined with --hooks-only or --summary")
+			}
 			if !cmd.Flags().Changed("flush-every") {
 				flushEvery = record.FlushEveryFor(rotateEvery)
 			}
