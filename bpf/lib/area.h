@@ -64,6 +64,8 @@ struct cpu_state {
 	 * before it) and no second map (its lookup reads the map's own cache
 	 * line). The reader adds them to counters'. */
 	__u64 produced[2][MG_NTYPES];
+	/* tcp_probe's copies of its sockets' last tcp_state (by cookie). */
+	struct state_memo state_memos[STATE_MEMO_SLOTS];
 	/* Where an event goes under no_emit: written, never read. */
 	__u8 scratch[256];
 };

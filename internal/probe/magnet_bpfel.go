@@ -46,8 +46,20 @@ type magnetCpuState struct {
 		Gen    uint32
 		Cookie uint64
 	}
-	Produced [2][32]uint64
-	Scratch  [256]uint8
+	Produced   [2][32]uint64
+	StateMemos [8]struct {
+		_      structs.HostLayout
+		Cookie uint64
+		State  struct {
+			_        structs.HostLayout
+			TimeNs   uint64
+			Ssthresh uint32
+			Retrans  uint32
+		}
+		Gen uint32
+		Pad uint32
+	}
+	Scratch [256]uint8
 }
 
 type magnetFragKey struct {
@@ -769,6 +781,7 @@ const (
 	magnetVarPcapProg          = "pcap_prog"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
+	magnetVarStateGens         = "state_gens"
 	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitAtDev         = "xmit_at_dev"
@@ -921,6 +934,7 @@ type magnetVariableSpecs struct {
 	PcapProg         *ebpf.VariableSpec `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
+	StateGens        *ebpf.VariableSpec `ebpf:"state_gens"`
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
@@ -1047,6 +1061,7 @@ type magnetVariables struct {
 	PcapProg         *ebpf.Variable `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
+	StateGens        *ebpf.Variable `ebpf:"state_gens"`
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.Variable `ebpf:"xmit_at_dev"`
