@@ -17,6 +17,10 @@
 #   "xad:default" with --xmit-at-device, "sop:default" with tcp_xmit
 #   from sockops' per-segment callback (--disable-hook ip_egress),
 #   "floor:default" with --hooks-only (every program returns at once),
+#   "noemit:default" with --no-emit (every program does its work but
+#   writes no record), "idle:default" records with no transfer: the
+#   programs' runs for the host's other traffic, per second (on a shared
+#   machine, to take them out of the others' figures: bench/hooksown.py),
 #   "summary" records in summary mode at 1 s with its default groups,
 #   "summary:GROUPS" with those).
 set -euo pipefail
@@ -100,6 +104,8 @@ for rep in $(seq 1 "$REPS"); do
 			xad:*) ev=${cfg#xad:} extra=(--xmit-at-device) ;;
 			sop:*) ev=${cfg#sop:} extra=(--disable-hook ip_egress) ;;
 			floor:*) ev=${cfg#floor:} extra=(--hooks-only) ;;
+			noemit:*) ev=${cfg#noemit:} extra=(--no-emit) ;;
+			idle:*) ev=${cfg#idle:} ;;
 			esac
 			sel=(-e "$ev")
 			case $ev in
@@ -113,9 +119,16 @@ for rep in $(seq 1 "$REPS"); do
 		progs "$tracer" >"$tmp/p0"
 		r0=$(tcpu "$tracer")
 		p0=$(pkts); c0=$(cpu)
-		ip netns exec $B iperf3 -s -p $PORT -D -1 >/dev/null 2>&1 || true
-		sleep 0.2
-		ip netns exec $A iperf3 -c 10.77.0.2 -p $PORT -t "$SECS" -J >"$tmp/ip.json"
+		if [ "${cfg%%:*}" = idle ]; then
+			# No transfer: what the programs cost for the host's
+			# other traffic alone (per second; "GB" is a second).
+			sleep "$SECS"
+			echo '{"end":{"sum_sent":{"bytes":'$((SECS * 125000000))'}}}' >"$tmp/ip.json"
+		else
+			ip netns exec $B iperf3 -s -p $PORT -D -1 >/dev/null 2>&1 || true
+			sleep 0.2
+			ip netns exec $A iperf3 -c 10.77.0.2 -p $PORT -t "$SECS" -J >"$tmp/ip.json"
+		fi
 		c1=$(cpu); p1=$(pkts)
 		r1=$(tcpu "$tracer")
 		progs "$tracer" >"$tmp/p1"
@@ -149,7 +162,10 @@ for i, (n, c, t) in sorted(z.items(), key=lambda x: x[1][0]):
     c0_, t0_ = a.get(i, (n, 0, 0))[1:]
     dc, dt = c - c0_, t - t0_
     if dc > 0 and cfg not in ("base", "tcpdump"):
-        print("    %-22s runs/pkt %6.2f  ns/run %6.0f  ms/GB %7.1f" % (n, dc / pk, dt / dc, dt / 1e6 / gb))
+        if cfg.startswith("idle:"):
+            print("    %-22s runs/s %8.0f  ns/run %6.0f" % (n, dc / float(secs), dt / dc))
+        else:
+            print("    %-22s runs/pkt %6.2f  ns/run %6.0f  ms/GB %7.1f  runs %d  ns %d" % (n, dc / pk, dt / dc, dt / 1e6 / gb, dc, dt))
         tot += dt
 if tot:
     print("    %-22s %33s %7.1f" % ("all programs", "ms/GB", tot / 1e6 / gb))

@@ -64,6 +64,10 @@ struct cpu_state {
 	 * before it) and no second map (its lookup reads the map's own cache
 	 * line). The reader adds them to counters'. */
 	__u64 produced[2][MG_NTYPES];
+	/* tcp_probe's copies of its sockets' last tcp_state (by cookie). */
+	struct state_memo state_memos[STATE_MEMO_SLOTS];
+	/* Where an event goes under no_emit: written, never read. */
+	__u8 scratch[256];
 };
 
 /* Bumped whenever the tuples map changes a key of the cache slot, so that
@@ -239,7 +243,7 @@ struct emit {
 	__u64 pid_tgid; /* the current thread, for the header */
 	__u64 wakeup;   /* flags for bpf_ringbuf_submit; for an area, whether to ring the doorbell */
 	/* 1 for a record in an area (an event), 0 for one in the control
-	 * ring. A whole word, so that the verifier knows it on each path and
+	 * ring, 2 for a scratch record (no_emit). A whole word, so that the verifier knows it on each path and
 	 * never takes an area record for a ring buffer's or the reverse. */
 	__u64 area;
 	__u64 next;   /* an area's producer position once the record is published */
@@ -453,6 +457,16 @@ static __always_inline void *reserve_event_of(struct cpu_state *st, struct task_
 	__u64 need, fill;
 	void *r;
 
+	if (no_emit) {
+		/* The event is filled, so that every read it needs is made;
+		 * area, count, task and wake-up are what it skips. */
+		if (!st || sz > sizeof(st->scratch))
+			return NULL;
+		e->area = 2;
+		e->st = st;
+		e->pid_tgid = 0;
+		return st->scratch;
+	}
 	if (!st || cpu >= AREA_MAX_CPUS) {
 		count_produced(type);
 		note_lost(0, type, now);
@@ -503,6 +517,8 @@ lost:
 /* Publish an event, or submit a control record. */
 static __always_inline void submit(void *r, struct emit *e)
 {
+	if (no_emit && e->area == 2)
+		return;
 	if (!e->area) {
 		bpf_ringbuf_submit(r, e->wakeup);
 		return;

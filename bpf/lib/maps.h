@@ -141,6 +141,24 @@ struct {
 	__type(value, struct tcp_sent);
 } tcp_sents SEC(".maps");
 
+/*
+ * A CPU's copy of a socket's tcp_sents.state, valid while its slot's count
+ * in state_gens is gen: tcp_probe decides from it that no tcp_state is due
+ * without looking in the socket's storage (tcp_state_throttled). Every
+ * write of a tcp_sents.state counts in state_gens, so an unchanged count
+ * means the storage still holds the copy.
+ */
+#define STATE_MEMO_SLOTS 8
+
+struct state_memo {
+	__u64 cookie;
+	struct tcp_state_sent state;
+	__u32 gen;
+	__u32 _pad;
+};
+
+volatile __u32 state_gens[STATE_MEMO_SLOTS];
+
 /* The peer a connected UDP socket's tuple was last learned for. */
 struct udp_peer {
 	__u32 daddr;    /* skc_daddr (IPv4, v4-mapped too) */

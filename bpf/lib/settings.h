@@ -44,6 +44,12 @@ const volatile __u32 publish_ordered = 0; /* not x86: publish with a full barrie
 /* The slot of each CPU's areas, + 1; 0: the CPU has none. */
 const volatile __u32 area_slot_of[AREA_MAX_CPUS] = {};
 const volatile __u64 control_wakeup = 1;
+/* Benchmark only (record --no-emit): every program does all its work, and
+ * writes its event into a per-CPU scratch record that nobody reads, so that
+ * what the records themselves cost (the area, its wake-ups, the reader) can
+ * be told from what finding and reading the facts costs. Constant: a normal
+ * load carries none of it. */
+const volatile __u8 no_emit = 0;
 
 /* Event groups enabled (enum mg_group). Not const: it may change while the
  * programs run, without losing the groups that stay enabled. */

@@ -61,6 +61,7 @@ const (
 	RecordFlight  = "record-flight"
 	RecordXmitDev = "record-xmit-at-device"
 	RecordFloor   = "record-floor"
+	RecordNoEmit  = "record-noemit"
 	TcpdumpName   = "tcpdump"
 	PerfName      = "perf"
 	BpftraceName  = "bpftrace"
@@ -77,6 +78,9 @@ var recordModes = []Config{
 	// What the floor is made of: the default groups' hooks with bodies
 	// that return at once.
 	{Name: RecordFloor, Kind: Magnet, Args: []string{"--hooks-only"}, What: "`magnet record --hooks-only` (benchmark only): every program the default groups attach, each returning at its first check: what the hooks alone cost"},
+	// Between the floor and record: the bodies' work without the records
+	// (their areas, wake-ups and the recorder's reading and writing).
+	{Name: RecordNoEmit, Kind: Magnet, Args: []string{"--no-emit"}, What: "`magnet record --no-emit` (benchmark only): every program the default groups attach doing all its work but writing no event: the hooks and bodies without the records"},
 }
 
 // Configs returns every configuration in the order a repetition runs them:

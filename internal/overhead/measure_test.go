@@ -32,7 +32,7 @@ func TestMeasureSmall(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/magnet").CombinedOutput(); err != nil {
 		t.Fatalf("build magnet: %v\n%s", err, out)
 	}
-	configs, err := Select("record,tcpdump")
+	configs, err := Select("record,record-noemit,tcpdump")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestMeasureSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("runs:\n%s", log.String())
-	want := map[string]int{"fixed/baseline": 2, "fixed/record": 2, "fixed/tcpdump": 2, "saturation/baseline": 2, "saturation/record": 2}
+	want := map[string]int{"fixed/baseline": 2, "fixed/record": 2, "fixed/record-noemit": 2, "fixed/tcpdump": 2, "saturation/baseline": 2, "saturation/record": 2}
 	got := map[string]int{}
 	for _, run := range rep.Runs {
 		if run.Err != "" {
@@ -69,6 +69,12 @@ func TestMeasureSmall(t *testing.T) {
 			// exactly what iperf3 counted, and its cookie.
 			if d := rep.accountingDiff(run); d != "" {
 				t.Errorf("%s %d record: %s", run.Phase, run.Rep, d)
+			}
+		case RecordNoEmit:
+			// Every program ran in full and wrote no event: the
+			// trace holds connections only, and nothing was lost.
+			if run.Events != 0 || run.Lost != 0 {
+				t.Errorf("%s %d record-noemit: %d events, %d lost", run.Phase, run.Rep, run.Events, run.Lost)
 			}
 		case TcpdumpName:
 			if run.Events == 0 {

@@ -111,8 +111,8 @@ func (t *magnetTracer) stop() (traced, error) {
 		return tr, errors.New("read the trace: no summary (recording did not end properly)")
 	}
 	tr.Lost = sum.Lost
-	if t.name == RecordFloor {
-		// Its programs write nothing but the connections' openings and
+	if t.name == RecordFloor || t.name == RecordNoEmit {
+		// Their programs write nothing but the connections' openings and
 		// closes: no event to divide the added CPU by.
 		return tr, nil
 	}

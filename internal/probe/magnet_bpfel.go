@@ -46,7 +46,20 @@ type magnetCpuState struct {
 		Gen    uint32
 		Cookie uint64
 	}
-	Produced [2][32]uint64
+	Produced   [2][32]uint64
+	StateMemos [8]struct {
+		_      structs.HostLayout
+		Cookie uint64
+		State  struct {
+			_        structs.HostLayout
+			TimeNs   uint64
+			Ssthresh uint32
+			Retrans  uint32
+		}
+		Gen uint32
+		Pad uint32
+	}
+	Scratch [256]uint8
 }
 
 type magnetFragKey struct {
@@ -763,10 +776,12 @@ const (
 	magnetVarLocalDropMarks    = "local_drop_marks"
 	magnetVarNestedSize        = "nested_size"
 	magnetVarNestedWakeup      = "nested_wakeup"
+	magnetVarNoEmit            = "no_emit"
 	magnetVarPcapLen           = "pcap_len"
 	magnetVarPcapProg          = "pcap_prog"
 	magnetVarPublishOrdered    = "publish_ordered"
 	magnetVarSelfTgid          = "self_tgid"
+	magnetVarStateGens         = "state_gens"
 	magnetVarSummaryMode       = "summary_mode"
 	magnetVarTupleGens         = "tuple_gens"
 	magnetVarXmitAtDev         = "xmit_at_dev"
@@ -914,10 +929,12 @@ type magnetVariableSpecs struct {
 	LocalDropMarks   *ebpf.VariableSpec `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	NoEmit           *ebpf.VariableSpec `ebpf:"no_emit"`
 	PcapLen          *ebpf.VariableSpec `ebpf:"pcap_len"`
 	PcapProg         *ebpf.VariableSpec `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.VariableSpec `ebpf:"self_tgid"`
+	StateGens        *ebpf.VariableSpec `ebpf:"state_gens"`
 	SummaryMode      *ebpf.VariableSpec `ebpf:"summary_mode"`
 	TupleGens        *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
@@ -1039,10 +1056,12 @@ type magnetVariables struct {
 	LocalDropMarks   *ebpf.Variable `ebpf:"local_drop_marks"`
 	NestedSize       *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup     *ebpf.Variable `ebpf:"nested_wakeup"`
+	NoEmit           *ebpf.Variable `ebpf:"no_emit"`
 	PcapLen          *ebpf.Variable `ebpf:"pcap_len"`
 	PcapProg         *ebpf.Variable `ebpf:"pcap_prog"`
 	PublishOrdered   *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid         *ebpf.Variable `ebpf:"self_tgid"`
+	StateGens        *ebpf.Variable `ebpf:"state_gens"`
 	SummaryMode      *ebpf.Variable `ebpf:"summary_mode"`
 	TupleGens        *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev        *ebpf.Variable `ebpf:"xmit_at_dev"`

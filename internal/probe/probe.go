@@ -144,6 +144,14 @@ type Options struct {
 	// enabled: every run returns at its first check (see Silence). The
 	// bench's floor: what the hooks alone cost.
 	Silent bool
+	// NoEmit loads the programs so that each does all its work (the
+	// connection lookup, the filters, the reads) but writes its events
+	// into a per-CPU scratch record nobody reads: no event reaches the
+	// rings. The bench's record-noemit, which tells what the records
+	// themselves cost from what the bodies cost. The control ring's
+	// records (connections' openings and closes, interfaces) are still
+	// written.
+	NoEmit bool
 	// Summary loads the programs in summary mode: they add to each
 	// connection's figures in the summaries map (Probe.ReadSummaries)
 	// instead of writing events; connection lifecycle still goes to the
@@ -284,6 +292,7 @@ func Load(opts Options) (*Probe, error) {
 		{"control_wakeup", uint64(opts.ControlBytes / 8)},
 		{"events_mask", uint32(eventsMask(opts))},
 		{"summary_mode", uint8(b2u(opts.Summary))},
+		{"no_emit", uint8(b2u(opts.NoEmit))},
 		{"pcap_len", uint32(len(opts.Filters.Pcap))},
 		{"pcap_prog", pcapProg(opts.Filters.Pcap)},
 	} {

@@ -4,6 +4,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"io"
 	"net"
@@ -501,4 +502,247 @@ func TestLoadSilent(t *testing.T) {
 			t.Errorf("silent: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
 		}
 	}
+}
+
+// TestLoadNoEmit: Options.NoEmit (record --no-emit, the bench's bodies
+// without records) attaches what recording attaches, and every program
+// does its work up to the record, which goes to its CPU's scratch record:
+// no event reaches the events rings or the counts (the control ring's
+// connections and interfaces do), yet a scratch record holds an
+// event of the test's connection, of a type the default groups write.
+func TestLoadNoEmit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
+	loud, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loud.AttachedPrograms()
+	loud.Close()
+	opts.NoEmit = true
+	p, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
+		t.Fatalf("no-emit: attached %v, recording attaches %v", got, want)
+	}
+	rd := ringReaders(t, p)
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	for range 20 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if recs := drainRing(t, rd); len(recs) != 0 {
+		t.Fatalf("no-emit: %d records in the events rings", len(recs))
+	}
+	produced, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ := range produced {
+		// The control ring's records are written as when recording.
+		if event.Type(typ) == event.ConnOpen || event.Type(typ) == event.ConnClose || event.Type(typ) == event.Iface {
+			continue
+		}
+		if produced[typ] != 0 || lost[typ] != 0 {
+			t.Errorf("no-emit: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
+		}
+	}
+	var states []magnetCpuState
+	if err := p.coll.Maps["cpu_states"].Lookup(uint32(0), &states); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[event.Type]bool{event.SockSend: true, event.TCPXmit: true, event.TCPRcv: true,
+		event.DevQueue: true, event.DevXmit: true, event.DevRecv: true, event.SockRecv: true,
+		event.TCPState: true, event.TCPRate: true}
+	found := false
+	for cpu, st := range states {
+		conn := binary.LittleEndian.Uint64(st.Scratch[8:16])
+		typ := event.Type(st.Scratch[30])
+		t.Logf("cpu %d scratch: conn %d, type %v", cpu, conn, typ)
+		// Only the test's two sockets pass the port filter: any
+		// connection there is one of them.
+		found = found || conn != 0 && kinds[typ]
+	}
+	if !found {
+		t.Fatal("no CPU's scratch record holds an event of the test's connection")
+	}
+}
+
+// TestXmitFlags: tcp_xmit's flags are the TCP header's flag byte as the
+// segment went out (read at IP egress by default): the client's one SYN
+// carries SYN alone, its data segments ACK and never SYN or FIN, and the
+// FIN its close sends FIN and ACK. TCP sends nothing else on this
+// connection, so the counts are exact.
+func TestXmitFlags(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	p, err := Load(Options{Groups: event.GroupTCP | event.GroupConn, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rd := ringReaders(t, p)
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	for range 5 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// shutdown() sends the FIN in the call (the window has room for it
+	// on loopback), through IP egress, where its tcp_xmit is written: it
+	// is in the ring when the call returns.
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	var syn, data, fin int
+	for _, r := range drainRing(t, rd) {
+		if event.Type(r[30]) != event.TCPXmit {
+			continue
+		}
+		flags, size := r[31], int32(binary.LittleEndian.Uint32(r[20:24]))
+		switch {
+		case flags&0x02 != 0:
+			syn++
+			if flags != 0x02 {
+				t.Errorf("SYN sent with flags %#x, want 0x02", flags)
+			}
+		case flags&0x01 != 0:
+			fin++
+			if flags != 0x11 {
+				t.Errorf("FIN sent with flags %#x, want 0x11 (FIN, ACK)", flags)
+			}
+		case size > 0:
+			data++
+			if flags&0x10 == 0 {
+				t.Errorf("data segment of %d bytes sent with flags %#x, without ACK", size, flags)
+			}
+		}
+	}
+	// Both ends are recorded (the port filter names the server's port):
+	// the server sends a SYN-ACK from its request socket, which
+	// __tcp_transmit_skb never sees, and no data.
+	if syn != 1 || fin != 1 || data == 0 {
+		t.Fatalf("tcp_xmit: %d SYN (want 1), %d FIN (want 1), %d data segments (want some)", syn, fin, data)
+	}
+}
+
+// TestTCPStateThrottle: tcp_probe writes a throttled tcp_state exactly
+// when it is due (docs/EVENTS.md): at a connection's first segment, and at
+// each segment 4 ms or more after its last snapshot (on loopback srtt stays
+// far below 4 ms, and nothing is lost, so ssthresh and retrans_out never
+// change). Both ways are checked, at each tcp_rcv: a snapshot at the same
+// time where one was due, none where it was not. Each CPU decides most
+// segments from its copy of the socket's last snapshot (struct
+// state_memo), the rest from the socket's storage: a copy that decided
+// otherwise than the rule shows here. (Without loss, ssthresh and
+// retrans_out never change back to a copy's values, the case the copies'
+// counts guard; that needs the loss tests' traffic.)
+func TestTCPStateThrottle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF needs root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p, err := Load(Options{Groups: event.GroupTCP | event.GroupTCPState | event.GroupConn, BufferBytes: 4 << 20,
+		ControlBytes: 64 << 10, Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rd := ringReaders(t, p)
+	c := loopbackPair(t, ln)
+	msg := make([]byte, 1000)
+	// Paced writes (the workload, not a wait): ~40 windows of 4 ms.
+	for range 160 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	recs := drainRing(t, rd)
+	_, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lost[event.TCPRcv] + lost[event.TCPState]; n != 0 {
+		t.Fatalf("%d records lost", n)
+	}
+	const gap = 4_000_000
+	// In time order (the rings are per CPU); within one run tcp_rcv is
+	// written before its tcp_state, at the same time.
+	slices.SortStableFunc(recs, func(a, b []byte) int {
+		if c := cmp.Compare(binary.LittleEndian.Uint64(a[0:8]), binary.LittleEndian.Uint64(b[0:8])); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(a[30] == uint8(event.TCPState)), b2i(b[30] == uint8(event.TCPState)))
+	})
+	last := map[uint64]uint64{}    // conn -> time of its last tcp_state
+	states := map[[2]uint64]bool{} // (conn, time) of each tcp_state
+	for _, r := range recs {
+		if event.Type(r[30]) == event.TCPState {
+			conn, at := binary.LittleEndian.Uint64(r[8:16]), binary.LittleEndian.Uint64(r[0:8])
+			states[[2]uint64{conn, at}] = true
+			if srtt := binary.LittleEndian.Uint32(r[40:44]); srtt >= gap/1000 {
+				t.Fatalf("srtt %d µs on loopback: the gap is not 4 ms", srtt)
+			}
+		}
+	}
+	var due, quiet int
+	for _, r := range recs {
+		switch event.Type(r[30]) {
+		case event.TCPState:
+			conn, at := binary.LittleEndian.Uint64(r[8:16]), binary.LittleEndian.Uint64(r[0:8])
+			last[conn] = at
+		case event.TCPRcv:
+			conn, at := binary.LittleEndian.Uint64(r[8:16]), binary.LittleEndian.Uint64(r[0:8])
+			prev, seen := last[conn]
+			want := !seen || at-prev >= gap
+			got := states[[2]uint64{conn, at}]
+			if want != got {
+				t.Errorf("conn %d: tcp_rcv at %d, last snapshot %d ns before (seen %v): snapshot %v, want %v",
+					conn, at, at-prev, seen, got, want)
+			}
+			if want {
+				due++
+			} else {
+				quiet++
+			}
+		}
+	}
+	if due < 10 || quiet < 10 {
+		t.Fatalf("%d segments found a snapshot due, %d none: want both", due, quiet)
+	}
+	t.Logf("%d segments with a snapshot due, %d without", due, quiet)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -52,7 +52,20 @@ type syntheventCpuState struct {
 		Gen    uint32
 		Cookie uint64
 	}
-	Produced [2][32]uint64
+	Produced   [2][32]uint64
+	StateMemos [8]struct {
+		_      structs.HostLayout
+		Cookie uint64
+		State  struct {
+			_        structs.HostLayout
+			TimeNs   uint64
+			Ssthresh uint32
+			Retrans  uint32
+		}
+		Gen uint32
+		Pad uint32
+	}
+	Scratch [256]uint8
 }
 
 type syntheventFragKey struct {
@@ -151,8 +164,10 @@ const (
 	syntheventVarFilterTgid     = "filter_tgid"
 	syntheventVarNestedSize     = "nested_size"
 	syntheventVarNestedWakeup   = "nested_wakeup"
+	syntheventVarNoEmit         = "no_emit"
 	syntheventVarPublishOrdered = "publish_ordered"
 	syntheventVarSelfTgid       = "self_tgid"
+	syntheventVarStateGens      = "state_gens"
 	syntheventVarTupleGens      = "tuple_gens"
 	syntheventVarXmitAtDev      = "xmit_at_dev"
 	syntheventVarXmitAtIp       = "xmit_at_ip"
@@ -243,8 +258,10 @@ type syntheventVariableSpecs struct {
 	FilterTgid     *ebpf.VariableSpec `ebpf:"filter_tgid"`
 	NestedSize     *ebpf.VariableSpec `ebpf:"nested_size"`
 	NestedWakeup   *ebpf.VariableSpec `ebpf:"nested_wakeup"`
+	NoEmit         *ebpf.VariableSpec `ebpf:"no_emit"`
 	PublishOrdered *ebpf.VariableSpec `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
+	StateGens      *ebpf.VariableSpec `ebpf:"state_gens"`
 	TupleGens      *ebpf.VariableSpec `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.VariableSpec `ebpf:"xmit_at_dev"`
 	XmitAtIp       *ebpf.VariableSpec `ebpf:"xmit_at_ip"`
@@ -322,8 +339,10 @@ type syntheventVariables struct {
 	FilterTgid     *ebpf.Variable `ebpf:"filter_tgid"`
 	NestedSize     *ebpf.Variable `ebpf:"nested_size"`
 	NestedWakeup   *ebpf.Variable `ebpf:"nested_wakeup"`
+	NoEmit         *ebpf.Variable `ebpf:"no_emit"`
 	PublishOrdered *ebpf.Variable `ebpf:"publish_ordered"`
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
+	StateGens      *ebpf.Variable `ebpf:"state_gens"`
 	TupleGens      *ebpf.Variable `ebpf:"tuple_gens"`
 	XmitAtDev      *ebpf.Variable `ebpf:"xmit_at_dev"`
 	XmitAtIp       *ebpf.Variable `ebpf:"xmit_at_ip"`

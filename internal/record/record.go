@@ -98,6 +98,11 @@ type Config struct {
 	// openings and closes is recorded (probe.Options.Silent). For the
 	// bench's floor.
 	HooksOnly bool
+	// NoEmit runs every program of Groups in full but writes no event
+	// (probe.Options.NoEmit): only connections' openings and closes are
+	// recorded. For the bench's split of the cost into hooks, bodies and
+	// records.
+	NoEmit bool
 	// NewSink, if set, replaces the trace file at Output: it is called once
 	// with the trace header, after the probes load and before any record.
 	// Rotation and the daemon use it to put records somewhere else.
@@ -415,6 +420,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		Disable:         cfg.DisableHooks,
 		XmitAtDevice:    cfg.XmitAtDevice,
 		Silent:          cfg.HooksOnly,
+		NoEmit:          cfg.NoEmit,
 		ExcludeCgroupID: cfg.ExcludeCgroupID,
 		WakeupFill:      cfg.WakeupFill,
 		Summary:         cfg.Summary > 0,

@@ -53,3 +53,18 @@ func TestCELFilterEmpty(t *testing.T) {
 		t.Fatalf("record --filter ' ': %v", err)
 	}
 }
+
+// --no-emit runs every program in full: with --hooks-only (which runs
+// none) or --summary (which writes no event anyway) it is refused, before
+// anything loads.
+func TestNoEmitCombinations(t *testing.T) {
+	for _, extra := range [][]string{{"--hooks-only"}, {"--summary=1s"}} {
+		cmd := New()
+		cmd.SetArgs(append([]string{"-o", t.TempDir() + "/x.mgt", "--no-emit"}, extra...))
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), "record: --no-emit runs the programs in full") {
+			t.Fatalf("record --no-emit %v: %v", extra, err)
+		}
+	}
+}

@@ -38,7 +38,7 @@ func New() *cobra.Command {
 		duration                                         time.Duration
 		quiet                                            bool
 		disable                                          []string
-		xmitAtDevice, hooksOnly                          bool
+		xmitAtDevice, hooksOnly, noEmit                  bool
 		rotateEvery                                      time.Duration
 		rotateSize, onFull                               string
 		keep                                             int
@@ -133,6 +133,9 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if err := checkHooks(disable); err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
+			if noEmit && (hooksOnly || cmd.Flags().Changed("summary")) {
+				return fmt.Errorf("record: --no-emit runs the programs in full: it cannot be combined with --hooks-only or --summary")
+			}
 			if !cmd.Flags().Changed("flush-every") {
 				flushEvery = record.FlushEveryFor(rotateEvery)
 			}
@@ -157,6 +160,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 				DisableHooks: disable,
 				XmitAtDevice: xmitAtDevice,
 				HooksOnly:    hooksOnly,
+				NoEmit:       noEmit,
 				WakeupFill:   fill,
 				PollInterval: pollInterval,
 				FlushEvery:   flushEvery,
@@ -271,6 +275,10 @@ Event groups (--events, comma-separated; "-group" removes one):
 	// with nothing behind them.
 	f.BoolVar(&hooksOnly, "hooks-only", false, "attach the programs of the chosen groups but record no event: every run returns at its first check (the benchmark's floor)")
 	_ = f.MarkHidden("hooks-only")
+	// Benchmarks only (magnet bench's record-noemit): what the programs
+	// cost doing all their work, without the records.
+	f.BoolVar(&noEmit, "no-emit", false, "run every program of the chosen groups in full but write no event (connections' openings and closes only): the benchmark's bodies without records")
+	_ = f.MarkHidden("no-emit")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them, or learn_tcp and learn_udp, which learn the sockets that exist at start), as if the kernel lacked them")
 	return cmd
 }
