@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -321,6 +322,11 @@ func TestReceivePathGroups(t *testing.T) {
 	}
 	var polls, work uint64
 	softirq := map[string]uint64{}
+	type softRun struct {
+		t    uint64
+		exit bool
+	}
+	netRx := map[uint16][]softRun{} // by CPU
 	eachRecord(t, rec.path, func(rc trace.Record) {
 		switch rc.Type.Name {
 		case "napi_poll":
@@ -337,8 +343,25 @@ func TestReceivePathGroups(t *testing.T) {
 				t.Errorf("%s: vec %d, not NET_TX or NET_RX", rc.Type.Name, v)
 			}
 			softirq[rc.Type.Name+itoa(int64(v))]++
+			if v == 3 {
+				netRx[rc.CPU()] = append(netRx[rc.CPU()], softRun{rc.Time(), rc.Type.Name == "softirq_exit"})
+			}
 		}
 	})
+	// The NET_RX softirqs seen whole: on each CPU, an entry whose next
+	// NET_RX event is its exit. The kernel skips runs of these
+	// tracepoints, some counted (lost), some not (beside other recordings:
+	// 23,588 entries against 28,401 exits, none lost), so the counts of
+	// entries and exits do not tell how many pair; the trace does.
+	var whole uint64
+	for _, runs := range netRx {
+		sort.SliceStable(runs, func(i, j int) bool { return runs[i].t < runs[j].t })
+		for i := 1; i < len(runs); i++ {
+			if runs[i].exit && !runs[i-1].exit {
+				whole++
+			}
+		}
+	}
 	t.Logf("veth rx %d packets; %d NAPI polls took %d; softirqs %v; hard irqs %d/%d", after-before, polls, work, softirq, res.Events["irq_handler_entry"], res.Events["irq_handler_exit"])
 	if after-before < 200 || work < after-before {
 		t.Errorf("NAPI polls took %d packets, the receiving veth counted %d", work, after-before)
@@ -358,12 +381,10 @@ func TestReceivePathGroups(t *testing.T) {
 	}
 	rp := rep.ReceivePath[0]
 	// A softirq pairs its entry and exit; one whose entry or exit the
-	// kernel skipped (a BPF program was running on the CPU: counted lost)
-	// or that began before the recording is not paired.
-	pairs := min(softirq["softirq_entry3"], softirq["softirq_exit3"])
-	unpaired := res.LostBy["softirq_entry"] + res.LostBy["softirq_exit"] + uint64(len(rp.CPUs))
-	if rp.All.Polls != polls || rp.All.Packets != work || rp.All.NetRx > pairs || rp.All.NetRx+unpaired < pairs || rp.All.NetRxShare <= 0 || rp.All.NapiNs > rp.All.NetRxNs {
-		t.Errorf("receive path: %+v, want %d polls, %d packets, %d NET_RX softirqs (less at most %d), NAPI time within NET_RX time", rp.All, polls, work, pairs, unpaired)
+	// kernel skipped, or that began before the recording, is not paired.
+	if rp.All.Polls != polls || rp.All.Packets != work || rp.All.NetRx != whole || rp.All.NetRxShare <= 0 || rp.All.NapiNs > rp.All.NetRxNs {
+		t.Errorf("receive path: %+v, want %d polls, %d packets, %d NET_RX softirqs (entries %d, exits %d, lost %d and %d), NAPI time within NET_RX time",
+			rp.All, polls, work, whole, softirq["softirq_entry3"], softirq["softirq_exit3"], res.LostBy["softirq_entry"], res.LostBy["softirq_exit"])
 	}
 	// The Perfetto timeline: a slice per NET_RX softirq, an instant per
 	// poll.
