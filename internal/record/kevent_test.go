@@ -817,3 +817,27 @@ func matchIRQs(got, seen []irqRun, from, to uint64) (onlyGot, onlySeen []irqRun,
 	}
 	return onlyGot, onlySeen, inWindow
 }
+
+// TestMatchIRQs: a recorded run pairs with the witness's run of the same
+// line and CPU nearest in time, once; the witness's runs outside the
+// recording's window need no record.
+func TestMatchIRQs(t *testing.T) {
+	seen := []irqRun{{38, 1, 1_000}, {38, 1, 5_000_000}, {39, 0, 5_000_100}, {39, 0, 9_000_000}, {38, 1, 20_000_000}}
+	got := []irqRun{{38, 1, 5_000_050}, {39, 0, 5_000_120}, {39, 1, 9_000_000}}
+	onlyGot, onlySeen, in := matchIRQs(got, seen, 2_000, 10_000_000)
+	if in != 3 {
+		t.Errorf("%d of the witness's runs in the window, want 3", in)
+	}
+	// {39 1 9000000}: no run of line 39 on CPU 1; {39 0 9000000}: in the
+	// window, not recorded. The runs at 1 µs and 20 ms are outside it.
+	if len(onlyGot) != 1 || onlyGot[0] != (irqRun{39, 1, 9_000_000}) {
+		t.Errorf("recorded only: %v", onlyGot)
+	}
+	if len(onlySeen) != 1 || onlySeen[0] != (irqRun{39, 0, 9_000_000}) {
+		t.Errorf("witnessed only: %v", onlySeen)
+	}
+	// Farther than sameRunNs apart: not the same run.
+	if g, s, _ := matchIRQs([]irqRun{{38, 1, 1_000}}, []irqRun{{38, 1, 1_000 + sameRunNs + 1}}, 0, 1<<62); len(g) != 1 || len(s) != 1 {
+		t.Errorf("runs %d ns apart paired: %v %v", sameRunNs+1, g, s)
+	}
+}
