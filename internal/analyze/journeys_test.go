@@ -150,3 +150,47 @@ func TestJourneysTwoCPUs(t *testing.T) {
 		t.Errorf("dev_recv to ip_recv by ip id: %v, want 10: -3 µs, 11: -1 µs", got)
 	}
 }
+
+// TestJourneysTwoCPUsSender is TestJourneysTwoCPUs on the sender's side:
+// tcp_xmit of the first segment on CPU 0, of the second on CPU 1 (an ACK
+// processed in a softirq there sends it), and the second reaches IP first.
+// Both segments depart and arrive: two rows.
+func TestJourneysTwoCPUsSender(t *testing.T) {
+	recs := []rec{
+		{typ: "conn_open", conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "conn_open", conn: 2, lp: 80, rp: 40000, laddr: [4]byte{10, 0, 0, 2}, raddr: [4]byte{10, 0, 0, 1}},
+		{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, cpu: 0, tid: 7, t: 100 * us, u32: map[string]uint32{"seq": 1000, "gso_segs": 1}},
+		{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, cpu: 1, tid: 0, t: 101 * us, u32: map[string]uint32{"seq": 2000, "gso_segs": 1}},
+		{typ: "ip_send", conn: 1, size: 1052, cpu: 1, tid: 0, t: 102 * us, u32: map[string]uint32{"ip_id": 11}, u8: map[string]uint8{"family": 4}},
+		{typ: "dev_xmit", conn: 1, size: 1066, cpu: 1, tid: 0, t: 103 * us, u32: map[string]uint32{"gso_segs": 1}},
+		{typ: "ip_send", conn: 1, size: 1052, cpu: 0, tid: 7, t: 104 * us, u32: map[string]uint32{"ip_id": 10}, u8: map[string]uint8{"family": 4}},
+		{typ: "dev_xmit", conn: 1, size: 1066, cpu: 0, tid: 7, t: 105 * us, u32: map[string]uint32{"gso_segs": 1}},
+	}
+	for i, id := range []uint32{11, 10} {
+		for j, r := range []rec{
+			{typ: "dev_recv", conn: 2, size: 1052, u32: map[string]uint32{"gso_segs": 1}},
+			{typ: "ip_recv", conn: 2, size: 1052, u32: map[string]uint32{"ip_id": id}, u8: map[string]uint8{"family": 4}},
+		} {
+			r.t, r.cpu = uint64(200+10*i+j)*us, 1
+			recs = append(recs, r)
+		}
+	}
+	var k rowKeeper
+	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows, want one per segment (2): %v", n, k.rows)
+	}
+	col := map[string]int{}
+	for i, c := range export.JourneyColumns {
+		col[c.Name] = i
+	}
+	// Each row's tcp_xmit is its own segment's: seq 1000 for ip id 10.
+	for _, r := range k.rows {
+		if id, seq := r[col["ip_id"]].Uint, r[col["seq"]].Uint; seq != 1000+1000*(id-10) {
+			t.Errorf("ip id %d has the tcp_xmit of seq %d", id, seq)
+		}
+	}
+}
