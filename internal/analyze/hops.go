@@ -338,7 +338,7 @@ func (h *hopTracker) step(e *ev) {
 		if !ok {
 			return // its earlier layer was not seen (lost, or before recording)
 		}
-		p := h.take(&h.qXmit, i)
+		p := h.takeIn(&h.qXmit, i, e)
 		p.t = h.hop(hopXmitIP, p.t, e.t, segRef{h.cs, p.seg})
 		p.times[1] = p.t
 		p.ipid, p.hasID, p.ipSize, p.cpu, p.tid = uint16(e.a), e.b == 4, e.size, e.cpu, e.tid
@@ -355,7 +355,7 @@ func (h *hopTracker) step(e *ev) {
 			if !ok {
 				return
 			}
-			p = h.take(&h.qXmit, i)
+			p = h.takeIn(&h.qXmit, i, e)
 			h.devFacts(&p, e)
 			p.t = h.hop(hopXmitQueue, p.t, e.t, segRef{h.cs, p.seg})
 			p.times[1] = p.times[0]
@@ -364,7 +364,7 @@ func (h *hopTracker) step(e *ev) {
 			if !ok {
 				return
 			}
-			p = h.take(&h.qIP, i)
+			p = h.takeIn(&h.qIP, i, e)
 			p.t = h.hop(hopIPQueue, p.t, e.t, segRef{h.cs, p.seg})
 		}
 		p.cpu, p.tid = e.cpu, e.tid
@@ -383,13 +383,13 @@ func (h *hopTracker) step(e *ev) {
 			if !ok {
 				return
 			}
-			p = h.take(&h.qXmit, i)
+			p = h.takeIn(&h.qXmit, i, e)
 			h.devFacts(&p, e)
 			p.t = h.hop(hopXmitDev, p.t, e.t, segRef{h.cs, p.seg})
 			p.times[1] = p.times[0]
 		} else if i, ok := h.matchDev(&h.qIP, e, 1, true); ok && !h.queued {
 			// No qdisc: the device's transmit follows IP directly.
-			p = h.take(&h.qIP, i)
+			p = h.takeIn(&h.qIP, i, e)
 			p.t = h.hop(hopIPXmit, p.t, e.t, segRef{h.cs, p.seg})
 		} else {
 			return
@@ -433,7 +433,7 @@ func (h *hopTracker) step(e *ev) {
 		if !ok {
 			return
 		}
-		p := h.take(&h.qDev, i)
+		p := h.takeIn(&h.qDev, i, e)
 		if h.synSent && !h.established {
 			return // the SYN-ACK
 		}
@@ -488,6 +488,33 @@ func (h *hopTracker) take(q *fifo[pending], i int) pending {
 	p := *q.at(i)
 	h.skipped += uint64(i)
 	q.drop(i + 1)
+	return p
+}
+
+// takeIn is take for a hop made in one kernel call, ended by the event e.
+// When the segment is the latest the same CPU and thread passed, only the
+// earlier ones of that CPU and thread are given up on: their event at this
+// layer, made in the same call, is missing. Another CPU's are on their way
+// up at the same time (veth hands each packet to the backlog of the CPU
+// that sent it, and the two CPUs' backlogs are taken up in parallel), and
+// stay.
+func (h *hopTracker) takeIn(q *fifo[pending], i int, e *ev) pending {
+	p := *q.at(i)
+	if p.cpu != e.cpu || p.tid != e.tid {
+		return h.take(q, i)
+	}
+	// Keep the others in order, moved up to just before i+1.
+	w := i
+	for j := i - 1; j >= 0; j-- {
+		o := q.at(j)
+		if o.cpu == p.cpu && o.tid == p.tid {
+			h.skipped++
+			continue
+		}
+		*q.at(w) = *o
+		w--
+	}
+	q.drop(w + 1)
 	return p
 }
 

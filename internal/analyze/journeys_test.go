@@ -92,3 +92,105 @@ func TestJourneysByIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestJourneysTwoCPUs: two packets reach the receiver's device one after
+// the other, each on its own CPU's backlog (veth hands a packet to the
+// backlog of the CPU that sent it), and the second CPU takes its packet up
+// to IP first. ip_recv follows dev_recv in one kernel call, so the second
+// packet's ip_recv is that CPU's latest dev_recv; the first packet, on the
+// other CPU, is still on its way up and must not be given up on: both
+// packets have a journey.
+func TestJourneysTwoCPUs(t *testing.T) {
+	recs := []rec{
+		{typ: "conn_open", conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "conn_open", conn: 2, lp: 80, rp: 40000, laddr: [4]byte{10, 0, 0, 2}, raddr: [4]byte{10, 0, 0, 1}},
+	}
+	for s := 0; s < 2; s++ {
+		base := uint64(100+10*s) * us
+		seq, ipid := uint32(1000+1000*s), uint32(10+s)
+		for i, r := range []rec{
+			{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, u32: map[string]uint32{"seq": seq, "gso_segs": 1}},
+			{typ: "ip_send", conn: 1, size: 1052, u32: map[string]uint32{"ip_id": ipid}, u8: map[string]uint8{"family": 4}},
+			{typ: "dev_xmit", conn: 1, size: 1066, u32: map[string]uint32{"gso_segs": 1}},
+		} {
+			r.t, r.tid, r.cpu = base+uint64(i)*us, 7, uint16(s)
+			recs = append(recs, r)
+		}
+	}
+	// The receiver: dev_recv of the first on CPU 0, of the second on CPU
+	// 1; ip_recv of the second, then of the first.
+	for _, r := range []rec{
+		{typ: "dev_recv", conn: 2, size: 1052, cpu: 0, t: 200 * us, u32: map[string]uint32{"gso_segs": 1}},
+		{typ: "dev_recv", conn: 2, size: 1052, cpu: 1, t: 201 * us, u32: map[string]uint32{"gso_segs": 1}},
+		{typ: "ip_recv", conn: 2, size: 1052, cpu: 1, t: 202 * us, u32: map[string]uint32{"ip_id": 11}, u8: map[string]uint8{"family": 4}},
+		{typ: "ip_recv", conn: 2, size: 1052, cpu: 0, t: 203 * us, u32: map[string]uint32{"ip_id": 10}, u8: map[string]uint8{"family": 4}},
+	} {
+		r.tid = 0 // softirq over the idle task
+		recs = append(recs, r)
+	}
+	var k rowKeeper
+	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows, want one per packet (2): %v", n, k.rows)
+	}
+	col := map[string]int{}
+	for i, c := range export.JourneyColumns {
+		col[c.Name] = i
+	}
+	got := map[uint64]int64{}
+	for _, r := range k.rows {
+		got[r[col["ip_id"]].Uint] = r[col["dev_recv_ns"]].Int - r[col["ip_recv_ns"]].Int
+	}
+	// Each packet's dev_recv is its own CPU's: 3 µs before its ip_recv
+	// on CPU 0, 1 µs on CPU 1.
+	if len(got) != 2 || got[10] != -3*int64(us) || got[11] != -1*int64(us) {
+		t.Errorf("dev_recv to ip_recv by ip id: %v, want 10: -3 µs, 11: -1 µs", got)
+	}
+}
+
+// TestJourneysTwoCPUsSender is TestJourneysTwoCPUs on the sender's side:
+// tcp_xmit of the first segment on CPU 0, of the second on CPU 1 (an ACK
+// processed in a softirq there sends it), and the second reaches IP first.
+// Both segments depart and arrive: two rows.
+func TestJourneysTwoCPUsSender(t *testing.T) {
+	recs := []rec{
+		{typ: "conn_open", conn: 1, lp: 40000, rp: 80, laddr: [4]byte{10, 0, 0, 1}, raddr: [4]byte{10, 0, 0, 2}},
+		{typ: "conn_open", conn: 2, lp: 80, rp: 40000, laddr: [4]byte{10, 0, 0, 2}, raddr: [4]byte{10, 0, 0, 1}},
+		{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, cpu: 0, tid: 7, t: 100 * us, u32: map[string]uint32{"seq": 1000, "gso_segs": 1}},
+		{typ: "tcp_xmit", conn: 1, size: 1000, flags: 0x10, cpu: 1, tid: 0, t: 101 * us, u32: map[string]uint32{"seq": 2000, "gso_segs": 1}},
+		{typ: "ip_send", conn: 1, size: 1052, cpu: 1, tid: 0, t: 102 * us, u32: map[string]uint32{"ip_id": 11}, u8: map[string]uint8{"family": 4}},
+		{typ: "dev_xmit", conn: 1, size: 1066, cpu: 1, tid: 0, t: 103 * us, u32: map[string]uint32{"gso_segs": 1}},
+		{typ: "ip_send", conn: 1, size: 1052, cpu: 0, tid: 7, t: 104 * us, u32: map[string]uint32{"ip_id": 10}, u8: map[string]uint8{"family": 4}},
+		{typ: "dev_xmit", conn: 1, size: 1066, cpu: 0, tid: 7, t: 105 * us, u32: map[string]uint32{"gso_segs": 1}},
+	}
+	for i, id := range []uint32{11, 10} {
+		for j, r := range []rec{
+			{typ: "dev_recv", conn: 2, size: 1052, u32: map[string]uint32{"gso_segs": 1}},
+			{typ: "ip_recv", conn: 2, size: 1052, u32: map[string]uint32{"ip_id": id}, u8: map[string]uint8{"family": 4}},
+		} {
+			r.t, r.cpu = uint64(200+10*i+j)*us, 1
+			recs = append(recs, r)
+		}
+	}
+	var k rowKeeper
+	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d rows, want one per segment (2): %v", n, k.rows)
+	}
+	col := map[string]int{}
+	for i, c := range export.JourneyColumns {
+		col[c.Name] = i
+	}
+	// Each row's tcp_xmit is its own segment's: seq 1000 for ip id 10.
+	for _, r := range k.rows {
+		if id, seq := r[col["ip_id"]].Uint, r[col["seq"]].Uint; seq != 1000+1000*(id-10) {
+			t.Errorf("ip id %d has the tcp_xmit of seq %d", id, seq)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,7 +45,9 @@ func TestJourneysTruth(t *testing.T) {
 	stop := capture(t, lab.Server, lab.Server.Iface, port)
 	var got int64
 	path := recordDuring(t, port, event.DefaultGroups|event.GroupIP, func() { got = transfer(t, lab.Command, lab.Client, lab.Server, port, count, size) })
-	wirePackets := tsharkData(t, stop(), port)
+	pcap := stop()
+	keepOnFailure(t, path, pcap)
+	wirePackets := tsharkData(t, pcap, port)
 	if got != count*size {
 		t.Fatalf("receiver read %d bytes, want %d", got, count*size)
 	}
@@ -132,8 +136,8 @@ func TestJourneysTruth(t *testing.T) {
 	layers := dataEvents(t, path, map[string]uint32{"tcp_xmit": lab.Client.NetNSInode, "ip_send": lab.Client.NetNSInode,
 		"dev_queue": lab.Client.NetNSInode, "dev_xmit": lab.Client.NetNSInode,
 		"dev_recv": lab.Server.NetNSInode, "ip_recv": lab.Server.NetNSInode})
-	t.Logf("%d journeys (%d with every layer); tshark: %d data packets on the receiver's veth; in the trace: %v",
-		len(rows), complete, len(wirePackets), layers)
+	t.Logf("%d journeys (%d with every layer); tshark: %d data packets on the receiver's veth; in the trace: %v; records out of time order by up to %d",
+		len(rows), complete, len(wirePackets), layers, lateness(t, path))
 	whole := true
 	for l, n := range layers {
 		if len(rows) > n {
@@ -199,6 +203,57 @@ func TestJourneysTruth(t *testing.T) {
 			}
 		}
 	}
+}
+
+// keepOnFailure copies files (a trace, a capture) out of the test's
+// temporary directories when the test fails, so that a failure seen once in
+// many runs can be read afterwards, and logs where they are.
+func keepOnFailure(t *testing.T, files ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dir, err := os.MkdirTemp("", "magnet-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
+		if err != nil {
+			t.Logf("keep the failed run's files: %v", err)
+			return
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644)
+			}
+			if err != nil {
+				t.Logf("keep %s: %v", f, err)
+			}
+		}
+		t.Logf("the failed run's files are kept in %s", dir)
+	})
+}
+
+// lateness returns how far out of time order the trace at path is: the
+// most records any record comes after that are later in time.
+func lateness(t *testing.T, path string) int {
+	t.Helper()
+	r, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var seen []uint64 // sorted
+	most := 0
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			break
+		}
+		ts := rec.Time()
+		i := sort.Search(len(seen), func(i int) bool { return seen[i] > ts })
+		most = max(most, len(seen)-i)
+		seen = slices.Insert(seen, i, ts)
+	}
+	return most
 }
 
 // rowRecorder keeps a copy of every row it passes on.

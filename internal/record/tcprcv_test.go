@@ -50,7 +50,7 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 	srv.Wait()
 	waitClosed(t, lab, port)
 	capt.stop(t)
-	rec.stop(t)
+	res := rec.stop(t)
 
 	// The data connection: the client's end that sent the most.
 	var data netip.AddrPort
@@ -65,13 +65,20 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 		t.Fatal("no client connection to the server in the trace")
 	}
 	got := tcpRcvHeads(t, rec.path, id)
-	_, _, sum := readTrace(t, rec.path)
-	if sum.Lost != 0 || (sum.Missed != nil && *sum.Missed != 0) {
-		var missed uint64
-		if sum.Missed != nil {
-			missed = *sum.Missed
-		}
-		t.Fatalf("the recording lost %d events and skipped %d program runs (%v): not complete, nothing to compare", sum.Lost, missed, sum.Extra["missed_by_program"])
+	if res.Lost != 0 {
+		t.Fatalf("the recording lost %d events (%v): not complete, nothing to compare", res.Lost, res.LostBy)
+	}
+	// A run of a program the kernel skipped (its recursion guard: the
+	// program was already running on the CPU, as when a softirq delivers
+	// to the server's socket while the client's backlog is processed in
+	// its thread) writes nothing, and is counted: tcp_probe's skipped runs
+	// may leave frames with no tcp_rcv (beside other tests: 1 to 33 of
+	// tcp_probe's runs missed in 12 of 104 runs, mostly other sockets':
+	// once, 2 of the data connection's frames beyond the backlog's
+	// merges). Other programs' skips do not touch tcp_rcv.
+	probeMissed := res.MissedBy["tcp_probe"]
+	if res.Missed != 0 {
+		t.Logf("the kernel skipped %d runs of magnet's programs (%v), %d of tcp_probe", res.Missed, res.MissedBy, probeMissed)
 	}
 	want := tsharkIn(t, capt.path, data)
 	windows := map[uint64]bool{}
@@ -100,8 +107,8 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 		}
 		j++
 	}
-	t.Logf("%d frames skipped before the last record (merged in the backlog), %d after it (the socket closed); the namespace's TCPBacklogCoalesce %d", skipped, len(want)-j, coalesced)
-	if uint64(skipped) > coalesced {
+	t.Logf("%d frames skipped before the last record (merged in the backlog, or tcp_probe's runs skipped: %d), %d after it (the socket closed); the namespace's TCPBacklogCoalesce %d", skipped, probeMissed, len(want)-j, coalesced)
+	if uint64(skipped) > coalesced+probeMissed {
 		// Seen 1 run in 10 on a loaded host: one ACK frame that TCP
 		// counted (TcpInSegs) has no tcp_rcv, was not merged, and no
 		// program run was missed. In 10 other runs bpftrace's count of
@@ -109,7 +116,7 @@ func TestTCPRcvEqualsTshark(t *testing.T) {
 		// The same open question as device events missing under load
 		// (docs/EVENTS.md).
 		out, _ := lab.Command(lab.Client, "nstat", "-a").Output()
-		t.Logf("known gap: %d frames have no tcp_rcv, %d more than the kernel merged in socket backlogs; the client's counters:\n%s", skipped, uint64(skipped)-coalesced, out)
+		t.Logf("known gap: %d frames have no tcp_rcv, %d more than the kernel merged in socket backlogs and skipped runs of tcp_probe; the client's counters:\n%s", skipped, uint64(skipped)-coalesced-probeMissed, out)
 	}
 }
 
