@@ -123,8 +123,10 @@ const Tries = 8
 // interface whose runs are the same at both reads had them unchanged all
 // through the counters' read, so the pair is of one instant: it is kept.
 // Those whose runs moved are read again, up to Tries times; the last try
-// is kept with the runs' movement as its uncertainty.
-func take(src Source, nss map[uint32]string, readLinks func(string) (map[uint32]Link, error)) (*snapshot, error) {
+// is kept with the runs' movement as its uncertainty. A namespace is
+// entered once for all its tries, and its tries follow each other: the
+// runs read after one namespace's counters are those before the next's.
+func take(src Source, nss map[uint32]string, in linksIn) (*snapshot, error) {
 	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}}
 	q, x, r, n := src.DevAttached()
 	s.attached, s.attaches = [3]bool{q, x, r}, n
@@ -132,40 +134,44 @@ func take(src Source, nss map[uint32]string, readLinks func(string) (map[uint32]
 	if err != nil {
 		return nil, err
 	}
-	pending := slices.Sorted(maps.Keys(nss))
-	for try := 0; try < Tries && len(pending) > 0; try++ {
-		links := map[uint32]map[uint32]Link{}
-		for _, ns := range pending {
-			l, err := readLinks(nss[ns])
-			if err != nil {
-				s.unread[ns] = err.Error()
-				continue
+	for _, ns := range slices.Sorted(maps.Keys(nss)) {
+		var runsErr error
+		err := in(nss[ns], func(read func() (map[uint32]Link, error)) error {
+			for range Tries {
+				links, err := read()
+				if err != nil {
+					return err
+				}
+				after, err := runsByKey(src)
+				if err != nil {
+					runsErr = err
+					return err
+				}
+				settled := true
+				for ifindex, l := range links {
+					k := Key{NetNS: ns, Ifindex: ifindex}
+					if p, ok := s.at[k]; ok && p.unc == (probe.DevRuns{}) {
+						continue
+					}
+					p := point{runs: after[k], link: l, unc: moved(before[k], after[k])}
+					s.at[k] = p
+					if p.unc != (probe.DevRuns{}) {
+						settled = false
+					}
+				}
+				before = after
+				if settled {
+					return nil
+				}
 			}
-			links[ns] = l
+			return nil
+		})
+		if runsErr != nil {
+			return nil, runsErr
 		}
-		after, err := runsByKey(src)
 		if err != nil {
-			return nil, err
+			s.unread[ns] = err.Error()
 		}
-		var again []uint32
-		for _, ns := range pending {
-			settled := true
-			for ifindex, l := range links[ns] {
-				k := Key{NetNS: ns, Ifindex: ifindex}
-				if p, ok := s.at[k]; ok && p.unc == (probe.DevRuns{}) {
-					continue
-				}
-				p := point{runs: after[k], link: l, unc: moved(before[k], after[k])}
-				s.at[k] = p
-				if p.unc != (probe.DevRuns{}) {
-					settled = false
-				}
-			}
-			if !settled {
-				again = append(again, ns)
-			}
-		}
-		pending, before = again, after
 	}
 	return s, nil
 }
@@ -307,9 +313,9 @@ func compareAll(start, end *snapshot) Report {
 // from its start: Start once the programs are attached, then Check as
 // often as wanted (each reads every interface of the namespaces).
 type Checker struct {
-	src       Source
-	nss       map[uint32]string
-	readLinks func(string) (map[uint32]Link, error)
+	src     Source
+	nss     map[uint32]string
+	linksIn linksIn
 
 	mu       sync.Mutex
 	start    *snapshot
@@ -329,14 +335,14 @@ type dirKey struct {
 // NewChecker compares on the interfaces of the network namespaces nss
 // (inode → a path that opens it).
 func NewChecker(src Source, nss map[uint32]string) *Checker {
-	return &Checker{src: src, nss: nss, readLinks: ReadLinks, high: map[dirKey]uint64{}}
+	return &Checker{src: src, nss: nss, linksIn: linksInNetNS, high: map[dirKey]uint64{}}
 }
 
 // Start reads the snapshot the comparison starts from. Call it after the
 // programs attached: a frame before that is counted by the interface
 // before the start, and a run is counted only once attached.
 func (c *Checker) Start() error {
-	s, err := take(c.src, c.nss, c.readLinks)
+	s, err := take(c.src, c.nss, c.linksIn)
 	if err != nil {
 		return fmt.Errorf("device runs at start: %w", err)
 	}
@@ -355,7 +361,7 @@ func (c *Checker) Check() (Report, error) {
 	if start == nil {
 		return Report{}, fmt.Errorf("device runs: not started")
 	}
-	end, err := take(c.src, c.nss, c.readLinks)
+	end, err := take(c.src, c.nss, c.linksIn)
 	if err != nil {
 		return Report{}, fmt.Errorf("device runs: %w", err)
 	}

@@ -82,6 +82,13 @@ func (f *fakeSource) DevAttached() (bool, bool, bool, uint64) { return true, tru
 
 const ns = 4026531840
 
+// plainLinks is a linksIn whose reads call read with the namespace's path.
+func plainLinks(read func(string) (map[uint32]Link, error)) linksIn {
+	return func(path string, fn func(func() (map[uint32]Link, error)) error) error {
+		return fn(func() (map[uint32]Link, error) { return read(path) })
+	}
+}
+
 func key(ifindex uint32) uint64 { return uint64(ns)<<32 | uint64(ifindex) }
 
 // TestTakeSettles: a pair of reads of the runs that moved while the
@@ -100,7 +107,7 @@ func TestTakeSettles(t *testing.T) {
 		n++
 		return map[uint32]Link{2: l}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +133,7 @@ func TestTakeUnsettled(t *testing.T) {
 		n++
 		return map[uint32]Link{2: veth(10*n-5, 0, 0)}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +200,7 @@ func TestCheckBeforeStart(t *testing.T) {
 	if _, err := c.Check(); err == nil {
 		t.Error("Check before Start: no error")
 	}
-	c.readLinks = func(string) (map[uint32]Link, error) { return nil, errors.New("no such namespace") }
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) { return nil, errors.New("no such namespace") })
 	c.nss = map[uint32]string{ns: "/nowhere"}
 	c.src = &fakeSource{reads: []map[uint64]probe.DevRuns{{}}}
 	if err := c.Start(); err != nil {
@@ -217,7 +224,7 @@ func TestRebaseOnAttach(t *testing.T) {
 	src := &fakeSource{reads: []map[uint64]probe.DevRuns{{key(2): {Xmit: 0}}}}
 	tx := uint64(0)
 	c := NewChecker(src, map[uint32]string{ns: "/x"})
-	c.readLinks = func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil }
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil })
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -244,3 +251,63 @@ func TestRebaseOnAttach(t *testing.T) {
 		t.Errorf("after the change: dev_xmit %+v, total %d; want 3 of 30 (and 3 at dev_queue)", x, rep.Skipped)
 	}
 }
+
+// TestTakeChainsNamespaces: the runs read after one namespace's counters
+// are the runs before the next one's, and a namespace that settled is not
+// read again while another is.
+func TestTakeChainsNamespaces(t *testing.T) {
+	const ns2 = ns + 1
+	k2 := uint64(ns2)<<32 | 3
+	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // before all
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // after ns's first read: settled
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after ns2's first read: moved
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after its second: settled
+	}}
+	reads := map[string]int{}
+	read := func(path string) (map[uint32]Link, error) {
+		reads[path]++
+		if path == "/a" {
+			return map[uint32]Link{2: veth(5, 0, 0)}, nil
+		}
+		return map[uint32]Link{3: veth(0, 0, uint64(reads[path]))}, nil
+	}
+	s, err := take(src, map[uint32]string{ns: "/a", ns2: "/b"}, plainLinks(read))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads["/a"] != 1 || reads["/b"] != 2 {
+		t.Errorf("counters read %v, want /a once, /b twice", reads)
+	}
+	if p := s.at[Key{ns, 2}]; p.runs.Xmit != 5 || p.unc != (probe.DevRuns{}) {
+		t.Errorf("ns: kept %+v, want runs 5 settled", p)
+	}
+	if p := s.at[Key{ns2, 3}]; p.runs.Recv != 4 || p.link.RxPackets != 2 || p.unc != (probe.DevRuns{}) {
+		t.Errorf("ns2: kept %+v, want runs 4 with the second read, settled", p)
+	}
+}
+
+// TestTakeRunsError: a failed read of the runs fails the snapshot, not
+// only the namespace being read.
+func TestTakeRunsError(t *testing.T) {
+	src := &failingSource{ok: 1}
+	_, err := take(src, map[uint32]string{ns: "/a"}, plainLinks(func(string) (map[uint32]Link, error) {
+		return map[uint32]Link{2: veth(1, 0, 0)}, nil
+	}))
+	if err == nil || !strings.Contains(err.Error(), "map gone") {
+		t.Errorf("error %v, want the runs' read error", err)
+	}
+}
+
+// failingSource reads the runs ok times, then fails.
+type failingSource struct{ ok int }
+
+func (f *failingSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
+	if f.ok == 0 {
+		return nil, errors.New("map gone")
+	}
+	f.ok--
+	return map[uint64]probe.DevRuns{}, nil
+}
+
+func (f *failingSource) DevAttached() (bool, bool, bool, uint64) { return true, true, true, 0 }
