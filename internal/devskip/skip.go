@@ -19,6 +19,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/probe"
 )
@@ -322,6 +323,12 @@ type Checker struct {
 	high     map[dirKey]uint64
 	latest   *Report
 	checking bool
+	// quiet: the runs and attaches read before latest's check, and when;
+	// CheckLater makes no new check while they stay the same (QuietFor).
+	quiet quietMark
+	now   func() time.Time
+	// checked, if not nil, is sent to after each background check (tests).
+	checked chan struct{}
 	// carried: what was compared before the last change of the programs
 	// attached, added to what is compared since.
 	carried Report
@@ -335,7 +342,7 @@ type dirKey struct {
 // NewChecker compares on the interfaces of the network namespaces nss
 // (inode → a path that opens it).
 func NewChecker(src Source, nss map[uint32]string) *Checker {
-	return &Checker{src: src, nss: nss, linksIn: linksInNetNS, high: map[dirKey]uint64{}}
+	return &Checker{src: src, nss: nss, linksIn: linksInNetNS, high: map[dirKey]uint64{}, now: time.Now}
 }
 
 // Start reads the snapshot the comparison starts from. Call it after the
@@ -464,9 +471,28 @@ func (c *Checker) Counters(rep Report) []Counter {
 	return out
 }
 
-// CheckLater starts a Check in the background, unless one is under way:
-// reading every namespace's interfaces takes milliseconds, which a
-// caller that must not wait (the recorder's loop) leaves to Latest.
+// QuietFor bounds how long CheckLater leaves the last report as it is
+// while the device programs' runs do not move.
+//
+// Reading every namespace's interface counters takes a recorder ~0.1 ms
+// per namespace; most of an idle recorder's CPU time when done each
+// second. The runs are one system call. A frame on a recorded veth runs
+// the device programs at both ends, so runs that did not move mean no
+// frame crossed, unless the kernel skipped the programs at both ends of
+// every frame since: only that is reported up to QuietFor late (and
+// exactly by the Check at the end).
+const QuietFor = 10 * time.Second
+
+type quietMark struct {
+	runs     map[Key]probe.DevRuns
+	attaches uint64
+	at       time.Time
+}
+
+// CheckLater starts a Check in the background, unless one is under way
+// or the runs did not move since the last one (QuietFor): reading every
+// namespace's interfaces takes milliseconds, which a caller that must not
+// wait (the recorder's loop) leaves to Latest.
 func (c *Checker) CheckLater() {
 	c.mu.Lock()
 	if c.checking || c.start == nil {
@@ -474,14 +500,32 @@ func (c *Checker) CheckLater() {
 		return
 	}
 	c.checking = true
+	last := c.quiet
+	haveLatest := c.latest != nil
 	c.mu.Unlock()
+	_, _, _, attaches := c.src.DevAttached()
+	runs, err := runsByKey(c.src)
+	now := c.now()
+	if err == nil && haveLatest && last.runs != nil && attaches == last.attaches &&
+		now.Sub(last.at) < QuietFor && maps.Equal(runs, last.runs) {
+		c.mu.Lock()
+		c.checking = false
+		c.mu.Unlock()
+		return
+	}
 	go func() {
 		rep, err := c.Check()
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		c.checking = false
 		if err == nil {
 			c.latest = &rep
+			// The runs read before the check: any run during it
+			// makes the next CheckLater check again.
+			c.quiet = quietMark{runs: runs, attaches: attaches, at: now}
+		}
+		c.mu.Unlock()
+		if c.checked != nil {
+			c.checked <- struct{}{}
 		}
 	}()
 }

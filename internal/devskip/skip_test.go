@@ -4,8 +4,11 @@ package devskip
 
 import (
 	"errors"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/probe"
 )
@@ -311,3 +314,106 @@ func (f *failingSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
 }
 
 func (f *failingSource) DevAttached() (bool, bool, bool, uint64) { return true, true, true, 0 }
+
+// stillSource reports the same runs until told otherwise.
+type stillSource struct {
+	mu       sync.Mutex
+	runs     map[uint64]probe.DevRuns
+	attaches uint64
+}
+
+func (s *stillSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.runs), nil
+}
+
+func (s *stillSource) DevAttached() (bool, bool, bool, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return true, true, true, s.attaches
+}
+
+func (s *stillSource) set(r probe.DevRuns, attaches uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// No qdisc: net_dev_queue runs for each frame sent, as does xmit.
+	r.Queue, r.QueueDirect = r.Xmit, r.Xmit
+	s.runs, s.attaches = map[uint64]probe.DevRuns{key(2): r}, attaches
+}
+
+// TestCheckLaterQuiet: while the runs and the programs attached stay the
+// same, CheckLater reads no interface counters and the last report stays,
+// for up to QuietFor; runs that move, an attach, or QuietFor passed make
+// it check again, and that check sees what changed.
+func TestCheckLaterQuiet(t *testing.T) {
+	src := &stillSource{}
+	src.set(probe.DevRuns{Xmit: 4}, 0)
+	tx := uint64(4)
+	reads := 0
+	c := NewChecker(src, map[uint32]string{ns: "/x"})
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) {
+		reads++ // only the checks' goroutines read, one at a time
+		return map[uint32]Link{2: veth(tx, 0, 0)}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	checkLater := func() (checked bool) {
+		c.CheckLater()
+		select {
+		case <-c.checked:
+			return true
+		default:
+		}
+		c.mu.Lock()
+		busy := c.checking
+		c.mu.Unlock()
+		if busy {
+			<-c.checked
+			return true
+		}
+		return false
+	}
+	if !checkLater() {
+		t.Fatal("first CheckLater made no check")
+	}
+	if n := reads; n != 1 {
+		t.Fatalf("first check read the counters %d times, want 1", n)
+	}
+	now = now.Add(QuietFor - time.Second)
+	if checkLater() {
+		t.Error("runs unchanged: checked again")
+	}
+	// Frames with runs: checked at once, and the report shows them.
+	src.set(probe.DevRuns{Xmit: 10}, 0)
+	tx = 11 // one frame the kernel ran no program for
+	if !checkLater() {
+		t.Fatal("runs moved: no check")
+	}
+	// 7 frames sent, 6 runs, at dev_xmit and at dev_queue.
+	if rep, _ := c.Latest(); rep.Skipped != 2 {
+		t.Errorf("after the frames: skipped %d, want 1 at each of dev_xmit and dev_queue", rep.Skipped)
+	}
+	if checkLater() {
+		t.Error("runs unchanged since the last check: checked again")
+	}
+	// Frames with no run at all: seen once QuietFor has passed.
+	tx = 13
+	now = now.Add(QuietFor)
+	if !checkLater() {
+		t.Fatal("QuietFor passed: no check")
+	}
+	if rep, _ := c.Latest(); rep.Skipped != 6 {
+		t.Errorf("after QuietFor: skipped %d, want 3 at each of dev_xmit and dev_queue", rep.Skipped)
+	}
+	// A program attached or detached: checked.
+	src.set(probe.DevRuns{Xmit: 10}, 1)
+	if !checkLater() {
+		t.Error("attaches changed: no check")
+	}
+}
