@@ -111,6 +111,9 @@ type snapshot struct {
 	unread   map[uint32]string // netns → why its interfaces were not read
 	attached [3]bool           // queue, xmit, recv
 	attaches uint64
+	// readAt: when each namespace's counters were read (a namespace
+	// taken over from an earlier snapshot keeps its time).
+	readAt map[uint32]time.Time
 }
 
 // Tries bounds the reads of a snapshot: each reads every interface's
@@ -127,15 +130,30 @@ const Tries = 8
 // is kept with the runs' movement as its uncertainty. A namespace is
 // entered once for all its tries, and its tries follow each other: the
 // runs read after one namespace's counters are those before the next's.
-func take(src Source, nss map[uint32]string, in linksIn) (*snapshot, error) {
-	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}}
+func take(src Source, nss map[uint32]string, in linksIn, prev *snapshot, now time.Time) (*snapshot, error) {
+	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}, readAt: map[uint32]time.Time{}}
 	q, x, r, n := src.DevAttached()
 	s.attached, s.attaches = [3]bool{q, x, r}, n
 	before, err := runsByKey(src)
 	if err != nil {
 		return nil, err
 	}
+	var prevByNS map[uint32][]Key
+	if prev != nil && prev.attaches == s.attaches {
+		prevByNS = map[uint32][]Key{}
+		for k := range prev.at {
+			prevByNS[k.NetNS] = append(prevByNS[k.NetNS], k)
+		}
+	}
 	for _, ns := range slices.Sorted(maps.Keys(nss)) {
+		if prevByNS != nil && quietSince(prev, prevByNS[ns], ns, before, now) {
+			for _, k := range prevByNS[ns] {
+				s.at[k] = prev.at[k]
+			}
+			s.readAt[ns] = prev.readAt[ns]
+			continue
+		}
+		s.readAt[ns] = now
 		var runsErr error
 		err := in(nss[ns], func(read func() (map[uint32]Link, error)) error {
 			for range Tries {
@@ -175,6 +193,28 @@ func take(src Source, nss map[uint32]string, in linksIn) (*snapshot, error) {
 		}
 	}
 	return s, nil
+}
+
+// quietSince says whether namespace ns's interfaces (keys, in prev) can
+// be taken over from prev: read less than QuietFor before now, every one
+// settled, and the runs of every interface of ns the same in runs as at
+// that read (see QuietFor).
+func quietSince(prev *snapshot, keys []Key, ns uint32, runs map[Key]probe.DevRuns, now time.Time) bool {
+	at, ok := prev.readAt[ns]
+	if !ok || now.Sub(at) >= QuietFor || len(keys) == 0 {
+		return false
+	}
+	for _, k := range keys {
+		if p := prev.at[k]; p.unc != (probe.DevRuns{}) || p.runs != runs[k] {
+			return false
+		}
+	}
+	for k := range runs {
+		if _, ok := prev.at[k]; k.NetNS == ns && !ok {
+			return false // runs on an interface prev did not have
+		}
+	}
+	return true
 }
 
 func runsByKey(src Source) (map[Key]probe.DevRuns, error) {
@@ -318,8 +358,11 @@ type Checker struct {
 	nss     map[uint32]string
 	linksIn linksIn
 
-	mu       sync.Mutex
-	start    *snapshot
+	mu    sync.Mutex
+	start *snapshot
+	// last: the last snapshot taken, whose quiet namespaces the next
+	// background check takes over.
+	last     *snapshot
 	high     map[dirKey]uint64
 	latest   *Report
 	checking bool
@@ -349,31 +392,40 @@ func NewChecker(src Source, nss map[uint32]string) *Checker {
 // programs attached: a frame before that is counted by the interface
 // before the start, and a run is counted only once attached.
 func (c *Checker) Start() error {
-	s, err := take(c.src, c.nss, c.linksIn)
+	s, err := take(c.src, c.nss, c.linksIn, nil, c.now())
 	if err != nil {
 		return fmt.Errorf("device runs at start: %w", err)
 	}
 	c.mu.Lock()
-	c.start = s
+	c.start, c.last = s, s
 	c.mu.Unlock()
 	return nil
 }
 
 // Check compares from the start to now. Call it before the programs
 // detach: a frame after is counted by the interface and by no program.
-func (c *Checker) Check() (Report, error) {
+func (c *Checker) Check() (Report, error) { return c.check(false) }
+
+// check is Check; with reuse, a namespace whose runs did not move since
+// the last snapshot is taken over from it rather than read (QuietFor).
+func (c *Checker) check(reuse bool) (Report, error) {
 	c.mu.Lock()
 	start := c.start
+	var prev *snapshot
+	if reuse {
+		prev = c.last
+	}
 	c.mu.Unlock()
 	if start == nil {
 		return Report{}, fmt.Errorf("device runs: not started")
 	}
-	end, err := take(c.src, c.nss, c.linksIn)
+	end, err := take(c.src, c.nss, c.linksIn, prev, c.now())
 	if err != nil {
 		return Report{}, fmt.Errorf("device runs: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.last = end
 	if c.start != start {
 		// Another Check rebased meanwhile: this one's start is gone.
 		return Report{}, fmt.Errorf("device runs: compared from a start since replaced")
@@ -514,7 +566,7 @@ func (c *Checker) CheckLater() {
 		return
 	}
 	go func() {
-		rep, err := c.Check()
+		rep, err := c.check(true)
 		c.mu.Lock()
 		c.checking = false
 		if err == nil {

@@ -110,7 +110,7 @@ func TestTakeSettles(t *testing.T) {
 		n++
 		return map[uint32]Link{2: l}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read))
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestTakeUnsettled(t *testing.T) {
 		n++
 		return map[uint32]Link{2: veth(10*n-5, 0, 0)}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read))
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestTakeChainsNamespaces(t *testing.T) {
 		}
 		return map[uint32]Link{3: veth(0, 0, uint64(reads[path]))}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/a", ns2: "/b"}, plainLinks(read))
+	s, err := take(src, map[uint32]string{ns: "/a", ns2: "/b"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestTakeRunsError(t *testing.T) {
 	src := &failingSource{ok: 1}
 	_, err := take(src, map[uint32]string{ns: "/a"}, plainLinks(func(string) (map[uint32]Link, error) {
 		return map[uint32]Link{2: veth(1, 0, 0)}, nil
-	}))
+	}), nil, time.Time{})
 	if err == nil || !strings.Contains(err.Error(), "map gone") {
 		t.Errorf("error %v, want the runs' read error", err)
 	}
@@ -379,11 +379,12 @@ func TestCheckLaterQuiet(t *testing.T) {
 		}
 		return false
 	}
+	// The first makes a report; the namespace is the start's, unread.
 	if !checkLater() {
 		t.Fatal("first CheckLater made no check")
 	}
-	if n := reads; n != 1 {
-		t.Fatalf("first check read the counters %d times, want 1", n)
+	if n := reads; n != 0 {
+		t.Fatalf("first check read the counters %d times, want none (runs as at the start)", n)
 	}
 	now = now.Add(QuietFor - time.Second)
 	if checkLater() {
@@ -396,6 +397,9 @@ func TestCheckLaterQuiet(t *testing.T) {
 		t.Fatal("runs moved: no check")
 	}
 	// 7 frames sent, 6 runs, at dev_xmit and at dev_queue.
+	if reads != 1 {
+		t.Errorf("counters read %d times, want once", reads)
+	}
 	if rep, _ := c.Latest(); rep.Skipped != 2 {
 		t.Errorf("after the frames: skipped %d, want 1 at each of dev_xmit and dev_queue", rep.Skipped)
 	}
@@ -415,5 +419,54 @@ func TestCheckLaterQuiet(t *testing.T) {
 	src.set(probe.DevRuns{Xmit: 10}, 1)
 	if !checkLater() {
 		t.Error("attaches changed: no check")
+	}
+}
+
+// TestCheckLaterQuietNamespace: a background check reads only the
+// namespaces whose runs moved; the others' interfaces are taken over
+// from the last snapshot, and the report still covers them.
+func TestCheckLaterQuietNamespace(t *testing.T) {
+	const ns2 = ns + 1
+	k2 := uint64(ns2)<<32 | 3
+	src := &stillSource{}
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(2): {Recv: 4}, k2: {Recv: 7}}
+	src.mu.Unlock()
+	reads := map[string]int{}
+	rx := map[string]uint64{"/a": 4, "/b": 7}
+	c := NewChecker(src, map[uint32]string{ns: "/a", ns2: "/b"})
+	c.linksIn = plainLinks(func(path string) (map[uint32]Link, error) {
+		reads[path]++
+		idx := map[string]uint32{"/a": 2, "/b": 3}[path]
+		return map[uint32]Link{idx: veth(0, 0, rx[path])}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	clear(reads)
+	// Frames into /b only, one of them with no run.
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(2): {Recv: 4}, k2: {Recv: 9}}
+	src.mu.Unlock()
+	rx["/b"] = 10
+	c.CheckLater()
+	<-c.checked
+	if reads["/a"] != 0 || reads["/b"] != 1 {
+		t.Errorf("counters read %v, want /b only", reads)
+	}
+	rep, _ := c.Latest()
+	if rep.Skipped != 1 || rep.Checked() != 6 {
+		t.Errorf("report: skipped %d over %d directions, want 1 over 6 (three of each veth)", rep.Skipped, rep.Checked())
+	}
+	// The final Check reads every namespace.
+	clear(reads)
+	if _, err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if reads["/a"] != 1 || reads["/b"] != 1 {
+		t.Errorf("Check read %v, want every namespace once", reads)
 	}
 }
