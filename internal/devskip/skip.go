@@ -555,9 +555,17 @@ func (c *Checker) CheckLater() {
 	last := c.quiet
 	haveLatest := c.latest != nil
 	c.mu.Unlock()
-	_, _, _, attaches := c.src.DevAttached()
-	runs, err := runsByKey(c.src)
+	q, x, r, attaches := c.src.DevAttached()
 	now := c.now()
+	var runs map[Key]probe.DevRuns
+	var err error
+	if !q && !x && !r && attaches == last.attaches && last.runs != nil {
+		// No device program attached since the last check: no run
+		// can have moved, and none was compared.
+		runs = last.runs
+	} else {
+		runs, err = runsByKey(c.src)
+	}
 	if err == nil && haveLatest && last.runs != nil && attaches == last.attaches &&
 		now.Sub(last.at) < QuietFor && maps.Equal(runs, last.runs) {
 		c.mu.Lock()
