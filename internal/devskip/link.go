@@ -30,9 +30,9 @@ var ErrBadDump = errors.New("bad link dump")
 // (a path that opens it: /proc/PID/ns/net, /run/netns/NAME), by ifindex.
 func ReadLinks(nsPath string) (map[uint32]Link, error) {
 	var links map[uint32]Link
-	err := linksInNetNS(nsPath, func(read func() (map[uint32]Link, error)) error {
+	err := linksInNetNS(nsPath, func(read linkRead) error {
 		var err error
-		links, err = read()
+		links, err = read(nil, nil)
 		return err
 	})
 	return links, err
@@ -40,14 +40,21 @@ func ReadLinks(nsPath string) (map[uint32]Link, error) {
 
 // linksIn enters the network namespace at path and calls fn with a reader
 // of its interfaces, which fn may call as often as it likes while there.
-type linksIn func(path string, fn func(read func() (map[uint32]Link, error)) error) error
+type linksIn func(path string, fn func(read linkRead) error) error
+
+// linkRead reads the interfaces' counters, calling before (if not nil)
+// right before it asks the kernel for them and after (if not nil) as soon
+// as the kernel gave them, before the rest of the work (parsing, asking
+// each veth for GRO): the runs read in those are as near the counters as
+// can be. An error from either is read's.
+type linkRead func(before, after func() error) (map[uint32]Link, error)
 
 // linksInNetNS is linksIn for the host: one entry into the namespace and
 // one pair of sockets for all of fn's reads. A snapshot reads a namespace
 // whose runs moved up to Tries times, and entering it, opening and binding
 // a netlink socket each time was most of what a recorder did each second
 // under traffic.
-func linksInNetNS(path string, fn func(read func() (map[uint32]Link, error)) error) error {
+func linksInNetNS(path string, fn func(read linkRead) error) error {
 	return sockowner.InNetNS(path, func() error {
 		var lr linkReader
 		defer lr.close()
@@ -60,7 +67,7 @@ func linksInNetNS(path string, fn func(read func() (map[uint32]Link, error)) err
 func readLinksHere() (map[uint32]Link, error) {
 	var lr linkReader
 	defer lr.close()
-	return lr.read()
+	return lr.read(nil, nil)
 }
 
 // linkReader reads the interfaces of the network namespace its sockets
@@ -81,12 +88,17 @@ func (lr *linkReader) close() {
 	}
 }
 
-// read dumps the links (RTM_GETLINK), then asks each veth whether GRO is
+// read dumps the links (RTM_GETLINK) between before and after, then asks each veth whether GRO is
 // on: only veth is compared (Compare), so only veth needs its GRO flag.
-func (lr *linkReader) read() (map[uint32]Link, error) {
-	b, err := lr.dumpLinks()
+func (lr *linkReader) read(before, after func() error) (map[uint32]Link, error) {
+	b, err := lr.dumpLinks(before)
 	if err != nil {
-		return nil, fmt.Errorf("dump links: %w", err)
+		return nil, err
+	}
+	if after != nil {
+		if err := after(); err != nil {
+			return nil, err
+		}
 	}
 	links, err := ParseLinkDump(b)
 	if err != nil {
@@ -116,15 +128,15 @@ func (lr *linkReader) read() (map[uint32]Link, error) {
 // dumpLinks sends an RTM_GETLINK dump request and returns the messages of
 // the answer, up to and with NLMSG_DONE (or an NLMSG_ERROR), as
 // syscall.NetlinkRIB does, on a socket kept for the next dump.
-func (lr *linkReader) dumpLinks() ([]byte, error) {
+func (lr *linkReader) dumpLinks(before func() error) ([]byte, error) {
 	if lr.nl == 0 {
 		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dump links: %w", err)
 		}
 		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			unix.Close(fd)
-			return nil, err
+			return nil, fmt.Errorf("dump links: %w", err)
 		}
 		lr.nl = fd
 		// The kernel fills a dump's datagrams up to the largest read it
@@ -138,14 +150,19 @@ func (lr *linkReader) dumpLinks() ([]byte, error) {
 	binary.NativeEndian.PutUint16(req[6:8], unix.NLM_F_DUMP|unix.NLM_F_REQUEST)
 	binary.NativeEndian.PutUint32(req[8:12], lr.seq)
 	req[unix.NLMSG_HDRLEN] = unix.AF_UNSPEC
+	if before != nil {
+		if err := before(); err != nil {
+			return nil, err
+		}
+	}
 	if err := unix.Sendto(lr.nl, req[:], 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dump links: %w", err)
 	}
 	lr.dump = lr.dump[:0]
 	for {
 		n, _, err := unix.Recvfrom(lr.nl, lr.buf, 0)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dump links: %w", err)
 		}
 		b := lr.buf[:n]
 		for len(b) >= unix.NLMSG_HDRLEN {

@@ -50,9 +50,9 @@ func TestLinkReaderAgainstIP(t *testing.T) {
 
 	var first, second map[uint32]Link
 	var ipFirst, ipSecond map[uint32]ipLink
-	err := linksInNetNS(path, func(read func() (map[uint32]Link, error)) error {
+	err := linksInNetNS(path, func(read linkRead) error {
 		var err error
-		if first, err = read(); err != nil {
+		if first, err = read(nil, nil); err != nil {
 			return err
 		}
 		ipFirst = ipLinks(t, name)
@@ -61,7 +61,7 @@ func TestLinkReaderAgainstIP(t *testing.T) {
 		if err := broadcast(3, "va0", [4]byte{10, 206, 0, 255}); err != nil {
 			return err
 		}
-		if second, err = read(); err != nil {
+		if second, err = read(nil, nil); err != nil {
 			return err
 		}
 		ipSecond = ipLinks(t, name)

@@ -155,15 +155,20 @@ func take(src Source, nss map[uint32]string, in linksIn, prev *snapshot, now tim
 		}
 		s.readAt[ns] = now
 		var runsErr error
-		err := in(nss[ns], func(read func() (map[uint32]Link, error)) error {
+		err := in(nss[ns], func(read linkRead) error {
 			for range Tries {
-				links, err := read()
-				if err != nil {
-					return err
+				var after map[Key]probe.DevRuns
+				runs := func(into *map[Key]probe.DevRuns) func() error {
+					return func() error {
+						var err error
+						if *into, err = runsByKey(src); err != nil {
+							runsErr = err
+						}
+						return err
+					}
 				}
-				after, err := runsByKey(src)
+				links, err := read(runs(&before), runs(&after))
 				if err != nil {
-					runsErr = err
 					return err
 				}
 				settled := true

@@ -87,21 +87,39 @@ const ns = 4026531840
 
 // plainLinks is a linksIn whose reads call read with the namespace's path.
 func plainLinks(read func(string) (map[uint32]Link, error)) linksIn {
-	return func(path string, fn func(func() (map[uint32]Link, error)) error) error {
-		return fn(func() (map[uint32]Link, error) { return read(path) })
+	return func(path string, fn func(linkRead) error) error {
+		return fn(func(before, after func() error) (map[uint32]Link, error) {
+			if before != nil {
+				if err := before(); err != nil {
+					return nil, err
+				}
+			}
+			l, err := read(path)
+			if err != nil {
+				return nil, err
+			}
+			if after != nil {
+				if err := after(); err != nil {
+					return nil, err
+				}
+			}
+			return l, nil
+		})
 	}
 }
 
 func key(ifindex uint32) uint64 { return uint64(ns)<<32 | uint64(ifindex) }
 
-// TestTakeSettles: a pair of reads of the runs that moved while the
-// counters were read is read again; the first pair that did not move is
-// kept, with no uncertainty.
+// TestTakeSettles: a pair of reads of the runs (right before and right
+// after the counters') that moved is read again; the first pair that did
+// not move is kept, with no uncertainty.
 func TestTakeSettles(t *testing.T) {
 	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
-		{key(2): {Xmit: 5}},
-		{key(2): {Xmit: 7}}, // moved during the first read of the counters
-		{key(2): {Xmit: 7}}, // still during the second
+		{key(2): {Xmit: 5}}, // at the snapshot's start
+		{key(2): {Xmit: 5}}, // before the first read of the counters
+		{key(2): {Xmit: 7}}, // moved during it
+		{key(2): {Xmit: 7}}, // before the second
+		{key(2): {Xmit: 7}}, // still after it
 	}}
 	links := []Link{veth(6, 0, 0), veth(7, 0, 0)}
 	n := 0
@@ -126,28 +144,29 @@ func TestTakeSettles(t *testing.T) {
 // TestTakeUnsettled: runs that move at every try leave the last pair with
 // the movement as its uncertainty, and Compare carries it.
 func TestTakeUnsettled(t *testing.T) {
+	// The start, then a pair around each try: 5 runs during each.
 	var reads []map[uint64]probe.DevRuns
-	for i := range Tries + 1 {
-		reads = append(reads, map[uint64]probe.DevRuns{key(2): {Xmit: uint64(10 * i)}})
+	for i := range 2*Tries + 1 {
+		reads = append(reads, map[uint64]probe.DevRuns{key(2): {Xmit: uint64(5 * i)}})
 	}
 	src := &fakeSource{reads: reads}
 	n := uint64(0)
 	read := func(string) (map[uint32]Link, error) {
 		n++
-		return map[uint32]Link{2: veth(10*n-5, 0, 0)}, nil
+		return map[uint32]Link{2: veth(10*n-3, 0, 0)}, nil
 	}
 	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := s.at[Key{ns, 2}]
-	if p.unc.Xmit != 10 || p.runs.Xmit != 10*Tries {
-		t.Errorf("kept %+v, want runs %d with uncertainty 10", p, 10*Tries)
+	if p.unc.Xmit != 5 || p.runs.Xmit != 10*Tries {
+		t.Errorf("kept %+v, want runs %d with uncertainty 5", p, 10*Tries)
 	}
 	start := point{link: veth(0, 0, 0)}
 	in := Compare(start, p, all)
-	if in.Xmit.Uncertain != 10 || in.Xmit.Skipped != -5 {
-		t.Errorf("dev_xmit %+v, want skipped -5 ± 10", in.Xmit)
+	if in.Xmit.Uncertain != 5 || in.Xmit.Skipped != -3 {
+		t.Errorf("dev_xmit %+v, want skipped -3 ± 5", in.Xmit)
 	}
 }
 
@@ -255,17 +274,20 @@ func TestRebaseOnAttach(t *testing.T) {
 	}
 }
 
-// TestTakeChainsNamespaces: the runs read after one namespace's counters
-// are the runs before the next one's, and a namespace that settled is not
-// read again while another is.
-func TestTakeChainsNamespaces(t *testing.T) {
+// TestTakeEachNamespace: each namespace's tries read the runs right
+// around its own counters, and a namespace that settled is not read again
+// while another is.
+func TestTakeEachNamespace(t *testing.T) {
 	const ns2 = ns + 1
 	k2 := uint64(ns2)<<32 | 3
 	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
-		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // before all
-		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // after ns's first read: settled
-		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after ns2's first read: moved
-		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after its second: settled
+		{key(2): {Xmit: 1}, k2: {Recv: 1}}, // at the start
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // before ns's read
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // after it: settled
+		{key(2): {Xmit: 9}, k2: {Recv: 1}}, // before ns2's first read
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after it: moved
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // before its second
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after it: settled
 	}}
 	reads := map[string]int{}
 	read := func(path string) (map[uint32]Link, error) {
