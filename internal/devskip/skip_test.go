@@ -492,3 +492,36 @@ func TestCheckLaterQuietNamespace(t *testing.T) {
 		t.Errorf("Check read %v, want every namespace once", reads)
 	}
 }
+
+// TestCheckLaterBusyLoopback: runs that move on an interface that is not
+// compared (lo: NotVeth) do not make its namespace read again.
+func TestCheckLaterBusyLoopback(t *testing.T) {
+	src := &stillSource{}
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(1): {Xmit: 10, Recv: 10}, key(2): {Recv: 4}}
+	src.mu.Unlock()
+	reads := 0
+	c := NewChecker(src, map[uint32]string{ns: "/a"})
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) {
+		reads++
+		return map[uint32]Link{1: {Name: "lo", TxPackets: 10, RxPackets: 10}, 2: veth(0, 0, 4)}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(1): {Xmit: 99, Recv: 99}, key(2): {Recv: 4}}
+	src.mu.Unlock()
+	c.CheckLater() // the runs moved (lo's): a check, which reads nothing
+	<-c.checked
+	if reads != 0 {
+		t.Errorf("counters read %d times for lo's runs, want none", reads)
+	}
+	if rep, ok := c.Latest(); !ok || rep.Checked() != 3 {
+		t.Errorf("report %+v, want the veth's three directions compared", rep)
+	}
+}
