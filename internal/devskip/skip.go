@@ -128,8 +128,11 @@ const Tries = 8
 // through the counters' read, so the pair is of one instant: it is kept.
 // Those whose runs moved are read again, up to Tries times; the last try
 // is kept with the runs' movement as its uncertainty. A namespace is
-// entered once for all its tries, and its tries follow each other: the
-// runs read after one namespace's counters are those before the next's.
+// entered once for all its tries, and each try reads the runs right
+// before asking for its counters and right after the kernel gave them.
+//
+// With prev (a background check), a namespace quiet since prev's read of
+// it (quietSince) is taken over from prev rather than read.
 func take(src Source, nss map[uint32]string, in linksIn, prev *snapshot, now time.Time) (*snapshot, error) {
 	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}, readAt: map[uint32]time.Time{}}
 	q, x, r, n := src.DevAttached()
@@ -183,7 +186,7 @@ func take(src Source, nss map[uint32]string, in linksIn, prev *snapshot, now tim
 						settled = false
 					}
 				}
-				before = after
+				before = after // the freshest runs, for the next namespace's quietSince
 				if settled {
 					return nil
 				}
