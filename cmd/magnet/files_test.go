@@ -4,6 +4,7 @@ package main_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -172,6 +173,37 @@ func TestPlantedSymlink(t *testing.T) {
 	sameContent(t, target, orig)
 	oneLineError(t, magnet(t, "daemon", "--socket", filepath.Join(t.TempDir(), "m.sock"), "--cpuprofile", plant("daemon.pprof")), "is a symbolic link in "+shared)
 	sameContent(t, target, orig)
+	oneLineError(t, magnet(t, "record", "-q", "-o", filepath.Join(shared, "prof.mgt"), "--duration", "1s", "--cpuprofile", plant("record.pprof")), "is a symbolic link in "+shared)
+	sameContent(t, target, orig)
+}
+
+// TestRecordCPUProfile: record --cpuprofile (hidden) writes a Go CPU
+// profile, gzip-compressed protobuf as pprof reads it, of the recording.
+func TestRecordCPUProfile(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.pprof")
+	r := magnet(t, "record", "-q", "-o", filepath.Join(dir, "t.mgt"), "--duration", "1s", "--cpuprofile", prof)
+	if r.code != 0 {
+		t.Fatalf("record: code %d, %s", r.code, r.stderr)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("profile is not gzip: %v", err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("profile: %d bytes, %v", len(b), err)
+	}
+	// The profile's string table names the sample type.
+	if !bytes.Contains(b, []byte("nanoseconds")) {
+		t.Error("profile names no CPU time unit")
+	}
 }
 
 // blockyTrace rewrites the test trace with small blocks, so that damage to

@@ -19,6 +19,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/probe"
 )
@@ -110,6 +111,9 @@ type snapshot struct {
 	unread   map[uint32]string // netns → why its interfaces were not read
 	attached [3]bool           // queue, xmit, recv
 	attaches uint64
+	// readAt: when each namespace's counters were read (a namespace
+	// taken over from an earlier snapshot keeps its time).
+	readAt map[uint32]time.Time
 }
 
 // Tries bounds the reads of a snapshot: each reads every interface's
@@ -123,51 +127,110 @@ const Tries = 8
 // interface whose runs are the same at both reads had them unchanged all
 // through the counters' read, so the pair is of one instant: it is kept.
 // Those whose runs moved are read again, up to Tries times; the last try
-// is kept with the runs' movement as its uncertainty.
-func take(src Source, nss map[uint32]string, readLinks func(string) (map[uint32]Link, error)) (*snapshot, error) {
-	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}}
+// is kept with the runs' movement as its uncertainty. A namespace is
+// entered once for all its tries, and each try reads the runs right
+// before asking for its counters and right after the kernel gave them.
+//
+// With prev (a background check), a namespace quiet since prev's read of
+// it (quietSince) is taken over from prev rather than read.
+func take(src Source, nss map[uint32]string, in linksIn, prev *snapshot, now time.Time) (*snapshot, error) {
+	s := &snapshot{at: map[Key]point{}, unread: map[uint32]string{}, readAt: map[uint32]time.Time{}}
 	q, x, r, n := src.DevAttached()
 	s.attached, s.attaches = [3]bool{q, x, r}, n
 	before, err := runsByKey(src)
 	if err != nil {
 		return nil, err
 	}
-	pending := slices.Sorted(maps.Keys(nss))
-	for try := 0; try < Tries && len(pending) > 0; try++ {
-		links := map[uint32]map[uint32]Link{}
-		for _, ns := range pending {
-			l, err := readLinks(nss[ns])
-			if err != nil {
-				s.unread[ns] = err.Error()
-				continue
-			}
-			links[ns] = l
+	var prevByNS map[uint32][]Key
+	if prev != nil && prev.attaches == s.attaches {
+		prevByNS = map[uint32][]Key{}
+		for k := range prev.at {
+			prevByNS[k.NetNS] = append(prevByNS[k.NetNS], k)
 		}
-		after, err := runsByKey(src)
+	}
+	for _, ns := range slices.Sorted(maps.Keys(nss)) {
+		if prevByNS != nil && quietSince(prev, prevByNS[ns], ns, before, now) {
+			for _, k := range prevByNS[ns] {
+				s.at[k] = prev.at[k]
+			}
+			s.readAt[ns] = prev.readAt[ns]
+			continue
+		}
+		s.readAt[ns] = now
+		var runsErr error
+		err := in(nss[ns], func(read linkRead) error {
+			for range Tries {
+				var after map[Key]probe.DevRuns
+				runs := func(into *map[Key]probe.DevRuns) func() error {
+					return func() error {
+						var err error
+						if *into, err = runsByKey(src); err != nil {
+							runsErr = err
+						}
+						return err
+					}
+				}
+				links, err := read(runs(&before), runs(&after))
+				if err != nil {
+					return err
+				}
+				settled := true
+				for ifindex, l := range links {
+					k := Key{NetNS: ns, Ifindex: ifindex}
+					if p, ok := s.at[k]; ok && p.unc == (probe.DevRuns{}) {
+						continue
+					}
+					p := point{runs: after[k], link: l, unc: moved(before[k], after[k])}
+					s.at[k] = p
+					if p.unc != (probe.DevRuns{}) {
+						settled = false
+					}
+				}
+				before = after // the freshest runs, for the next namespace's quietSince
+				if settled {
+					return nil
+				}
+			}
+			return nil
+		})
+		if runsErr != nil {
+			return nil, runsErr
+		}
 		if err != nil {
-			return nil, err
+			s.unread[ns] = err.Error()
 		}
-		var again []uint32
-		for _, ns := range pending {
-			settled := true
-			for ifindex, l := range links[ns] {
-				k := Key{NetNS: ns, Ifindex: ifindex}
-				if p, ok := s.at[k]; ok && p.unc == (probe.DevRuns{}) {
-					continue
-				}
-				p := point{runs: after[k], link: l, unc: moved(before[k], after[k])}
-				s.at[k] = p
-				if p.unc != (probe.DevRuns{}) {
-					settled = false
-				}
-			}
-			if !settled {
-				again = append(again, ns)
-			}
-		}
-		pending, before = again, after
 	}
 	return s, nil
+}
+
+// quietSince says whether namespace ns's interfaces (keys, in prev) can
+// be taken over from prev: read less than QuietFor before now, every veth
+// settled with the runs the same in runs as at that read (see QuietFor),
+// and no runs on an interface prev did not have. Other interfaces are not
+// compared (NotVeth), whatever their runs; one replaced by a veth under
+// the same ifindex is seen within QuietFor, and by the final Check.
+func quietSince(prev *snapshot, keys []Key, ns uint32, runs map[Key]probe.DevRuns, now time.Time) bool {
+	at, ok := prev.readAt[ns]
+	if !ok || now.Sub(at) >= QuietFor || len(keys) == 0 {
+		return false
+	}
+	for _, k := range keys {
+		p := prev.at[k]
+		if p.link.Kind != "veth" {
+			// Not compared whatever its figures (NotVeth): a busy
+			// loopback does not make its namespace read again.
+			continue
+		}
+		if p.unc != (probe.DevRuns{}) || p.runs != runs[k] {
+			return false
+		}
+	}
+	for k := range runs {
+		if _, ok := prev.at[k]; k.NetNS == ns && !ok {
+			return false // runs on an interface prev did not have
+		}
+	}
+	return true
 }
 
 func runsByKey(src Source) (map[Key]probe.DevRuns, error) {
@@ -307,15 +370,24 @@ func compareAll(start, end *snapshot) Report {
 // from its start: Start once the programs are attached, then Check as
 // often as wanted (each reads every interface of the namespaces).
 type Checker struct {
-	src       Source
-	nss       map[uint32]string
-	readLinks func(string) (map[uint32]Link, error)
+	src     Source
+	nss     map[uint32]string
+	linksIn linksIn
 
-	mu       sync.Mutex
-	start    *snapshot
+	mu    sync.Mutex
+	start *snapshot
+	// last: the last snapshot taken, whose quiet namespaces the next
+	// background check takes over.
+	last     *snapshot
 	high     map[dirKey]uint64
 	latest   *Report
 	checking bool
+	// quiet: the runs and attaches read before latest's check, and when;
+	// CheckLater makes no new check while they stay the same (QuietFor).
+	quiet quietMark
+	now   func() time.Time
+	// checked, if not nil, is sent to after each background check (tests).
+	checked chan struct{}
 	// carried: what was compared before the last change of the programs
 	// attached, added to what is compared since.
 	carried Report
@@ -329,38 +401,47 @@ type dirKey struct {
 // NewChecker compares on the interfaces of the network namespaces nss
 // (inode → a path that opens it).
 func NewChecker(src Source, nss map[uint32]string) *Checker {
-	return &Checker{src: src, nss: nss, readLinks: ReadLinks, high: map[dirKey]uint64{}}
+	return &Checker{src: src, nss: nss, linksIn: linksInNetNS, high: map[dirKey]uint64{}, now: time.Now}
 }
 
 // Start reads the snapshot the comparison starts from. Call it after the
 // programs attached: a frame before that is counted by the interface
 // before the start, and a run is counted only once attached.
 func (c *Checker) Start() error {
-	s, err := take(c.src, c.nss, c.readLinks)
+	s, err := take(c.src, c.nss, c.linksIn, nil, c.now())
 	if err != nil {
 		return fmt.Errorf("device runs at start: %w", err)
 	}
 	c.mu.Lock()
-	c.start = s
+	c.start, c.last = s, s
 	c.mu.Unlock()
 	return nil
 }
 
 // Check compares from the start to now. Call it before the programs
 // detach: a frame after is counted by the interface and by no program.
-func (c *Checker) Check() (Report, error) {
+func (c *Checker) Check() (Report, error) { return c.check(false) }
+
+// check is Check; with reuse, a namespace whose runs did not move since
+// the last snapshot is taken over from it rather than read (QuietFor).
+func (c *Checker) check(reuse bool) (Report, error) {
 	c.mu.Lock()
 	start := c.start
+	var prev *snapshot
+	if reuse {
+		prev = c.last
+	}
 	c.mu.Unlock()
 	if start == nil {
 		return Report{}, fmt.Errorf("device runs: not started")
 	}
-	end, err := take(c.src, c.nss, c.readLinks)
+	end, err := take(c.src, c.nss, c.linksIn, prev, c.now())
 	if err != nil {
 		return Report{}, fmt.Errorf("device runs: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.last = end
 	if c.start != start {
 		// Another Check rebased meanwhile: this one's start is gone.
 		return Report{}, fmt.Errorf("device runs: compared from a start since replaced")
@@ -458,9 +539,28 @@ func (c *Checker) Counters(rep Report) []Counter {
 	return out
 }
 
-// CheckLater starts a Check in the background, unless one is under way:
-// reading every namespace's interfaces takes milliseconds, which a
-// caller that must not wait (the recorder's loop) leaves to Latest.
+// QuietFor bounds how long CheckLater leaves the last report as it is
+// while the device programs' runs do not move.
+//
+// Reading every namespace's interface counters takes a recorder ~0.1 ms
+// per namespace; most of an idle recorder's CPU time when done each
+// second. The runs are one system call. A frame on a recorded veth runs
+// the device programs at both ends, so runs that did not move mean no
+// frame crossed, unless the kernel skipped the programs at both ends of
+// every frame since: only that is reported up to QuietFor late (and
+// exactly by the Check at the end).
+const QuietFor = 10 * time.Second
+
+type quietMark struct {
+	runs     map[Key]probe.DevRuns
+	attaches uint64
+	at       time.Time
+}
+
+// CheckLater starts a Check in the background, unless one is under way
+// or the runs did not move since the last one (QuietFor): reading every
+// namespace's interfaces takes milliseconds, which a caller that must not
+// wait (the recorder's loop) leaves to Latest.
 func (c *Checker) CheckLater() {
 	c.mu.Lock()
 	if c.checking || c.start == nil {
@@ -468,14 +568,40 @@ func (c *Checker) CheckLater() {
 		return
 	}
 	c.checking = true
+	last := c.quiet
+	haveLatest := c.latest != nil
 	c.mu.Unlock()
-	go func() {
-		rep, err := c.Check()
+	q, x, r, attaches := c.src.DevAttached()
+	now := c.now()
+	var runs map[Key]probe.DevRuns
+	var err error
+	if !q && !x && !r && attaches == last.attaches && last.runs != nil {
+		// No device program attached since the last check: no run
+		// can have moved, and none was compared.
+		runs = last.runs
+	} else {
+		runs, err = runsByKey(c.src)
+	}
+	if err == nil && haveLatest && last.runs != nil && attaches == last.attaches &&
+		now.Sub(last.at) < QuietFor && maps.Equal(runs, last.runs) {
 		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.checking = false
+		c.mu.Unlock()
+		return
+	}
+	go func() {
+		rep, err := c.check(true)
+		c.mu.Lock()
 		c.checking = false
 		if err == nil {
 			c.latest = &rep
+			// The runs read before the check: any run during it
+			// makes the next CheckLater check again.
+			c.quiet = quietMark{runs: runs, attaches: attaches, at: now}
+		}
+		c.mu.Unlock()
+		if c.checked != nil {
+			c.checked <- struct{}{}
 		}
 	}()
 }

@@ -4,8 +4,11 @@ package devskip
 
 import (
 	"errors"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/magnet-tracer/magnet/internal/probe"
 )
@@ -82,16 +85,41 @@ func (f *fakeSource) DevAttached() (bool, bool, bool, uint64) { return true, tru
 
 const ns = 4026531840
 
+// plainLinks is a linksIn whose reads call read with the namespace's path.
+func plainLinks(read func(string) (map[uint32]Link, error)) linksIn {
+	return func(path string, fn func(linkRead) error) error {
+		return fn(func(before, after func() error) (map[uint32]Link, error) {
+			if before != nil {
+				if err := before(); err != nil {
+					return nil, err
+				}
+			}
+			l, err := read(path)
+			if err != nil {
+				return nil, err
+			}
+			if after != nil {
+				if err := after(); err != nil {
+					return nil, err
+				}
+			}
+			return l, nil
+		})
+	}
+}
+
 func key(ifindex uint32) uint64 { return uint64(ns)<<32 | uint64(ifindex) }
 
-// TestTakeSettles: a pair of reads of the runs that moved while the
-// counters were read is read again; the first pair that did not move is
-// kept, with no uncertainty.
+// TestTakeSettles: a pair of reads of the runs (right before and right
+// after the counters') that moved is read again; the first pair that did
+// not move is kept, with no uncertainty.
 func TestTakeSettles(t *testing.T) {
 	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
-		{key(2): {Xmit: 5}},
-		{key(2): {Xmit: 7}}, // moved during the first read of the counters
-		{key(2): {Xmit: 7}}, // still during the second
+		{key(2): {Xmit: 5}}, // at the snapshot's start
+		{key(2): {Xmit: 5}}, // before the first read of the counters
+		{key(2): {Xmit: 7}}, // moved during it
+		{key(2): {Xmit: 7}}, // before the second
+		{key(2): {Xmit: 7}}, // still after it
 	}}
 	links := []Link{veth(6, 0, 0), veth(7, 0, 0)}
 	n := 0
@@ -100,7 +128,7 @@ func TestTakeSettles(t *testing.T) {
 		n++
 		return map[uint32]Link{2: l}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,28 +144,29 @@ func TestTakeSettles(t *testing.T) {
 // TestTakeUnsettled: runs that move at every try leave the last pair with
 // the movement as its uncertainty, and Compare carries it.
 func TestTakeUnsettled(t *testing.T) {
+	// The start, then a pair around each try: 5 runs during each.
 	var reads []map[uint64]probe.DevRuns
-	for i := range Tries + 1 {
-		reads = append(reads, map[uint64]probe.DevRuns{key(2): {Xmit: uint64(10 * i)}})
+	for i := range 2*Tries + 1 {
+		reads = append(reads, map[uint64]probe.DevRuns{key(2): {Xmit: uint64(5 * i)}})
 	}
 	src := &fakeSource{reads: reads}
 	n := uint64(0)
 	read := func(string) (map[uint32]Link, error) {
 		n++
-		return map[uint32]Link{2: veth(10*n-5, 0, 0)}, nil
+		return map[uint32]Link{2: veth(10*n-3, 0, 0)}, nil
 	}
-	s, err := take(src, map[uint32]string{ns: "/x"}, read)
+	s, err := take(src, map[uint32]string{ns: "/x"}, plainLinks(read), nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := s.at[Key{ns, 2}]
-	if p.unc.Xmit != 10 || p.runs.Xmit != 10*Tries {
-		t.Errorf("kept %+v, want runs %d with uncertainty 10", p, 10*Tries)
+	if p.unc.Xmit != 5 || p.runs.Xmit != 10*Tries {
+		t.Errorf("kept %+v, want runs %d with uncertainty 5", p, 10*Tries)
 	}
 	start := point{link: veth(0, 0, 0)}
 	in := Compare(start, p, all)
-	if in.Xmit.Uncertain != 10 || in.Xmit.Skipped != -5 {
-		t.Errorf("dev_xmit %+v, want skipped -5 ± 10", in.Xmit)
+	if in.Xmit.Uncertain != 5 || in.Xmit.Skipped != -3 {
+		t.Errorf("dev_xmit %+v, want skipped -3 ± 5", in.Xmit)
 	}
 }
 
@@ -193,7 +222,7 @@ func TestCheckBeforeStart(t *testing.T) {
 	if _, err := c.Check(); err == nil {
 		t.Error("Check before Start: no error")
 	}
-	c.readLinks = func(string) (map[uint32]Link, error) { return nil, errors.New("no such namespace") }
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) { return nil, errors.New("no such namespace") })
 	c.nss = map[uint32]string{ns: "/nowhere"}
 	c.src = &fakeSource{reads: []map[uint64]probe.DevRuns{{}}}
 	if err := c.Start(); err != nil {
@@ -217,7 +246,7 @@ func TestRebaseOnAttach(t *testing.T) {
 	src := &fakeSource{reads: []map[uint64]probe.DevRuns{{key(2): {Xmit: 0}}}}
 	tx := uint64(0)
 	c := NewChecker(src, map[uint32]string{ns: "/x"})
-	c.readLinks = func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil }
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) { return map[uint32]Link{2: veth(tx, 0, 0)}, nil })
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -242,5 +271,257 @@ func TestRebaseOnAttach(t *testing.T) {
 	}
 	if x := rep.Ifaces[0].Xmit; x.Skipped != 3 || x.Handled != 30 || rep.Skipped != 3+3 {
 		t.Errorf("after the change: dev_xmit %+v, total %d; want 3 of 30 (and 3 at dev_queue)", x, rep.Skipped)
+	}
+}
+
+// TestTakeEachNamespace: each namespace's tries read the runs right
+// around its own counters, and a namespace that settled is not read again
+// while another is.
+func TestTakeEachNamespace(t *testing.T) {
+	const ns2 = ns + 1
+	k2 := uint64(ns2)<<32 | 3
+	src := &fakeSource{reads: []map[uint64]probe.DevRuns{
+		{key(2): {Xmit: 1}, k2: {Recv: 1}}, // at the start
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // before ns's read
+		{key(2): {Xmit: 5}, k2: {Recv: 1}}, // after it: settled
+		{key(2): {Xmit: 9}, k2: {Recv: 1}}, // before ns2's first read
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after it: moved
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // before its second
+		{key(2): {Xmit: 9}, k2: {Recv: 4}}, // after it: settled
+	}}
+	reads := map[string]int{}
+	read := func(path string) (map[uint32]Link, error) {
+		reads[path]++
+		if path == "/a" {
+			return map[uint32]Link{2: veth(5, 0, 0)}, nil
+		}
+		return map[uint32]Link{3: veth(0, 0, uint64(reads[path]))}, nil
+	}
+	s, err := take(src, map[uint32]string{ns: "/a", ns2: "/b"}, plainLinks(read), nil, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads["/a"] != 1 || reads["/b"] != 2 {
+		t.Errorf("counters read %v, want /a once, /b twice", reads)
+	}
+	if p := s.at[Key{ns, 2}]; p.runs.Xmit != 5 || p.unc != (probe.DevRuns{}) {
+		t.Errorf("ns: kept %+v, want runs 5 settled", p)
+	}
+	if p := s.at[Key{ns2, 3}]; p.runs.Recv != 4 || p.link.RxPackets != 2 || p.unc != (probe.DevRuns{}) {
+		t.Errorf("ns2: kept %+v, want runs 4 with the second read, settled", p)
+	}
+}
+
+// TestTakeRunsError: a failed read of the runs fails the snapshot, not
+// only the namespace being read.
+func TestTakeRunsError(t *testing.T) {
+	src := &failingSource{ok: 1}
+	_, err := take(src, map[uint32]string{ns: "/a"}, plainLinks(func(string) (map[uint32]Link, error) {
+		return map[uint32]Link{2: veth(1, 0, 0)}, nil
+	}), nil, time.Time{})
+	if err == nil || !strings.Contains(err.Error(), "map gone") {
+		t.Errorf("error %v, want the runs' read error", err)
+	}
+}
+
+// failingSource reads the runs ok times, then fails.
+type failingSource struct{ ok int }
+
+func (f *failingSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
+	if f.ok == 0 {
+		return nil, errors.New("map gone")
+	}
+	f.ok--
+	return map[uint64]probe.DevRuns{}, nil
+}
+
+func (f *failingSource) DevAttached() (bool, bool, bool, uint64) { return true, true, true, 0 }
+
+// stillSource reports the same runs until told otherwise.
+type stillSource struct {
+	mu       sync.Mutex
+	runs     map[uint64]probe.DevRuns
+	attaches uint64
+}
+
+func (s *stillSource) DevRunsByInterface() (map[uint64]probe.DevRuns, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.runs), nil
+}
+
+func (s *stillSource) DevAttached() (bool, bool, bool, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return true, true, true, s.attaches
+}
+
+func (s *stillSource) set(r probe.DevRuns, attaches uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// No qdisc: net_dev_queue runs for each frame sent, as does xmit.
+	r.Queue, r.QueueDirect = r.Xmit, r.Xmit
+	s.runs, s.attaches = map[uint64]probe.DevRuns{key(2): r}, attaches
+}
+
+// TestCheckLaterQuiet: while the runs and the programs attached stay the
+// same, CheckLater reads no interface counters and the last report stays,
+// for up to QuietFor; runs that move, an attach, or QuietFor passed make
+// it check again, and that check sees what changed.
+func TestCheckLaterQuiet(t *testing.T) {
+	src := &stillSource{}
+	src.set(probe.DevRuns{Xmit: 4}, 0)
+	tx := uint64(4)
+	reads := 0
+	c := NewChecker(src, map[uint32]string{ns: "/x"})
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) {
+		reads++ // only the checks' goroutines read, one at a time
+		return map[uint32]Link{2: veth(tx, 0, 0)}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	checkLater := func() (checked bool) {
+		c.CheckLater()
+		select {
+		case <-c.checked:
+			return true
+		default:
+		}
+		c.mu.Lock()
+		busy := c.checking
+		c.mu.Unlock()
+		if busy {
+			<-c.checked
+			return true
+		}
+		return false
+	}
+	// The first makes a report; the namespace is the start's, unread.
+	if !checkLater() {
+		t.Fatal("first CheckLater made no check")
+	}
+	if n := reads; n != 0 {
+		t.Fatalf("first check read the counters %d times, want none (runs as at the start)", n)
+	}
+	now = now.Add(QuietFor - time.Second)
+	if checkLater() {
+		t.Error("runs unchanged: checked again")
+	}
+	// Frames with runs: checked at once, and the report shows them.
+	src.set(probe.DevRuns{Xmit: 10}, 0)
+	tx = 11 // one frame the kernel ran no program for
+	if !checkLater() {
+		t.Fatal("runs moved: no check")
+	}
+	// 7 frames sent, 6 runs, at dev_xmit and at dev_queue.
+	if reads != 1 {
+		t.Errorf("counters read %d times, want once", reads)
+	}
+	if rep, _ := c.Latest(); rep.Skipped != 2 {
+		t.Errorf("after the frames: skipped %d, want 1 at each of dev_xmit and dev_queue", rep.Skipped)
+	}
+	if checkLater() {
+		t.Error("runs unchanged since the last check: checked again")
+	}
+	// Frames with no run at all: seen once QuietFor has passed.
+	tx = 13
+	now = now.Add(QuietFor)
+	if !checkLater() {
+		t.Fatal("QuietFor passed: no check")
+	}
+	if rep, _ := c.Latest(); rep.Skipped != 6 {
+		t.Errorf("after QuietFor: skipped %d, want 3 at each of dev_xmit and dev_queue", rep.Skipped)
+	}
+	// A program attached or detached: checked.
+	src.set(probe.DevRuns{Xmit: 10}, 1)
+	if !checkLater() {
+		t.Error("attaches changed: no check")
+	}
+}
+
+// TestCheckLaterQuietNamespace: a background check reads only the
+// namespaces whose runs moved; the others' interfaces are taken over
+// from the last snapshot, and the report still covers them.
+func TestCheckLaterQuietNamespace(t *testing.T) {
+	const ns2 = ns + 1
+	k2 := uint64(ns2)<<32 | 3
+	src := &stillSource{}
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(2): {Recv: 4}, k2: {Recv: 7}}
+	src.mu.Unlock()
+	reads := map[string]int{}
+	rx := map[string]uint64{"/a": 4, "/b": 7}
+	c := NewChecker(src, map[uint32]string{ns: "/a", ns2: "/b"})
+	c.linksIn = plainLinks(func(path string) (map[uint32]Link, error) {
+		reads[path]++
+		idx := map[string]uint32{"/a": 2, "/b": 3}[path]
+		return map[uint32]Link{idx: veth(0, 0, rx[path])}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	clear(reads)
+	// Frames into /b only, one of them with no run.
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(2): {Recv: 4}, k2: {Recv: 9}}
+	src.mu.Unlock()
+	rx["/b"] = 10
+	c.CheckLater()
+	<-c.checked
+	if reads["/a"] != 0 || reads["/b"] != 1 {
+		t.Errorf("counters read %v, want /b only", reads)
+	}
+	rep, _ := c.Latest()
+	if rep.Skipped != 1 || rep.Checked() != 6 {
+		t.Errorf("report: skipped %d over %d directions, want 1 over 6 (three of each veth)", rep.Skipped, rep.Checked())
+	}
+	// The final Check reads every namespace.
+	clear(reads)
+	if _, err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if reads["/a"] != 1 || reads["/b"] != 1 {
+		t.Errorf("Check read %v, want every namespace once", reads)
+	}
+}
+
+// TestCheckLaterBusyLoopback: runs that move on an interface that is not
+// compared (lo: NotVeth) do not make its namespace read again.
+func TestCheckLaterBusyLoopback(t *testing.T) {
+	src := &stillSource{}
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(1): {Xmit: 10, Recv: 10}, key(2): {Recv: 4}}
+	src.mu.Unlock()
+	reads := 0
+	c := NewChecker(src, map[uint32]string{ns: "/a"})
+	c.linksIn = plainLinks(func(string) (map[uint32]Link, error) {
+		reads++
+		return map[uint32]Link{1: {Name: "lo", TxPackets: 10, RxPackets: 10}, 2: veth(0, 0, 4)}, nil
+	})
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	c.checked = make(chan struct{}, 1)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	src.mu.Lock()
+	src.runs = map[uint64]probe.DevRuns{key(1): {Xmit: 99, Recv: 99}, key(2): {Recv: 4}}
+	src.mu.Unlock()
+	c.CheckLater() // the runs moved (lo's): a check, which reads nothing
+	<-c.checked
+	if reads != 0 {
+		t.Errorf("counters read %d times for lo's runs, want none", reads)
+	}
+	if rep, ok := c.Latest(); !ok || rep.Checked() != 3 {
+		t.Errorf("report %+v, want the veth's three directions compared", rep)
 	}
 }

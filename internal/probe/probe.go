@@ -1348,18 +1348,14 @@ func (p *Probe) DevRunsByInterface() (map[uint64]DevRuns, error) {
 		out[key] = r
 	}
 	if m := p.coll.Maps["dev_run_slots"]; m != nil {
-		var slot uint32
-		var percpu []magnetMgDevRunSlot
-		it := m.Iterate()
-		for it.Next(&slot, &percpu) {
-			for _, s := range percpu {
-				if s.Key != 0 {
-					add(s.Key-1, s.Runs.N)
-				}
-			}
-		}
-		if err := it.Err(); err != nil {
+		slots, err := readDevRunSlots(m)
+		if err != nil {
 			return nil, fmt.Errorf("read device program runs: %w", err)
+		}
+		for _, s := range slots {
+			if s.Key != 0 {
+				add(s.Key-1, s.Runs.N)
+			}
 		}
 	}
 	if m := p.coll.Maps["dev_runs"]; m != nil {
@@ -1376,6 +1372,45 @@ func (p *Probe) DevRunsByInterface() (map[uint64]DevRuns, error) {
 		}
 	}
 	return out, nil
+}
+
+// readDevRunSlots returns every CPU's value of every slot of the per-CPU
+// array m. One batch lookup reads them all: walking the slots one key at
+// a time took two system calls a slot (64 slots, at every comparison of
+// the device runs, twice a second or more), most of the recorder's system
+// calls while no traffic flowed.
+func readDevRunSlots(m *ebpf.Map) ([]magnetMgDevRunSlot, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	n := int(m.MaxEntries())
+	keys := make([]uint32, n)
+	vals := make([]magnetMgDevRunSlot, n*cpus)
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, keys, vals, nil)
+	switch {
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return iterateDevRunSlots(m)
+	case err != nil && !errors.Is(err, ebpf.ErrKeyNotExist):
+		return nil, err
+	case got != n:
+		// An array has every key: a short batch would leave slots unread.
+		return nil, fmt.Errorf("batch lookup read %d of %d slots", got, n)
+	}
+	return vals, nil
+}
+
+// iterateDevRunSlots is readDevRunSlots for kernels without batch lookups.
+func iterateDevRunSlots(m *ebpf.Map) ([]magnetMgDevRunSlot, error) {
+	var out []magnetMgDevRunSlot
+	var slot uint32
+	var percpu []magnetMgDevRunSlot
+	it := m.Iterate()
+	for it.Next(&slot, &percpu) {
+		out = append(out, percpu...)
+	}
+	return out, it.Err()
 }
 
 // DevAttached says which device programs are attached now, and the count

@@ -690,6 +690,7 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		// stand for "everything produced until now is written" (the
 		// daemon's processed-up-to time), which holds only then.
 		now := time.Now()
+		flush := clock.flushDue(now)
 		if r.sum != nil && !now.Before(r.nextSummary) {
 			if err := r.writeSummaries(); err != nil {
 				return err
@@ -698,15 +699,25 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 			if r.nextSummary.Before(now) {
 				r.nextSummary = now.Add(r.cfg.Summary)
 			}
+			// The summaries are flushed with the records before them,
+			// and the flushes' grid starts again from them: on grids of
+			// their own the two woke the recorder twice a second, and
+			// each wake-up costs more than the work it does (Go's sysmon
+			// polls every 20 µs for a millisecond after one).
+			flush = true
 		}
-		if clock.flushDue(now) {
+		if flush {
 			if err := r.w.Flush(); err != nil {
 				return r.stopOnWrite(err)
 			}
 			clock.flushed(now)
 		}
 		clock.read(now)
-		if now.Sub(lastStatus) >= time.Second {
+		// A status falls due with the wake-up that flushes: the timers
+		// it rides on come back a second later give or take a few
+		// milliseconds, and one a little short of the second would wait
+		// for a wake-up of its own.
+		if now.Sub(lastStatus) >= time.Second-statusSlack {
 			total := r.total
 			rate := float64(total-lastTotal) / now.Sub(lastStatus).Seconds()
 			lastTotal, lastStatus = total, now
@@ -733,6 +744,10 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		}
 	}
 }
+
+// statusSlack is how much earlier than a second after the last the status
+// is rewritten when the loop is awake anyway (see loop).
+const statusSlack = 50 * time.Millisecond
 
 // pollEvery is the poll interval of a recording: poll, if set, else the
 // flush interval. It bounds how long the recorder sleeps while the rings

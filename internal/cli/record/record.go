@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -30,22 +31,22 @@ import (
 // New returns the record command.
 func New() *cobra.Command {
 	var (
-		output, events, buffer, cgroup, netns, readyFile string
-		celFilter                                        string
-		wakeupFill                                       float64
-		pollInterval, flushEvery                         time.Duration
-		pid, port                                        int
-		duration                                         time.Duration
-		quiet                                            bool
-		disable                                          []string
-		xmitAtDevice, hooksOnly, noEmit                  bool
-		rotateEvery                                      time.Duration
-		rotateSize, onFull                               string
-		keep                                             int
-		kernel                                           kernelFlags
-		summaryEvery                                     time.Duration
-		flightWindow, flightAfter                        time.Duration
-		flightMemory, triggers                           string
+		output, events, buffer, cgroup, netns, readyFile, cpuProfile string
+		celFilter                                                    string
+		wakeupFill                                                   float64
+		pollInterval, flushEvery                                     time.Duration
+		pid, port                                                    int
+		duration                                                     time.Duration
+		quiet                                                        bool
+		disable                                                      []string
+		xmitAtDevice, hooksOnly, noEmit                              bool
+		rotateEvery                                                  time.Duration
+		rotateSize, onFull                                           string
+		keep                                                         int
+		kernel                                                       kernelFlags
+		summaryEvery                                                 time.Duration
+		flightWindow, flightAfter                                    time.Duration
+		flightMemory, triggers                                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "record -o FILE [flags] [EXPRESSION] [-- COMMAND [ARGS...]]",
@@ -193,8 +194,23 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if !quiet && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Live = os.Stderr
 			}
-			if readyFile != "" {
-				cfg.Ready = func() {
+			var profile *os.File
+			if cpuProfile != "" {
+				// Where the recorder's own CPU goes once it records (not
+				// the loading before it).
+				if profile, err = outfile.Create(cpuProfile, outfile.Options{}); err != nil {
+					return fmt.Errorf("record: --cpuprofile: %w", err)
+				}
+				defer profile.Close()
+				defer pprof.StopCPUProfile()
+			}
+			cfg.Ready = func() {
+				if profile != nil {
+					if err := pprof.StartCPUProfile(profile); err != nil {
+						fmt.Fprintf(os.Stderr, "magnet: warning: --cpuprofile: %v\n", err)
+					}
+				}
+				if readyFile != "" {
 					if err := outfile.WriteFile(readyFile, []byte("ready\n")); err != nil {
 						fmt.Fprintf(os.Stderr, "magnet: warning: --ready-file: %v\n", err)
 					}
@@ -279,6 +295,8 @@ Event groups (--events, comma-separated; "-group" removes one):
 	// cost doing all their work, without the records.
 	f.BoolVar(&noEmit, "no-emit", false, "run every program of the chosen groups in full but write no event (connections' openings and closes only): the benchmark's bodies without records")
 	_ = f.MarkHidden("no-emit")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the recorder, from when it is ready to its end, to this file (go tool pprof)")
+	_ = f.MarkHidden("cpuprofile")
 	f.StringSliceVar(&disable, "disable-hook", nil, "do not load these BPF programs (their names as magnet status --json lists them, or learn_tcp and learn_udp, which learn the sockets that exist at start), as if the kernel lacked them")
 	return cmd
 }
