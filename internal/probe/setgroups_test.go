@@ -443,30 +443,9 @@ func TestLoadSilent(t *testing.T) {
 		t.Skipf("run counts: %v", err)
 	}
 	defer stats.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
-		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
-	loud, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := loud.AttachedPrograms()
-	loud.Close()
-	opts.Silent = true
-	p, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
-		t.Fatalf("silent: attached %v, recording attaches %v", got, want)
-	}
-	if !slices.Contains(want, "ip_egress") {
-		t.Fatalf("the default groups attach %v: no ip_egress to serve tcp_xmit", want)
+	p, ln, attached := loadAsRecording(t, func(o *Options) { o.Silent = true })
+	if !slices.Contains(attached, "ip_egress") {
+		t.Fatalf("the default groups attach %v: no ip_egress to serve tcp_xmit", attached)
 	}
 	rd := ringReaders(t, p)
 	runs := func() uint64 {
@@ -477,31 +456,11 @@ func TestLoadSilent(t *testing.T) {
 		return s.RunCount
 	}
 	before := runs()
-	c := loopbackPair(t, ln)
-	msg := make([]byte, 1000)
-	for range 20 {
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeSegments(t, loopbackPair(t, ln), 20)
 	if n := runs() - before; n < 20 {
 		t.Errorf("ip_egress ran %d times over 20 writes, want at least one per segment", n)
 	}
-	if recs := drainRing(t, rd); len(recs) != 0 {
-		t.Fatalf("silent: %d records", len(recs))
-	}
-	produced, lost, err := p.CountersOf()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for typ := range produced {
-		if event.Type(typ) == event.ConnOpen || event.Type(typ) == event.ConnClose {
-			continue
-		}
-		if produced[typ] != 0 || lost[typ] != 0 {
-			t.Errorf("silent: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
-		}
-	}
+	noEvents(t, p, rd, "silent", event.ConnOpen, event.ConnClose)
 }
 
 // TestLoadNoEmit: Options.NoEmit (record --no-emit, the bench's bodies
@@ -514,52 +473,11 @@ func TestLoadNoEmit(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
-		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
-	loud, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := loud.AttachedPrograms()
-	loud.Close()
-	opts.NoEmit = true
-	p, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
-		t.Fatalf("no-emit: attached %v, recording attaches %v", got, want)
-	}
+	p, ln, _ := loadAsRecording(t, func(o *Options) { o.NoEmit = true })
 	rd := ringReaders(t, p)
-	c := loopbackPair(t, ln)
-	msg := make([]byte, 1000)
-	for range 20 {
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if recs := drainRing(t, rd); len(recs) != 0 {
-		t.Fatalf("no-emit: %d records in the events rings", len(recs))
-	}
-	produced, lost, err := p.CountersOf()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for typ := range produced {
-		// The control ring's records are written as when recording.
-		if event.Type(typ) == event.ConnOpen || event.Type(typ) == event.ConnClose || event.Type(typ) == event.Iface {
-			continue
-		}
-		if produced[typ] != 0 || lost[typ] != 0 {
-			t.Errorf("no-emit: type %d produced %d, lost %d", typ, produced[typ], lost[typ])
-		}
-	}
+	writeSegments(t, loopbackPair(t, ln), 20)
+	// The control ring's records are written as when recording.
+	noEvents(t, p, rd, "no-emit", event.ConnOpen, event.ConnClose, event.Iface)
 	var states []magnetCpuState
 	if err := p.coll.Maps["cpu_states"].Lookup(uint32(0), &states); err != nil {
 		t.Fatal(err)
@@ -578,6 +496,69 @@ func TestLoadNoEmit(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no CPU's scratch record holds an event of the test's connection")
+	}
+}
+
+// loadAsRecording loads the default groups for a loopback listener's port
+// with the options changed by mode, and fails unless that attaches
+// exactly the programs recording the same groups attaches: a benchmark
+// mode measures the same hooks as the recording it stands for.
+func loadAsRecording(t *testing.T, mode func(*Options)) (*Probe, net.Listener, []string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	opts := Options{Groups: event.DefaultGroups, BufferBytes: 4 << 20, ControlBytes: 64 << 10,
+		Filters: Filters{Port: uint16(ln.Addr().(*net.TCPAddr).Port)}}
+	loud, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loud.AttachedPrograms()
+	loud.Close()
+	mode(&opts)
+	p, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if got := p.AttachedPrograms(); !slices.Equal(got, want) {
+		t.Fatalf("attached %v, recording attaches %v", got, want)
+	}
+	return p, ln, want
+}
+
+// writeSegments writes n messages of 1000 bytes on c.
+func writeSegments(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	msg := make([]byte, 1000)
+	for range n {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// noEvents fails if the events rings hold a record or any type but those
+// allowed was produced or lost.
+func noEvents(t *testing.T, p *Probe, rd []*ring.Reader, mode string, allowed ...event.Type) {
+	t.Helper()
+	if recs := drainRing(t, rd); len(recs) != 0 {
+		t.Fatalf("%s: %d records in the events rings", mode, len(recs))
+	}
+	produced, lost, err := p.CountersOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ := range produced {
+		if slices.Contains(allowed, event.Type(typ)) {
+			continue
+		}
+		if produced[typ] != 0 || lost[typ] != 0 {
+			t.Errorf("%s: type %d produced %d, lost %d", mode, typ, produced[typ], lost[typ])
+		}
 	}
 }
 

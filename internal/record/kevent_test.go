@@ -26,6 +26,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/witness"
 )
 
 // kevTestC is a program whose kernel events are known in advance: it
@@ -697,58 +698,14 @@ type irqWitness struct {
 // probe is attached (its first interval tick comes after every probe is).
 func startIRQWitness(t *testing.T, irqs []int) *irqWitness {
 	t.Helper()
-	if _, err := exec.LookPath("bpftrace"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("bpftrace is missing on CI (scripts/deps.sh installs it)")
-		}
-		t.Skip("bpftrace not installed (scripts/deps.sh installs it)")
-	}
 	var cond []string
 	for _, n := range irqs {
 		cond = append(cond, "args->irq == "+strconv.Itoa(n))
 	}
 	script := "tracepoint:irq:irq_handler_entry /" + strings.Join(cond, " || ") + "/ { printf(\"irq %d %d %llu\\n\", args->irq, cpu, nsecs); }\n" +
 		"interval:ms:20 /@ticked == 0/ { @ticked = 1; printf(\"tick\\n\"); }\n"
-	w := &irqWitness{cmd: exec.Command("bpftrace", "-e", script)}
-	out, err := w.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	w.cmd.Stderr = &stderr
-	if err := w.cmd.Start(); err != nil {
-		t.Fatalf("bpftrace: %v", err)
-	}
-	t.Cleanup(func() {
-		if w.cmd.ProcessState == nil {
-			w.cmd.Process.Kill()
-			w.cmd.Wait()
-		}
-	})
-	w.out = bufio.NewReader(out)
-	started := make(chan error, 1)
-	go func() {
-		for {
-			l, err := w.out.ReadString('\n')
-			if err != nil {
-				started <- err
-				return
-			}
-			if l == "tick\n" {
-				started <- nil
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-started:
-		if err != nil {
-			w.cmd.Wait()
-			t.Fatalf("bpftrace ended before its first tick: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("bpftrace not attached after 60 s\n%s", stderr.String())
-	}
+	w := &irqWitness{}
+	w.cmd, w.out = witness.StartBpftrace(t, script)
 	return w
 }
 

@@ -308,30 +308,48 @@ func Start(t testing.TB, o Options) *Witness {
 			t.Fatal(err)
 		}
 	}
-	w.cmd = exec.Command("bpftrace", "-e", Script(o))
 	// One key per frame of a transfer: far more than bpftrace's default
 	// of 4096 keys a map.
-	w.cmd.Env = append(os.Environ(), "BPFTRACE_MAP_KEYS_MAX=1000000")
-	out, err := w.cmd.StdoutPipe()
+	w.cmd, w.out = StartBpftrace(t, Script(o), "BPFTRACE_MAP_KEYS_MAX=1000000")
+	return w
+}
+
+// StartBpftrace starts `bpftrace -e script` with env added to this
+// process's, and returns once the script printed the line "tick": a
+// script prints it from an interval probe, which bpftrace attaches after
+// every other probe, so by then all of them are attached (bpftrace's own
+// "Attaching" line comes too early). The process is killed when the test
+// ends if it still runs.
+func StartBpftrace(t testing.TB, script string, env ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	if _, err := exec.LookPath("bpftrace"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("bpftrace is missing on CI (scripts/deps.sh installs it)")
+		}
+		t.Skip("bpftrace not installed (scripts/deps.sh installs it)")
+	}
+	cmd := exec.Command("bpftrace", "-e", script)
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr strings.Builder
-	w.cmd.Stderr = &stderr
-	if err := w.cmd.Start(); err != nil {
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatalf("bpftrace: %v", err)
 	}
 	t.Cleanup(func() {
-		if w.cmd.ProcessState == nil {
-			w.cmd.Process.Kill()
-			w.cmd.Wait()
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
 		}
 	})
-	w.out = bufio.NewReader(out)
+	out := bufio.NewReader(stdout)
 	started := make(chan error, 1)
 	go func() {
 		for {
-			l, err := w.out.ReadString('\n')
+			l, err := out.ReadString('\n')
 			if err != nil {
 				started <- fmt.Errorf("bpftrace ended before its first tick: %w", err)
 				return
@@ -345,13 +363,13 @@ func Start(t testing.TB, o Options) *Witness {
 	select {
 	case err := <-started:
 		if err != nil {
-			w.cmd.Wait()
+			cmd.Wait()
 			t.Fatalf("%v\n%s", err, stderr.String())
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("bpftrace not attached after 60 s\n%s", stderr.String())
 	}
-	return w
+	return cmd, out
 }
 
 // Stop reads the skips of bpftrace's programs, ends it, and returns what
