@@ -63,14 +63,8 @@ if [ -z "$magnet" ]; then
 	magnet=$work/magnet
 fi
 
-ip netns add "${ns}c"
-ip netns add "${ns}s"
-ip -n "${ns}c" link add veth0 type veth peer name veth1 netns "${ns}s"
-ip -n "${ns}c" addr add 10.203.0.1/30 dev veth0
-ip -n "${ns}s" addr add 10.203.0.2/30 dev veth1
-for n in "${ns}c" "${ns}s"; do ip -n "$n" link set lo up; done
-ip -n "${ns}c" link set veth0 up
-ip -n "${ns}s" link set veth1 up
+. bench/lab.sh
+lab_pair "${ns}c" "${ns}s" veth0 veth1 10.203.0 30
 # As netlab does: a bucket of 4 ms (at least 64 KiB, so GSO packets pass
 # whole), a queue of 50 ms.
 burst=$((rate * 1000 * 1000 / 8 * 4 / 1000))

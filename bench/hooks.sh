@@ -46,13 +46,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap "exit 1" INT TERM
-ip netns add $A
-ip netns add $B
-ip link add va netns $A type veth peer name vb netns $B
-ip -n $A addr add 10.77.0.1/24 dev va
-ip -n $B addr add 10.77.0.2/24 dev vb
-ip -n $A link set va up; ip -n $B link set vb up
-ip -n $A link set lo up; ip -n $B link set lo up
+. bench/lab.sh
+lab_pair $A $B va vb 10.77.0 24
 if [ "$RATE" != 0 ]; then
 	ip netns exec $A tc qdisc add dev va root tbf rate "$RATE" burst 1mb latency 50ms
 fi

@@ -57,14 +57,8 @@ if [ -z "$magnet" ]; then
 	magnet=$work/magnet
 fi
 
-ip netns add "${ns}c"
-ip netns add "${ns}s"
-ip -n "${ns}c" link add veth0 type veth peer name veth1 netns "${ns}s"
-ip -n "${ns}c" addr add 10.204.0.1/30 dev veth0
-ip -n "${ns}s" addr add 10.204.0.2/30 dev veth1
-for n in "${ns}c" "${ns}s"; do ip -n "$n" link set lo up; done
-ip -n "${ns}c" link set veth0 up
-ip -n "${ns}s" link set veth1 up
+. bench/lab.sh
+lab_pair "${ns}c" "${ns}s" veth0 veth1 10.204.0 30
 burst=$((rate * 1000 * 1000 / 8 * 4 / 1000))
 [ "$burst" -ge 65536 ] || burst=65536
 tc -n "${ns}c" qdisc replace dev veth0 root tbf rate "${rate}mbit" burst "$burst" latency 50ms
