@@ -19,6 +19,26 @@ func (k *rowKeeper) WriteRow(row []export.Value) error {
 }
 func (k *rowKeeper) Close() error { return nil }
 
+// journeyRows writes recs as a trace, exports its journeys, and fails
+// unless they are want rows; it returns them and each column's index by
+// name.
+func journeyRows(t *testing.T, recs []rec, want int) ([][]export.Value, map[string]int) {
+	t.Helper()
+	var k rowKeeper
+	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != uint64(want) || len(k.rows) != want {
+		t.Fatalf("%d rows (%d said), want %d: %v", len(k.rows), n, want, k.rows)
+	}
+	col := map[string]int{}
+	for i, c := range export.JourneyColumns {
+		col[c.Name] = i
+	}
+	return k.rows, col
+}
+
 // TestJourneysByIdentity follows three segments between two ends of one
 // trace; the second one's ip_send is missing. Paired first in, first out,
 // the third segment's ip_send would be the second's; by identity the
@@ -51,22 +71,11 @@ func TestJourneysByIdentity(t *testing.T) {
 			recs = append(recs, r)
 		}
 	}
-	var k rowKeeper
-	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 || len(k.rows) != 2 {
-		t.Fatalf("%d rows (%d said), want 2: %v", len(k.rows), n, k.rows)
-	}
-	col := map[string]int{}
-	for i, c := range export.JourneyColumns {
-		col[c.Name] = i
-	}
+	rows, col := journeyRows(t, recs, 2)
 	// JourneyLayers index → the segment's layer above (no dev_queue).
 	layerOf := []int{0, 1, -1, 2, 3, 4, 5, 6}
 	for i, s := range []int{0, 2} {
-		r := k.rows[i]
+		r := rows[i]
 		if got := r[col["ip_id"]].Uint; got != uint64(10+s) {
 			t.Errorf("row %d: ip id %d, want %d", i, got, 10+s)
 		}
@@ -128,20 +137,9 @@ func TestJourneysTwoCPUs(t *testing.T) {
 		r.tid = 0 // softirq over the idle task
 		recs = append(recs, r)
 	}
-	var k rowKeeper
-	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 {
-		t.Fatalf("%d rows, want one per packet (2): %v", n, k.rows)
-	}
-	col := map[string]int{}
-	for i, c := range export.JourneyColumns {
-		col[c.Name] = i
-	}
+	rows, col := journeyRows(t, recs, 2) // one per packet
 	got := map[uint64]int64{}
-	for _, r := range k.rows {
+	for _, r := range rows {
 		got[r[col["ip_id"]].Uint] = r[col["dev_recv_ns"]].Int - r[col["ip_recv_ns"]].Int
 	}
 	// Each packet's dev_recv is its own CPU's: 3 µs before its ip_recv
@@ -175,20 +173,9 @@ func TestJourneysTwoCPUsSender(t *testing.T) {
 			recs = append(recs, r)
 		}
 	}
-	var k rowKeeper
-	n, err := analyze.WriteJourneys(trace.Sources([]string{writeTrace(t, recs)}), &k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 {
-		t.Fatalf("%d rows, want one per segment (2): %v", n, k.rows)
-	}
-	col := map[string]int{}
-	for i, c := range export.JourneyColumns {
-		col[c.Name] = i
-	}
+	rows, col := journeyRows(t, recs, 2) // one per segment
 	// Each row's tcp_xmit is its own segment's: seq 1000 for ip id 10.
-	for _, r := range k.rows {
+	for _, r := range rows {
 		if id, seq := r[col["ip_id"]].Uint, r[col["seq"]].Uint; seq != 1000+1000*(id-10) {
 			t.Errorf("ip id %d has the tcp_xmit of seq %d", id, seq)
 		}

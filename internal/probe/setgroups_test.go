@@ -585,12 +585,7 @@ func TestXmitFlags(t *testing.T) {
 	defer p.Close()
 	rd := ringReaders(t, p)
 	c := loopbackPair(t, ln)
-	msg := make([]byte, 1000)
-	for range 5 {
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeSegments(t, c, 5)
 	// shutdown() sends the FIN in the call (the window has room for it
 	// on loopback), through IP egress, where its tcp_xmit is written: it
 	// is in the ring when the call returns.
