@@ -269,6 +269,38 @@ func TestEstimateOnPath(t *testing.T) {
 	}
 }
 
+// TestSessionLimitMidSearch: a server whose session time limit ends the
+// search after some fleets: the client returns what it measured, saying
+// that the limit stopped it, rather than fail with an EOF from the
+// goodbye the server no longer answers.
+func TestSessionLimitMidSearch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("probes a namespace path")
+	}
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobelim", BottleneckMbit: 50})
+	// The capacity trains take some 60 ms of this path; a resolution
+	// finer than the path's own variation keeps the search going until
+	// its fleets or bytes run out, far past the limit.
+	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9, MaxDuration: 400 * time.Millisecond})
+	c, err := dialIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String(), Params: Params{Resolution: 1e-4, MaxFleets: 1000, MaxBytes: 1e9, MaxDuration: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Estimate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("estimate %s [%s, %s], %d fleets, stopped %q, flags %v", FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), len(r.Fleets), r.Stopped, r.Flags)
+	if !strings.Contains(r.Stopped, "session time limit (400ms) reached") || len(r.Fleets) == 0 || r.ServerCPUSeconds != nil {
+		t.Errorf("stopped %q after %d fleets, server CPU %v: want the limit, some fleets, no CPU figure", r.Stopped, len(r.Fleets), r.ServerCPUSeconds)
+	}
+	if r.Converged || len(r.Flags) == 0 {
+		t.Errorf("a search the server cut short: converged %v, flags %v", r.Converged, r.Flags)
+	}
+}
+
 // TestUnlimitedIsHostLimited probes a path with no bottleneck: the host
 // cannot pace fast enough to find one, and must say so.
 func TestUnlimitedIsHostLimited(t *testing.T) {

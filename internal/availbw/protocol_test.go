@@ -123,3 +123,36 @@ func TestRealTimeFlagged(t *testing.T) {
 		t.Errorf("flags %v, want the real-time flag", f)
 	}
 }
+
+// TestSessionLimitReachesClient: a client whose search the server's time
+// limit ends before a fleet was measured gets the limit as the reason, not
+// an EOF and not a figure (TestSessionLimitMidSearch has the limit reached
+// after some).
+func TestSessionLimitReachesClient(t *testing.T) {
+	for _, limit := range []time.Duration{time.Millisecond, 30 * time.Millisecond} {
+		srv := loopServer(t, ServerConfig{MaxRate: 1e9, MaxDuration: limit})
+		c, err := Dial(context.Background(), ClientConfig{Server: srv.Addr().String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := c.Estimate(ctx)
+		cancel()
+		c.Close()
+		if err == nil {
+			t.Logf("limit %v: %d fleets, stopped %q", limit, len(r.Fleets), r.Stopped)
+		} else {
+			t.Logf("limit %v: %v", limit, err)
+		}
+		switch {
+		case err != nil && strings.Contains(err.Error(), "session time limit"):
+			// Ended before anything was measured: the reason is the error.
+		case err != nil:
+			t.Errorf("limit %v: %v, want the server's session time limit", limit, err)
+		case !strings.Contains(r.Estimate.Stopped, "session time limit"):
+			t.Errorf("limit %v: result stopped %q, want the server's session time limit", limit, r.Estimate.Stopped)
+		case len(r.Fleets) == 0:
+			t.Errorf("limit %v: a result with no fleet measured: %+v", limit, r.Estimate)
+		}
+	}
+}

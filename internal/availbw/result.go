@@ -33,9 +33,11 @@ type Result struct {
 	// during the estimate (SO_MEMINFO: its receive buffer was full):
 	// losses of the receiver, not of the path.
 	ReceiverDrops uint32 `json:"receiver_drops"`
-	// CPU time spent by the client and, as it reports, the server.
+	// CPU time spent by the client and, as it reports, the server; nil
+	// (null) when the server ended the session at its time limit and so
+	// reported none.
 	ClientCPUSeconds float64   `json:"client_cpu_s"`
-	ServerCPUSeconds float64   `json:"server_cpu_s"`
+	ServerCPUSeconds *float64  `json:"server_cpu_s"`
 	ControlRTTNs     int64     `json:"control_rtt_ns"`
 	Start            time.Time `json:"start"`
 	TookNs           int64     `json:"took_ns"`
@@ -64,7 +66,12 @@ func (c *Client) Estimate(ctx context.Context) (*Result, error) {
 	}
 	est, err := searchPath(ctx, c, c.cfg.Params, lim, time.Now, c.cfg.Log)
 	if errors.Is(err, errSessionLimit) {
-		est.Stopped, err = err.Error(), nil
+		est.Stopped, est.serverEnded, err = err.Error(), true, nil
+	}
+	ended := est != nil && est.serverEnded
+	if ended && len(est.Fleets) == 0 {
+		// Nothing was measured: a figure of 0 b/s would be a misreport.
+		return nil, fmt.Errorf("probe server: %s before a fleet of streams was measured", est.Stopped)
 	}
 	if err != nil {
 		return nil, err
@@ -83,9 +90,14 @@ func (c *Client) Estimate(ctx context.Context) (*Result, error) {
 		Start:            start.UTC(),
 		TookNs:           int64(time.Since(start)),
 	}
-	r.ServerCPUSeconds, err = c.bye()
-	if err != nil {
-		return nil, err
+	// After refusing a stream past its time limit the server closes the
+	// session: it answers no goodbye, and its CPU time is not known.
+	if !ended {
+		cpu, err := c.bye()
+		if err != nil {
+			return nil, err
+		}
+		r.ServerCPUSeconds = &cpu
 	}
 	var ru unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
@@ -117,8 +129,11 @@ func (c *Client) bye() (float64, error) {
 			if r.err != nil {
 				return 0, fmt.Errorf("probe server: %w", r.err)
 			}
-			if r.m.Type == msgBye {
+			switch r.m.Type {
+			case msgBye:
 				return r.m.CPUSeconds, nil
+			case msgError:
+				return 0, fmt.Errorf("probe server: %s", r.m.Error)
 			}
 		case <-t.C:
 			return 0, errors.New("probe server did not answer bye")

@@ -205,6 +205,9 @@ type Estimate struct {
 	Converged bool `json:"converged"`
 	// Stopped says why the search ended.
 	Stopped string `json:"stopped"`
+	// serverEnded: the server's session time limit ended the search (and
+	// the session: the server answers no goodbye).
+	serverEnded bool
 	// Streams, Rejected and Bytes count the probe streams (trains
 	// included), those rejected, and the IP bytes they put on the wire.
 	Streams  int     `json:"streams"`
@@ -356,7 +359,7 @@ func (s *search) run(ctx context.Context, lim Limits) error {
 		}
 		f, err := s.fleet(ctx, rate)
 		if errors.Is(err, errSessionLimit) {
-			e.Stopped = err.Error()
+			e.Stopped, e.serverEnded = err.Error(), true
 			break
 		}
 		if err != nil {

@@ -303,10 +303,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if t.Disturbed {
 			saw += " (disturbed)"
 		}
-		p("| %d Mbit/s | %s | %.0f %% | %s | %s [%s, %s] | %s | %+.1f %% | %s | %d | %d (%d) | %.2f s | %.2f MB | %.2f + %.2f s | %.2f | %s |",
+		p("| %d Mbit/s | %s | %.0f %% | %s | %s [%s, %s] | %s | %+.1f %% | %s | %d | %d (%d) | %.2f s | %.2f MB | %.2f + %s s | %.2f | %s |",
 			t.CapacityMbit, t.Cross, t.Share*100, availbw.FormatRate(t.TrueBps), availbw.FormatRate(res.Point),
 			availbw.FormatRate(res.Low), availbw.FormatRate(float64(res.High)), grey, t.Err*100, saw, len(res.Fleets), res.Streams, res.Rejected,
-			float64(res.TookNs)/1e9, float64(res.Bytes)/1e6, res.ClientCPUSeconds, res.ServerCPUSeconds, t.Load[0], passive)
+			float64(res.TookNs)/1e9, float64(res.Bytes)/1e6, res.ClientCPUSeconds, serverCPU(res), t.Load[0], passive)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -339,4 +339,13 @@ func probeSize(r *Report) string {
 		}
 	}
 	return "?"
+}
+
+// serverCPU is the server's CPU seconds, or "?" when it reported none
+// (its time limit ended the session).
+func serverCPU(r *availbw.Result) string {
+	if r.ServerCPUSeconds == nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.2f", *r.ServerCPUSeconds)
 }

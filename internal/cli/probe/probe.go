@@ -278,8 +278,15 @@ func Write(w io.Writer, r *availbw.Result) error {
 	for _, f := range r.Flags {
 		p.field("flag", "%s", f)
 	}
-	p.field("cost", "%d streams (%d rejected) in %d fleets, %s of probe traffic, %.2f s, CPU %.2f s here and %.2f s on the server",
-		r.Streams, r.Rejected, len(r.Fleets), formatBytes(r.Bytes), float64(r.TookNs)/1e9, r.ClientCPUSeconds, r.ServerCPUSeconds)
+	server := "not reported"
+	if r.ServerCPUSeconds != nil {
+		server = fmt.Sprintf("%.2f s", *r.ServerCPUSeconds)
+	} else {
+		// The server ended the session: say why the search stopped short.
+		p.field("stopped", "%s", r.Stopped)
+	}
+	p.field("cost", "%d streams (%d rejected) in %d fleets, %s of probe traffic, %.2f s, CPU %.2f s here and %s on the server",
+		r.Streams, r.Rejected, len(r.Fleets), formatBytes(r.Bytes), float64(r.TookNs)/1e9, r.ClientCPUSeconds, server)
 	return p.err
 }
 

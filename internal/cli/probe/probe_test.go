@@ -77,7 +77,7 @@ func TestWrite(t *testing.T) {
 		Estimate: &availbw.Estimate{Low: 48e6, High: 52e6, Point: 50.1e6, GreyLow: 49e6, GreyHigh: 51e6, Capacity: 98.8e6,
 			TrainSendRate: 2.1e9, ProbeLimit: 1.68e9, Streams: 14, Rejected: 1, Bytes: 940_000,
 			Fleets: make([]availbw.Fleet, 4)},
-		ServerPace: 14.8e9, ServerRealTime: true, KernelTimestamps: true, ClientCPUSeconds: 0.05, ServerCPUSeconds: 0.2, TookNs: 380e6,
+		ServerPace: 14.8e9, ServerRealTime: true, KernelTimestamps: true, ClientCPUSeconds: 0.05, ServerCPUSeconds: ptr(0.2), TookNs: 380e6,
 	}
 	var b bytes.Buffer
 	if err := Write(&b, r); err != nil {
@@ -121,7 +121,22 @@ func TestWrite(t *testing.T) {
 	if js, _ := json.Marshal(r); !strings.Contains(string(js), `"high_bps":52000000`) {
 		t.Errorf("upper bound in JSON: %s", js)
 	}
+	// A server that ended the session at its time limit reported no CPU
+	// time: the text says so and why the search stopped; JSON has null.
+	r.ServerCPUSeconds, r.Stopped = nil, "the server's session time limit was reached (session time limit (2s) reached)"
+	b.Reset()
+	if err := Write(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "stopped:     the server's session time limit was reached") || !strings.Contains(b.String(), "CPU 0.05 s here and not reported on the server") {
+		t.Errorf("output of a session the server ended:\n%s", b.String())
+	}
+	if js, _ := json.Marshal(r); !strings.Contains(string(js), `"server_cpu_s":null`) {
+		t.Errorf("server CPU not reported in JSON: %s", js)
+	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestCommandLine(t *testing.T) {
 	got := commandLine([]string{"bench", "probe", "--note", "load 10, it's busy", "-o", "x.md"})
