@@ -535,6 +535,8 @@ func TestConfig(t *testing.T) {
 		"buffer: 3MiB\n":                               "power of two",
 		"events:\n  baseline: nosuch\n":                "unknown event group",
 		"events:\n  available: sock\n":                 "which events.available does not load",
+		"events:\n  baseline: ''\n":                    "events.baseline is empty",
+		"events:\n  available: ' '\n":                  "events.available is empty",
 		"socket_mode: 999\n":                           "octal mode",
 		"subscribers:\n  queue: 0\n":                   "subscribers",
 		"connections:\n  window: 1h\n":                 "connections.window",

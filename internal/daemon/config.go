@@ -226,6 +226,14 @@ func (c Config) resolve() (*settings, error) {
 	if s.bufBytes, err = record.ParseBufferSize(c.Buffer); err != nil {
 		return nil, fmt.Errorf("config: buffer: %w", err)
 	}
+	// An empty list would read as record's default groups: a daemon told
+	// "nothing" would load and enable what it was not asked for.
+	if strings.TrimSpace(string(c.Events.Available)) == "" {
+		return nil, errors.New("config: events.available is empty: name the groups to load, or leave it out for all")
+	}
+	if strings.TrimSpace(string(c.Events.Baseline)) == "" {
+		return nil, fmt.Errorf("config: events.baseline is empty: name the groups always enabled, or leave it out for %s", BaselineGroups)
+	}
 	if s.available, err = event.ParseGroups(string(c.Events.Available)); err != nil {
 		return nil, fmt.Errorf("config: events.available: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -61,6 +62,9 @@ more while they last):
 					cfg.TokenFile = tokenFile
 				}
 				if flags.Changed("events") {
+					if strings.TrimSpace(events) == "" {
+						return cfg, fmt.Errorf("--events is empty: name the groups always enabled, or omit it for the baseline (%s)", daemon.BaselineGroups)
+					}
 					cfg.Events.Baseline = daemon.Groups(events)
 				}
 				if flags.Changed("buffer") {
