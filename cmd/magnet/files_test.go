@@ -312,6 +312,7 @@ func TestFlagsSayWhatTheyDo(t *testing.T) {
 		{[]string{"record", "-o", out, "--disable-hook", "tcp_probe,no_such_hook"}, `--disable-hook "no_such_hook": no such program (valid: sock_send_length, `},
 		{[]string{"parse", exportFixture, "--since", "2300-01-01"}, `--since: time "2300-01-01" is outside 1678-2262`},
 		{[]string{"export", exportFixture, "-f", "csv", "-o", "-", "--until", "1600-01-01T00:00:00Z"}, "is outside 1678-2262"},
+		{[]string{"export", exportFixture, "-o", filepath.Join(dir, "no-format.csv")}, "--format is required (tsv, csv, "},
 	} {
 		oneLineError(t, magnet(t, c.args...), c.want)
 	}

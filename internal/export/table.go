@@ -396,6 +396,9 @@ var Formats = []string{"tsv", "csv", "jsonl", "parquet", "ulm", "pcapng", "perfe
 
 // CheckFormat validates a --format value.
 func CheckFormat(f string) error {
+	if f == "" {
+		return fmt.Errorf("--format is required (%s)", strings.Join(Formats, ", "))
+	}
 	for _, ok := range Formats {
 		if f == ok {
 			return nil

@@ -62,6 +62,9 @@ func TestRowWriters(t *testing.T) {
 	if _, err := NewRowWriter("xml", tb, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `unknown format "xml"`) {
 		t.Errorf("xml format: %v", err)
 	}
+	if err := CheckFormat(""); err == nil || !strings.Contains(err.Error(), "--format is required") {
+		t.Errorf("no format: %v", err)
+	}
 }
 
 // TestDelimitedLikeEncodingCSV: the CSV and TSV writers quote exactly as
