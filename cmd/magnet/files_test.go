@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/internal/trace"
 )
 
@@ -335,5 +336,59 @@ func TestFlagsSayWhatTheyDo(t *testing.T) {
 	r := magnet(t, "plot", cut, "-o", filepath.Join(dir, "cut.svg"))
 	if r.code != 0 || !strings.Contains(r.stderr, "magnet: warning: "+cut+" was cut short at offset") {
 		t.Fatalf("plot of a cut-short trace: code %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// plot of a chain with files missing prints the warning parse prints, and
+// exits 0 with the chart of what is there.
+func TestPlotChainMissing(t *testing.T) {
+	needRoot(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgplotch"})
+	dir := t.TempDir()
+	ready := filepath.Join(t.TempDir(), "ready")
+	port := 30000 + (os.Getpid()+11)%10000
+	rec := exec.Command(bin, "record", "-q", "--rotate-size", "1MiB", "-o", filepath.Join(dir, "c-%n.mgt"), "--port", fmt.Sprint(port), "--ready-file", ready)
+	var e bytes.Buffer
+	rec.Stderr = &e
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		rec.Process.Kill()
+		rec.Wait()
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
+	serveTCP(t, lab, addr)
+	// A second of flood is some 100,000 events, 4 MB of trace: four files
+	// or more at 1 MiB each.
+	cli := lab.Command(lab.Client, bin, "workload", "send", "--proto", "tcp", "--to", addr, "--flood", "1s", "--size", "1024")
+	if o, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("client: %v %s", err, o)
+	}
+	rec.Process.Signal(syscall.SIGINT)
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("record: %v\n%s", err, e.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "c-*.mgt"))
+	if len(files) < 4 {
+		t.Fatalf("%d files, want 4 or more to take one from the middle", len(files))
+	}
+	if err := os.Remove(files[1]); err != nil {
+		t.Fatal(err)
+	}
+	rest := append([]string{files[0]}, files[2:]...)
+	want := "files 1 to 1 of recording " // then its id
+	want2 := fmt.Sprintf("are missing between %s and %s", filepath.Base(files[0]), filepath.Base(files[2]))
+	p := magnet(t, append([]string{"parse"}, rest...)...)
+	if p.code != 0 || !strings.Contains(p.stderr, want) || !strings.Contains(p.stderr, want2) {
+		t.Fatalf("parse of the chain less one file: code %d, stderr %q", p.code, p.stderr)
+	}
+	r := magnet(t, append(append([]string{"plot"}, rest...), "-o", filepath.Join(dir, "chain.svg"))...)
+	if r.code != 0 || !strings.Contains(r.stderr, "magnet: warning: ") || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, want2) {
+		t.Fatalf("plot of the chain less one file: code %d, stderr %q", r.code, r.stderr)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "chain.svg")); err != nil || fi.Size() == 0 {
+		t.Fatalf("no chart: %v", err)
 	}
 }
