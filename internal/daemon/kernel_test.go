@@ -495,6 +495,9 @@ type userResult struct {
 	SeesAll      bool     `json:"sees_all"`
 	EventConns   []uint64 `json:"event_conns"`
 	EventOwners  []int64  `json:"event_owners"`
+	EventPIDs    []uint32 `json:"event_pids"`
+	EventComms   []string `json:"event_comms"`
+	EventTypes   []string `json:"event_types"`
 	Sends        int      `json:"sends"`
 	Listed       []uint64 `json:"listed"`
 	OwnStatus    string   `json:"own_status"`
@@ -538,6 +541,9 @@ func userClient() int {
 		case m := <-col.msgs:
 			if m.Event != nil {
 				res.EventConns = append(res.EventConns, m.Event.Conn)
+				res.EventPIDs = append(res.EventPIDs, m.Event.PID)
+				res.EventComms = append(res.EventComms, m.Event.Comm)
+				res.EventTypes = append(res.EventTypes, m.Event.Type)
 				if m.Event.Owner != nil {
 					res.EventOwners = append(res.EventOwners, m.Event.Owner.UID)
 				} else {
@@ -633,7 +639,10 @@ func TestUnprivilegedUser(t *testing.T) {
 			t.Fatalf("server: %q %v", line, err)
 		}
 	}
-	run := func(p uint16, cred *syscall.Credential) {
+	// Root's view, to check that the user's connection did carry root's
+	// tasks, which the user's stream must mask.
+	rootStream := collect(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
+	run := func(p uint16, cred *syscall.Credential) int {
 		cmd := exec.Command(magnetBin, "workload", "send", "--to", "127.0.0.1:"+strconv.Itoa(int(p)), "--count", "5", "--size", "500", "--interval", "1ms")
 		if cred != nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -642,8 +651,9 @@ func TestUnprivilegedUser(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("send: %v: %s", err, out)
 		}
+		return cmd.Process.Pid
 	}
-	run(userPort, cred)
+	userPID := run(userPort, cred)
 	run(rootPort, nil)
 	waitProcessed(t, c)
 
@@ -671,13 +681,42 @@ func TestUnprivilegedUser(t *testing.T) {
 	if res.Sends != 5 {
 		t.Errorf("the user saw %d of its 5 sends", res.Sends)
 	}
+	// On loopback the root server's ACKs reach the user's socket in a
+	// softirq run by the server's task: root's stream shows that task on
+	// the user's connection, the user's shows no task but its own.
+	rootTasks := 0
+	for done := false; !done; {
+		select {
+		case m := <-rootStream.msgs:
+			if e := m.Event; e != nil && e.Conn == own && e.PID != 0 && e.PID != uint32(userPID) {
+				rootTasks++
+			}
+		case <-time.After(500 * time.Millisecond):
+			done = true
+		}
+	}
+	if rootTasks == 0 {
+		t.Errorf("root saw no other task on the user's connection %d: the masking is not exercised", own)
+	}
+	masked := 0
 	for i, conn := range res.EventConns {
+		if pid := res.EventPIDs[i]; pid != 0 && pid != uint32(userPID) {
+			t.Errorf("the user saw task %d (%s) in %s of connection %d: not its own (%d)", pid, res.EventComms[i], res.EventTypes[i], conn, userPID)
+		} else if pid == 0 && res.EventComms[i] != "" {
+			t.Errorf("a masked task kept its comm %q", res.EventComms[i])
+		} else if pid == 0 {
+			masked++
+		}
 		if conn != own && res.EventOwners[i] != int64(uid) {
 			t.Errorf("the user saw an event of connection %d (owner uid %d)", conn, res.EventOwners[i])
 		}
 		if conn == other {
 			t.Errorf("the user saw root's connection %d", other)
 		}
+	}
+	t.Logf("root saw %d events of other tasks on the user's connection; the user saw %d events, %d with the task masked", rootTasks, len(res.EventConns), masked)
+	if masked == 0 {
+		t.Errorf("the user saw no masked task, though root saw %d other tasks on its connection", rootTasks)
 	}
 	if len(res.Listed) != 1 || res.Listed[0] != own {
 		t.Errorf("the user lists %v, want only %d", res.Listed, own)
