@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
 // Report is a benchmark's result that can be written both ways.
@@ -52,7 +54,9 @@ func Write(stdout io.Writer, path string, asJSON bool, rep Report) error {
 	if path == "" {
 		_, err = stdout.Write(buf.Bytes())
 	} else {
-		err = os.WriteFile(path, buf.Bytes(), 0o644)
+		// Through outfile, as every output: bench runs as root, and must not
+		// follow a link another user planted in /tmp.
+		err = outfile.WriteFile(path, buf.Bytes())
 	}
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)

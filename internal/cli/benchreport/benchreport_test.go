@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,38 @@ func TestCheckOutput(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	if err := CheckOutput(filepath.Join(file, "r.md")); err == nil {
 		t.Error("a file as directory accepted")
+	}
+}
+
+// Run as root, the report does not follow a symbolic link another user
+// planted in a sticky world-writable directory.
+func TestWritePlantedSymlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: plants a link owned by another user")
+	}
+	shared := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(shared, "report.md")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := Write(io.Discard, link, false, fakeReport{})
+	if err == nil || !strings.Contains(err.Error(), "is a symbolic link in "+shared) {
+		t.Errorf("report through a planted link: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the link's target was written: %q", b)
 	}
 }
