@@ -392,3 +392,31 @@ func TestPlotChainMissing(t *testing.T) {
 		t.Fatalf("no chart: %v", err)
 	}
 }
+
+// export -f parquet of traces whose dictionaries add up to more columns
+// than Parquet takes: one line and a non-zero exit, not parquet-go's panic.
+func TestExportParquetTooManyColumns(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"export", "-f", "parquet", "--no-conns", "-o", filepath.Join(dir, "out.parquet")}
+	for h := range 17 { // 17 x 4,096 fields > 65,534 columns
+		et := trace.EventType{ID: 1, Name: "e", Size: 32 + trace.MaxFields}
+		for i := range trace.MaxFields {
+			et.Fields = append(et.Fields, trace.Field{Name: fmt.Sprintf("f%d_%d", h, i), Offset: 32 + i, Size: 1, Kind: trace.KindUint})
+		}
+		p := filepath.Join(dir, fmt.Sprintf("t%d.mgt", h))
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := trace.NewWriter(f, &trace.Header{Host: "h", Types: []trace.EventType{et}}, trace.WriterOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(&trace.Summary{}); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		args = append(args, p)
+	}
+	oneLineError(t, magnet(t, args...), "more than the 65534 columns Parquet takes")
+}
