@@ -64,7 +64,6 @@ func TestOutputIsInput(t *testing.T) {
 		{"export", in, "-f", "pcapng", "-o", in},
 		{"export", in, "-f", "perfetto", "-o", in},
 		{"export", in, "-f", "csv", "-o", filepath.Join(dir, "out.csv"), "--conns-output", in},
-		{"export", in, "-f", "csv", "-o", filepath.Join(dir, "same.csv"), "--conns-output", filepath.Join(dir, "same.csv")},
 		{"plot", in, "-o", link},
 		{"report", in, "--html", link},
 	}
@@ -72,6 +71,15 @@ func TestOutputIsInput(t *testing.T) {
 		r := magnet(t, args...)
 		oneLineError(t, r, "refusing to overwrite what it reads")
 		sameContent(t, in, orig)
+	}
+	same := filepath.Join(dir, "same.csv")
+	oneLineError(t, magnet(t, "export", in, "-f", "csv", "-o", same, "--conns-output", same), "is also the output "+same)
+	// The connection table is checked before the events are written: a
+	// refused table leaves no events' output behind either.
+	for _, p := range []string{filepath.Join(dir, "out.csv"), same} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s was written by an export that was refused: %v", p, err)
+		}
 	}
 }
 
@@ -131,10 +139,14 @@ func TestPlantedSymlink(t *testing.T) {
 	for _, args := range [][]string{
 		{"record", "-q", "-o", plant("rec.mgt"), "--duration", "1s"},
 		{"export", in, "-f", "csv", "--no-conns", "-o", plant("out.csv")},
+		{"export", in, "-f", "csv", "-o", filepath.Join(shared, "events.csv"), "--conns-output", plant("conns.csv")},
 		{"plot", in, "-o", plant("chart.svg")},
 	} {
 		oneLineError(t, magnet(t, args...), "is a symbolic link in "+shared+", a sticky world-writable directory")
 		sameContent(t, target, orig)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "events.csv")); !os.IsNotExist(err) {
+		t.Errorf("an export whose connection table was refused wrote its events: %v", err)
 	}
 	r := magnet(t, "record", "-q", "-o", filepath.Join(shared, "ok.mgt"), "--duration", "1s", "--ready-file", plant("ready"))
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: --ready-file: ") || !strings.Contains(r.stderr, "is a symbolic link") {

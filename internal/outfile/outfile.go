@@ -62,15 +62,38 @@ func Create(path string, opts Options) (*os.File, error) {
 	if opts.Perm == 0 {
 		opts.Perm = 0o644
 	}
-	f, err := open(path, opts.Perm)
+	f, err := openFile(path, opts.Perm, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := check(f, path, opts); err != nil {
+	if err := check(f, path, opts, true); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// Check runs Create's checks on path without creating or emptying it, and
+// without keeping a lock: a command with two outputs checks the second
+// before it writes the first, so that a refusal leaves both as they were.
+// A path that does not exist passes unless it names one of opts.Inputs
+// (an output the command is about to write).
+func Check(path string, opts Options) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		abs, _ := filepath.Abs(path)
+		for _, in := range opts.Inputs {
+			if a, _ := filepath.Abs(in); a == abs {
+				return fmt.Errorf("%s is also the output %s: %w: refusing to write both to one file (choose another output)", path, in, ErrIsInput)
+			}
+		}
+		return nil
+	}
+	f, err := openFile(path, 0, false)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // releases the lock check took
+	return check(f, path, opts, false)
 }
 
 // WriteFile writes data to path through Create: a small file such as a
@@ -99,25 +122,32 @@ func Shared(dir string) bool {
 	return m.IsDir() && m&fs.ModeSticky != 0 && m.Perm()&0o002 != 0
 }
 
-// open opens path for writing without truncating it (the checks come
-// first), following a symbolic link only outside a shared directory.
-func open(path string, perm fs.FileMode) (*os.File, error) {
+// openFile opens path for writing without truncating it (the checks come
+// first), following a symbolic link only outside a shared directory; it
+// creates the file when create is set, else opens only an existing one.
+func openFile(path string, perm fs.FileMode, create bool) (*os.File, error) {
 	dir := filepath.Dir(path)
 	if !Shared(dir) {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, perm)
+		flags := os.O_WRONLY
+		if create {
+			flags |= os.O_CREATE
+		}
+		f, err := os.OpenFile(path, flags, perm)
 		if err != nil {
 			return nil, fmt.Errorf("create output: %w", err)
 		}
 		return f, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
-	if err == nil {
-		return f, nil
+	if create {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create output: %w", err)
+		}
 	}
-	if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("create output: %w", err)
-	}
-	f, err = os.OpenFile(path, os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link in %s, a sticky world-writable directory: %w: not following it (remove it or write elsewhere)", path, dir, ErrUnsafe)
 	}
@@ -144,8 +174,8 @@ func open(path string, perm fs.FileMode) (*os.File, error) {
 }
 
 // check refuses an output that is an input or locked by another process,
-// then empties it.
-func check(f *os.File, path string, opts Options) error {
+// then, when truncate is set, empties it.
+func check(f *os.File, path string, opts Options, truncate bool) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("stat output: %w", err)
@@ -162,7 +192,7 @@ func check(f *os.File, path string, opts Options) error {
 		// A device or pipe (-o /dev/null): nothing to lock or truncate.
 		return nil
 	}
-	if opts.Lock {
+	if opts.Lock || !truncate {
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				by := ""
@@ -173,6 +203,9 @@ func check(f *os.File, path string, opts Options) error {
 			}
 			return fmt.Errorf("lock output: %w", err)
 		}
+	}
+	if !truncate {
+		return nil
 	}
 	if err := f.Truncate(0); err != nil {
 		return fmt.Errorf("truncate output: %w", err)

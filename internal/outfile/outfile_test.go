@@ -189,3 +189,56 @@ func TestCreateSharedDirOthersFile(t *testing.T) {
 	}
 	unchanged(t, p)
 }
+
+// Check refuses what Create refuses, and creates, empties and keeps
+// locked nothing.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.mgt")
+	writeOld(t, in)
+	out := filepath.Join(dir, "out.csv")
+	if err := Check(in, Options{Inputs: []string{in}}); !errors.Is(err, ErrIsInput) {
+		t.Errorf("an input: %v, want ErrIsInput", err)
+	}
+	// A name the command is about to write, not there yet.
+	if err := Check(out, Options{Inputs: []string{in, out}}); !errors.Is(err, ErrIsInput) || !strings.Contains(err.Error(), "is also the output") {
+		t.Errorf("the other output: %v, want ErrIsInput", err)
+	}
+	if err := Check(filepath.Join(dir, "new.csv"), Options{Inputs: []string{in, out}}); err != nil {
+		t.Errorf("a new name: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.csv")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Check created the file: %v", err)
+	}
+	writeOld(t, out)
+	held, err := Create(in+".rec", Options{Lock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(in+".rec", Options{}); !errors.Is(err, ErrLocked) {
+		t.Errorf("a locked output: %v, want ErrLocked", err)
+	}
+	held.Close()
+	if err := Check(out, Options{Inputs: []string{in}}); err != nil {
+		t.Errorf("an existing other file: %v", err)
+	}
+	unchanged(t, out)
+	// Check's own lock is gone: a writer may take it.
+	f, err := Create(out, Options{Lock: true})
+	if err != nil {
+		t.Fatalf("after Check: %v", err)
+	}
+	f.Close()
+
+	shared := sharedDir(t)
+	target := filepath.Join(dir, "target")
+	writeOld(t, target)
+	link := filepath.Join(shared, "conns.csv")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(link, Options{}); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("a link in a shared directory: %v, want ErrUnsafe", err)
+	}
+	unchanged(t, target)
+}

@@ -153,6 +153,17 @@ it, --filter, --types and --groups select the events exported
 				}
 				return nil
 			}
+			if !noConns {
+				// The connection table is written second: check it first, so
+				// that refusing it leaves the events' output as it was.
+				if connsOut == "" {
+					connsOut = connsPath(output)
+				}
+				others := append(append([]string(nil), read...), output)
+				if err := outfile.Check(connsOut, outfile.Options{Inputs: others}); err != nil {
+					return fmt.Errorf("export: %w", err)
+				}
+			}
 			t := export.NewTable(headers)
 			var late uint64
 			if err := writeFile(output, read, cmd.OutOrStdout(), func(w io.Writer) error {
