@@ -86,7 +86,12 @@ func NewReader(rd io.Reader) (*Reader, error) {
 			// One block in flight: no decoder goroutines, bounded memory.
 			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(maxZstdWindow))
+			zstd.WithDecoderMaxWindow(maxZstdWindow),
+			// Every part of a trace has its own CRC-32C, which names the
+			// damaged block; the frame's checksum adds nothing but would
+			// withhold the frame's last zstd block (up to 128 KiB of
+			// records) from salvage when any of it is damaged.
+			zstd.IgnoreChecksum(true))
 		if err != nil {
 			return nil, fmt.Errorf("start zstd decoder: %w", err)
 		}
@@ -358,6 +363,9 @@ func (r *Reader) readBlock() error {
 			r.cutShort(start)
 			return nil
 		}
+		if r.unreadable(start, err) {
+			return nil
+		}
 		return fmt.Errorf("read block at offset %d: %w", start, err)
 	}
 	if h == [blockHeaderSize]byte{} {
@@ -394,6 +402,10 @@ func (r *Reader) readBlock() error {
 		if isEOF(err) {
 			r.block, r.pos = payload[:0], 0
 			return r.endsEarly(start, h[:], payload, payloadLen)
+		}
+		if r.unreadable(start, err) {
+			r.block, r.pos = payload[:0], 0
+			return nil
 		}
 		return fmt.Errorf("read block at offset %d: %w", start, err)
 	}
@@ -503,7 +515,26 @@ func (z zstdErrors) Read(p []byte) (int, error) {
 		// Not damage: the compressor was asked for a larger window.
 		err = formatError(ErrTooLarge, -1, "the zstd data asks for a window larger than this reader's limit of %d MiB: decompress it with zstd -d --long=31 and read the .mgt", maxZstdWindow>>20)
 	case err != nil && !isEOF(err):
-		err = formatError(ErrCorrupt, -1, "damaged zstd data: %v", err)
+		err = zstdDamage{formatError(ErrCorrupt, -1, "damaged zstd data: %v", err)}
 	}
 	return n, err
+}
+
+// zstdDamage is damage to a compressed trace's zstd stream, rather than to
+// the trace it decompresses to: nothing after it can be decompressed, so
+// salvage ends the reading there.
+type zstdDamage struct{ *FormatError }
+
+// unreadable ends a salvaging Reader at start, where the compressed data
+// could no longer be decompressed (err), and reports whether it did.
+func (r *Reader) unreadable(start int64, err error) bool {
+	var zd zstdDamage
+	if !r.salvage || !errors.As(err, &zd) {
+		return false
+	}
+	if r.salv.Unreadable == "" {
+		r.salv.Unreadable = fmt.Sprintf("the compressed data could not be read past offset %d (%v)", start, err)
+	}
+	r.done = true
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"strings"
 )
 
 // input is what a Reader reads blocks from: the bytes salvage read ahead
@@ -48,6 +49,10 @@ type Salvage struct {
 	// Records counts the records returned, so that a caller can compare
 	// it with the summary's count, when the end block survived.
 	Records uint64
+	// Unreadable, in a compressed trace, says where the zstd data itself
+	// was damaged: nothing after it could be decompressed, so the reading
+	// ended there.
+	Unreadable string
 }
 
 // SetSalvage makes the Reader read on after damaged data instead of
@@ -78,10 +83,17 @@ func (r *Reader) Salvaged() Salvage {
 // salvageWarning says what salvage skipped, or "" when nothing.
 func (r *Reader) salvageWarning() string {
 	s := r.Salvaged()
-	if s.Regions == 0 {
+	if s.Regions == 0 && s.Unreadable == "" {
 		return ""
 	}
-	w := fmt.Sprintf("--salvage skipped %d damaged stretch(es), %d bytes, the first at offset %d (%s)", s.Regions, s.Bytes, s.Offset, s.First)
+	var parts []string
+	if s.Regions > 0 {
+		parts = append(parts, fmt.Sprintf("--salvage skipped %d damaged stretch(es), %d bytes, the first at offset %d (%s)", s.Regions, s.Bytes, s.Offset, s.First))
+	}
+	if s.Unreadable != "" {
+		parts = append(parts, "--salvage stopped: "+s.Unreadable)
+	}
+	w := strings.Join(parts, "; ")
 	if sum := r.Summary(); sum != nil && r.chain == nil {
 		var want uint64
 		for _, n := range sum.Events {
@@ -97,6 +109,9 @@ func (r *Reader) salvageWarning() string {
 func add(s *Salvage, o Salvage) {
 	if s.Regions == 0 {
 		s.Offset, s.First = o.Offset, o.First
+	}
+	if s.Unreadable == "" {
+		s.Unreadable = o.Unreadable
 	}
 	s.Regions += o.Regions
 	s.Bytes += o.Bytes
@@ -145,7 +160,7 @@ func (r *Reader) resync(start int64, rest []byte, cause error, cutIfNone bool) e
 			if need > 0 && !eof {
 				var err error
 				if buf, eof, err = r.more(buf, i+need); err != nil {
-					return err
+					return r.unreadableIn(start, base+int64(len(buf)), cause, err)
 				}
 				continue
 			}
@@ -170,7 +185,7 @@ func (r *Reader) resync(start int64, rest []byte, cause error, cutIfNone bool) e
 		}
 		var err error
 		if buf, eof, err = r.more(buf, len(buf)+readChunk); err != nil {
-			return err
+			return r.unreadableIn(start, base+int64(len(buf)), cause, err)
 		}
 	}
 	if cutIfNone {
@@ -179,6 +194,17 @@ func (r *Reader) resync(start int64, rest []byte, cause error, cutIfNone bool) e
 	}
 	r.skipped(start, base+int64(len(buf))-start, cause)
 	r.cutShort(start)
+	return nil
+}
+
+// unreadableIn handles a read error at end while resync skips damaged data
+// from start: damage to the zstd stream ends a salvaging Reader there, the
+// stretch counted as skipped; any other error is returned.
+func (r *Reader) unreadableIn(start, end int64, cause, err error) error {
+	if !r.unreadable(end, err) {
+		return err
+	}
+	r.skipped(start, end-start, cause)
 	return nil
 }
 

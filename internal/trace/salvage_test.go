@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // salvageAll reads file with salvage on and returns copies of the records.
@@ -191,4 +193,77 @@ func TestChainWarningsAfterClose(t *testing.T) {
 	if s := r.Salvaged(); s.Regions != 1 || len(r.Warnings()) != 1 {
 		t.Fatalf("after Close: salvaged %+v, warnings %v", s, r.Warnings())
 	}
+}
+
+// Damage in a compressed trace: where the zstd data still decompresses,
+// the blocks' own checksums find the damaged block and salvage reads on to
+// the end (the frame's checksum, were it checked, would withhold the last
+// 128 KiB); where it no longer decompresses, salvage keeps what came
+// before, says where it stopped and why, and returns no error. Without
+// salvage the reader fails either way.
+func TestSalvageCompressed(t *testing.T) {
+	h := testHeader(magnetTypes())
+	recs := sampleRecords(t, h, 4000)
+	file := writeTrace(t, h, WriterOptions{BlockSize: 4096}, recs, true)
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc.Write(file)
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	z := buf.Bytes()
+	var readOn, stopped int
+	for at := len(z) / 4; at < len(z)-16; at += len(z) / 40 {
+		bad := bytes.Clone(z)
+		bad[at] ^= 0x55
+		if _, err := NewReader(bytes.NewReader(bad)); err != nil {
+			// The damaged zstd block holds the header: nothing to salvage.
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotTrace) {
+				t.Errorf("flip at %d: %v", at, err)
+			}
+			continue
+		}
+		// A zstd block whose length grew ends the stream early: that
+		// reads as a file cut short, as a .zst cut short does.
+		if _, r, err := readAll(t, bad); !errors.Is(err, ErrCorrupt) && (err != nil || !r.truncated) {
+			t.Errorf("flip at %d of %d: without salvage err %v, want ErrCorrupt or cut short", at, len(z), err)
+			continue
+		}
+		got, r := salvageAll(t, bad)
+		s := r.Salvaged()
+		for i, rec := range got[:min(len(got), 100)] {
+			if !bytes.Equal(rec, recs[i]) {
+				t.Fatalf("flip at %d: record %d differs", at, i)
+			}
+		}
+		w := r.Warnings()
+		switch {
+		case s.Unreadable != "":
+			stopped++
+			if !strings.Contains(s.Unreadable, "damaged zstd data") || len(got) == 0 || len(got) >= len(recs) ||
+				len(w) == 0 || !strings.Contains(w[len(w)-1], "--salvage stopped: the compressed data could not be read past offset") {
+				t.Errorf("flip at %d: stopped with %d of %d records, %+v, warnings %q", at, len(got), len(recs), s, w)
+			}
+		case s.Regions > 0:
+			readOn++
+			// One damaged block of at most 4096 bytes: ~80 records lost.
+			if r.Summary() == nil || len(got) < len(recs)-100 {
+				t.Errorf("flip at %d: read on to %d of %d records, summary %v", at, len(got), len(recs), r.Summary() != nil)
+			}
+		case r.truncated:
+			// The zstd stream ended early (see above): read up to there.
+			if len(got) == 0 {
+				t.Errorf("flip at %d: nothing read before the zstd stream ended", at)
+			}
+		default:
+			t.Errorf("flip at %d: salvage found nothing wrong", at)
+		}
+	}
+	if readOn == 0 || stopped == 0 {
+		t.Errorf("cases: %d read on past a damaged block, %d stopped by the zstd data: want both", readOn, stopped)
+	}
+	t.Logf("%d flips read on past a damaged block, %d stopped where the zstd data did", readOn, stopped)
 }
