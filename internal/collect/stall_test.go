@@ -175,3 +175,78 @@ func TestShipStalledTargetDelaysNoOther(t *testing.T) {
 		t.Fatalf("status after the thaw: %+v", st)
 	}
 }
+
+// TestShipTargetTimeoutAndBackoff: a target's own timeout bounds each
+// shipment to it (here far below ship.timeout), and its failures back off
+// on their own, doubling from ship.retry_initial up to ship.retry_max,
+// while the directory target ships everything at once.
+func TestShipTargetTimeoutAndBackoff(t *testing.T) {
+	m := archivetest.StartMoto(t)
+	root := t.TempDir()
+	cfg := testConfig(t,
+		Target{Type: "s3", Endpoint: m.Endpoint, Bucket: "traces", Region: "us-east-1", AccessKey: archivetest.AccessKey, SecretKey: archivetest.SecretKey,
+			Timeout: 300 * time.Millisecond},
+		Target{Type: "dir", Path: root})
+	cfg.Ship.Interval = 100 * time.Millisecond
+	cfg.Ship.Timeout = 10 * time.Minute // the default shipment bound: never reached here
+	cfg.Ship.RetryInitial, cfg.Ship.RetryMax = 200*time.Millisecond, 800*time.Millisecond
+	m.Pause()
+	defer m.Resume()
+	spool(t, cfg, 2, false) // 3 finished files
+	s, err := NewShipper(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tap := newLogTap()
+	s.Log = tap.log
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- s.Run(ctx, nil) }()
+	defer func() { cancel(); <-ran }()
+
+	start := time.Now()
+	tap.wait(t, 20*time.Second, 4, " to s3 failed (attempt ")
+	took := time.Since(start)
+	tap.wait(t, 10*time.Second, 3, "shipped ", " to dir ")
+	// Each attempt ends at the target's timeout, then waits its backoff
+	// (+ up to a fifth of jitter): 200, 400, 800, 800 ms.
+	var delays []time.Duration
+	for i := 1; i <= 4; i++ {
+		tap.mu.Lock()
+		for _, l := range tap.lines {
+			pre := fmt.Sprintf(" to s3 failed (attempt %d, next in ", i)
+			if _, rest, ok := strings.Cut(l, pre); ok {
+				d, err := time.ParseDuration(rest[:strings.Index(rest, ")")])
+				if err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+				if !strings.Contains(l, "deadline exceeded") {
+					t.Errorf("attempt %d did not end at the target's timeout: %q", i, l)
+				}
+				delays = append(delays, d)
+				break
+			}
+		}
+		tap.mu.Unlock()
+	}
+	want := []time.Duration{200, 400, 800, 800}
+	if len(delays) != 4 {
+		t.Fatalf("delays %v", delays)
+	}
+	for i, d := range delays {
+		if w := want[i] * time.Millisecond; d < w || d > w+w/5+time.Millisecond {
+			t.Errorf("attempt %d: next in %s, want %s plus at most a fifth", i+1, d, w)
+		}
+	}
+	// Four timeouts and the first three backoffs at least: 4 x 300 ms +
+	// 1400 ms; with ship.timeout in force it would be minutes.
+	if took < 2600*time.Millisecond || took > 15*time.Second {
+		t.Errorf("4 failed attempts took %s, want 2.6 s (4 timeouts of 300 ms, 1.4 s of backoff) and a little", took)
+	}
+	st := s.Status()
+	if st.Targets[0].Failures < 4 || st.Targets[0].ConsecutiveFailures < 4 || st.Targets[0].Shipped != 0 || st.Targets[1].Shipped != 3 || st.Targets[1].Failures != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	t.Logf("4 attempts to the frozen store in %s, backoffs %v; the directory has all 3 files", took.Round(time.Millisecond), delays)
+}
