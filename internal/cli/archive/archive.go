@@ -59,10 +59,11 @@ that every analysis command reads as one timeline.`,
 					Host      string          `json:"host"`
 					Recording string          `json:"recording,omitempty"`
 					Files     []archive.Entry `json:"files"`
+					Missing   []string        `json:"missing,omitempty"`
 				}
 				list := []jsonChain{}
 				for _, c := range chains {
-					list = append(list, jsonChain{c.Host, c.Recording, c.Entries})
+					list = append(list, jsonChain{c.Host, c.Recording, c.Entries, c.Missing()})
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -92,7 +93,15 @@ that every analysis command reads as one timeline.`,
 						e.Start().UTC().Format("2006-01-02 15:04:05"), end, events, e.Lost, e.Bytes, e.Path)
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, c := range chains {
+				for _, m := range c.Missing() {
+					fmt.Fprintf(out, "missing: %s\n", m)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: one object per recording with its files")
