@@ -5,6 +5,7 @@ package main_test
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,10 +79,23 @@ func TestArchiveLsMissingFiles(t *testing.T) {
 		t.Fatalf("archive ls: %s", r.stderr)
 	}
 	var notes []string
+	rows := 0
 	for _, l := range strings.Split(r.stdout, "\n") {
 		if strings.HasPrefix(l, "missing: ") {
 			notes = append(notes, l)
 		}
+		// host recording seq start(2) end events lost bytes file: with no
+		// manifest, counts are unknown, not 0, and bytes are the file's.
+		if f := strings.Fields(l); len(f) == 10 && strings.HasPrefix(filepath.Base(f[9]), "h-") {
+			rows++
+			fi, err := os.Stat(f[9])
+			if err != nil || f[6] != "-" || f[7] != "-" || f[8] != fmt.Sprint(fi.Size()) {
+				t.Errorf("row %q: want events and lost unknown (-) and bytes the file's size (%v)", l, err)
+			}
+		}
+	}
+	if rows != 3 {
+		t.Errorf("%d rows, want 3:\n%s", rows, r.stdout)
 	}
 	if len(notes) != 2 || !strings.Contains(notes[0], "files 0 to 1 of recording ") || !strings.Contains(notes[0], " before h-0002.mgt") ||
 		!strings.Contains(notes[1], "file 3 of recording ") || !strings.Contains(notes[1], " between h-0002.mgt and h-0004.mgt") {

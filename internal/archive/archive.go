@@ -191,6 +191,9 @@ func entryOf(p string) (*Entry, error) {
 	}
 	defer r.Close()
 	m := headerManifest(r, p)
+	if fi, err := os.Stat(p); err == nil {
+		m.Bytes = fi.Size()
+	}
 	return &Entry{Manifest: *m, Path: p}, nil
 }
 

@@ -79,18 +79,26 @@ that every analysis command reads as one timeline.`,
 					} else if e.CutShort {
 						end = "cut short"
 					}
-					var events uint64
-					for name, n := range e.Events {
-						if name != "task" && name != "iface" && name != "lost" {
-							events += n
+					// A file without a manifest (a spool, a record --rotate
+					// directory) was not read: its counts are unknown. A
+					// manifest has its file's checksum (and no events map
+					// when it counted none).
+					events, lost := "-", "-"
+					if e.Events != nil || e.SHA256 != "" {
+						var n uint64
+						for name, c := range e.Events {
+							if name != "task" && name != "iface" && name != "lost" {
+								n += c
+							}
 						}
+						events, lost = fmt.Sprint(n), fmt.Sprint(e.Lost)
 					}
 					rec := e.Recording
 					if rec == "" {
 						rec = "-"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", e.Host, rec, e.Seq,
-						e.Start().UTC().Format("2006-01-02 15:04:05"), end, events, e.Lost, e.Bytes, e.Path)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Host, rec, e.Seq,
+						e.Start().UTC().Format("2006-01-02 15:04:05"), end, events, lost, e.Bytes, e.Path)
 				}
 			}
 			if err := tw.Flush(); err != nil {
