@@ -246,7 +246,64 @@ func TestShipTargetTimeoutAndBackoff(t *testing.T) {
 	}
 	st := s.Status()
 	if st.Targets[0].Failures < 4 || st.Targets[0].ConsecutiveFailures < 4 || st.Targets[0].Shipped != 0 || st.Targets[1].Shipped != 3 || st.Targets[1].Failures != 0 {
-		t.Fatalf("status: %+v", st)
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		t.Fatalf("status: %+v\nlog:\n%s", st, strings.Join(tap.lines, "\n"))
 	}
 	t.Logf("4 attempts to the frozen store in %s, backoffs %v; the directory has all 3 files", took.Round(time.Millisecond), delays)
+}
+
+// TestPrepareKeepsHeldFiles: a target's pass holds a spool file (its lock
+// hides it from rotate.Finished) and releases it when the shipment fails,
+// while another pass lists the spool. A file released between the two
+// looks of the listing (the lock test, then the held files) was missing
+// from both, so the listing forgot its journal entry and which targets
+// had it: a directory target then "found it already there (shipped before
+// a restart)" and counted it shipped twice. The listing must see every
+// file, held or not, at every moment.
+func TestPrepareKeepsHeldFiles(t *testing.T) {
+	cfg := testConfig(t, Target{Type: "dir", Path: t.TempDir()})
+	spool(t, cfg, 2, false)
+	s, _ := newShipper(t, cfg)
+	ctx := context.Background()
+	names := s.prepare(ctx)
+	if len(names) != 3 {
+		t.Fatalf("%d files staged, want 3", len(names))
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, n := range names {
+				s.mu.Lock()
+				s.hold(n)
+				s.mu.Unlock()
+				s.mu.Lock()
+				s.release(n)
+				s.mu.Unlock()
+			}
+		}
+	}()
+	lost := 0
+	for i := 0; i < 300; i++ {
+		s.prepare(ctx)
+		s.mu.Lock()
+		for _, n := range names {
+			if s.j.Files[n] == nil {
+				lost++
+			}
+		}
+		s.mu.Unlock()
+	}
+	close(stop)
+	<-done
+	if lost != 0 {
+		t.Fatalf("the journal forgot a held file %d times in 300 listings", lost)
+	}
 }
