@@ -186,6 +186,12 @@ targets:
 	if r := export(); r.code != 0 || !strings.Contains(r.stderr, fmt.Sprintf("0 files written, %d already there", len(want))) {
 		t.Fatalf("second export of %s: %d %s", url, r.code, r.stderr)
 	}
+	// docs/DEPLOY.md's cron line: the default partitions are the same, so
+	// nothing is new.
+	if r := magnet(t, "export", url, "--since", "-2h", "--format", "parquet", "--dataset", ds); r.code != 0 ||
+		!strings.Contains(r.stderr, fmt.Sprintf("0 files written, %d already there", len(want))) {
+		t.Fatalf("export %s --since -2h: %d %s", url, r.code, r.stderr)
+	}
 	parts, _ := filepath.Glob(filepath.Join(ds, "events", "host="+host, "date=*", "*.parquet"))
 	conns, _ := filepath.Glob(filepath.Join(ds, "conns", "host="+host, "date=*", "*.parquet"))
 	if len(parts) != len(want) || len(conns) != len(want) {
