@@ -83,7 +83,8 @@ func TestDatasetErrorApart(t *testing.T) {
 // TestDatasetFileLayout: a trace of more events than a row group makes
 // one file per table whose row groups hold DatasetRowGroup rows (the last
 // the rest) and whose every column chunk is zstd-compressed, as read by
-// DuckDB's own Parquet reader.
+// DuckDB's own Parquet reader; no column carries an unsigned annotation
+// and ts is a UTC timestamp in the file's own schema.
 func TestDatasetFileLayout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 1.2 M events")
@@ -115,7 +116,17 @@ func TestDatasetFileLayout(t *testing.T) {
 		`SELECT DISTINCT compression FROM parquet_metadata('events/*/*/*.parquet')`,
 		`SELECT DISTINCT compression FROM parquet_metadata('conns/*/*/*.parquet')`,
 		`SELECT count(*) FROM read_parquet('events/*/*/*.parquet')`,
+		// What Trino's and Spark's Parquet readers go by: an unsigned
+		// annotation (UINT_64) is what makes them read decimal(20,0).
+		`SELECT name, converted_type FROM parquet_schema(['events/*/*/*.parquet', 'conns/*/*/*.parquet']) WHERE converted_type LIKE 'UINT%' OR logical_type LIKE '%isSigned=0%'`,
+		`SELECT count(*) FROM parquet_schema('events/*/*/*.parquet') WHERE name = 'ts' AND converted_type = 'TIMESTAMP_MICROS' AND logical_type LIKE '%isAdjustedToUTC=1%'`,
 	})
+	if len(res[4]) != 0 {
+		t.Errorf("unsigned columns: %v", res[4])
+	}
+	if fmt.Sprint(res[5]) != "[[1]]" {
+		t.Errorf("ts is not a UTC TIMESTAMP_MICROS column")
+	}
 	total := int(res[3][0][0].(float64))
 	if uint64(total) != st.Events {
 		t.Fatalf("%d rows, %d events exported", total, st.Events)
