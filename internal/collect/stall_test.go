@@ -4,15 +4,20 @@ package collect
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
+	"github.com/magnet-tracer/magnet/internal/archive"
 	"github.com/magnet-tracer/magnet/internal/archivetest"
 )
 
@@ -305,5 +310,57 @@ func TestPrepareKeepsHeldFiles(t *testing.T) {
 	<-done
 	if lost != 0 {
 		t.Fatalf("the journal forgot a held file %d times in 300 listings", lost)
+	}
+}
+
+// TestShipS3DayIndex: each manifest the shipper writes to S3 is also in
+// its day's index (archive.DayIndexName), byte for byte the same
+// manifest, so that listings read one object per host and day.
+func TestShipS3DayIndex(t *testing.T) {
+	m := archivetest.StartMoto(t)
+	cfg := testConfig(t, Target{Type: "s3", Endpoint: m.Endpoint, Bucket: "traces", Prefix: "site-a", Region: "us-east-1",
+		AccessKey: archivetest.AccessKey, SecretKey: archivetest.SecretKey})
+	spool(t, cfg, 2, false) // 3 finished files
+	s, _ := newShipper(t, cfg)
+	s.Pass(context.Background())
+	if waiting, shipped := s.Queue(); waiting != 0 || shipped != 3 {
+		t.Fatalf("%d waiting, %d shipped; want 0 and 3", waiting, shipped)
+	}
+	st, err := archive.NewS3(m.Endpoint, "traces", "site-a", "us-east-1", archivetest.AccessKey, archivetest.SecretKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	day := "site-a/web1/" + time.Now().UTC().Format("2006-01-02") + "/"
+	o, err := st.Client.GetObject(ctx, "traces", day+archive.DayIndexName, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(o)
+	o.Close()
+	if err != nil {
+		t.Fatalf("the day's index: %v", err)
+	}
+	var ix archive.DayIndex
+	if err := json.Unmarshal(data, &ix); err != nil || len(ix.Manifests) != 3 {
+		t.Fatalf("the day's index holds %d manifests (%v), want 3:\n%s", len(ix.Manifests), err, data)
+	}
+	for name, im := range ix.Manifests {
+		o, err := st.Client.GetObject(ctx, "traces", day+name, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(o)
+		o.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var man archive.Manifest
+		if err := json.Unmarshal(raw, &man); err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(raw)) != im.Size || !reflect.DeepEqual(man, im.Manifest) {
+			t.Errorf("%s: the index holds %d bytes %+v, the manifest is %d bytes %+v", name, im.Size, im.Manifest, len(raw), man)
+		}
 	}
 }
