@@ -6,8 +6,9 @@
 # slow for CI (Spark's start alone takes tens of seconds); run it by hand:
 #   scripts/spark-dataset.sh DIR             # a dataset you have
 #   scripts/spark-dataset.sh                 # makes one from synthetic traces
-# It fails if a statement fails or a query's figures differ from DuckDB's
-# on the same dataset.
+# It fails if a statement fails, a query's figures differ from DuckDB's
+# on the same dataset, or Spark reads a column as decimal, the timestamps
+# otherwise, or the tables without their host and date partitions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -c 'import pyspark' 2>/dev/null || python3 -m pip install --quiet pyspark 2>/dev/null ||
@@ -48,5 +49,13 @@ for r in results[4]:
 con = duckdb.connect()
 want = dict(con.execute(f"SELECT host, sum(size) FROM read_parquet('{d}/events/*/*/*.parquet', hive_partitioning = true) WHERE event = 'sock_send' GROUP BY ALL").fetchall())
 assert sent == {k: int(v) for k, v in want.items()}, (sent, want)
+# Spark's own reading of the columns: partitioned by host and date, a
+# timestamp beside time_ns, and no decimal(20,0) (an unsigned 64-bit column).
+for table, stamp in (("magnet_events", "ts"), ("magnet_conns", "open_ts")):
+    types = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
+    assert not [c for c, t in types.items() if t.startswith("decimal")], (table, types)
+    assert types.get(stamp) == "timestamp" and types.get("host") == "string" and "date" in types, (table, types)
+    assert spark.sql(f"SHOW PARTITIONS {table}").count() > 0, table
+    print("spark: %s: %d columns, none decimal; %s timestamp; partitions by host and date" % (table, len(types), stamp))
 print("spark: %d statements ran; bytes sent per host as DuckDB: %s" % (len(stmts), sent))
 PY

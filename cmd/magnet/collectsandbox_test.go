@@ -276,3 +276,100 @@ targets:
 	}
 	t.Logf("%s: %d requests of the test, %d events of them; %d service threads watched, none in %d events; %d files shipped", mode, requests, ours, len(inService), total, manifests())
 }
+
+// TestCollectSharedCgroupReadOnly: in the unit's sandbox, but in a cgroup
+// that also holds another process (a service started by hand from a shell
+// whose cgroup2 mount is read-only), no cgroup can be made for the
+// shipper and the service's own would hide the other process: with
+// targets, collect refuses to start in one line that says why and what to
+// do, before it records anything; without targets there is no shipper to
+// leave out, and it records.
+func TestCollectSharedCgroupReadOnly(t *testing.T) {
+	needRoot(t)
+	for _, tool := range []string{"unshare", "setpriv", "awk", "sleep"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	cgRoot, err := probe.Cgroup2Root()
+	if err != nil {
+		t.Skipf("no cgroup2: %v", err)
+	}
+	work := t.TempDir()
+	state, rundir := filepath.Join(work, "state"), filepath.Join(work, "run")
+	for _, d := range []string{state, rundir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg := filepath.Join(cgRoot, fmt.Sprintf("magnet-shared-test-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(cg)
+	cgfd, err := os.Open(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cgfd.Close()
+	// The other process of the cgroup: the shell's.
+	other := exec.Command("sleep", "600")
+	other.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgfd.Fd())}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+
+	run := func(cfg string) (string, error) {
+		cfgPath := filepath.Join(work, "collect.yaml")
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(state, "ready"))
+		svc := exec.Command("unshare", "--mount", "--", "sh", "-c", sandboxScript)
+		svc.Env = append(os.Environ(), "MODE=unit", "WORK="+work, "CGMP="+cgRoot, "STATE="+state, "RUNDIR="+rundir, "BIN="+bin, "CFG="+cfgPath)
+		var logs lockedBuffer
+		svc.Stderr = &logs
+		svc.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgfd.Fd())}
+		if err := svc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- svc.Wait() }()
+		// Ready, or exited: whichever comes first.
+		deadline := time.After(60 * time.Second)
+		for {
+			select {
+			case err := <-exited:
+				return logs.String(), err
+			case <-deadline:
+				syscall.Kill(svc.Process.Pid, syscall.SIGKILL)
+				<-exited
+				t.Fatalf("collect neither ready nor ended after 60 s\n%s", logs.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := os.Stat(filepath.Join(state, "ready")); err == nil {
+				syscall.Kill(svc.Process.Pid, syscall.SIGTERM)
+				return logs.String(), <-exited
+			}
+		}
+	}
+	base := fmt.Sprintf("host: shared\nspool: %s\npattern: \"%%h-%%n.mgt\"\nrotate: {interval: 1s}\n", filepath.Join(state, "spool"))
+	logs, err := run(base + fmt.Sprintf("targets:\n  - {type: dir, path: %s}\n", filepath.Join(state, "archive")))
+	msg := strings.TrimRight(logs, "\n")
+	if err == nil || strings.Contains(msg, "\n") || !strings.HasPrefix(msg, "magnet: collect: no cgroup to keep the shipper's traffic out of the trace: ") ||
+		!strings.Contains(msg, "read-only file system") || !strings.Contains(msg, "run it as a systemd service") {
+		t.Fatalf("with a target: exit %v, stderr %q; want one line saying no cgroup can be made, why, and what to do", err, logs)
+	}
+	if files, _ := filepath.Glob(filepath.Join(state, "spool", "*.mgt")); len(files) != 0 {
+		t.Fatalf("a refused start left %v", files)
+	}
+	logs, err = run(base)
+	if err != nil {
+		t.Fatalf("without targets: %v\n%s", err, logs)
+	}
+	if files, _ := filepath.Glob(filepath.Join(state, "spool", "shared-*.mgt")); len(files) == 0 {
+		t.Fatalf("without targets: no trace in the spool\n%s", logs)
+	}
+	t.Logf("with a target: %s", msg)
+}

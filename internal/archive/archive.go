@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -190,6 +191,9 @@ func entryOf(p string) (*Entry, error) {
 	}
 	defer r.Close()
 	m := headerManifest(r, p)
+	if fi, err := os.Stat(p); err == nil {
+		m.Bytes = fi.Size()
+	}
 	return &Entry{Manifest: *m, Path: p}, nil
 }
 
@@ -297,6 +301,29 @@ func Select(entries []Entry, sel Selection) []*Chain {
 			}
 			c.Entries = keep
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Missing says which files of the chain's recording are not there: its
+// Notes (files before the first one found), then each run of file
+// numbers missing between two of its files. A reader says the same as it
+// reads; a listing has no other way to tell.
+func (c *Chain) Missing() []string {
+	out := slices.Clone(c.Notes)
+	if c.Recording == "" {
+		return out
+	}
+	for i := 1; i < len(c.Entries); i++ {
+		a, b := c.Entries[i-1], c.Entries[i]
+		switch {
+		case b.Seq == a.Seq+2:
+			out = append(out, fmt.Sprintf("file %d of recording %s is missing between %s and %s: its events are not in the timeline",
+				a.Seq+1, c.Recording, path.Base(a.Path), path.Base(b.Path)))
+		case b.Seq > a.Seq+2:
+			out = append(out, fmt.Sprintf("files %d to %d of recording %s are missing between %s and %s: their events are not in the timeline",
+				a.Seq+1, b.Seq-1, c.Recording, path.Base(a.Path), path.Base(b.Path)))
 		}
 	}
 	return out

@@ -179,18 +179,41 @@ func (s *S3) dirs(ctx context.Context, prefix string) ([]string, error) {
 	return out, nil
 }
 
-// manifests reads every manifest under prefix.
+// manifests reads every manifest under prefix: from the day indexes the
+// listing finds (DayIndexName) where they hold a manifest at the size
+// listed, else the manifest itself.
 func (s *S3) manifests(ctx context.Context, prefix string) ([]Entry, error) {
-	var out []Entry
+	var objs []minio.ObjectInfo
+	indexes := map[string]*DayIndex{} // by the day's "directory"
 	for obj := range s.Client.ListObjects(ctx, s.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
 			return nil, fmt.Errorf("list s3://%s/%s: %w", s.Bucket, prefix, obj.Err)
+		}
+		if path.Base(obj.Key) == DayIndexName {
+			ix, err := s.readDayIndex(ctx, obj.Key)
+			if err != nil {
+				return nil, err
+			}
+			if ix != nil {
+				indexes[path.Dir(obj.Key)] = ix
+			}
+			continue
 		}
 		if !strings.HasSuffix(obj.Key, ".mgt.zst"+ManifestSuffix) && !strings.HasSuffix(obj.Key, ".mgt"+ManifestSuffix) {
 			continue
 		}
 		if strings.HasPrefix(path.Base(obj.Key), ".") {
 			continue
+		}
+		objs = append(objs, obj)
+	}
+	var out []Entry
+	for _, obj := range objs {
+		if ix := indexes[path.Dir(obj.Key)]; ix != nil {
+			if im, ok := ix.Manifests[path.Base(obj.Key)]; ok && im.Size == obj.Size {
+				out = append(out, Entry{Manifest: im.Manifest, Path: "s3://" + s.Bucket + "/" + strings.TrimSuffix(obj.Key, ManifestSuffix)})
+				continue
+			}
 		}
 		o, err := s.Client.GetObject(ctx, s.Bucket, obj.Key, minio.GetObjectOptions{})
 		if err != nil {

@@ -302,6 +302,11 @@ func (c *Config) fill() error {
 		if err := export.CheckPartition(c.Dataset.Partition); err != nil {
 			return fmt.Errorf("dataset: %w", err)
 		}
+		// The shipper adds each file to the dataset before shipping it,
+		// and runs only when there is somewhere to ship.
+		if len(c.Targets) == 0 {
+			return errors.New("dataset: needs a target (the shipper writes the dataset as it ships; a dir target keeps the traces on this host)")
+		}
 	}
 	names := map[string]bool{}
 	for i := range c.Targets {

@@ -89,4 +89,10 @@ func TestConfigDatasetPartition(t *testing.T) {
 	if err != nil || strings.Join(c.Dataset.Partition, ",") != "host,date" {
 		t.Fatalf("config %+v, err %v: want partition host,date by default", c, err)
 	}
+	// The shipper writes the dataset, and only runs with targets: a
+	// dataset without one would stay empty without a word.
+	c, err = Parse([]byte("host: h\nspool: /tmp/x\ndataset: {dir: /tmp/ds}\n"))
+	if err == nil || !strings.Contains(err.Error(), "dataset: needs a target") {
+		t.Fatalf("config %+v, err %v: want a dataset without targets refused", c, err)
+	}
 }

@@ -95,6 +95,18 @@ func (s *s3Archive) Put(ctx context.Context, key string, b Blob) error {
 		return fmt.Errorf("s3 verify %s: %d bytes, etag %s, sha256 %q; want %d bytes, md5 %s, sha256 %s",
 			obj, info.Size, etag, metaSHA(info.UserMetadata), b.Size, b.MD5, b.SHA256)
 	}
+	// A manifest goes into its day's index too, which listings read
+	// instead of each manifest. A failure fails the shipment, retried
+	// like any other (the trace is then found there, not sent again).
+	if strings.HasSuffix(key, archive.ManifestSuffix) {
+		data, err := os.ReadFile(b.Path)
+		if err != nil {
+			return err
+		}
+		if err := s.s3.AddToDayIndex(ctx, obj, data); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

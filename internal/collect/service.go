@@ -67,12 +67,18 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := newShipperCgroup()
-	if err != nil {
-		return nil, err
+	// Without targets there is no shipper whose traffic to leave out, and
+	// so no cgroup to find (nor to fail to make).
+	var cg *shipperCgroup
+	var excluded uint64
+	if len(cfg.Targets) > 0 {
+		if cg, err = newShipperCgroup(); err != nil {
+			return nil, err
+		}
+		defer cg.remove()
+		excluded = cg.id
+		opts.Log("the shipper runs in %s, %s, which the recorder excludes", cg.path, cg.how)
 	}
-	defer cg.remove()
-	opts.Log("the shipper runs in %s, %s, which the recorder excludes", cg.path, cg.how)
 
 	sup := &supervisor{opts: opts, cg: cg}
 	if len(cfg.Targets) > 0 {
@@ -97,7 +103,7 @@ func Run(ctx context.Context, cfg *Config, opts Options) (*record.Result, error)
 		BufferBytes:     cfg.buffer,
 		Ready:           opts.Ready,
 		StatusDir:       opts.StatusDir,
-		ExcludeCgroupID: cg.id,
+		ExcludeCgroupID: excluded,
 		FlushEvery:      record.FlushEveryFor(cfg.Rotate.Interval),
 		NewSink: func(h *trace.Header) (record.Sink, error) {
 			h.Host = cfg.Host

@@ -382,13 +382,16 @@ func (s *Shipper) addToDataset(path string) {
 
 // list is the spool's finished files, oldest first: those no recorder
 // writes, and those this shipper holds (its lock hides them from
-// rotate.Finished).
+// rotate.Finished). Both looks are made under s.mu, which hold and release
+// need: a file released between them would be in neither, and prepare
+// would forget its journal entry (which targets have it).
 func (s *Shipper) list() ([]rotate.File, error) {
+	s.mu.Lock()
 	files, err := rotate.Finished(s.pattern, "")
 	if err != nil {
+		s.mu.Unlock()
 		return nil, err
 	}
-	s.mu.Lock()
 	for name := range s.held {
 		p := filepath.Join(s.cfg.Spool, name)
 		if fi, err := os.Stat(p); err == nil {

@@ -273,12 +273,12 @@ func TestDatasetCarried(t *testing.T) {
 	}
 	res := duckdb(t, dir, []string{
 		`SELECT trace, count(*) FILTER (WHERE event = 'conn_open'), count(*) FILTER (WHERE event = 'sock_send'), min(host) FROM read_parquet('events/*/*.parquet', hive_partitioning = true) GROUP BY ALL ORDER BY trace`,
-		`SELECT trace, conn, carried, events FROM read_parquet('conns/*/*.parquet', hive_partitioning = true) ORDER BY trace`,
+		`SELECT trace, conn, carried, events, host FROM read_parquet('conns/*/*.parquet', hive_partitioning = true) ORDER BY trace`,
 	})
 	if got := fmt.Sprint(res[0]); got != "[[h-0000.mgt 1 60 h] [h-0001.mgt 0 60 h]]" {
 		t.Errorf("events per file (trace, conn_open, sock_send, host): %s", got)
 	}
-	if got := fmt.Sprint(res[1]); got != "[[h-0000.mgt 7 false 60] [h-0001.mgt 7 true 60]]" {
-		t.Errorf("conns per file (trace, conn, carried, events): %s", got)
+	if got := fmt.Sprint(res[1]); got != "[[h-0000.mgt 7 false 60 h] [h-0001.mgt 7 true 60 h]]" {
+		t.Errorf("conns per file (trace, conn, carried, events, host): %s", got)
 	}
 }

@@ -59,10 +59,11 @@ that every analysis command reads as one timeline.`,
 					Host      string          `json:"host"`
 					Recording string          `json:"recording,omitempty"`
 					Files     []archive.Entry `json:"files"`
+					Missing   []string        `json:"missing,omitempty"`
 				}
 				list := []jsonChain{}
 				for _, c := range chains {
-					list = append(list, jsonChain{c.Host, c.Recording, c.Entries})
+					list = append(list, jsonChain{c.Host, c.Recording, c.Entries, c.Missing()})
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -78,21 +79,37 @@ that every analysis command reads as one timeline.`,
 					} else if e.CutShort {
 						end = "cut short"
 					}
-					var events uint64
-					for name, n := range e.Events {
-						if name != "task" && name != "iface" && name != "lost" {
-							events += n
+					// A file without a manifest (a spool, a record --rotate
+					// directory) was not read: its counts are unknown. A
+					// manifest has its file's checksum (and no events map
+					// when it counted none).
+					events, lost := "-", "-"
+					if e.Events != nil || e.SHA256 != "" {
+						var n uint64
+						for name, c := range e.Events {
+							if name != "task" && name != "iface" && name != "lost" {
+								n += c
+							}
 						}
+						events, lost = fmt.Sprint(n), fmt.Sprint(e.Lost)
 					}
 					rec := e.Recording
 					if rec == "" {
 						rec = "-"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", e.Host, rec, e.Seq,
-						e.Start().UTC().Format("2006-01-02 15:04:05"), end, events, e.Lost, e.Bytes, e.Path)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Host, rec, e.Seq,
+						e.Start().UTC().Format("2006-01-02 15:04:05"), end, events, lost, e.Bytes, e.Path)
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, c := range chains {
+				for _, m := range c.Missing() {
+					fmt.Fprintf(out, "missing: %s\n", m)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: one object per recording with its files")
