@@ -35,6 +35,7 @@ func TestKernelEventBadInput(t *testing.T) {
 		{[]string{"--tracepoint", "irq:softirq_entry if vec == -3"}, "unsigned", true},
 		{[]string{"--usdt", "/bin/sh:python:gc__start"}, "usdt /bin/sh:python:gc__start", true},
 		{[]string{"--kprobe", "tcp_sendmsg"}, "kprobe tcp_sendmsg", true},
+		{[]string{"--kprobe", "no_such_kernel_function"}, "no such kernel function", true},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, "_"), func(t *testing.T) {
@@ -51,19 +52,27 @@ func TestKernelEventBadInput(t *testing.T) {
 }
 
 // TestStatusKernelEvents: magnet status lists the kinds of kernel event
-// this kernel offers; here tracepoints and uprobes, and no kprobes.
+// this kernel offers; here tracepoints and uprobes, no kprobes, and fentry
+// refused (a root-only test load says so).
 func TestStatusKernelEvents(t *testing.T) {
 	r := magnet(t, "status", "--status-dir", t.TempDir())
 	if r.code != 0 {
 		t.Fatalf("status: %s", r.stderr)
 	}
-	for _, want := range []string{"KERNEL EVENTS", "tracepoint", "uprobe", "usdt", "kprobe"} {
+	for _, want := range []string{"KERNEL EVENTS", "tracepoint", "uprobe", "usdt", "kprobe", "fentry"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status does not list %q:\n%s", want, r.stdout)
 		}
 	}
 	if _, err := os.Stat("/sys/bus/event_source/devices/kprobe"); err != nil && !strings.Contains(r.stdout, "no kprobes") {
 		t.Errorf("this kernel has no kprobes and status does not say so:\n%s", r.stdout)
+	}
+	if os.Geteuid() == 0 {
+		// The kprobe error of record names fentry's state as status does.
+		k := magnet(t, "record", "-o", filepath.Join(t.TempDir(), "k.mgt"), "--kprobe", "tcp_sendmsg")
+		if refused := strings.Contains(r.stdout, "refuses fentry"); refused && k.code != 0 && !strings.Contains(k.stderr, "refuses fentry") {
+			t.Errorf("status says fentry is refused, record --kprobe does not: %s", k.stderr)
+		}
 	}
 }
 

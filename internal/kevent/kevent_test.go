@@ -177,7 +177,8 @@ func TestSplitGroups(t *testing.T) {
 }
 
 // A kprobe is planned only on a kernel with kprobes and for a function it
-// has; the answer names what is missing.
+// has; the answer names what is missing: an unknown function first, then
+// the kernel's lack of kprobes and whether it refuses fentry too.
 func TestKprobeAvailable(t *testing.T) {
 	if ok, err := inKallsyms("tcp_sendmsg"); err != nil || !ok {
 		t.Fatalf("tcp_sendmsg in /proc/kallsyms: %v, %v", ok, err)
@@ -185,17 +186,25 @@ func TestKprobeAvailable(t *testing.T) {
 	if ok, _ := inKallsyms("no_such_function_here"); ok {
 		t.Error("a function no kernel has was found")
 	}
-	err := kprobeAvailable("no_such_function_here")
-	if _, serr := os.Stat("/sys/bus/event_source/devices/kprobe"); serr != nil {
-		if err == nil || !strings.Contains(err.Error(), "CONFIG_KPROBE_EVENTS") {
-			t.Errorf("kernel without kprobes: %v", err)
+	if err := kprobeAvailable("no_such_function_here"); err == nil || !strings.Contains(err.Error(), "no such kernel function") {
+		t.Errorf("unknown function: %v", err)
+	}
+	err := kprobeAvailable("tcp_sendmsg")
+	if _, serr := os.Stat("/sys/bus/event_source/devices/kprobe"); serr == nil {
+		if err != nil {
+			t.Errorf("tcp_sendmsg: %v", err)
 		}
 		return
 	}
-	if err == nil || !strings.Contains(err.Error(), "no such kernel function") {
-		t.Errorf("unknown function: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_KPROBE_EVENTS") || !strings.Contains(err.Error(), "fentry") || strings.Contains(err.Error(), "MEMLOCK") {
+		t.Errorf("kernel without kprobes: %v, want both kprobes and fentry named", err)
 	}
-	if err := kprobeAvailable("tcp_sendmsg"); err != nil {
-		t.Errorf("tcp_sendmsg: %v", err)
+	// Whether fentry is refused is the kernel's answer to a load, which
+	// only root may try.
+	if os.Geteuid() == 0 {
+		ferr := fentryLoads("tcp_sendmsg")
+		if refused := strings.Contains(err.Error(), "refuses fentry"); refused != (ferr != nil) {
+			t.Errorf("kprobe error %q; an fentry program's load: %v", err, ferr)
+		}
 	}
 }
