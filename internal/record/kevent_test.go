@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
@@ -796,5 +797,82 @@ func TestMatchIRQs(t *testing.T) {
 	// Farther than sameRunNs apart: not the same run.
 	if g, s, _ := matchIRQs([]irqRun{{38, 1, 1_000}}, []irqRun{{38, 1, 1_000 + sameRunNs + 1}}, 0, 1<<62); len(g) != 1 || len(s) != 1 {
 		t.Errorf("runs %d ns apart paired: %v %v", sameRunNs+1, g, s)
+	}
+}
+
+// heldPrograms counts, by name, the BPF programs this process holds open
+// (their ids from /proc/self/fdinfo): the recorder's, as it runs in the
+// test's process, and no other test's.
+func heldPrograms(t *testing.T) map[string]int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	seen := map[uint64]bool{}
+	for _, fd := range fds {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "prog_id:")
+			if !ok {
+				continue
+			}
+			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil || seen[id] {
+				continue
+			}
+			seen[id] = true
+			p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+			if err != nil {
+				t.Fatalf("program %d: %v", id, err)
+			}
+			info, err := p.Info()
+			p.Close()
+			if err != nil {
+				t.Fatalf("program %d: %v", id, err)
+			}
+			out[info.Name]++
+		}
+	}
+	return out
+}
+
+// TestKernelEventsCostNothingUnasked: a recording that asks for no kernel
+// event loads none of their programs (kevent_tp, kevent_uprobe), and its
+// dictionary has no kernel event type; one that asks for two tracepoints
+// and a uprobe holds exactly one program per event.
+func TestKernelEventsCostNothingUnasked(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	plain := startRecording(t, record.Config{Groups: event.DefaultGroups})
+	progs := heldPrograms(t)
+	plain.stop(t)
+	if len(progs) == 0 {
+		t.Fatal("no BPF program found held by the recorder: the count proves nothing")
+	}
+	if progs["kevent_tp"] != 0 || progs["kevent_uprobe"] != 0 {
+		t.Errorf("no kernel event asked for, programs held: %v", progs)
+	}
+	r, err := trace.Open(plain.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, ty := range r.Header().Types {
+		if ty.ID >= kevent.LostID {
+			t.Errorf("no kernel event asked for, the dictionary has %s (id %d)", ty.Name, ty.ID)
+		}
+	}
+	asked := startRecording(t, record.Config{Groups: event.DefaultGroups, KernelEvents: kernelSpecs(t,
+		[]string{"task:task_rename", "napi:napi_poll"}, []string{bin + ":mg_mark"})})
+	progs = heldPrograms(t)
+	asked.stop(t)
+	t.Logf("with kernel events, programs held: %v", progs)
+	if progs["kevent_tp"] != 2 || progs["kevent_uprobe"] != 1 {
+		t.Errorf("two tracepoints and a uprobe asked for, programs held: %v", progs)
 	}
 }
