@@ -876,3 +876,84 @@ func TestKernelEventsCostNothingUnasked(t *testing.T) {
 		t.Errorf("two tracepoints and a uprobe asked for, programs held: %v", progs)
 	}
 }
+
+// TestKernelEventsObeyFilters: --netns and --pid apply to a tracepoint of
+// the current task as to the built-in events. The test program calls
+// getppid a known number of times inside the filter and another number
+// outside it, at the same time: the trace must hold exactly the calls
+// inside, each of the selected namespace or process.
+func TestKernelEventsObeyFilters(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgkevflt"})
+	const inside, outside = 300, 200
+	count := func(path string) (n int, pids map[uint32]int, netns map[uint32]int) {
+		pids, netns = map[uint32]int{}, map[uint32]int{}
+		eachRecord(t, path, func(rc trace.Record) {
+			if rc.Type.Name == "sys_enter_getppid" {
+				n++
+				pids[rc.TID()]++ // one thread: its tid is the pid
+				netns[rc.NetNS()]++
+			}
+		})
+		return n, pids, netns
+	}
+	t.Run("netns", func(t *testing.T) {
+		rec := startRecording(t, record.Config{Groups: event.GroupConn, Filters: record.Filters{NetNS: lab.Server.NS},
+			KernelEvents: kernelSpecs(t, []string{"syscalls:sys_enter_getppid"}, nil)})
+		in := lab.Command(lab.Server, bin, "getppid", strconv.Itoa(inside))
+		out := exec.Command(bin, "getppid", strconv.Itoa(outside))
+		for _, c := range []*exec.Cmd{in, out} {
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []*exec.Cmd{in, out} {
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec.stop(t)
+		n, _, netns := count(rec.path)
+		if n != inside || netns[lab.Server.NetNSInode] != inside {
+			t.Errorf("%d getppid calls recorded, by namespace %v; want %d, all of namespace %d", n, netns, inside, lab.Server.NetNSInode)
+		}
+	})
+	t.Run("pid", func(t *testing.T) {
+		// The selected process exists before recording starts and
+		// executes the test program once recording runs (same pid).
+		sel := exec.Command("sh", "-c", `read go; exec "$0" getppid "$1"`, bin, strconv.Itoa(inside))
+		stdin, err := sel.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sel.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sel.ProcessState == nil {
+				sel.Process.Kill()
+				sel.Wait()
+			}
+		})
+		rec := startRecording(t, record.Config{Groups: event.GroupConn, Filters: record.Filters{PID: sel.Process.Pid},
+			KernelEvents: kernelSpecs(t, []string{"syscalls:sys_enter_getppid"}, nil)})
+		other := exec.Command(bin, "getppid", strconv.Itoa(outside))
+		if err := other.Start(); err != nil {
+			stdin.Close()
+			t.Fatal(err)
+		}
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		for _, c := range []*exec.Cmd{sel, other} {
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec.stop(t)
+		n, pids, _ := count(rec.path)
+		if n != inside || pids[uint32(sel.Process.Pid)] != inside {
+			t.Errorf("%d getppid calls recorded, by pid %v; want %d, all of pid %d", n, pids, inside, sel.Process.Pid)
+		}
+	})
+}
