@@ -556,9 +556,13 @@ func TestUSDT(t *testing.T) {
 	}
 }
 
-// TestTracepointAgainstBpftrace: the same task:task_rename events seen by
-// bpftrace, an independent reader of the tracepoint, and by a recording:
-// every rename of the test program, field by field.
+// TestTracepointAgainstBpftrace: three tracepoints whose fields are of
+// different types, seen by bpftrace, an independent reader of the same
+// tracepoints, and by a recording: task:task_rename (an int, char[16]
+// arrays, a short), sched:sched_process_exec (a __data_loc string and
+// ints) and syscalls:sys_enter_write (8-byte integers beside a pointer
+// magnet does not record). Every such event of the test program (its two
+// executions, six renames and five writes), field by field.
 func TestTracepointAgainstBpftrace(t *testing.T) {
 	needRoot(t)
 	bt, err := exec.LookPath("bpftrace")
@@ -566,9 +570,15 @@ func TestTracepointAgainstBpftrace(t *testing.T) {
 		t.Skip("no bpftrace")
 	}
 	bin := buildKevTest(t)
-	rec := startRecording(t, record.Config{Groups: event.GroupConn, KernelEvents: kernelSpecs(t, []string{"task:task_rename"}, nil)})
-	// BEGIN runs once every probe is attached.
-	btCmd := exec.Command(bt, "-e", `BEGIN { printf("READY\n"); } tracepoint:task:task_rename { printf("R %d %s %s %d\n", args->pid, args->oldcomm, args->newcomm, args->oom_score_adj); }`)
+	rec := startRecording(t, record.Config{Groups: event.GroupConn, KernelEvents: kernelSpecs(t,
+		[]string{"task:task_rename", "sched:sched_process_exec", "syscalls:sys_enter_write if count < 1000"}, nil)})
+	// BEGIN runs once every probe is attached. The program's writes are
+	// made under its last name, mgname4: bpftrace prints only those, so
+	// that its own output makes no writes it would print.
+	btCmd := exec.Command(bt, "-e", `BEGIN { printf("READY\n"); }
+tracepoint:task:task_rename { printf("R %d %s %s %d\n", args->pid, args->oldcomm, args->newcomm, args->oom_score_adj); }
+tracepoint:sched:sched_process_exec { printf("E %d %s %d\n", args->pid, str(args->filename), args->pid - args->old_pid); }
+tracepoint:syscalls:sys_enter_write /comm == "mgname4"/ { printf("W %d %d %d %d\n", pid, args->__syscall_nr, args->fd, args->count); }`)
 	out, err := btCmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -606,41 +616,58 @@ func TestTracepointAgainstBpftrace(t *testing.T) {
 			break
 		}
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, "/bin/true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
-	var want []string
-	prefix := "R " + strconv.Itoa(pid) + " "
-	// The exec (the test's name to kevtest), then the program's five.
-	for len(want) < 6 {
+	pid := strconv.Itoa(cmd.Process.Pid)
+	// By kind: the exec of the test program and of /bin/true; the rename
+	// at the first exec (the test's name to kevtest), the program's five
+	// and the one at the second exec; five writes.
+	want := map[byte][]string{}
+	for len(want['R']) < 7 || len(want['E']) < 2 || len(want['W']) < 5 {
 		l, ok := next()
 		if !ok {
-			t.Fatalf("bpftrace ended with %d renames of pid %d", len(want), pid)
+			t.Fatalf("bpftrace ended with %v for pid %s", want, pid)
 		}
-		if strings.HasPrefix(l, prefix) {
-			want = append(want, strings.TrimPrefix(l, "R "))
+		if f := strings.Fields(l); len(f) > 1 && f[1] == pid {
+			want[l[0]] = append(want[l[0]], l[2:])
 		}
 	}
 	rec.stop(t)
-	var got []string
+	got := map[byte][]string{}
 	eachRecord(t, rec.path, func(rc trace.Record) {
-		if rc.Type.Name != "task_rename" {
-			return
+		switch rc.Type.Name {
+		case "task_rename":
+			p, _ := rc.Int("pid")
+			o, _ := rc.Str("oldcomm")
+			n, _ := rc.Str("newcomm")
+			adj, _ := rc.Int("oom_score_adj")
+			got['R'] = append(got['R'], itoa(p)+" "+o+" "+n+" "+itoa(adj))
+		case "sched_process_exec":
+			p, _ := rc.Int("pid")
+			fn, _ := rc.Str("filename")
+			old, _ := rc.Int("old_pid")
+			got['E'] = append(got['E'], itoa(p)+" "+fn+" "+itoa(p-old))
+		case "sys_enter_write":
+			nr, _ := rc.Int("__syscall_nr")
+			fd, _ := rc.Uint("fd")
+			n, _ := rc.Uint("count")
+			got['W'] = append(got['W'], strconv.FormatUint(uint64(rc.TID()), 10)+" "+itoa(nr)+" "+strconv.FormatUint(fd, 10)+" "+strconv.FormatUint(n, 10))
 		}
-		p, _ := rc.Int("pid")
-		if int(p) != pid {
-			return
-		}
-		o, _ := rc.Str("oldcomm")
-		n, _ := rc.Str("newcomm")
-		adj, _ := rc.Int("oom_score_adj")
-		got = append(got, strconv.Itoa(pid)+" "+o+" "+n+" "+itoa(adj))
 	})
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("recorded:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, k := range []byte{'R', 'E', 'W'} {
+		var mine []string
+		for _, g := range got[k] {
+			if strings.HasPrefix(g, pid+" ") {
+				mine = append(mine, g)
+			}
+		}
+		if strings.Join(mine, "\n") != strings.Join(want[k], "\n") {
+			t.Errorf("%c: recorded:\n%s\nbpftrace:\n%s", k, strings.Join(mine, "\n"), strings.Join(want[k], "\n"))
+		}
 	}
+	t.Logf("pid %s: %v", pid, want)
 }
 
 // interrupts sums /proc/interrupts' counts of the lines irqs over CPUs.
