@@ -41,8 +41,8 @@ func maxRSS(t *testing.T, args ...string) float64 {
 // 4.4 M events (4 bulk connections, every layer, tcp_state: the verdict's
 // input), report within about 50 MB (measured 25 MB), the Parquet export
 // of the events within the 71 MB bench/EXPORT.md measured for 4.3 M events
-// (measured 60-64 MB), of the journeys within the 64 MB docs/REPORT.md
-// gives (measured 46 MB). The Parquet writer's own bound, that what it
+// (measured 50-52 MB), of the journeys within the 64 MB docs/REPORT.md
+// gives (measured 48-50 MB). The Parquet writer's own bound, that what it
 // holds grows only by the footer's size, is TestChunkWriterFooterMemory.
 func TestLargeTraceMemory(t *testing.T) {
 	if testing.Short() {
@@ -79,7 +79,8 @@ func TestLargeTraceMemory(t *testing.T) {
 		{[]string{"export", tr, "-f", "parquet", "--no-conns", "-o", filepath.Join(dir, "x.parquet")}, 71},
 	} {
 		rss := maxRSS(t, c.args...)
-		t.Logf("magnet %s: max RSS %.1f MB over %d events", strings.Join(c.args[:2], " "), rss, n)
+		name := strings.ReplaceAll(strings.Join(c.args, " "), dir+"/", "")
+		t.Logf("magnet %s: max RSS %.1f MB over %d events", name, rss, n)
 		if rss > c.limit {
 			t.Errorf("magnet %v: max RSS %.1f MB over %d events, want at most %.0f MB", c.args, rss, n, c.limit)
 		}
