@@ -124,7 +124,7 @@ func TestPerfettoTracksTruth(t *testing.T) {
 		t.Fatal(err)
 	}
 	switches := map[uint16]int{}
-	cwnd := map[uint64][]string{}
+	cwnd, srtt := map[uint64][]string{}, map[uint64][]string{}
 	lostSched := false
 	for {
 		rec, err := r.Next()
@@ -137,6 +137,8 @@ func TestPerfettoTracksTruth(t *testing.T) {
 		case "tcp_state":
 			c, _ := rec.Uint("cwnd")
 			cwnd[rec.Conn()] = append(cwnd[rec.Conn()], strconv.FormatUint(c, 10))
+			r, _ := rec.Uint("srtt_us")
+			srtt[rec.Conn()] = append(srtt[rec.Conn()], strconv.FormatUint(r, 10))
 		case "lost":
 			n1, _ := rec.Uint("n_sched_switch")
 			n2, _ := rec.Uint("n_sched_wakeup")
@@ -165,7 +167,7 @@ func TestPerfettoTracksTruth(t *testing.T) {
 	}
 	tracks := map[int]string{}
 	perCPU := map[string]int{}
-	got := map[uint64][]string{}
+	got, gotSrtt := map[uint64][]string{}, map[uint64][]string{}
 	for _, e := range doc.TraceEvents {
 		switch {
 		case e.Ph == "M" && e.Name == "thread_name":
@@ -176,6 +178,10 @@ func TestPerfettoTracksTruth(t *testing.T) {
 			var conn uint64
 			fmt.Sscanf(e.Name, "conn %d cwnd", &conn)
 			got[conn] = append(got[conn], fmt.Sprint(e.Args["segments"]))
+		case e.Ph == "C" && strings.HasSuffix(e.Name, " srtt"):
+			var conn uint64
+			fmt.Sscanf(e.Name, "conn %d srtt", &conn)
+			gotSrtt[conn] = append(gotSrtt[conn], fmt.Sprint(e.Args["us"]))
 		}
 	}
 	if len(switches) == 0 || len(cwnd) == 0 {
@@ -189,6 +195,9 @@ func TestPerfettoTracksTruth(t *testing.T) {
 	for conn, want := range cwnd {
 		if !slices.Equal(got[conn], want) {
 			t.Errorf("conn %d cwnd counter %v, tcp_state %v", conn, got[conn], want)
+		}
+		if !slices.Equal(gotSrtt[conn], srtt[conn]) {
+			t.Errorf("conn %d srtt counter %v, tcp_state %v", conn, gotSrtt[conn], srtt[conn])
 		}
 	}
 	t.Logf("switches per CPU %v, slices %v; cwnd values of %d connections", switches, perCPU, len(cwnd))
