@@ -5,6 +5,7 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -107,6 +108,29 @@ func TestRecordTracepointParse(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no task_rename sh -> true in:\n%s", p.stdout)
+	}
+	// report says which kernel events the trace holds, as many as parse
+	// prints, in text and JSON.
+	renames := strings.Count(p.stdout, "\ttask_rename\t")
+	r = magnet(t, "report", out)
+	if want := "kernel events (" + out + "): task_rename " + strconv.Itoa(renames) + "\n"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("report (%d renames parsed): %s%s", renames, r.stdout, r.stderr)
+	}
+	r = magnet(t, "report", "--json", out)
+	var rep struct {
+		KernelEvents []struct {
+			Events []struct {
+				Name    string `json:"name"`
+				Group   string `json:"group"`
+				Records int    `json:"records"`
+			} `json:"events"`
+		} `json:"kernel_events"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.KernelEvents) != 1 || len(rep.KernelEvents[0].Events) != 1 || rep.KernelEvents[0].Events[0].Records != renames || rep.KernelEvents[0].Events[0].Group != "tracepoint" {
+		t.Errorf("report --json kernel_events %+v, want task_rename %d", rep.KernelEvents, renames)
 	}
 }
 
