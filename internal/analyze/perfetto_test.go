@@ -288,11 +288,13 @@ func TestPerfettoUDPTruth(t *testing.T) {
 		b, _ := e.Args["bytes"].(float64)
 		got[e.Name][b]++
 	}
-	// The first datagram waits in the neighbour table for ARP and leaves
-	// from the softirq that takes the reply: the recorder, which then
-	// finds no connection for it, counts it unrecorded (dev_no_connection)
-	// although bpftrace sees net_dev_start_xmit 300 times. The export is
-	// held to the trace.
+	// The first datagram of the new socket reaches the device before the
+	// socket has a cookie (bpftrace: skc_cookie 0 at its
+	// net_dev_start_xmit, 8087609 at the next): magnet gives a socket its
+	// cookie at its first socket-layer event, and sock_send fires when
+	// sendmsg returns, after the packet went down. The recorder counts it
+	// unrecorded (dev_no_connection) although bpftrace sees
+	// net_dev_start_xmit 300 times. The export is held to the trace.
 	var xmits int
 	r, err := trace.Open(path)
 	if err != nil {
