@@ -279,6 +279,7 @@ func TestExportBadInput(t *testing.T) {
 // trace's tcp_retrans records. A re-send need not start where a packet
 // did (the probe's 104 bytes were the end of a 1448-byte packet), so rows
 // are matched by the bytes they cover, not by their first sequence number.
+// The tsv, jsonl and Parquet exports of the journeys hold the CSV's rows.
 func TestExportJourneys(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -353,6 +354,41 @@ func TestExportJourneys(t *testing.T) {
 	}
 	if again != retrans {
 		t.Errorf("%d journeys of a segment sent again, %d tcp_retrans records", again, retrans)
+	}
+	// Every table format holds the same rows, cell for cell (an empty
+	// cell is a null), in the same order.
+	want := delimitedRows(t, out, ',')
+	for _, f := range []string{"tsv", "jsonl", "parquet"} {
+		if f == "parquet" {
+			needPyarrow(t)
+		}
+		file := filepath.Join(dir, "j."+f)
+		if r := magnet(t, "export", tr, "--table", "journeys", "-f", f, "-o", file); r.code != 0 {
+			t.Fatalf("export %s: %s", f, r.stderr)
+		}
+		var got []map[string]any
+		switch f {
+		case "tsv":
+			got = delimitedRows(t, file, '\t')
+		case "jsonl":
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = jsonRows(t, string(b))
+		case "parquet":
+			got = parquetRows(t, file)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d journeys, csv %d", f, len(got), len(want))
+			continue
+		}
+		for i := range want {
+			if a, b := fmt.Sprint(got[i]), fmt.Sprint(want[i]); a != b {
+				t.Errorf("%s row %d: %s\ncsv: %s", f, i, a, b)
+				break
+			}
+		}
 	}
 }
 

@@ -68,6 +68,10 @@ type Report struct {
 	Sched       []*SchedStats `json:"sched,omitempty"` // per trace that recorded sched events
 	// ReceivePath: per trace recorded with the irq or napi groups.
 	ReceivePath []*RxPath `json:"receive_path,omitempty"`
+	// KernelEvents: per trace recorded with kernel events chosen at run
+	// time (--tracepoint, --uprobe, --usdt, --kprobe, irq, napi), how
+	// many of each it holds.
+	KernelEvents []*KernelEventCounts `json:"kernel_events,omitempty"`
 	// Summaries: the connections of traces recorded in summary mode,
 	// their conn_summary records added up (Summaries).
 	Summaries []*SummaryConn `json:"summary_connections,omitempty"`
@@ -147,9 +151,16 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	for i, src := range s.srcs {
 		rx[i] = newRxTracker(src.h, src.offset)
 	}
+	kev := make([]map[string]uint64, len(s.srcs))
 	s.onOther = func(i int, rec trace.Record) {
 		if rx[i] != nil {
 			rx[i].other(rec)
+		}
+		if rec.Type != nil && rec.Type.ID >= firstKernelID {
+			if kev[i] == nil {
+				kev[i] = map[string]uint64{}
+			}
+			kev[i][rec.Type.Name]++
 		}
 	}
 	s.onEvent = func(e *ev) {
@@ -210,6 +221,11 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	for i, src := range s.srcs {
 		if rp := rx[i].finish(src.path, src.last-src.first); rp != nil {
 			rep.ReceivePath = append(rep.ReceivePath, rp)
+		}
+	}
+	for i, src := range s.srcs {
+		if kev[i] != nil {
+			rep.KernelEvents = append(rep.KernelEvents, kernelEventCounts(src.path, src.h, kev[i]))
 		}
 	}
 	for i, src := range s.srcs {

@@ -113,3 +113,28 @@ func (p *perfettoWriter) kernelMarks(ms []kernelMark) {
 		p.emit(b)
 	}
 }
+
+// KernelEventCounts is what a trace holds of the kernel events chosen at
+// run time, for the report: each event type's records, in the order of
+// the trace's dictionary (the order they were asked for).
+type KernelEventCounts struct {
+	Trace  string             `json:"trace"`
+	Events []KernelEventCount `json:"events"`
+}
+
+// KernelEventCount is one kernel event type's records in a trace.
+type KernelEventCount struct {
+	Name    string `json:"name"`
+	Group   string `json:"group"`
+	Records uint64 `json:"records"`
+}
+
+func kernelEventCounts(path string, h *trace.Header, n map[string]uint64) *KernelEventCounts {
+	kc := &KernelEventCounts{Trace: path}
+	for _, t := range h.Types {
+		if t.ID >= firstKernelID {
+			kc.Events = append(kc.Events, KernelEventCount{Name: t.Name, Group: t.Group, Records: n[t.Name]})
+		}
+	}
+	return kc
+}

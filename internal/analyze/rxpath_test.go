@@ -4,6 +4,7 @@ package analyze
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/trace"
@@ -82,5 +83,39 @@ func TestRxPathTimes(t *testing.T) {
 	}
 	if newRxTracker(&trace.Header{}, 0) != nil {
 		t.Error("a trace without irq or napi events has a receive path")
+	}
+}
+
+// TestRxPathNICs: the receive path shows, beside the polls, the receive
+// coalescing and GRO hostcheck read of each interface that was up, from
+// the trace header (extra.hostcheck); loopback and interfaces that were
+// down are left out, and an interface whose driver would not say keeps
+// hostcheck's reason.
+func TestRxPathNICs(t *testing.T) {
+	h := rxHeader()
+	var hc any
+	if err := json.Unmarshal([]byte(`{"interfaces": [
+		{"name": "lo", "up": true, "loopback": true},
+		{"name": "eth1", "up": false, "coalesce": {"rx_usecs": 3}},
+		{"name": "eth0", "up": true, "offloads": {"gro": true}, "coalesce": {"rx_usecs": 50, "rx_frames": 32, "adaptive_rx": true}},
+		{"name": "veth0", "up": true, "offloads": {"gro": false}, "coalesce_error": "unsupported by driver"}
+	]}`), &hc); err != nil {
+		t.Fatal(err)
+	}
+	h.Extra = map[string]any{"hostcheck": hc}
+	got := nicsOf(h)
+	if len(got) != 2 {
+		t.Fatalf("%d interfaces: %+v, want eth0 and veth0", len(got), got)
+	}
+	e, v := got[0], got[1]
+	if e.Name != "eth0" || !e.GRO || e.RxUsecs == nil || *e.RxUsecs != 50 || e.RxFrames == nil || *e.RxFrames != 32 || e.AdaptiveRx == nil || !*e.AdaptiveRx || e.Error != "" {
+		t.Errorf("eth0: %+v", e)
+	}
+	if v.Name != "veth0" || v.GRO || v.RxUsecs != nil || v.Error != "unsupported by driver" {
+		t.Errorf("veth0: %+v", v)
+	}
+	rt := newRxTracker(h, 0)
+	if rp := rt.finish("x", 1000); len(rp.NICs) != 2 {
+		t.Errorf("receive path NICs: %+v", rp.NICs)
 	}
 }

@@ -5,7 +5,11 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"os/user"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/kevent"
@@ -63,5 +67,48 @@ func TestKernelEventsStream(t *testing.T) {
 	}
 	if _, err := c.Subscribe(ctx, magnetclient.Filter{Types: []string{"napi_pol"}}, 0); err == nil {
 		t.Error("subscription to an unknown kernel event accepted")
+	}
+}
+
+// TestKernelEventsStreamReal: the real recorder, with kernel_events
+// tracepoints: [task:task_rename] and the daemon's cgroup filter. A
+// process started in the test's cgroup executes sh, which executes true:
+// two renames (the test's name to sh, sh to true), their fields (char[16]
+// arrays, a short, an int) decoded from the dictionary. The same command
+// run outside the cgroup meanwhile brings nothing: the next events are
+// the renames of a second command in the cgroup.
+func TestKernelEventsStreamReal(t *testing.T) {
+	needKernel(t)
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) {
+		c.Filter.Cgroup = cg.path
+		c.KernelEvents.Tracepoints = []string{"task:task_rename"}
+	})
+	c := td.client(t)
+	col := collect(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{Types: []string{"task_rename"}}, 0)))
+	self := func() string {
+		b, err := os.ReadFile("/proc/self/comm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}()
+	for round := 0; round < 2; round++ {
+		if err := exec.Command("sh", "-c", "exec true").Run(); err != nil {
+			t.Fatal(err)
+		}
+		cmd := cg.in(exec.Command("sh", "-c", "exec true"))
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		pid := strconv.Itoa(cmd.Process.Pid)
+		evs, _ := col.events(t, 2)
+		want := []string{self + ">sh", "sh>true"}
+		for i, e := range evs {
+			if e.Type != "task_rename" || fmt.Sprint(e.Fields["pid"]) != pid || fmt.Sprint(e.Fields["oom_score_adj"]) != "0" ||
+				fmt.Sprint(e.Fields["oldcomm"], ">", e.Fields["newcomm"]) != want[i] {
+				t.Errorf("round %d, event %d: %+v, want task_rename %s of pid %s", round, i, e, want[i], pid)
+			}
+		}
 	}
 }

@@ -177,7 +177,8 @@ func TestSplitGroups(t *testing.T) {
 }
 
 // A kprobe is planned only on a kernel with kprobes and for a function it
-// has; the answer names what is missing.
+// has; the answer names what is missing: an unknown function first, then
+// the kernel's lack of kprobes and whether it refuses fentry too.
 func TestKprobeAvailable(t *testing.T) {
 	if ok, err := inKallsyms("tcp_sendmsg"); err != nil || !ok {
 		t.Fatalf("tcp_sendmsg in /proc/kallsyms: %v, %v", ok, err)
@@ -185,17 +186,67 @@ func TestKprobeAvailable(t *testing.T) {
 	if ok, _ := inKallsyms("no_such_function_here"); ok {
 		t.Error("a function no kernel has was found")
 	}
-	err := kprobeAvailable("no_such_function_here")
-	if _, serr := os.Stat("/sys/bus/event_source/devices/kprobe"); serr != nil {
-		if err == nil || !strings.Contains(err.Error(), "CONFIG_KPROBE_EVENTS") {
-			t.Errorf("kernel without kprobes: %v", err)
+	if err := kprobeAvailable("no_such_function_here"); err == nil || !strings.Contains(err.Error(), "no such kernel function") {
+		t.Errorf("unknown function: %v", err)
+	}
+	err := kprobeAvailable("tcp_sendmsg")
+	if _, serr := os.Stat("/sys/bus/event_source/devices/kprobe"); serr == nil {
+		if err != nil {
+			t.Errorf("tcp_sendmsg: %v", err)
 		}
 		return
 	}
-	if err == nil || !strings.Contains(err.Error(), "no such kernel function") {
-		t.Errorf("unknown function: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_KPROBE_EVENTS") || !strings.Contains(err.Error(), "fentry") || strings.Contains(err.Error(), "MEMLOCK") {
+		t.Errorf("kernel without kprobes: %v, want both kprobes and fentry named", err)
 	}
-	if err := kprobeAvailable("tcp_sendmsg"); err != nil {
-		t.Errorf("tcp_sendmsg: %v", err)
+	// Whether fentry is refused is the kernel's answer to a load, which
+	// only root may try.
+	if os.Geteuid() == 0 {
+		ferr := fentryLoads("tcp_sendmsg")
+		if refused := strings.Contains(err.Error(), "refuses fentry"); refused != (ferr != nil) {
+			t.Errorf("kprobe error %q; an fentry program's load: %v", err, ferr)
+		}
+	}
+}
+
+// TestPlanUnrecordable: fields magnet cannot record are refused with one
+// line naming the tracepoint and the field: a record whose fixed part is
+// larger than the copy the BPF program makes, and a kernel address it
+// cannot blank (not 8 bytes at an 8-byte offset). No tracepoint of the
+// test kernel has either, so their formats are made here.
+func TestPlanUnrecordable(t *testing.T) {
+	const common = "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n" +
+		"\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n" +
+		"\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n" +
+		"\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+	root := t.TempDir()
+	for name, fields := range map[string]string{
+		"big_record":  "\tfield:char blob[300];\toffset:8;\tsize:300;\tsigned:0;\n",
+		"odd_pointer": "\tfield:int n;\toffset:8;\tsize:4;\tsigned:1;\n\tfield:void * p;\toffset:12;\tsize:8;\tsigned:0;\n",
+	} {
+		dir := filepath.Join(root, "events", "test", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		text := "name: " + name + "\nID: 1\nformat:\n" + common + fields + "\nprint fmt: \"\"\n"
+		if err := os.WriteFile(filepath.Join(dir, "format"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := tracefsRoot
+	tracefsRoot = func() (string, error) { return root, nil }
+	t.Cleanup(func() { tracefsRoot = old })
+	for _, tc := range []struct{ spec, want string }{
+		{"test:big_record", "tracepoint test:big_record: its record's fixed part is 308 bytes, more than the 256 magnet copies"},
+		{"test:odd_pointer", "tracepoint test:odd_pointer: field p (void *) is a kernel address magnet cannot blank"},
+	} {
+		s, err := ParseTracepoint(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Plan([]Spec{s}, func(string) bool { return false })
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.spec, err, tc.want)
+		}
 	}
 }

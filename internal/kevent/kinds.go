@@ -4,11 +4,13 @@ package kevent
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 
@@ -42,7 +44,40 @@ func Kinds() []Availability {
 	out = append(out, up)
 	out = append(out, Availability{Kind: "usdt", Available: up.Available, Why: up.Why})
 	out = append(out, pmu("kprobe", "CONFIG_KPROBE_EVENTS"))
+	fe := Availability{Kind: "fentry", Available: true, Why: "not used by --kprobe, which needs kprobes"}
+	if err := fentryLoads(fentryProbe); err != nil {
+		fe.Available, fe.Why = false, err.Error()
+	}
+	out = append(out, fe)
 	return out
+}
+
+// fentryProbe is the function a test fentry program is loaded for: one
+// every kernel with TCP has in its BTF.
+const fentryProbe = "tcp_sendmsg"
+
+// fentryLoads says whether the kernel accepts an fentry program on fn, by
+// loading an empty one: some kernels refuse fentry (lockdown, no BPF
+// trampoline) although fn is in their BTF.
+func fentryLoads(fn string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("not known: testing needs root")
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: fn, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		msg := err.Error()
+		// cilium/ebpf guesses at a memlock limit for EPERM; the kernel
+		// charges BPF memory to the cgroup, and EPERM is a refusal.
+		if i := strings.Index(msg, " (MEMLOCK"); i > 0 {
+			msg = msg[:i]
+		}
+		return fmt.Errorf("this kernel refuses fentry programs (%s)", msg)
+	}
+	p.Close()
+	return nil
 }
 
 // pmu checks for a perf event source of the kernel (kprobe, uprobe).
@@ -56,24 +91,31 @@ func pmu(name, config string) Availability {
 }
 
 // kprobeAvailable says why a --kprobe cannot be recorded, nil when it can:
-// the kernel has kprobes and the function is one it can probe (in its BTF
-// or its symbol table: a function inlined everywhere is in neither).
+// the function is one the kernel can probe (in its BTF or its symbol
+// table: a function inlined everywhere is in neither) and the kernel has
+// kprobes. Without kprobes the answer also says whether fentry, the other
+// way into a kernel function, is refused too.
 func kprobeAvailable(fn string) error {
-	if a := pmu("kprobe", "CONFIG_KPROBE_EVENTS"); !a.Available {
-		return fmt.Errorf("kprobe %s: %s; a tracepoint near it (--tracepoint) may do", fn, a.Why)
-	}
+	known := false
 	if kernel, err := btf.LoadKernelSpec(); err == nil {
 		var f *btf.Func
-		if kernel.TypeByName(fn, &f) == nil {
-			return nil
+		known = kernel.TypeByName(fn, &f) == nil
+	}
+	if !known {
+		ok, err := inKallsyms(fn)
+		if err != nil {
+			return fmt.Errorf("kprobe %s: %w", fn, err)
+		}
+		if !ok {
+			return fmt.Errorf("kprobe %s: no such kernel function (not in the kernel's BTF nor /proc/kallsyms)", fn)
 		}
 	}
-	ok, err := inKallsyms(fn)
-	if err != nil {
-		return fmt.Errorf("kprobe %s: %w", fn, err)
-	}
-	if !ok {
-		return fmt.Errorf("kprobe %s: no such kernel function (not in the kernel's BTF nor /proc/kallsyms)", fn)
+	if a := pmu("kprobe", "CONFIG_KPROBE_EVENTS"); !a.Available {
+		why := "; fentry would serve, but --kprobe records with kprobes only"
+		if err := fentryLoads(fn); err != nil {
+			why = " and " + strings.TrimPrefix(err.Error(), "this kernel ")
+		}
+		return fmt.Errorf("kprobe %s: %s%s; a tracepoint near it (--tracepoint) may do", fn, a.Why, why)
 	}
 	return nil
 }

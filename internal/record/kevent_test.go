@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
@@ -555,9 +556,13 @@ func TestUSDT(t *testing.T) {
 	}
 }
 
-// TestTracepointAgainstBpftrace: the same task:task_rename events seen by
-// bpftrace, an independent reader of the tracepoint, and by a recording:
-// every rename of the test program, field by field.
+// TestTracepointAgainstBpftrace: three tracepoints whose fields are of
+// different types, seen by bpftrace, an independent reader of the same
+// tracepoints, and by a recording: task:task_rename (an int, char[16]
+// arrays, a short), sched:sched_process_exec (a __data_loc string and
+// ints) and syscalls:sys_enter_write (8-byte integers beside a pointer
+// magnet does not record). Every such event of the test program (its two
+// executions, six renames and five writes), field by field.
 func TestTracepointAgainstBpftrace(t *testing.T) {
 	needRoot(t)
 	bt, err := exec.LookPath("bpftrace")
@@ -565,9 +570,15 @@ func TestTracepointAgainstBpftrace(t *testing.T) {
 		t.Skip("no bpftrace")
 	}
 	bin := buildKevTest(t)
-	rec := startRecording(t, record.Config{Groups: event.GroupConn, KernelEvents: kernelSpecs(t, []string{"task:task_rename"}, nil)})
-	// BEGIN runs once every probe is attached.
-	btCmd := exec.Command(bt, "-e", `BEGIN { printf("READY\n"); } tracepoint:task:task_rename { printf("R %d %s %s %d\n", args->pid, args->oldcomm, args->newcomm, args->oom_score_adj); }`)
+	rec := startRecording(t, record.Config{Groups: event.GroupConn, KernelEvents: kernelSpecs(t,
+		[]string{"task:task_rename", "sched:sched_process_exec", "syscalls:sys_enter_write if count < 1000"}, nil)})
+	// BEGIN runs once every probe is attached. The program's writes are
+	// made under its last name, mgname4: bpftrace prints only those, so
+	// that its own output makes no writes it would print.
+	btCmd := exec.Command(bt, "-e", `BEGIN { printf("READY\n"); }
+tracepoint:task:task_rename { printf("R %d %s %s %d\n", args->pid, args->oldcomm, args->newcomm, args->oom_score_adj); }
+tracepoint:sched:sched_process_exec { printf("E %d %s %d\n", args->pid, str(args->filename), args->pid - args->old_pid); }
+tracepoint:syscalls:sys_enter_write /comm == "mgname4"/ { printf("W %d %d %d %d\n", pid, args->__syscall_nr, args->fd, args->count); }`)
 	out, err := btCmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -605,41 +616,58 @@ func TestTracepointAgainstBpftrace(t *testing.T) {
 			break
 		}
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, "/bin/true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
-	var want []string
-	prefix := "R " + strconv.Itoa(pid) + " "
-	// The exec (the test's name to kevtest), then the program's five.
-	for len(want) < 6 {
+	pid := strconv.Itoa(cmd.Process.Pid)
+	// By kind: the exec of the test program and of /bin/true; the rename
+	// at the first exec (the test's name to kevtest), the program's five
+	// and the one at the second exec; five writes.
+	want := map[byte][]string{}
+	for len(want['R']) < 7 || len(want['E']) < 2 || len(want['W']) < 5 {
 		l, ok := next()
 		if !ok {
-			t.Fatalf("bpftrace ended with %d renames of pid %d", len(want), pid)
+			t.Fatalf("bpftrace ended with %v for pid %s", want, pid)
 		}
-		if strings.HasPrefix(l, prefix) {
-			want = append(want, strings.TrimPrefix(l, "R "))
+		if f := strings.Fields(l); len(f) > 1 && f[1] == pid {
+			want[l[0]] = append(want[l[0]], l[2:])
 		}
 	}
 	rec.stop(t)
-	var got []string
+	got := map[byte][]string{}
 	eachRecord(t, rec.path, func(rc trace.Record) {
-		if rc.Type.Name != "task_rename" {
-			return
+		switch rc.Type.Name {
+		case "task_rename":
+			p, _ := rc.Int("pid")
+			o, _ := rc.Str("oldcomm")
+			n, _ := rc.Str("newcomm")
+			adj, _ := rc.Int("oom_score_adj")
+			got['R'] = append(got['R'], itoa(p)+" "+o+" "+n+" "+itoa(adj))
+		case "sched_process_exec":
+			p, _ := rc.Int("pid")
+			fn, _ := rc.Str("filename")
+			old, _ := rc.Int("old_pid")
+			got['E'] = append(got['E'], itoa(p)+" "+fn+" "+itoa(p-old))
+		case "sys_enter_write":
+			nr, _ := rc.Int("__syscall_nr")
+			fd, _ := rc.Uint("fd")
+			n, _ := rc.Uint("count")
+			got['W'] = append(got['W'], strconv.FormatUint(uint64(rc.TID()), 10)+" "+itoa(nr)+" "+strconv.FormatUint(fd, 10)+" "+strconv.FormatUint(n, 10))
 		}
-		p, _ := rc.Int("pid")
-		if int(p) != pid {
-			return
-		}
-		o, _ := rc.Str("oldcomm")
-		n, _ := rc.Str("newcomm")
-		adj, _ := rc.Int("oom_score_adj")
-		got = append(got, strconv.Itoa(pid)+" "+o+" "+n+" "+itoa(adj))
 	})
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("recorded:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	for _, k := range []byte{'R', 'E', 'W'} {
+		var mine []string
+		for _, g := range got[k] {
+			if strings.HasPrefix(g, pid+" ") {
+				mine = append(mine, g)
+			}
+		}
+		if strings.Join(mine, "\n") != strings.Join(want[k], "\n") {
+			t.Errorf("%c: recorded:\n%s\nbpftrace:\n%s", k, strings.Join(mine, "\n"), strings.Join(want[k], "\n"))
+		}
 	}
+	t.Logf("pid %s: %v", pid, want)
 }
 
 // interrupts sums /proc/interrupts' counts of the lines irqs over CPUs.
@@ -797,4 +825,162 @@ func TestMatchIRQs(t *testing.T) {
 	if g, s, _ := matchIRQs([]irqRun{{38, 1, 1_000}}, []irqRun{{38, 1, 1_000 + sameRunNs + 1}}, 0, 1<<62); len(g) != 1 || len(s) != 1 {
 		t.Errorf("runs %d ns apart paired: %v %v", sameRunNs+1, g, s)
 	}
+}
+
+// heldPrograms counts, by name, the BPF programs this process holds open
+// (their ids from /proc/self/fdinfo): the recorder's, as it runs in the
+// test's process, and no other test's.
+func heldPrograms(t *testing.T) map[string]int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	seen := map[uint64]bool{}
+	for _, fd := range fds {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "prog_id:")
+			if !ok {
+				continue
+			}
+			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil || seen[id] {
+				continue
+			}
+			seen[id] = true
+			p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+			if err != nil {
+				t.Fatalf("program %d: %v", id, err)
+			}
+			info, err := p.Info()
+			p.Close()
+			if err != nil {
+				t.Fatalf("program %d: %v", id, err)
+			}
+			out[info.Name]++
+		}
+	}
+	return out
+}
+
+// TestKernelEventsCostNothingUnasked: a recording that asks for no kernel
+// event loads none of their programs (kevent_tp, kevent_uprobe), and its
+// dictionary has no kernel event type; one that asks for two tracepoints
+// and a uprobe holds exactly one program per event.
+func TestKernelEventsCostNothingUnasked(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	plain := startRecording(t, record.Config{Groups: event.DefaultGroups})
+	progs := heldPrograms(t)
+	plain.stop(t)
+	if len(progs) == 0 {
+		t.Fatal("no BPF program found held by the recorder: the count proves nothing")
+	}
+	if progs["kevent_tp"] != 0 || progs["kevent_uprobe"] != 0 {
+		t.Errorf("no kernel event asked for, programs held: %v", progs)
+	}
+	r, err := trace.Open(plain.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, ty := range r.Header().Types {
+		if ty.ID >= kevent.LostID {
+			t.Errorf("no kernel event asked for, the dictionary has %s (id %d)", ty.Name, ty.ID)
+		}
+	}
+	asked := startRecording(t, record.Config{Groups: event.DefaultGroups, KernelEvents: kernelSpecs(t,
+		[]string{"task:task_rename", "napi:napi_poll"}, []string{bin + ":mg_mark"})})
+	progs = heldPrograms(t)
+	asked.stop(t)
+	t.Logf("with kernel events, programs held: %v", progs)
+	if progs["kevent_tp"] != 2 || progs["kevent_uprobe"] != 1 {
+		t.Errorf("two tracepoints and a uprobe asked for, programs held: %v", progs)
+	}
+}
+
+// TestKernelEventsObeyFilters: --netns and --pid apply to a tracepoint of
+// the current task as to the built-in events. The test program calls
+// getppid a known number of times inside the filter and another number
+// outside it, at the same time: the trace must hold exactly the calls
+// inside, each of the selected namespace or process.
+func TestKernelEventsObeyFilters(t *testing.T) {
+	needRoot(t)
+	bin := buildKevTest(t)
+	lab := netlab.ForTest(t, netlab.Options{Name: "mgkevflt"})
+	const inside, outside = 300, 200
+	count := func(path string) (n int, pids map[uint32]int, netns map[uint32]int) {
+		pids, netns = map[uint32]int{}, map[uint32]int{}
+		eachRecord(t, path, func(rc trace.Record) {
+			if rc.Type.Name == "sys_enter_getppid" {
+				n++
+				pids[rc.TID()]++ // one thread: its tid is the pid
+				netns[rc.NetNS()]++
+			}
+		})
+		return n, pids, netns
+	}
+	t.Run("netns", func(t *testing.T) {
+		rec := startRecording(t, record.Config{Groups: event.GroupConn, Filters: record.Filters{NetNS: lab.Server.NS},
+			KernelEvents: kernelSpecs(t, []string{"syscalls:sys_enter_getppid"}, nil)})
+		in := lab.Command(lab.Server, bin, "getppid", strconv.Itoa(inside))
+		out := exec.Command(bin, "getppid", strconv.Itoa(outside))
+		for _, c := range []*exec.Cmd{in, out} {
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []*exec.Cmd{in, out} {
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec.stop(t)
+		n, _, netns := count(rec.path)
+		if n != inside || netns[lab.Server.NetNSInode] != inside {
+			t.Errorf("%d getppid calls recorded, by namespace %v; want %d, all of namespace %d", n, netns, inside, lab.Server.NetNSInode)
+		}
+	})
+	t.Run("pid", func(t *testing.T) {
+		// The selected process exists before recording starts and
+		// executes the test program once recording runs (same pid).
+		sel := exec.Command("sh", "-c", `read go; exec "$0" getppid "$1"`, bin, strconv.Itoa(inside))
+		stdin, err := sel.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sel.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sel.ProcessState == nil {
+				sel.Process.Kill()
+				sel.Wait()
+			}
+		})
+		rec := startRecording(t, record.Config{Groups: event.GroupConn, Filters: record.Filters{PID: sel.Process.Pid},
+			KernelEvents: kernelSpecs(t, []string{"syscalls:sys_enter_getppid"}, nil)})
+		other := exec.Command(bin, "getppid", strconv.Itoa(outside))
+		if err := other.Start(); err != nil {
+			stdin.Close()
+			t.Fatal(err)
+		}
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		for _, c := range []*exec.Cmd{sel, other} {
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec.stop(t)
+		n, pids, _ := count(rec.path)
+		if n != inside || pids[uint32(sel.Process.Pid)] != inside {
+			t.Errorf("%d getppid calls recorded, by pid %v; want %d, all of pid %d", n, pids, inside, sel.Process.Pid)
+		}
+	})
 }

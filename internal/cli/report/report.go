@@ -187,6 +187,9 @@ run-to-run noise (--json prints the comparison as JSON).`,
 			for _, rp := range rep.ReceivePath {
 				writeRxPath(out, rp)
 			}
+			for _, kc := range rep.KernelEvents {
+				writeKernelEvents(out, kc)
+			}
 			return nil
 		},
 	}

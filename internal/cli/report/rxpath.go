@@ -80,3 +80,14 @@ func coalescing(n analyze.NICCoalesce) string {
 	}
 	return strings.Join(parts, ", ") + ", GRO " + gro
 }
+
+// writeKernelEvents says which kernel events chosen at run time a trace
+// holds, and where their fields are shown.
+func writeKernelEvents(w io.Writer, kc *analyze.KernelEventCounts) {
+	var parts []string
+	for _, e := range kc.Events {
+		parts = append(parts, fmt.Sprintf("%s %d", e.Name, e.Records))
+	}
+	fmt.Fprintf(w, "\nkernel events (%s): %s\n", kc.Trace, strings.Join(parts, ", "))
+	fmt.Fprintln(w, "  their fields: magnet parse --types NAME; on a timeline: magnet export -f perfetto")
+}
