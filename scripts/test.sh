@@ -28,6 +28,15 @@ if ! git diff --quiet -- $generated 2>/dev/null; then
 	exit 1
 fi
 
+echo "== no compiled program is committed"
+# Only the BPF objects (*.o, regenerated above) may be ELF files: a built
+# magnet or a test binary (46 MB once) belongs in .gitignore, not in git.
+elf=$(git ls-files -z 2>/dev/null | while IFS= read -r -d '' f; do
+	case $f in *.o) continue ;; esac
+	[ -f "$f" ] && [ "$(head -c4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && echo "$f"
+done || true)
+if [ -n "$elf" ]; then echo "compiled programs are committed: $elf"; exit 1; fi
+
 echo "== the product carries no lab"
 # magnet-lab's packages (lab/) are never linked into magnet (and probe's
 # TestObjectHasNoLabPrograms keeps the lab's programs out of its object).
