@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -195,24 +194,14 @@ func groupNames(hs []*trace.Header) []string {
 	return names
 }
 
-// fieldRef finds the event fields an expression names: fields.NAME and
-// fields["NAME"].
-var fieldRef = regexp.MustCompile(`\bfields\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']*)["']\s*\])`)
-
 // checkFields refuses an expression naming a field no event of the traces
 // has: it would match nothing, silently.
 func checkFields(expr string, hs []*trace.Header) error {
-	for _, m := range fieldRef.FindAllStringSubmatchIndex(expr, -1) {
-		name := ""
-		if m[2] >= 0 {
-			name = expr[m[2]:m[3]]
-		} else {
-			name = expr[m[4]:m[5]]
-		}
+	for _, r := range filter.FieldRefs(expr) {
 		has := anyHas(hs, func(h *trace.Header) bool {
 			for _, et := range h.Types {
 				for _, f := range et.Fields {
-					if f.Name == name {
+					if f.Name == r.Name {
 						return true
 					}
 				}
@@ -220,7 +209,7 @@ func checkFields(expr string, hs []*trace.Header) error {
 			return false
 		})
 		if !has {
-			return fmt.Errorf("--filter: column %d: no event in the traces has a field %q (see magnet parse --header)", m[0]+1, name)
+			return fmt.Errorf("--filter: column %d: no event in the traces has a field %q (see magnet parse --header)", r.Column, r.Name)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@
 package filter
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 
@@ -40,6 +41,32 @@ func celEnv() (*cel.Env, error) {
 		env, envErr = cel.NewEnv(opts...)
 	})
 	return env, envErr
+}
+
+// fieldRef finds the event fields an expression names: fields.NAME and
+// fields["NAME"].
+var fieldRef = regexp.MustCompile(`\bfields\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']*)["']\s*\])`)
+
+// FieldRef is an event field an expression names, and the column (from 1)
+// where its name starts.
+type FieldRef struct {
+	Name   string
+	Column int
+}
+
+// FieldRefs lists the event fields expr names (fields.NAME,
+// fields["NAME"]), so that a caller knowing the recording's fields can
+// refuse a name no event has.
+func FieldRefs(expr string) []FieldRef {
+	var refs []FieldRef
+	for _, m := range fieldRef.FindAllStringSubmatchIndex(expr, -1) {
+		i, j := m[2], m[3]
+		if i < 0 {
+			i, j = m[4], m[5]
+		}
+		refs = append(refs, FieldRef{Name: expr[i:j], Column: i + 1})
+	}
+	return refs
 }
 
 type program struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -363,5 +364,26 @@ func TestPcap(t *testing.T) {
 	_, err := Parse(magnetclient.Filter{Pcap: "tcp port"}, Options{})
 	if !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "pcap: column 9 (end): port needs a value") {
 		t.Errorf("bad pcap expression: %v", err)
+	}
+}
+
+// TestFieldRefs: the fields an expression names, each with the column of
+// its name, and Parse refusing those HasField does not know.
+func TestFieldRefs(t *testing.T) {
+	got := FieldRefs(`fields.srtt_us > 1 && fields["cwnd"] < 10 || size > 0`)
+	want := []FieldRef{{"srtt_us", 8}, {"cwnd", 31}}
+	if !slices.Equal(got, want) {
+		t.Errorf("FieldRefs: %+v, want %+v", got, want)
+	}
+	known := func(name string) bool { return name == "srtt_us" }
+	if _, err := Parse(magnetclient.Filter{Expr: "fields.srtt_us > 1"}, Options{HasField: known}); err != nil {
+		t.Errorf("known field: %v", err)
+	}
+	_, err := Parse(magnetclient.Filter{Expr: "fields.srtt > 1"}, Options{HasField: known})
+	if want := `expr: column 8: no event has a field "srtt"`; err == nil || !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), want) {
+		t.Errorf("unknown field: %v, want %q", err, want)
+	}
+	if _, err := Parse(magnetclient.Filter{Expr: "fields.srtt > 1"}, Options{}); err != nil {
+		t.Errorf("without HasField nothing is checked: %v", err)
 	}
 }
