@@ -387,3 +387,20 @@ func TestFieldRefs(t *testing.T) {
 		t.Errorf("without HasField nothing is checked: %v", err)
 	}
 }
+
+// TestExprErrorPosition: a CEL error is one line naming the column, as
+// the pcap-filter parser's; conn.rport, conn being the connection id,
+// gets a hint at the variables that hold the tuple.
+func TestExprErrorPosition(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{"size >", "bad filter: expr: column 7: Syntax error"},
+		{"nosuch == 1", "bad filter: expr: column 1: undeclared reference to 'nosuch'"},
+		{"size > 1 &&\nnosuch", "bad filter: expr: line 2 column 1: undeclared reference"},
+		{"conn.rport == 5201", "expr: column 5: type 'int' does not support field selection (conn is the connection id; the connection's tuple is proto, laddr, lport, raddr, rport)"},
+	} {
+		_, err := Parse(magnetclient.Filter{Expr: c.expr}, Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v, want one line with %q", c.expr, err, c.want)
+		}
+	}
+}
