@@ -383,6 +383,22 @@ func (f *Flags) Register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&f.Expr, "filter", "", what+" for which this CEL expression over the event's fields is true (docs/FILTERS.md)")
 }
 
+// RegisterRecordGroups adds --groups (-e) to the flags of a command that
+// chooses which groups are recorded (record, daemon): the readers' word
+// for groups, with the value event.ParseGroups takes ("default,sched",
+// "-ip"). --events, these commands' first name for it, is read as
+// --groups, so that scripts written with it keep working; it is not
+// listed, since in parse it once meant types.
+func RegisterRecordGroups(fs *pflag.FlagSet, p *string, value, usage string) {
+	fs.StringVarP(p, "groups", "e", value, usage)
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "events" {
+			name = "groups"
+		}
+		return pflag.NormalizedName(name)
+	})
+}
+
 // Args splits the command's arguments into traces and the pcap-filter
 // expression (SplitArgs), which it parses; it returns the traces.
 func (f *Flags) Args(cmd *cobra.Command, args []string) ([]string, error) {

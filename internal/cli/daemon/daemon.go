@@ -15,6 +15,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/daemon"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
@@ -32,7 +33,7 @@ delivery rate, ...) or subscribe to filtered event streams. See docs/DAEMON.md.
 SIGTERM or SIGINT: drain, end every stream cleanly, exit 0. SIGHUP: reload
 the configuration file.
 
-Event groups (--events: the baseline, always enabled; subscriptions enable
+Event groups (--groups: the baseline, always enabled; subscriptions enable
 more while they last):
 ` + event.GroupHelp(),
 		Example: `  sudo magnet daemon
@@ -60,7 +61,7 @@ more while they last):
 				if flags.Changed("token-file") {
 					cfg.TokenFile = tokenFile
 				}
-				if flags.Changed("events") {
+				if flags.Changed("groups") {
 					cfg.Events.Baseline = daemon.Groups(events)
 				}
 				if flags.Changed("buffer") {
@@ -140,7 +141,7 @@ more while they last):
 	f.StringVar(&socket, "socket", daemon.DefaultSocket, "Unix socket of the API")
 	f.StringVar(&listen, "listen", "", "also serve on this TCP address (host defaults to 127.0.0.1); needs --token-file")
 	f.StringVar(&tokenFile, "token-file", "", "file whose first line is the bearer token the TCP listener requires")
-	f.StringVarP(&events, "events", "e", daemon.BaselineGroups.String(), "event groups always enabled (the baseline)")
+	evselect.RegisterRecordGroups(f, &events, daemon.BaselineGroups.String(), "event groups always enabled (the baseline; --events is the same)")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size, a power of two (e.g. 8MiB, 256 KiB)")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once recording and serving (for scripts and tests)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon, from when it is ready, to this file (go tool pprof)")
