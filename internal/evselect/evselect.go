@@ -194,6 +194,14 @@ func groupNames(hs []*trace.Header) []string {
 	return names
 }
 
+// CheckFields refuses an expression naming a field that no event type in
+// types has, as the readers do: the recorder checks a --filter with it
+// before it creates its output, so that a misspelt field does not replace
+// the file at -o with an empty trace.
+func CheckFields(expr string, types []trace.EventType) error {
+	return checkFields(expr, []*trace.Header{{Types: types}})
+}
+
 // checkFields refuses an expression naming a field no event of the traces
 // has: it would match nothing, silently.
 func checkFields(expr string, hs []*trace.Header) error {
