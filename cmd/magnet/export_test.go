@@ -423,7 +423,7 @@ func TestExportPcapng(t *testing.T) {
 	if err := rec.Wait(); err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	headers := strings.Count(magnet(t, "parse", "--events", "headers", trace).stdout, "\theaders\t")
+	headers := strings.Count(magnet(t, "parse", "--types", "headers", trace).stdout, "\theaders\t")
 	out := filepath.Join(dir, "h.pcapng")
 	if r := magnet(t, "export", trace, "--format", "pcapng", "-o", out); r.code != 0 {
 		t.Fatalf("export pcapng: %s", r.stderr)

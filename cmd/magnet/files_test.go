@@ -320,8 +320,8 @@ func TestFlagsSayWhatTheyDo(t *testing.T) {
 	}{
 		{[]string{"record", "-o", out, "--duration", "0s"}, "--duration 0s: want a positive duration (omit the flag to record until COMMAND exits or a signal)"},
 		{[]string{"record", "-o", out, "--duration", "-5s"}, "--duration -5s: want a positive duration"},
-		{[]string{"record", "-o", out, "--events", ""}, "--events is empty"},
-		{[]string{"daemon", "--socket", filepath.Join(dir, "d.sock"), "--events", ""}, "--events is empty: name the groups always enabled, or omit it for the baseline"},
+		{[]string{"record", "-o", out, "--events", ""}, "--groups is empty"},
+		{[]string{"daemon", "--socket", filepath.Join(dir, "d.sock"), "--events", ""}, "--groups is empty: name the groups always enabled, or omit it for the baseline"},
 		{[]string{"record", "-o", out, "--disable-hook", "tcp_probe,no_such_hook"}, `--disable-hook "no_such_hook": no such program (valid: sock_send_length, `},
 		{[]string{"parse", exportFixture, "--since", "2300-01-01"}, `--since: time "2300-01-01" is outside 1678-2262`},
 		{[]string{"export", exportFixture, "-f", "csv", "-o", "-", "--until", "1600-01-01T00:00:00Z"}, "is outside 1678-2262"},

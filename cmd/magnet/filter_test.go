@@ -152,6 +152,24 @@ func TestParsePcapFilter(t *testing.T) {
 	if rep := magnet(t, "report", trace, "ip6"); rep.code != 0 || strings.Count(rep.stdout, "\nconnection ") != 1 || !strings.Contains(rep.stdout, s6) {
 		t.Errorf("report ip6: want one connection, to %s; exit %d %s\n%s", s6, rep.code, rep.stderr, rep.stdout)
 	}
+	// plot draws only selected events: the busiest connection among those
+	// the expression keeps, and none when it keeps none.
+	var v6conn uint64
+	for _, c := range conns {
+		if v6(c.Local.Addr()) && c.Proto == "tcp" && c.Remote.Port() == uint16(port+1) {
+			v6conn = c.ID
+		}
+	}
+	if v6conn == 0 {
+		t.Fatalf("no IPv6 TCP connection among %+v", conns)
+	}
+	svg := filepath.Join(dir, "ip6.svg")
+	if r := magnet(t, "plot", trace, "ip6", "--kind", "sendbuf", "-o", svg); r.code != 0 {
+		t.Errorf("plot ip6: %s", r.stderr)
+	} else if b, _ := os.ReadFile(svg); !strings.Contains(string(b), "connection "+strconv.FormatUint(v6conn, 10)) {
+		t.Errorf("plot ip6 did not draw the IPv6 connection %d", v6conn)
+	}
+	oneLineError(t, magnet(t, "plot", trace, "port 9", "--kind", "sendbuf", "-o", svg), "no connection's events in")
 	// The same through "--", and errors.
 	if a, b := magnet(t, "parse", trace, "udp"), magnet(t, "parse", trace, "--", "udp"); a.stdout != b.stdout || a.code != 0 {
 		t.Errorf("parse TRACE udp and parse TRACE -- udp differ")

@@ -85,7 +85,7 @@ func TestStatusKernelEvents(t *testing.T) {
 }
 
 // TestRecordTracepointParse: --tracepoint end to end through the binary,
-// decoded by parse --events with no code for it.
+// decoded by parse --types with no code for it.
 func TestRecordTracepointParse(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "tp.mgt")
@@ -95,7 +95,7 @@ func TestRecordTracepointParse(t *testing.T) {
 		t.Fatalf("record: %s", r.stderr)
 	}
 	// sh takes the name of what it executes: one rename, sh to true.
-	p := magnet(t, "parse", "--events", "task_rename", out)
+	p := magnet(t, "parse", "--types", "task_rename", out)
 	if p.code != 0 {
 		t.Fatalf("parse: %s", p.stderr)
 	}

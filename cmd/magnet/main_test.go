@@ -105,7 +105,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "ls"}, "after --"},
 		// An argument before -- is a pcap-filter expression.
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "stray"}, "pcap filter: column 1"},
-		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--filter", "size >"}, "--filter: bad filter: expr: 1:7: Syntax error"},
+		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--filter", "size >"}, "--filter: bad filter: expr: column 7: Syntax error"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--filter", " "}, "--filter is empty"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--summary=50ms"}, "--summary 50ms: want an interval of at least 100ms"},
 		{[]string{"record", "-o", filepath.Join(dir, "x.mgt"), "--summary", "--events", "default,sched"}, "sched cannot be summarized"},

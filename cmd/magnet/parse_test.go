@@ -77,9 +77,13 @@ func TestParseSeveral(t *testing.T) {
 	if n := len(one["snd.mgt"]); len(fo) != len(merged) || fo[0] != "snd.mgt\t"+one["snd.mgt"][0] || fo[n] != "rcv.mgt\t"+one["rcv.mgt"][0] {
 		t.Errorf("--file-order: not the sender's lines then the receiver's")
 	}
-	oneLineError(t, magnet(t, "parse", "--events", "tcp_xmit,bogus", snd, rcv), `unknown event type "bogus"`)
-	if r := magnet(t, "parse", "--events", "sock_send", "--conn", strconv.FormatUint(tracegen.ConnID(1, false), 10), snd, rcv); r.code != 0 || strings.Count(r.stdout, "\tsock_send\t") == 0 || strings.Count(r.stdout, "\n") != strings.Count(r.stdout, "\tsock_send\t")+1 {
-		t.Errorf("--events --conn over two traces: exit %d, %d lines", r.code, strings.Count(r.stdout, "\n"))
+	oneLineError(t, magnet(t, "parse", "--types", "tcp_xmit,bogus", snd, rcv), `unknown event type "bogus"`)
+	if r := magnet(t, "parse", "--types", "sock_send", "--conn", strconv.FormatUint(tracegen.ConnID(1, false), 10), snd, rcv); r.code != 0 || strings.Count(r.stdout, "\tsock_send\t") == 0 || strings.Count(r.stdout, "\n") != strings.Count(r.stdout, "\tsock_send\t")+1 {
+		t.Errorf("--types --conn over two traces: exit %d, %d lines", r.code, strings.Count(r.stdout, "\n"))
+	}
+	// --events, the old name of --types, still selects types, and says so.
+	if a, b := magnet(t, "parse", "--events", "sock_send", snd), magnet(t, "parse", "--types", "sock_send", snd); a.code != 0 || a.stdout != b.stdout || !strings.Contains(a.stderr, "use --types") {
+		t.Errorf("parse --events: exit %d, same output %v, stderr %q", a.code, a.stdout == b.stdout, a.stderr)
 	}
 }
 

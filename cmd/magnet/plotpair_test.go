@@ -156,7 +156,7 @@ func TestPlotTwoTraces(t *testing.T) {
 	bad := filepath.Join(dir, "bad.svg")
 	oneLineError(t, magnet(t, "plot", snd, "../../testdata/bigendian.mgt", "-o", bad), "has its other end in")
 	oneLineError(t, magnet(t, "plot", snd, "--kind", "e2e", "-o", bad), "no connection has both its ends in")
-	oneLineError(t, magnet(t, "plot", snd, "--kind", "napi", "-o", bad), "record with --events default,napi")
+	oneLineError(t, magnet(t, "plot", snd, "--kind", "napi", "-o", bad), "record with --groups default,napi")
 	oneLineError(t, magnet(t, "plot", snd, rcv, "--kind", "srtt", "-o", bad), "draws one")
 	if _, err := os.Stat(bad); err == nil {
 		t.Errorf("a failed plot wrote %s", bad)

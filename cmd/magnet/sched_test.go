@@ -57,7 +57,7 @@ func TestReportSched(t *testing.T) {
 	}
 
 	// The trace's own count of context switches, to check the report by.
-	p := magnet(t, "parse", "--events", "sched_switch", out)
+	p := magnet(t, "parse", "--types", "sched_switch", out)
 	if p.code != 0 {
 		t.Fatalf("parse: %s", p.stderr)
 	}

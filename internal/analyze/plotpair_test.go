@@ -98,7 +98,7 @@ func TestPlotPairErrors(t *testing.T) {
 			_, err := analyze.PlotPair(trace.Sources([]string{be}), "srtt", analyze.PlotOptions{})
 			return err
 		}, "unknown two-end plot kind"},
-		{func() error { _, err := analyze.PlotNapi(trace.Sources([]string{be})[0]); return err }, "record with --events default,napi"},
+		{func() error { _, err := analyze.PlotNapi(trace.Sources([]string{be})[0]); return err }, "record with --groups default,napi"},
 	} {
 		if err := c.err(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("error %v, want %q", err, c.want)

@@ -11,7 +11,7 @@ import (
 )
 
 // RxPath is the receive path of one trace recorded with the irq and napi
-// groups (magnet record --events default,irq,napi): per CPU, the time in
+// groups (magnet record --groups default,irq,napi): per CPU, the time in
 // network devices' hard interrupts, in NET_RX and NET_TX softirqs and in
 // NAPI polls; how many packets each poll took (interrupt coalescing at
 // work); and which connections' packets arrived in which polls.
@@ -381,7 +381,7 @@ func PlotNapi(in trace.Source) (*Figure, error) {
 		rp = rep.ReceivePath[0]
 	}
 	if rp == nil || rp.All.Polls == 0 {
-		return nil, fmt.Errorf("%s has no napi_poll events: record with --events default,napi to plot packets per poll", in.Name)
+		return nil, fmt.Errorf("%s has no napi_poll events: record with --groups default,napi to plot packets per poll", in.Name)
 	}
 	fig := &Figure{Title: fmt.Sprintf("packets per NAPI poll: %d polls took %d packets (mean %.1f a poll)", rp.All.Polls, rp.All.Packets, rp.All.PerPoll.Mean),
 		XLabel: "packets taken by the poll", YLabel: "polls (log scale)", LogY: true, Warnings: rep.Warnings}

@@ -173,7 +173,7 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (fig *Figure, err er
 		fig.Title = "context switches: time between switches per CPU"
 		fig.YLabel = "time since the previous switch on this CPU (µs, log scale)"
 		fig.LogY = true
-		fig.NoData = "no sched events in this trace (record with --events default,sched)"
+		fig.NoData = "no sched events in this trace (record with --groups default,sched)"
 		cpus := make([]int, 0, len(perCPU))
 		for c := range perCPU {
 			cpus = append(cpus, int(c))
@@ -192,6 +192,10 @@ func PlotOf(in trace.Source, kind string, opts PlotOptions) (fig *Figure, err er
 		}
 	}
 	s := per[conn]
+	if s == nil && conn == 0 {
+		// No connection: none recorded, or none the selection kept.
+		return nil, fmt.Errorf("no connection's events in %s (with the selection, if one was given)", path)
+	}
 	if s == nil {
 		return nil, fmt.Errorf("connection %d has no events in %s", conn, path)
 	}

@@ -455,7 +455,7 @@ func attachReceivers(conns []*ConnReport) {
 		}
 		c.Verdict.Receiver = p.Receive
 		if p.Receive.Reader == nil {
-			c.Verdict.Missing = append(c.Verdict.Missing, "sched at the receiver (record with --events default,sched to see where the receiver's delay went)")
+			c.Verdict.Missing = append(c.Verdict.Missing, "sched at the receiver (record with --groups default,sched to see where the receiver's delay went)")
 		}
 	}
 }

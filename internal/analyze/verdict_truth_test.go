@@ -568,7 +568,7 @@ func TestVerdictReceiverDelay(t *testing.T) {
 	if r := c.Verdict.Receiver; r == nil || r.Reader != nil {
 		t.Fatalf("receiver %+v without sched events", r)
 	}
-	if m := strings.Join(c.Verdict.Missing, "; "); !strings.Contains(m, "record with --events default,sched to see where the receiver's delay went") {
+	if m := strings.Join(c.Verdict.Missing, "; "); !strings.Contains(m, "record with --groups default,sched to see where the receiver's delay went") {
 		t.Errorf("missing %q does not say to record sched", m)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/magnet-tracer/magnet/internal/cli"
 	"github.com/magnet-tracer/magnet/internal/clidocs"
@@ -49,7 +50,7 @@ func TestManPagesFollowTheTree(t *testing.T) {
 	}
 
 	rec := read(t, filepath.Join(dir, "magnet-record.1"))
-	for _, s := range []string{`.TH "MAGNET-RECORD" "1" "Nov 2026" "magnet 1.2.3" "magnet manual"`, `\fB--duration\fP`, `\fB--events\fP`, "magnet(1)"} {
+	for _, s := range []string{`.TH "MAGNET-RECORD" "1" "Nov 2026" "magnet 1.2.3" "magnet manual"`, `\fB--duration\fP`, `\fB--groups\fP`, "magnet(1)"} {
 		if !strings.Contains(rec, s) {
 			t.Errorf("magnet-record.1 lacks %q", s)
 		}
@@ -178,4 +179,46 @@ func read(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestOneFlagVocabulary: every command names event types --types and
+// event groups --groups (docs/FILTERS.md); the old names (parse's
+// --events for types, watch's --type) still parse but are not shown, and
+// record's and the daemon's --events is read as their --groups.
+func TestOneFlagVocabulary(t *testing.T) {
+	root := cli.NewRoot()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden {
+				return
+			}
+			switch f.Name {
+			case "events", "type", "group", "event", "event-types":
+				t.Errorf("%s shows --%s: event types are --types, groups --groups", c.CommandPath(), f.Name)
+			}
+		})
+		if c.Flags().Lookup("types") != nil && c.Flags().Lookup("groups") == nil {
+			t.Errorf("%s has --types but no --groups", c.CommandPath())
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	for _, path := range [][]string{{"record"}, {"daemon"}} {
+		c, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := c.Flags()
+		for _, arg := range []string{"--events=sock", "--groups=sock", "-e=sock"} {
+			if err := fs.Parse([]string{arg}); err != nil {
+				t.Errorf("%s %s: %v", path[0], arg, err)
+			} else if g := fs.Lookup("groups"); !g.Changed || g.Value.String() != "sock" {
+				t.Errorf("%s %s: --groups is %q (changed %v)", path[0], arg, g.Value, g.Changed)
+			}
+			fs.Lookup("groups").Changed = false
+		}
+	}
 }

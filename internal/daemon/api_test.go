@@ -240,7 +240,9 @@ func TestSlowSubscriber(t *testing.T) {
 }
 
 func TestRecorderLossInBand(t *testing.T) {
-	td := startFake(t, nil)
+	// sched_switch events belong to no connection: a user sees them only
+	// when allowed to see everyone's (root, or access.see_all_groups).
+	td := startFake(t, func(c *Config) { seeAll(t, c) })
 	c := td.client(t)
 	s := collect(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{Types: []string{"sched_switch"}}, 0)))
 	f := td.fake

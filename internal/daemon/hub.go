@@ -148,6 +148,13 @@ func (h *hub) newSink(hdr *trace.Header) (record.Sink, error) {
 		}
 	}
 	kernelTypes.Store(&kernel)
+	fields := map[string]bool{}
+	for _, et := range hdr.Types {
+		for _, f := range et.Fields {
+			fields[f.Name] = true
+		}
+	}
+	eventFields.Store(&fields)
 	h.xmitSeq, h.rcvAck = h.codecs[event.TCPXmit].field("seq"), h.codecs[event.TCPRcv].field("ack")
 	h.dropReason, h.named = h.codecs[event.Drop].field("reason"), [256]map[string]*fieldCodec{}
 	h.wallOff = hdr.Clock.WallOffsetNs
@@ -240,6 +247,18 @@ func (h *hub) process(buf []byte) {
 // kernelTypes names the kernel events chosen at start (a daemon has one
 // recording), for subscriptions that ask for them by name.
 var kernelTypes atomic.Pointer[map[string]event.Type]
+
+// eventFields holds the names of every field of the recording's events
+// (its dictionary, kernel events included), so that an expression naming
+// a field no event has is refused rather than matching nothing.
+var eventFields atomic.Pointer[map[string]bool]
+
+// hasField reports whether an event of the recording has the field; before
+// the recording's dictionary is known, any name passes.
+func hasField(name string) bool {
+	m := eventFields.Load()
+	return m == nil || (*m)[name]
+}
 
 func kernelType(name string) (event.Type, bool) {
 	m := kernelTypes.Load()

@@ -16,7 +16,10 @@ import (
 // pcap-filter expression as the readers do (docs/FILTERS.md): src is the
 // local end, and an event without a connection matches nothing.
 func TestPcapFilter(t *testing.T) {
-	td := startFake(t, nil)
+	// A user who does not see all never sees a conn_open (the connection
+	// has no owner before its first socket call, docs/DAEMON.md#access):
+	// this test is about the expression, so it sees all.
+	td := startFake(t, func(c *Config) { seeAll(t, c) })
 	c := td.client(t)
 	ctx := context.Background()
 	uid := uint32(os.Geteuid())
@@ -48,4 +51,26 @@ func TestPcapFilter(t *testing.T) {
 	} else if want := "pcap: column 9 (end): port needs a value"; !strings.Contains(err.Error(), want) {
 		t.Errorf("bad pcap expression: %v, want %q", err, want)
 	}
+}
+
+// TestExprUnknownField: an expression naming a field no event of the
+// recording has is refused with its column, as the readers refuse it
+// (docs/FILTERS.md), not accepted to match nothing; a field of the
+// recording's dictionary passes.
+func TestExprUnknownField(t *testing.T) {
+	td := startFake(t, nil)
+	c := td.client(t)
+	ctx := context.Background()
+	_, err := c.Subscribe(ctx, magnetclient.Filter{Expr: "size > 0 && fields.srtt > 1000"}, 0)
+	if want := `expr: column 20: no event has a field "srtt"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("fields.srtt: %v, want %q", err, want)
+	}
+	if _, err := c.Subscribe(ctx, magnetclient.Filter{Expr: `fields["no_such"] == 1`}, 0); err == nil || !strings.Contains(err.Error(), `no event has a field "no_such"`) {
+		t.Errorf(`fields["no_such"]: %v`, err)
+	}
+	s, err := c.Subscribe(ctx, magnetclient.Filter{Expr: "fields.srtt_us > 1000"}, 0)
+	if err != nil {
+		t.Fatalf("fields.srtt_us: %v", err)
+	}
+	s.Close()
 }

@@ -236,7 +236,7 @@ func connFilter(q url.Values, extra ...string) (*filter.Filter, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := filter.Parse(spec, filter.Options{NetNS: resolveNetNS})
+	f, err := filter.Parse(spec, filter.Options{NetNS: resolveNetNS, HasField: hasField})
 	if err != nil {
 		return nil, err
 	}
@@ -482,7 +482,7 @@ func parseStream(w http.ResponseWriter, r *http.Request, kind string) (req magne
 	}
 	req, sse, err := streamRequest(r, kind)
 	if err == nil {
-		f, err = filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS, Kernel: kernelType})
+		f, err = filter.Parse(req.Filter, filter.Options{NetNS: resolveNetNS, Kernel: kernelType, HasField: hasField})
 	}
 	if err != nil {
 		badRequest(w, err)

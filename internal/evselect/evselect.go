@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -195,24 +194,22 @@ func groupNames(hs []*trace.Header) []string {
 	return names
 }
 
-// fieldRef finds the event fields an expression names: fields.NAME and
-// fields["NAME"].
-var fieldRef = regexp.MustCompile(`\bfields\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']*)["']\s*\])`)
+// CheckFields refuses an expression naming a field that no event type in
+// types has, as the readers do: the recorder checks a --filter with it
+// before it creates its output, so that a misspelt field does not replace
+// the file at -o with an empty trace.
+func CheckFields(expr string, types []trace.EventType) error {
+	return checkFields(expr, []*trace.Header{{Types: types}})
+}
 
 // checkFields refuses an expression naming a field no event of the traces
 // has: it would match nothing, silently.
 func checkFields(expr string, hs []*trace.Header) error {
-	for _, m := range fieldRef.FindAllStringSubmatchIndex(expr, -1) {
-		name := ""
-		if m[2] >= 0 {
-			name = expr[m[2]:m[3]]
-		} else {
-			name = expr[m[4]:m[5]]
-		}
+	for _, r := range filter.FieldRefs(expr) {
 		has := anyHas(hs, func(h *trace.Header) bool {
 			for _, et := range h.Types {
 				for _, f := range et.Fields {
-					if f.Name == name {
+					if f.Name == r.Name {
 						return true
 					}
 				}
@@ -220,7 +217,7 @@ func checkFields(expr string, hs []*trace.Header) error {
 			return false
 		})
 		if !has {
-			return fmt.Errorf("--filter: column %d: no event in the traces has a field %q (see magnet parse --header)", m[0]+1, name)
+			return fmt.Errorf("--filter: column %d: no event in the traces has a field %q (see magnet parse --header)", r.Column, r.Name)
 		}
 	}
 	return nil
@@ -392,6 +389,22 @@ func (f *Flags) Register(fs *pflag.FlagSet, what string) {
 	fs.StringSliceVar(&f.Types, "types", nil, what+" of these event types only (comma-separated names)")
 	fs.StringSliceVar(&f.Groups, "groups", nil, what+" of these event groups only (comma-separated: sock, tcp, sched, ...)")
 	fs.StringVar(&f.Expr, "filter", "", what+" for which this CEL expression over the event's fields is true (docs/FILTERS.md)")
+}
+
+// RegisterRecordGroups adds --groups (-e) to the flags of a command that
+// chooses which groups are recorded (record, daemon): the readers' word
+// for groups, with the value event.ParseGroups takes ("default,sched",
+// "-ip"). --events, these commands' first name for it, is read as
+// --groups, so that scripts written with it keep working; it is not
+// listed, since in parse it once meant types.
+func RegisterRecordGroups(fs *pflag.FlagSet, p *string, value, usage string) {
+	fs.StringVarP(p, "groups", "e", value, usage)
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "events" {
+			name = "groups"
+		}
+		return pflag.NormalizedName(name)
+	})
 }
 
 // Args splits the command's arguments into traces and the pcap-filter

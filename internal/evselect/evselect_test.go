@@ -57,10 +57,10 @@ func TestUnknownNames(t *testing.T) {
 	}{
 		{Options{Types: []string{"tcp_xmit", "tcp_xmt"}}, `unknown event type "tcp_xmt" (the traces have `},
 		{Options{Groups: []string{"bogus"}}, `unknown event group "bogus"`},
-		{Options{Expr: "fields.srtt > 1"}, `--filter: column 1: no event in the traces has a field "srtt"`},
-		{Options{Expr: `size > 0 && fields["nope"] == 1`}, `column 13: no event in the traces has a field "nope"`},
+		{Options{Expr: "fields.srtt > 1"}, `--filter: column 8: no event in the traces has a field "srtt"`},
+		{Options{Expr: `size > 0 && fields["nope"] == 1`}, `column 21: no event in the traces has a field "nope"`},
 		{Options{Expr: "nosuchvar == 1"}, "undeclared reference to 'nosuchvar'"},
-		{Options{Expr: "size +"}, "--filter: bad filter: expr: 1:"},
+		{Options{Expr: "size +"}, "--filter: bad filter: expr: column 7: "},
 	} {
 		_, err := New(in, tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {

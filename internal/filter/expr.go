@@ -3,6 +3,7 @@
 package filter
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 
@@ -40,6 +41,32 @@ func celEnv() (*cel.Env, error) {
 		env, envErr = cel.NewEnv(opts...)
 	})
 	return env, envErr
+}
+
+// fieldRef finds the event fields an expression names: fields.NAME and
+// fields["NAME"].
+var fieldRef = regexp.MustCompile(`\bfields\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([^"']*)["']\s*\])`)
+
+// FieldRef is an event field an expression names, and the column (from 1)
+// where its name starts.
+type FieldRef struct {
+	Name   string
+	Column int
+}
+
+// FieldRefs lists the event fields expr names (fields.NAME,
+// fields["NAME"]), so that a caller knowing the recording's fields can
+// refuse a name no event has.
+func FieldRefs(expr string) []FieldRef {
+	var refs []FieldRef
+	for _, m := range fieldRef.FindAllStringSubmatchIndex(expr, -1) {
+		i, j := m[2], m[3]
+		if i < 0 {
+			i, j = m[4], m[5]
+		}
+		refs = append(refs, FieldRef{Name: expr[i:j], Column: i + 1})
+	}
+	return refs
 }
 
 type program struct {
@@ -90,7 +117,13 @@ func compileNew(src string) (*program, error) {
 	}
 	ast, iss := e.Compile(src)
 	if iss != nil && iss.Err() != nil {
-		return nil, bad("expr: %s", oneLine(iss.Err().Error()))
+		msg := oneLine(iss.Err().Error())
+		if connField.MatchString(src) && strings.Contains(msg, "does not support field selection") {
+			// conn is the connection id, as in the daemon's other keys;
+			// one may well write conn.rport for the connection's port.
+			msg += " (conn is the connection id; the connection's tuple is proto, laddr, lport, raddr, rport)"
+		}
+		return nil, bad("expr: %s", msg)
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) && !ast.OutputType().IsExactType(cel.DynType) {
 		return nil, bad("expr: must be true or false, not %s", ast.OutputType())
@@ -102,12 +135,27 @@ func compileNew(src string) (*program, error) {
 	return &program{prg: prg}, nil
 }
 
+// connField finds a field taken of conn, which is a number.
+var connField = regexp.MustCompile(`\bconn\s*\.`)
+
+// celPos is the position CEL puts before its message: line:column.
+var celPos = regexp.MustCompile(`^(\d+):(\d+): `)
+
 // oneLine keeps the first line of a CEL error (the next ones draw a caret
-// under the expression).
+// under the expression), its position said as the pcap-filter parser and
+// the field check say it: "column N" (with the line when not the first).
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	s = strings.TrimPrefix(s, "ERROR: <input>:")
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	if m := celPos.FindStringSubmatch(s); m != nil {
+		pos := "column " + m[2]
+		if m[1] != "1" {
+			pos = "line " + m[1] + " column " + m[2]
+		}
+		s = pos + ": " + s[len(m[0]):]
+	}
+	return s
 }
 
 // MatchExpr evaluates the expression (true when there is none). An

@@ -93,6 +93,10 @@ type Options struct {
 	// tracepoint, uprobe or USDT probe the recorder was started with) to
 	// its type id; nil: there are none.
 	Kernel func(name string) (event.Type, bool)
+	// HasField reports whether some event of the recording has a field of
+	// this name; nil: not checked. An expression naming a field no event
+	// has would match nothing, silently, so Parse refuses it.
+	HasField func(name string) bool
 }
 
 // Parse checks and compiles a filter.
@@ -195,6 +199,13 @@ func Parse(spec magnetclient.Filter, opts Options) (*Filter, error) {
 		prg, err := compile(spec.Expr)
 		if err != nil {
 			return nil, err
+		}
+		if opts.HasField != nil {
+			for _, r := range FieldRefs(spec.Expr) {
+				if !opts.HasField(r.Name) {
+					return nil, bad("expr: column %d: no event has a field %q", r.Column, r.Name)
+				}
+			}
 		}
 		f.expr = prg
 	}

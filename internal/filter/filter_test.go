@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -363,5 +364,43 @@ func TestPcap(t *testing.T) {
 	_, err := Parse(magnetclient.Filter{Pcap: "tcp port"}, Options{})
 	if !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), "pcap: column 9 (end): port needs a value") {
 		t.Errorf("bad pcap expression: %v", err)
+	}
+}
+
+// TestFieldRefs: the fields an expression names, each with the column of
+// its name, and Parse refusing those HasField does not know.
+func TestFieldRefs(t *testing.T) {
+	got := FieldRefs(`fields.srtt_us > 1 && fields["cwnd"] < 10 || size > 0`)
+	want := []FieldRef{{"srtt_us", 8}, {"cwnd", 31}}
+	if !slices.Equal(got, want) {
+		t.Errorf("FieldRefs: %+v, want %+v", got, want)
+	}
+	known := func(name string) bool { return name == "srtt_us" }
+	if _, err := Parse(magnetclient.Filter{Expr: "fields.srtt_us > 1"}, Options{HasField: known}); err != nil {
+		t.Errorf("known field: %v", err)
+	}
+	_, err := Parse(magnetclient.Filter{Expr: "fields.srtt > 1"}, Options{HasField: known})
+	if want := `expr: column 8: no event has a field "srtt"`; err == nil || !errors.Is(err, ErrBad) || !strings.Contains(err.Error(), want) {
+		t.Errorf("unknown field: %v, want %q", err, want)
+	}
+	if _, err := Parse(magnetclient.Filter{Expr: "fields.srtt > 1"}, Options{}); err != nil {
+		t.Errorf("without HasField nothing is checked: %v", err)
+	}
+}
+
+// TestExprErrorPosition: a CEL error is one line naming the column, as
+// the pcap-filter parser's; conn.rport, conn being the connection id,
+// gets a hint at the variables that hold the tuple.
+func TestExprErrorPosition(t *testing.T) {
+	for _, c := range []struct{ expr, want string }{
+		{"size >", "bad filter: expr: column 7: Syntax error"},
+		{"nosuch == 1", "bad filter: expr: column 1: undeclared reference to 'nosuch'"},
+		{"size > 1 &&\nnosuch", "bad filter: expr: line 2 column 1: undeclared reference"},
+		{"conn.rport == 5201", "expr: column 5: type 'int' does not support field selection (conn is the connection id; the connection's tuple is proto, laddr, lport, raddr, rport)"},
+	} {
+		_, err := Parse(magnetclient.Filter{Expr: c.expr}, Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v, want one line with %q", c.expr, err, c.want)
+		}
 	}
 }

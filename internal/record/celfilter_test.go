@@ -3,10 +3,15 @@
 package record_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,5 +178,27 @@ func checkAccounting(t *testing.T, what string, res *record.Result) {
 		if w, l, f := res.Events[name], res.LostBy[name], res.FilteredBy[name]; p != w+l+f {
 			t.Errorf("%s: %s: produced %d, written %d + lost %d + filtered %d", what, name, p, w, l, f)
 		}
+	}
+}
+
+// TestCELFilterBadFieldKeepsOutput: a --filter naming a field no event has
+// is refused before the output is created, so the file already at -o (an
+// earlier recording) is left as it was. Needs no privileges: the check
+// comes first.
+func TestCELFilterBadFieldKeepsOutput(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "earlier.mgt")
+	want := []byte("an earlier recording\n")
+	if err := os.WriteFile(out, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := record.Run(context.Background(), record.Config{
+		Output: out, Groups: event.DefaultGroups, BufferBytes: 1 << 20,
+		Filters: record.Filters{CEL: "size > 0 && fields.srtt > 1"},
+	})
+	if want := `--filter: column 20: no event in the traces has a field "srtt"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("record --filter with fields.srtt: %v, want %q", err, want)
+	}
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the file at -o is now %q (%v), was %q", got, err, want)
 	}
 }

@@ -373,6 +373,21 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Filters.CEL != "" {
+		// The fields it names, against the dictionary the trace will
+		// have, before the output is created: a misspelt field must not
+		// leave the file at -o replaced by an empty one.
+		types, err := event.Dictionary(probe.Layouts())
+		if err != nil {
+			return nil, err
+		}
+		if kev != nil {
+			types = append(types, kevent.Dictionary(kev.events)...)
+		}
+		if err := evselect.CheckFields(cfg.Filters.CEL, types); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}

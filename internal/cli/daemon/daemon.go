@@ -16,6 +16,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/daemon"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 )
 
@@ -33,7 +34,7 @@ delivery rate, ...) or subscribe to filtered event streams. See docs/DAEMON.md.
 SIGTERM or SIGINT: drain, end every stream cleanly, exit 0. SIGHUP: reload
 the configuration file.
 
-Event groups (--events: the baseline, always enabled; subscriptions enable
+Event groups (--groups: the baseline, always enabled; subscriptions enable
 more while they last):
 ` + event.GroupHelp(),
 		Example: `  sudo magnet daemon
@@ -61,9 +62,9 @@ more while they last):
 				if flags.Changed("token-file") {
 					cfg.TokenFile = tokenFile
 				}
-				if flags.Changed("events") {
+				if flags.Changed("groups") {
 					if strings.TrimSpace(events) == "" {
-						return cfg, fmt.Errorf("--events is empty: name the groups always enabled, or omit it for the baseline (%s)", daemon.BaselineGroups)
+						return cfg, fmt.Errorf("--groups is empty: name the groups always enabled, or omit it for the baseline (%s)", daemon.BaselineGroups)
 					}
 					cfg.Events.Baseline = daemon.Groups(events)
 				}
@@ -144,7 +145,7 @@ more while they last):
 	f.StringVar(&socket, "socket", daemon.DefaultSocket, "Unix socket of the API")
 	f.StringVar(&listen, "listen", "", "also serve on this TCP address (host defaults to 127.0.0.1); needs --token-file")
 	f.StringVar(&tokenFile, "token-file", "", "file whose first line is the bearer token the TCP listener requires")
-	f.StringVarP(&events, "events", "e", daemon.BaselineGroups.String(), "event groups always enabled (the baseline)")
+	evselect.RegisterRecordGroups(f, &events, daemon.BaselineGroups.String(), "event groups always enabled (the baseline; --events is the same)")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel ring buffer size, a power of two (e.g. 8MiB, 256 KiB)")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once recording and serving (for scripts and tests)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon, from when it is ready, to this file (go tool pprof)")

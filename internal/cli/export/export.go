@@ -141,7 +141,7 @@ it, --filter, --types and --groups select the events exported
 				err := writeFile(output, read, cmd.OutOrStdout(), func(w io.Writer) error {
 					n, late, err := export.WritePcapng(w, srcs)
 					if err == nil && n == 0 {
-						fmt.Fprintln(os.Stderr, "magnet: warning: no packets: record with --events default,headers to capture them")
+						fmt.Fprintln(os.Stderr, "magnet: warning: no packets: record with --groups default,headers to capture them")
 					}
 					if late > 0 {
 						fmt.Fprintf(os.Stderr, "magnet: warning: %d packets were further out of time order in their trace than the reorder window; they are written late\n", late)

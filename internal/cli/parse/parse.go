@@ -148,7 +148,9 @@ combine with AND (docs/FILTERS.md).`,
 	f.BoolVar(&meta, "meta", false, "also print metadata records (task, iface)")
 	f.StringVar(&timeFmt, "time", "rel", "time column: rel (seconds since the first record), abs (UTC wall clock) or raw (ns)")
 	evFlags.Register(f, "print events")
-	f.StringVar(&events, "events", "", "deprecated alias of --types (record's --events names groups)")
+	f.StringVar(&events, "events", "", "event types (the old name of --types)")
+	// Hidden: record's --events names groups; a warning on use says --types.
+	_ = f.MarkDeprecated("events", "use --types (event types) or --groups (event groups)")
 	f.Uint64Var(&conn, "conn", 0, "print only events of this connection id")
 	f.BoolVar(&fileOrder, "file-order", false, "print records in the order stored (each trace in turn) rather than in time order")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")

@@ -44,8 +44,8 @@ func New() *cobra.Command {
   cwnd        congestion window and slow-start threshold
   srtt        smoothed round-trip time
   layers      per-hop delay distributions (CDF)
-  sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --events default,sched)
-  napi        polls by the packets each NAPI poll took (record with --events default,napi)
+  sched       time between context switches per CPU (MAGNET 2.0 Fig. 2/3; record with --groups default,sched)
+  napi        polls by the packets each NAPI poll took (record with --groups default,napi)
   e2e         a connection's two ends: bytes written at the sender's socket and read at the receiver's
   e2e-delay   each data segment's delay end to end (tcp_xmit to sock_recv) and at the receiver
               (dev_recv to sock_recv), against the time it was read

@@ -55,7 +55,7 @@ func (k *kernelFlags) specs(events string) (rest string, specs []kevent.Spec, er
 }
 
 const kernelHelp = `
-Kernel events chosen at run time (groups of --events, or flags):
+Kernel events chosen at run time (groups of --groups, or flags):
 %s  --tracepoint SYSTEM:NAME [if FILTER]   any tracepoint of the kernel
   --uprobe BINARY:SYMBOL                 an application's function
 Their fields are written into the trace's dictionary, so parse, export and

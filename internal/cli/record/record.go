@@ -19,6 +19,7 @@ import (
 
 	"github.com/magnet-tracer/magnet/internal/bytesize"
 	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/evselect"
 	"github.com/magnet-tracer/magnet/internal/flight"
 	"github.com/magnet-tracer/magnet/internal/outfile"
 	"github.com/magnet-tracer/magnet/internal/pcapfilter"
@@ -72,18 +73,19 @@ files of a chain as one timeline. --keep N deletes the oldest finished files.
 To leave it on: --summary[=INTERVAL] reads each TCP connection's figures from
 its socket (bytes written, read, sent and received, segments,
 retransmissions, srtt and cwnd) at every interval and at close, counts its
-drops (and, with --events ...,ip,dev, its packets at those layers) in the
+drops (and, with --groups ...,ip,dev, its packets at those layers) in the
 kernel, and writes one conn_summary record per active connection every
 INTERVAL instead of events; --flight WINDOW keeps the events in memory and
 writes nothing until a --trigger fires or SIGUSR1 comes, then -o's
 stem-<UTC time>.mgt with the WINDOW before it and --flight-after past it.
 
-Event groups (--events, comma-separated; "-group" removes one):
+Event groups (--groups, comma-separated; "-group" removes one; --events is the
+same flag):
 ` + event.GroupHelp() + kernelGroupHelp(),
 		Example: `  sudo magnet record -o ftp.mgt -- curl -s -o /dev/null http://10.0.0.2/big
   sudo magnet record -o host.mgt --duration 30s --port 5201
   sudo magnet record -o web.mgt 'tcp port 443 and net 10.1.0.0/16'
-  sudo magnet record -o all.mgt --events default,sched,headers --duration 5s
+  sudo magnet record -o all.mgt --groups default,sched,headers --duration 5s
   sudo magnet record --summary=10s --rotate 1h -o /var/lib/magnet/%h-%Y%m%dT%H%M%S.mgt
   sudo magnet record --rotate 1h --rotate-size 1GiB --keep 48 -o /var/lib/magnet/%H-%Y%m%dT%H%M%S.mgt`,
 		Args: cobra.ArbitraryArgs,
@@ -103,8 +105,8 @@ Event groups (--events, comma-separated; "-group" removes one):
 			if output == "" {
 				return fmt.Errorf("record: an output file is required (-o FILE)")
 			}
-			if cmd.Flags().Changed("events") && strings.TrimSpace(events) == "" {
-				return fmt.Errorf("record: --events is empty: name the groups to record, or omit it for the default")
+			if cmd.Flags().Changed("groups") && strings.TrimSpace(events) == "" {
+				return fmt.Errorf("record: --groups is empty: name the groups to record, or omit it for the default")
 			}
 			events, kspecs, err := kernel.specs(events)
 			if err != nil {
@@ -144,7 +146,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 				if summaryEvery < 100*time.Millisecond {
 					return fmt.Errorf("record: --summary %v: want an interval of at least 100ms", summaryEvery)
 				}
-				if !cmd.Flags().Changed("events") {
+				if !cmd.Flags().Changed("groups") {
 					groups = 0 // what summary mode summarizes
 				}
 				if !cmd.Flags().Changed("buffer") {
@@ -176,7 +178,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 				if cfg.Summary > 0 || rotateEvery > 0 || rotateSize != "" || keep > 0 {
 					return fmt.Errorf("record: --flight writes a file per trigger: it cannot be combined with --summary, --rotate, --rotate-size or --keep")
 				}
-				if fl, err = flightRecorder(&cfg, cmd.Flags().Changed("events"), flightWindow, flightAfter, flightMemory, triggers, quiet); err != nil {
+				if fl, err = flightRecorder(&cfg, cmd.Flags().Changed("groups"), flightWindow, flightAfter, flightMemory, triggers, quiet); err != nil {
 					return fmt.Errorf("record: %w", err)
 				}
 			} else if cmd.Flags().Changed("trigger") || cmd.Flags().Changed("flight-after") || cmd.Flags().Changed("flight-memory") {
@@ -262,7 +264,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	}
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "", "trace file to write")
-	f.StringVarP(&events, "events", "e", "default", "event groups to record")
+	evselect.RegisterRecordGroups(f, &events, "default", "event groups to record (--events is the same)")
 	f.StringVar(&buffer, "buffer", "8MiB", "kernel buffers for events (an area per CPU), all CPUs together, a power of two (e.g. 8MiB, 256 KiB)")
 	f.Float64Var(&wakeupFill, "wakeup-fill", 100*probe.DefaultWakeupFill, "wake the recorder when a CPU's events area is this full (per cent of its size; 0 = as soon as it holds anything, 100 = never: poll only)")
 	f.DurationVar(&pollInterval, "poll-interval", 0, "read the rings at least this often, woken or not (default: the --flush-every interval)")
@@ -278,7 +280,7 @@ Event groups (--events, comma-separated; "-group" removes one):
 	f.StringVar(&rotateSize, "rotate-size", "", "start a new file before one grows past this size (e.g. 1GiB)")
 	f.IntVar(&keep, "keep", 0, "with rotation: keep this many finished files, deleting the oldest (0 = all)")
 	f.StringVar(&onFull, "on-disk-full", "stop", "with rotation: stop (end the current file properly) or drop (delete the oldest finished files and go on)")
-	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode (off unless given): instead of events, write each connection's figures (bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd sampled at each read; ip and dev per packet if given to --events) every interval as conn_summary records (--summary or --summary=5s)")
+	f.DurationVar(&summaryEvery, "summary", time.Second, "summary mode (off unless given): instead of events, write each connection's figures (bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd sampled at each read; ip and dev per packet if given to --groups) every interval as conn_summary records (--summary or --summary=5s)")
 	f.Lookup("summary").NoOptDefVal = "1s"
 	f.DurationVar(&flightWindow, "flight", 30*time.Second, "flight recorder (off unless given): keep the last this long of events in memory and write nothing until a trigger (--trigger, SIGUSR1); then write -o's stem-<time>.mgt with that much before it")
 	f.DurationVar(&flightAfter, "flight-after", 2*time.Second, "flight recorder: go on writing this long after the last trigger of a file")
@@ -410,7 +412,7 @@ func flightRecorder(cfg *record.Config, eventsSet bool, window, after time.Durat
 	// The triggers' events must be recorded for them to fire.
 	if need := tr.Groups(); cfg.Groups&need != need {
 		if eventsSet {
-			return nil, fmt.Errorf("--trigger %s needs the %s events: add them to --events", tr, need&^cfg.Groups)
+			return nil, fmt.Errorf("--trigger %s needs the %s events: add them to --groups", tr, need&^cfg.Groups)
 		}
 		cfg.Groups |= need
 	}
@@ -464,7 +466,7 @@ func printSummary(res *record.Result, what string) {
 		for _, name := range record.SortedCounts(res.LostBy) {
 			lp = append(lp, fmt.Sprintf("%s %d", name, res.LostBy[name]))
 		}
-		fmt.Fprintf(os.Stderr, "  lost:   %d (%s); a bigger --buffer or fewer --events helps\n", res.Lost, strings.Join(lp, ", "))
+		fmt.Fprintf(os.Stderr, "  lost:   %d (%s); a bigger --buffer or fewer --groups helps\n", res.Lost, strings.Join(lp, ", "))
 	} else {
 		fmt.Fprintf(os.Stderr, "  lost:   0\n")
 	}

@@ -64,10 +64,10 @@ func TestReportCompareBadInput(t *testing.T) {
 // reader's states, or the group to record for them.
 func TestWriteVerdictReceiver(t *testing.T) {
 	v := &analyze.Verdict{Why: "w", Receiver: &analyze.TimeShare{ReceiveUs: 100, SocketWaitUs: 75, SocketShare: 0.75},
-		Missing: []string{"sched at the receiver (record with --events default,sched to see where the receiver's delay went)"}}
+		Missing: []string{"sched at the receiver (record with --groups default,sched to see where the receiver's delay went)"}}
 	var b bytes.Buffer
 	writeVerdict(&b, v)
-	for _, want := range []string{"25% in the stack (dev_recv to tcp_rcv), 75% in the socket queue", "record with --events default,sched to see where the receiver's delay went"} {
+	for _, want := range []string{"25% in the stack (dev_recv to tcp_rcv), 75% in the socket queue", "record with --groups default,sched to see where the receiver's delay went"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("verdict lacks %q:\n%s", want, b.String())
 		}

@@ -41,7 +41,7 @@ coefficient of variation) -- MAGNeT's Table II. Pure ACKs and failed calls
 are left out at the socket and TCP layers. Then the send buffer, throughput,
 TCP state and where time goes: the delay of each hop a segment takes.
 
-With sched events (record --events default,sched), a sched section per trace:
+With sched events (record --groups default,sched), a sched section per trace:
 context switches per CPU (count, rate, time between switches), the
 context-switch time (sched_entry_tp to sched_exit_tp, kernels 6.16+), the
 wakeup-to-run latency (sched_wakeup to the switch that runs the task), and,
