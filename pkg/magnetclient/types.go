@@ -68,6 +68,9 @@ type RecorderStatus struct {
 	// ProcessedNs is the time (CLOCK_MONOTONIC) up to which every event
 	// has been handed to the subscriptions.
 	ProcessedNs uint64 `json:"processed_ns"`
+	// OutOfOrder counts the records that came after younger ones had
+	// been handed on, and were handed on out of time order.
+	OutOfOrder uint64 `json:"out_of_order"`
 }
 
 // KernelSkipCount is the device program runs the kernel did not make on

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/magnet-tracer/magnet/pkg/magnetclient"
+)
+
+// orderEnv makes this test binary act as orderClient.
+const orderEnv = "MAGNET_DAEMON_TEST_ORDER"
+
+// orderedEvent is what the order test checks of each event a stream gave.
+type orderedEvent struct {
+	TimeNs   uint64 `json:"t"`
+	Type     string `json:"type"`
+	Conn     uint64 `json:"conn"`
+	OwnerUID int64  `json:"owner"` // -2: no owner shown
+}
+
+// orderClient subscribes to every event it may see, says so, and once
+// told (a line on its standard input) that the workload is over and
+// processed, prints the events it got, in the order it got them.
+func orderClient() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "order client:", err)
+		return 1
+	}
+	c, err := magnetclient.Dial(os.Getenv(orderEnv))
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	s, err := c.Subscribe(context.Background(), magnetclient.Filter{}, 0)
+	if err != nil {
+		return fail(err)
+	}
+	col := collect(s)
+	fmt.Println("subscribed")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fail(err)
+	}
+	evs := drain(col)
+	s.Close()
+	json.NewEncoder(os.Stdout).Encode(evs)
+	return 0
+}
+
+// drain takes a stream's events until it is quiet for a second: the
+// daemon hands events over within ~50 ms, and holds a user's unowned
+// connections at most holdFor more.
+func drain(col *collector) []orderedEvent {
+	var out []orderedEvent
+	for {
+		select {
+		case m, ok := <-col.msgs:
+			if !ok {
+				return out
+			}
+			if e := m.Event; e != nil {
+				o := orderedEvent{TimeNs: e.TimeNs, Type: e.Type, Conn: e.Conn, OwnerUID: -2}
+				if e.Owner != nil {
+					o.OwnerUID = e.Owner.UID
+				}
+				out = append(out, o)
+			}
+		case <-time.After(time.Second):
+			return out
+		}
+	}
+}
+
+// TestUserStreamOrder: an unprivileged user's stream holds the whole life
+// of its own connections (conn_open, every send and receive, conn_close),
+// whether it opened them (connect) or accepted them, in time order, and
+// nothing of root's; root's stream is in time order too. Real BPF, real
+// traffic between two namespaces; both ends of each transfer run as the
+// same user (the user's transfer) or as root.
+func TestUserStreamOrder(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a user and loads BPF")
+	}
+	if _, err := exec.LookPath("useradd"); err != nil {
+		t.Skip("useradd not found")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not found")
+	}
+	lab := needKernel(t)
+	name := fmt.Sprintf("mgord%d", os.Getpid()%100000)
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+
+	cg := newTestCgroup(t)
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
+	c := td.client(t)
+
+	helper := exec.Command(testBin)
+	helper.Env = append(os.Environ(), orderEnv+"="+td.sock)
+	helper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	stdin, _ := helper.StdinPipe()
+	stdout, _ := helper.StdoutPipe()
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		helper.Process.Kill()
+		helper.Wait()
+	})
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "subscribed\n" {
+		t.Fatalf("order client: %q %v", line, err)
+	}
+	rootStream := collect(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
+
+	// as runs a command in h's namespace as the user (asUser) or root.
+	as := func(asUser bool, h int, args ...string) *exec.Cmd {
+		host := lab.Client
+		if h == 1 {
+			host = lab.Server
+		}
+		if asUser {
+			args = append([]string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", magnetBin}, args...)
+		} else {
+			args = append([]string{magnetBin}, args...)
+		}
+		return cg.in(lab.Command(host, args[0], args[1:]...))
+	}
+	// transfer: a server in the server namespace on a port the kernel
+	// gives, a client in the client namespace sending 5 × 500 bytes.
+	transfer := func(asUser bool) uint16 {
+		srv := as(asUser, 1, "workload", "serve", "--listen", net.JoinHostPort(lab.Server.Addr.String(), "0"))
+		so, _ := srv.StdoutPipe()
+		srv.Stderr = os.Stderr
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			srv.Process.Kill()
+			srv.Wait()
+		})
+		line, err := bufio.NewReader(so).ReadString('\n')
+		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+		if err != nil || !ok {
+			t.Fatalf("server: %q %v", line, err)
+		}
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := as(asUser, 0, "workload", "send", "--to", addr, "--count", "5", "--size", "500", "--interval", "1ms")
+		if out, err := cl.CombinedOutput(); err != nil {
+			t.Fatalf("send: %v: %s", err, out)
+		}
+		return ap.Port()
+	}
+	userPort := transfer(true)
+	rootPort := transfer(false)
+	waitProcessed(t, c)
+
+	ctx := context.Background()
+	// Both ends of each transfer, as root sees them.
+	ends := func(port uint16) (client, server uint64) {
+		list := must[[]magnetclient.Connection](t)(c.Connections(ctx, magnetclient.Filter{Ports: []uint16{port}, Protos: []string{"tcp"}}, magnetclient.Window{}))
+		srv := net.JoinHostPort(lab.Server.Addr.String(), strconv.Itoa(int(port)))
+		for _, l := range list {
+			switch {
+			case l.Remote == srv:
+				client = l.ID
+			case l.Local == srv && strings.HasPrefix(l.Remote, lab.Client.Addr.String()+":"):
+				server = l.ID
+			}
+		}
+		if client == 0 || server == 0 {
+			t.Fatalf("the two ends of the transfer to port %d: %+v", port, list)
+		}
+		return client, server
+	}
+	userClientConn, userServerConn := ends(userPort)
+	rootClientConn, rootServerConn := ends(rootPort)
+
+	fmt.Fprintln(stdin, "go")
+	var userEvs []orderedEvent
+	if err := json.NewDecoder(out).Decode(&userEvs); err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Wait(); err != nil {
+		t.Fatalf("order client: %v", err)
+	}
+	rootEvs := drain(rootStream)
+
+	inOrder := func(who string, evs []orderedEvent) {
+		for i := 1; i < len(evs); i++ {
+			if evs[i].TimeNs < evs[i-1].TimeNs {
+				t.Errorf("%s's stream: event %d (%s of %d at %d) comes after %s of %d at %d, %d ns later",
+					who, i, evs[i].Type, evs[i].Conn, evs[i].TimeNs, evs[i-1].Type, evs[i-1].Conn, evs[i-1].TimeNs, evs[i-1].TimeNs-evs[i].TimeNs)
+			}
+		}
+	}
+	inOrder("root", rootEvs)
+	inOrder("the user", userEvs)
+
+	// life checks one connection's events in a stream: conn_open first,
+	// then the workload's 5 sends (client) or reads (server), conn_close
+	// after every send. conn_close need not be last: the tcp_state of the
+	// close, and the client's read of the end of the stream after the
+	// server's FIN, come after it in time.
+	life := func(who string, evs []orderedEvent, conn uint64, client bool) []orderedEvent {
+		var mine []orderedEvent
+		var types []string
+		sends, closes, lastSend, closeAt := 0, 0, -1, -1
+		for _, e := range evs {
+			if e.Conn != conn {
+				continue
+			}
+			switch e.Type {
+			case "sock_send":
+				sends++
+				lastSend = len(types)
+			case "conn_close":
+				closes++
+				closeAt = len(types)
+			}
+			mine = append(mine, e)
+			types = append(types, e.Type)
+		}
+		if len(types) == 0 {
+			t.Errorf("%s saw nothing of connection %d", who, conn)
+			return nil
+		}
+		if types[0] != "conn_open" {
+			t.Errorf("%s: connection %d begins with %v, not conn_open", who, conn, types[:min(len(types), 5)])
+		}
+		if closes != 1 || closeAt < lastSend {
+			t.Errorf("%s: connection %d has %d conn_close (at %d, the last send at %d): %v", who, conn, closes, closeAt, lastSend, types)
+		}
+		if client && sends != 5 {
+			t.Errorf("%s: %d sock_send on connection %d, the workload made 5", who, sends, conn)
+		}
+		if !client && !slices.Contains(types, "sock_recv") {
+			t.Errorf("%s: no sock_recv on the server's connection %d: %v", who, conn, types)
+		}
+		return mine
+	}
+	life("root", rootEvs, rootClientConn, true)
+	life("root", rootEvs, rootServerConn, false)
+	// The user gets exactly what root gets of its connections: each
+	// event, in the same order.
+	for _, conn := range []uint64{userClientConn, userServerConn} {
+		client := conn == userClientConn
+		// Root gets an accepted connection's first events before its
+		// owner is known, so without it; the user gets them once it is.
+		strip := func(evs []orderedEvent) []orderedEvent {
+			for i := range evs {
+				evs[i].OwnerUID = 0
+			}
+			return evs
+		}
+		if got, want := strip(life("the user", userEvs, conn, client)), strip(life("root", rootEvs, conn, client)); !slices.Equal(got, want) {
+			t.Errorf("connection %d: the user got %d events, root %d:\n%v\n%v", conn, len(got), len(want), got, want)
+		}
+	}
+	for _, e := range userEvs {
+		if e.Conn == 0 || e.OwnerUID != int64(uid) {
+			t.Errorf("the user got %s of connection %d (owner uid %d): not its own", e.Type, e.Conn, e.OwnerUID)
+		}
+		if e.Conn == rootClientConn || e.Conn == rootServerConn {
+			t.Errorf("the user got %s of root's connection %d", e.Type, e.Conn)
+		}
+	}
+	t.Logf("root's stream: %d events, the user's: %d", len(rootEvs), len(userEvs))
+}
