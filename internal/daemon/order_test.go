@@ -31,6 +31,33 @@ type orderedEvent struct {
 	Type     string `json:"type"`
 	Conn     uint64 `json:"conn"`
 	OwnerUID int64  `json:"owner"` // -2: no owner shown
+	LagNs    int64  `json:"lag"`   // from time_ns to its arrival at the client
+}
+
+// stamped is a stream's messages with the time (CLOCK_MONOTONIC, the
+// events' clock) each arrived.
+type stamped struct {
+	msgs chan stampedMsg
+}
+
+type stampedMsg struct {
+	m  magnetclient.Message
+	at uint64
+}
+
+func collectStamped(s *magnetclient.Stream) *stamped {
+	c := &stamped{msgs: make(chan stampedMsg, 1<<16)}
+	go func() {
+		defer close(c.msgs)
+		for {
+			m, err := s.Next()
+			if err != nil {
+				return
+			}
+			c.msgs <- stampedMsg{m, monotonicNs()}
+		}
+	}()
+	return c
 }
 
 // orderClient subscribes to every event it may see, says so, and once
@@ -50,7 +77,7 @@ func orderClient() int {
 	if err != nil {
 		return fail(err)
 	}
-	col := collect(s)
+	col := collectStamped(s)
 	fmt.Println("subscribed")
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return fail(err)
@@ -64,16 +91,16 @@ func orderClient() int {
 // drain takes a stream's events until it is quiet for a second: the
 // daemon hands events over within ~50 ms, and holds a user's unowned
 // connections at most holdFor more.
-func drain(col *collector) []orderedEvent {
+func drain(col *stamped) []orderedEvent {
 	var out []orderedEvent
 	for {
 		select {
-		case m, ok := <-col.msgs:
+		case sm, ok := <-col.msgs:
 			if !ok {
 				return out
 			}
-			if e := m.Event; e != nil {
-				o := orderedEvent{TimeNs: e.TimeNs, Type: e.Type, Conn: e.Conn, OwnerUID: -2}
+			if e := sm.m.Event; e != nil {
+				o := orderedEvent{TimeNs: e.TimeNs, Type: e.Type, Conn: e.Conn, OwnerUID: -2, LagNs: int64(sm.at - e.TimeNs)}
 				if e.Owner != nil {
 					o.OwnerUID = e.Owner.UID
 				}
@@ -135,7 +162,7 @@ func TestUserStreamOrder(t *testing.T) {
 	if line, err := out.ReadString('\n'); err != nil || line != "subscribed\n" {
 		t.Fatalf("order client: %q %v", line, err)
 	}
-	rootStream := collect(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
+	rootStream := collectStamped(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
 
 	// as runs a command in h's namespace as the user (asUser) or root.
 	as := func(asUser bool, h int, args ...string) *exec.Cmd {
@@ -276,7 +303,7 @@ func TestUserStreamOrder(t *testing.T) {
 		// owner is known, so without it; the user gets them once it is.
 		strip := func(evs []orderedEvent) []orderedEvent {
 			for i := range evs {
-				evs[i].OwnerUID = 0
+				evs[i].OwnerUID, evs[i].LagNs = 0, 0
 			}
 			return evs
 		}
@@ -292,5 +319,22 @@ func TestUserStreamOrder(t *testing.T) {
 			t.Errorf("the user got %s of root's connection %d", e.Type, e.Conn)
 		}
 	}
-	t.Logf("root's stream: %d events, the user's: %d", len(rootEvs), len(userEvs))
+	// Latency: root's events are never held, and wait at most for the
+	// hand-over after the recorder's pass that follows them (25 ms
+	// apart), plus the stream's write gap; a user's wait at most holdFor
+	// more. The bounds below leave 200 ms for a machine other tests load.
+	maxLag := func(evs []orderedEvent) (lag time.Duration) {
+		for _, e := range evs {
+			lag = max(lag, time.Duration(e.LagNs))
+		}
+		return lag
+	}
+	rootLag, userLag := maxLag(rootEvs), maxLag(userEvs)
+	if rootLag > 250*time.Millisecond {
+		t.Errorf("root got an event %v after it happened", rootLag)
+	}
+	if userLag > time.Duration(holdFor)+250*time.Millisecond {
+		t.Errorf("the user got an event %v after it happened", userLag)
+	}
+	t.Logf("root's stream: %d events, at most %v after they happened; the user's: %d, at most %v", len(rootEvs), rootLag, len(userEvs), userLag)
 }
