@@ -35,9 +35,9 @@ type batch struct {
 	buf        []byte
 	completeNs uint64
 	// pending counts the batch's records the hub keeps back; handed is
-	// set while the hub has the batch.
-	pending int
-	handed  bool
+	// set while the hub has the batch, kept while it keeps records of it.
+	pending      int
+	handed, kept bool
 }
 
 // monotonicNs reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
@@ -72,32 +72,33 @@ type hub struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	mu         sync.Mutex
-	hdr        *trace.Header
-	types      [256]*trace.EventType
-	codecs     [256]*typeCodec
-	xmitSeq    *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
-	rcvAck     *fieldCodec
-	dropReason *fieldCodec
-	named      [256]map[string]*fieldCodec // fieldsOf's, once a type's first record comes
-	lastTID    uint32                      // h.tasks[lastTID] is lastTask (tid 0: none)
-	lastTask   task
-	wallOff    int64
-	tasks      map[uint32]task
-	table      *live.Table
-	self       map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
-	nowNs      uint64            // events up to here are processed
-	order      reorder           // records kept back until the recorder wrote every older one
-	held       []heldEvent       // events kept back for clients that do not see all
-	lastExp    uint64
-	counts     [256]uint64
-	events     uint64
-	lost       uint64
-	lostBy     map[string]uint64
-	selfPID    uint32
-	selfNS     uint32
-	listen     netip.AddrPort // the TCP listener, to recognise its traffic
-	recorded   atomic.Bool    // a header arrived: the recorder runs
+	mu          sync.Mutex
+	hdr         *trace.Header
+	types       [256]*trace.EventType
+	codecs      [256]*typeCodec
+	xmitSeq     *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
+	rcvAck      *fieldCodec
+	dropReason  *fieldCodec
+	named       [256]map[string]*fieldCodec // fieldsOf's, once a type's first record comes
+	lastTID     uint32                      // h.tasks[lastTID] is lastTask (tid 0: none)
+	lastTask    task
+	wallOff     int64
+	tasks       map[uint32]task
+	table       *live.Table
+	self        map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
+	nowNs       uint64            // events up to here are processed
+	order       reorder           // records kept back until the recorder wrote every older one
+	keptBatches int               // batches order keeps records of
+	held        []heldEvent       // events kept back for clients that do not see all
+	lastExp     uint64
+	counts      [256]uint64
+	events      uint64
+	lost        uint64
+	lostBy      map[string]uint64
+	selfPID     uint32
+	selfNS      uint32
+	listen      netip.AddrPort // the TCP listener, to recognise its traffic
+	recorded    atomic.Bool    // a header arrived: the recorder runs
 
 	subs    atomic.Pointer[subSet]
 	enabled atomic.Uint32 // event.Group enabled in BPF

@@ -46,10 +46,14 @@ const reorderSlack = uint64(time.Millisecond)
 const holdFor = uint64(500 * time.Millisecond)
 
 // maxReorder and maxHeld bound the records kept back (each a few hundred
-// bytes at most): past them the oldest go on, out of order if need be.
+// bytes at most), and maxKeptBatches the batches they keep from the
+// recorder (256 KiB each: a record timed far ahead, which no bug should
+// make, would otherwise keep its batch each): past them the oldest go on,
+// out of order if need be.
 const (
-	maxReorder = 1 << 18
-	maxHeld    = 1 << 16
+	maxReorder     = 1 << 18
+	maxHeld        = 1 << 16
+	maxKeptBatches = 64
 )
 
 // pending is a record kept back by the reorder stage: it points into its
@@ -154,6 +158,10 @@ func (h *hub) add(b *batch) {
 		b.pending++
 		q.push(pending{time: t, data: rec, b: b})
 	}
+	if b.pending > 0 {
+		b.kept = true
+		h.keptBatches++
+	}
 	h.recycle(b)
 }
 
@@ -161,7 +169,7 @@ func (h *hub) add(b *batch) {
 // upTo, and as many more as the bound on kept records needs.
 func (h *hub) release(upTo uint64) {
 	q := &h.order
-	for q.head < len(q.recs) && (q.recs[q.head].time <= upTo || q.len() > maxReorder) {
+	for q.head < len(q.recs) && (q.recs[q.head].time <= upTo || q.len() > maxReorder || h.keptBatches > maxKeptBatches) {
 		p := q.recs[q.head]
 		q.recs[q.head] = pending{}
 		q.head++
@@ -187,6 +195,10 @@ func (h *hub) release(upTo uint64) {
 func (h *hub) recycle(b *batch) {
 	if b.pending > 0 || !b.handed {
 		return
+	}
+	if b.kept {
+		b.kept = false
+		h.keptBatches--
 	}
 	b.buf, b.handed = b.buf[:0], false
 	select {

@@ -365,3 +365,29 @@ func TestReorderPush(t *testing.T) {
 		}
 	}
 }
+
+// TestHubKeptBatchesBound: records timed far ahead (no bug should make
+// them) keep their batches back at most maxKeptBatches at a time; every
+// other record goes on in time.
+func TestHubKeptBatchesBound(t *testing.T) {
+	r := newHubRig(t)
+	ms := uint64(time.Millisecond)
+	r.feed(ms+reorderSlack, r.task(7, 7, rigUID, "client", 1), r.open(1, 7, 1))
+	got(r.root)
+	for i := range 3 * maxKeptBatches {
+		at := float64(2 + i)
+		r.feed(uint64(at)*ms+reorderSlack, r.rec("sock_send", at, 1, 7), r.rec("sock_send", 1e9+at, 1, 7))
+		if r.h.keptBatches > maxKeptBatches {
+			t.Fatalf("%d batches kept, bound %d", r.h.keptBatches, maxKeptBatches)
+		}
+	}
+	n := 0
+	for _, ev := range drainQueue(r.root) {
+		if ev.fe.TimeNs < 1e9*ms {
+			n++
+		}
+	}
+	if n != 3*maxKeptBatches {
+		t.Errorf("%d sends in time went on, want %d", n, 3*maxKeptBatches)
+	}
+}
