@@ -141,8 +141,9 @@ type Connection struct {
 	Delivery    *Delivery   `json:"delivery,omitempty"`
 }
 
-// Owner is the process that owns a connection: that of its first
-// socket-layer event.
+// Owner is the process that owns a connection: the one whose system call
+// announced it (connect, listen, bind), or, for an accepted connection,
+// that of its first socket-layer event.
 type Owner struct {
 	PID  uint32 `json:"pid"`
 	Comm string `json:"comm"`
