@@ -136,17 +136,16 @@ type sink struct {
 	h     *hub
 	cur   *batch
 	bytes int64
-	// complete is the recorder's last record.DrainedSink time; a
-	// recorder that never says (a test's) hands everything over complete
-	// up to the moment it hands it over.
+	// complete is the recorder's last record.DrainedSink time: until it
+	// says, nothing is complete (the records it writes before its first
+	// pass, of the sockets it learned at start, wait for that pass).
 	complete uint64
-	marked   bool
 }
 
 // Drained is record.DrainedSink: the recorder wrote every record up to
 // completeNs.
 func (s *sink) Drained(completeNs uint64) {
-	s.complete, s.marked = completeNs, true
+	s.complete = completeNs
 }
 
 // newSink is record.Config.NewSink: it learns the recording's dictionary.
@@ -210,9 +209,6 @@ func (s *sink) Bytes() int64 { return s.bytes }
 // backlog.
 func (s *sink) handOff() {
 	s.cur.completeNs = s.complete
-	if !s.marked {
-		s.cur.completeNs = monotonicNs()
-	}
 	s.cur.handed = true
 	s.h.batches <- s.cur
 	select {
