@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/magnet-tracer/magnet/internal/netlab"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -112,24 +115,29 @@ func drain(col *stamped) []orderedEvent {
 	}
 }
 
-// TestUserStreamOrder: an unprivileged user's stream holds the whole life
-// of its own connections (conn_open, every send and receive, conn_close),
-// whether it opened them (connect) or accepted them, in time order, and
-// nothing of root's; root's stream is in time order too. Real BPF, real
-// traffic between two namespaces; both ends of each transfer run as the
-// same user (the user's transfer) or as root.
-func TestUserStreamOrder(t *testing.T) {
+// userLab is two namespaces, a cgroup and a user made for a test, to run
+// the workload as that user or as root.
+type userLab struct {
+	t   *testing.T
+	lab *netlab.Lab
+	cg  *testCgroup
+	u   *user.User
+	uid uint64
+	gid uint32
+}
+
+func newUserLab(t *testing.T, prefix string) *userLab {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a user and loads BPF")
 	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skip("useradd not found")
+	for _, tool := range []string{"useradd", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not found")
+		}
 	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not found")
-	}
-	lab := needKernel(t)
-	name := fmt.Sprintf("mgord%d", os.Getpid()%100000)
+	ul := &userLab{t: t, lab: needKernel(t)}
+	name := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd: %v: %s", err, out)
 	}
@@ -138,16 +146,74 @@ func TestUserStreamOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	ul.u, ul.gid = u, uint32(gid)
+	ul.uid, _ = strconv.ParseUint(u.Uid, 10, 32)
+	ul.cg = newTestCgroup(t)
+	return ul
+}
 
-	cg := newTestCgroup(t)
+// as runs magnet with args in the client (server false) or server
+// namespace, as the user (asUser) or root.
+func (ul *userLab) as(asUser, server bool, args ...string) *exec.Cmd {
+	host := ul.lab.Client
+	if server {
+		host = ul.lab.Server
+	}
+	if asUser {
+		args = append([]string{"setpriv", "--reuid=" + ul.u.Uid, "--regid=" + ul.u.Gid, "--clear-groups", magnetBin}, args...)
+	} else {
+		args = append([]string{magnetBin}, args...)
+	}
+	return ul.cg.in(ul.lab.Command(host, args[0], args[1:]...))
+}
+
+// transfer runs a server in the server namespace on a port the kernel
+// gives, and a client in the client namespace sending it 5 × 500 bytes,
+// both as the user (asUser) or root; it returns the port.
+func (ul *userLab) transfer(asUser bool) uint16 {
+	t := ul.t
+	srv := ul.as(asUser, true, "workload", "serve", "--listen", net.JoinHostPort(ul.lab.Server.Addr.String(), "0"))
+	so, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Process.Kill()
+		srv.Wait()
+	})
+	line, err := bufio.NewReader(so).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("server: %q %v", line, err)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := ul.as(asUser, false, "workload", "send", "--to", addr, "--count", "5", "--size", "500", "--interval", "1ms")
+	if out, err := cl.CombinedOutput(); err != nil {
+		t.Fatalf("send: %v: %s", err, out)
+	}
+	return ap.Port()
+}
+
+// TestUserStreamOrder: an unprivileged user's stream holds the whole life
+// of its own connections (conn_open, every send and receive, conn_close),
+// whether it opened them (connect) or accepted them, in time order, and
+// nothing of root's; root's stream is in time order too. Real BPF, real
+// traffic between two namespaces; both ends of each transfer run as the
+// same user (the user's transfer) or as root.
+func TestUserStreamOrder(t *testing.T) {
+	ul := newUserLab(t, "mgord")
+	lab, cg, uid := ul.lab, ul.cg, ul.uid
 	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
 	c := td.client(t)
 
 	helper := exec.Command(testBin)
 	helper.Env = append(os.Environ(), orderEnv+"="+td.sock)
-	helper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	helper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: ul.gid}}
 	stdin, _ := helper.StdinPipe()
 	stdout, _ := helper.StdoutPipe()
 	helper.Stderr = os.Stderr
@@ -163,48 +229,7 @@ func TestUserStreamOrder(t *testing.T) {
 		t.Fatalf("order client: %q %v", line, err)
 	}
 	rootStream := collectStamped(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
-
-	// as runs a command in h's namespace as the user (asUser) or root.
-	as := func(asUser bool, h int, args ...string) *exec.Cmd {
-		host := lab.Client
-		if h == 1 {
-			host = lab.Server
-		}
-		if asUser {
-			args = append([]string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", magnetBin}, args...)
-		} else {
-			args = append([]string{magnetBin}, args...)
-		}
-		return cg.in(lab.Command(host, args[0], args[1:]...))
-	}
-	// transfer: a server in the server namespace on a port the kernel
-	// gives, a client in the client namespace sending 5 × 500 bytes.
-	transfer := func(asUser bool) uint16 {
-		srv := as(asUser, 1, "workload", "serve", "--listen", net.JoinHostPort(lab.Server.Addr.String(), "0"))
-		so, _ := srv.StdoutPipe()
-		srv.Stderr = os.Stderr
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			srv.Process.Kill()
-			srv.Wait()
-		})
-		line, err := bufio.NewReader(so).ReadString('\n')
-		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-		if err != nil || !ok {
-			t.Fatalf("server: %q %v", line, err)
-		}
-		ap, err := netip.ParseAddrPort(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl := as(asUser, 0, "workload", "send", "--to", addr, "--count", "5", "--size", "500", "--interval", "1ms")
-		if out, err := cl.CombinedOutput(); err != nil {
-			t.Fatalf("send: %v: %s", err, out)
-		}
-		return ap.Port()
-	}
+	transfer := ul.transfer
 	userPort := transfer(true)
 	rootPort := transfer(false)
 	waitProcessed(t, c)
@@ -337,4 +362,80 @@ func TestUserStreamOrder(t *testing.T) {
 		t.Errorf("the user got an event %v after it happened", userLag)
 	}
 	t.Logf("root's stream: %d events, at most %v after they happened; the user's: %d, at most %v", len(rootEvs), rootLag, len(userEvs), userLag)
+}
+
+// TestUserWatch: `magnet watch --json` run by an unprivileged user, as the
+// user would type it, shows the lifecycle of the user's own connections
+// (conn_open and conn_close of both ends of its transfer, and of its
+// listener's conn_open) and nothing of root's transfer beside it.
+func TestUserWatch(t *testing.T) {
+	ul := newUserLab(t, "mgwat")
+	td := startReal(t, func(c *Config) { c.Filter.Cgroup = ul.cg.path })
+	c := td.client(t)
+	cmd := exec.Command("setpriv", "--reuid="+ul.u.Uid, "--regid="+ul.u.Gid, "--clear-groups",
+		magnetBin, "watch", "--socket", td.sock, "--json", "--types", "conn_open,conn_close")
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchdog := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer watchdog.Stop()
+	for must[*magnetclient.Status](t)(c.Status(context.Background())).Subscribers == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	userPort := ul.transfer(true)
+	rootPort := ul.transfer(false)
+	// A last transfer of the user's: its stream is in time order, so
+	// once both its conn_close are out, anything of root's transfer
+	// before it would be out too.
+	lastPort := ul.transfer(true)
+	lines := bufio.NewScanner(stdout)
+	seen := map[string]int{}
+	for seen["last client conn_close"] == 0 || seen["last server conn_close"] == 0 {
+		if !lines.Scan() {
+			t.Fatalf("watch ended early (%v) having shown %v", lines.Err(), seen)
+		}
+		var m magnetclient.Message
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("watch line %q: %v", lines.Text(), err)
+		}
+		e := m.Event
+		if e == nil {
+			continue
+		}
+		if e.Owner == nil || e.Owner.UID != int64(ul.uid) {
+			t.Errorf("the user's watch showed %s of connection %d (%s %s), owner %+v", e.Type, e.Conn, e.Local, e.Remote, e.Owner)
+		}
+		for who, p := range map[string]uint16{"user": userPort, "root": rootPort, "last": lastPort} {
+			srv := net.JoinHostPort(ul.lab.Server.Addr.String(), strconv.Itoa(int(p)))
+			switch {
+			case e.Remote == srv:
+				seen[who+" client "+e.Type]++
+			case e.Local == srv && strings.HasPrefix(e.Remote, ul.lab.Client.Addr.String()+":"):
+				seen[who+" server "+e.Type]++
+			case e.Local == srv:
+				seen[who+" listener "+e.Type]++
+			}
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	go io.Copy(io.Discard, stdout)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch after SIGINT: %v", err)
+	}
+	for k := range seen {
+		if strings.HasPrefix(k, "last ") {
+			delete(seen, k)
+		}
+	}
+	want := map[string]int{
+		"user client conn_open": 1, "user client conn_close": 1,
+		"user server conn_open": 1, "user server conn_close": 1,
+		// workload serve ends after its one connection.
+		"user listener conn_open": 1, "user listener conn_close": 1,
+	}
+	if !maps.Equal(seen, want) {
+		t.Errorf("the user's watch showed %v, want %v", seen, want)
+	}
 }
