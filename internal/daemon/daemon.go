@@ -313,6 +313,14 @@ func (t *teeSink) Close(sum *trace.Summary) error {
 
 func (t *teeSink) Bytes() int64 { return t.main.Bytes() }
 
+// Drained is record.DrainedSink, for main: the flight recorder writes a
+// trace, whose readers put it in time order themselves.
+func (t *teeSink) Drained(completeNs uint64) {
+	if ds, ok := t.main.(record.DrainedSink); ok {
+		ds.Drained(completeNs)
+	}
+}
+
 // shutdown ends every stream (after what is queued), then the server.
 func (d *Daemon) shutdown() {
 	d.stopping.Store(true)

@@ -65,6 +65,8 @@ func (f *fakeRecorder) run(ctx context.Context, cfg record.Config) (*record.Resu
 		case r := <-f.recs:
 			sink.Write(r)
 		case <-tick.C:
+			// As the recorder: everything until now is written.
+			sink.(record.DrainedSink).Drained(monotonicNs())
 			sink.Flush()
 		case <-ctx.Done():
 			for {

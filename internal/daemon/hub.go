@@ -30,10 +30,14 @@ import (
 const batchBytes = 256 << 10
 
 // batch is a run of raw records, in drain order, and the time up to which
-// the recorder had drained when it handed them over.
+// the recorder had written every record when it handed them over.
 type batch struct {
-	buf   []byte
-	nowNs uint64
+	buf        []byte
+	completeNs uint64
+	// pending counts the batch's records the hub keeps back; handed is
+	// set while the hub has the batch, kept while it keeps records of it.
+	pending      int
+	handed, kept bool
 }
 
 // monotonicNs reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
@@ -68,30 +72,33 @@ type hub struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	mu         sync.Mutex
-	hdr        *trace.Header
-	types      [256]*trace.EventType
-	codecs     [256]*typeCodec
-	xmitSeq    *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
-	rcvAck     *fieldCodec
-	dropReason *fieldCodec
-	named      [256]map[string]*fieldCodec // fieldsOf's, once a type's first record comes
-	lastTID    uint32                      // h.tasks[lastTID] is lastTask (tid 0: none)
-	lastTask   task
-	wallOff    int64
-	tasks      map[uint32]task
-	table      *live.Table
-	self       map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
-	nowNs      uint64            // events up to here are processed
-	lastExp    uint64
-	counts     [256]uint64
-	events     uint64
-	lost       uint64
-	lostBy     map[string]uint64
-	selfPID    uint32
-	selfNS     uint32
-	listen     netip.AddrPort // the TCP listener, to recognise its traffic
-	recorded   atomic.Bool    // a header arrived: the recorder runs
+	mu          sync.Mutex
+	hdr         *trace.Header
+	types       [256]*trace.EventType
+	codecs      [256]*typeCodec
+	xmitSeq     *fieldCodec // tcp_xmit's seq, tcp_rcv's ack: read for every segment
+	rcvAck      *fieldCodec
+	dropReason  *fieldCodec
+	named       [256]map[string]*fieldCodec // fieldsOf's, once a type's first record comes
+	lastTID     uint32                      // h.tasks[lastTID] is lastTask (tid 0: none)
+	lastTask    task
+	wallOff     int64
+	tasks       map[uint32]task
+	table       *live.Table
+	self        map[uint64]uint64 // the daemon's own TCP connections → when they closed (0: open)
+	nowNs       uint64            // events up to here are processed
+	order       reorder           // records kept back until the recorder wrote every older one
+	keptBatches int               // batches order keeps records of
+	held        []heldEvent       // events kept back for clients that do not see all
+	lastExp     uint64
+	counts      [256]uint64
+	events      uint64
+	lost        uint64
+	lostBy      map[string]uint64
+	selfPID     uint32
+	selfNS      uint32
+	listen      netip.AddrPort // the TCP listener, to recognise its traffic
+	recorded    atomic.Bool    // a header arrived: the recorder runs
 
 	subs    atomic.Pointer[subSet]
 	enabled atomic.Uint32 // event.Group enabled in BPF
@@ -129,6 +136,16 @@ type sink struct {
 	h     *hub
 	cur   *batch
 	bytes int64
+	// complete is the recorder's last record.DrainedSink time: until it
+	// says, nothing is complete (the records it writes before its first
+	// pass, of the sockets it learned at start, wait for that pass).
+	complete uint64
+}
+
+// Drained is record.DrainedSink: the recorder wrote every record up to
+// completeNs.
+func (s *sink) Drained(completeNs uint64) {
+	s.complete = completeNs
 }
 
 // newSink is record.Config.NewSink: it learns the recording's dictionary.
@@ -198,7 +215,8 @@ func (s *sink) Bytes() int64 { return s.bytes }
 // that the kernel ring, whose losses are counted exactly, absorbs the
 // backlog.
 func (s *sink) handOff() {
-	s.cur.nowNs = monotonicNs()
+	s.cur.completeNs = s.complete
+	s.cur.handed = true
 	s.h.batches <- s.cur
 	select {
 	case s.cur = <-s.h.free:
@@ -212,8 +230,11 @@ func (h *hub) run() {
 	defer close(h.done)
 	for b := range h.batches {
 		h.mu.Lock()
-		h.process(b.buf)
-		h.nowNs = max(h.nowNs, b.nowNs)
+		h.add(b)
+		if b.completeNs > reorderSlack {
+			h.release(b.completeNs - reorderSlack)
+			h.nowNs = max(h.nowNs, b.completeNs-reorderSlack)
+		}
 		if h.nowNs-h.lastExp > uint64(time.Second) {
 			h.table.Expire(h.nowNs)
 			for id, closed := range h.self {
@@ -224,24 +245,16 @@ func (h *hub) run() {
 			h.lastExp = h.nowNs
 		}
 		h.mu.Unlock()
-		b.buf = b.buf[:0]
-		select {
-		case h.free <- b:
-		default:
-		}
 	}
+	// The recording ended: everything it wrote is complete.
+	h.mu.Lock()
+	h.release(^uint64(0))
+	h.releaseHeld(^uint64(0), false)
+	h.mu.Unlock()
 }
 
-func (h *hub) process(buf []byte) {
-	for len(buf) >= 32 {
-		et := h.types[buf[30]]
-		if et == nil || et.Size < 32 || et.Size > len(buf) {
-			fmt.Fprintf(os.Stderr, "magnet daemon: record of unknown type %d or size; %d bytes skipped\n", buf[30], len(buf))
-			return
-		}
-		h.record(trace.Record{Type: et, Data: buf[:et.Size]})
-		buf = buf[et.Size:]
-	}
+func (h *hub) badRecord(buf []byte) {
+	fmt.Fprintf(os.Stderr, "magnet daemon: record of unknown type %d or size; %d bytes skipped\n", buf[30], len(buf))
 }
 
 // kernelTypes names the kernel events chosen at start (a daemon has one
@@ -381,6 +394,14 @@ func (h *hub) isSelf(info live.Info) bool {
 func (h *hub) compute(c *live.Conn, typ event.Type, rec trace.Record, tk task) {
 	t, size := rec.Time(), int64(rec.Size())
 	switch typ {
+	case event.ConnOpen:
+		// A conn_open that names a task was made in a system call of the
+		// socket's user (connect, listen, bind), or names the process the
+		// recorder found holding the socket: that is its owner from the
+		// start, so that its user gets the connection's first events.
+		if c.Owner == nil && rec.TID() != 0 && tk.pid != 0 {
+			c.Owner = &live.Owner{PID: tk.pid, Comm: tk.comm, UID: tk.uid}
+		}
 	case event.SockSend, event.SockRecv, event.TCPSend:
 		if c.Owner == nil && rec.TID() != 0 {
 			// Socket calls run in the calling process: it owns the socket.
@@ -511,10 +532,10 @@ func (h *hub) recorderLost(rec trace.Record) {
 	}
 }
 
-// dispatch hands an event to every subscription that may see it and whose
-// filter (but for its expression) matches.
-func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) {
-	candidates := h.subs.Load().byType[typ]
+// offer hands an event to every subscription of candidates that may see
+// it and whose filter (but for its expression) matches: those that see all
+// (seeAll), the others (users), or both.
+func (h *hub) offer(candidates []*sub, typ event.Type, rec trace.Record, tk task, c *live.Conn, seeAll, users bool) {
 	if len(candidates) == 0 {
 		return
 	}
@@ -522,6 +543,9 @@ func (h *hub) dispatch(typ event.Type, rec trace.Record, tk task, c *live.Conn) 
 	var ev *liveEvent
 	var variants [4]*liveEvent // by masking
 	for _, s := range candidates {
+		if s.who.seesAll && !seeAll || !s.who.seesAll && !users {
+			continue
+		}
 		// The connection's address tests first: most subscriptions of a
 		// busy host want other connections, and this needs no Event.
 		if c != nil {
@@ -666,7 +690,7 @@ func (ev *liveEvent) json() []byte {
 func (h *hub) status() magnetclient.RecorderStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := magnetclient.RecorderStatus{Events: h.events, EventsByType: map[string]uint64{}, Lost: h.lost, LostByType: map[string]uint64{}, ProcessedNs: h.nowNs}
+	st := magnetclient.RecorderStatus{Events: h.events, EventsByType: map[string]uint64{}, Lost: h.lost, LostByType: map[string]uint64{}, ProcessedNs: h.nowNs, OutOfOrder: h.order.late}
 	for _, in := range event.Catalogue {
 		if n := h.counts[in.Type]; n > 0 && in.Type != event.Task && in.Type != event.Iface && in.Type != event.Lost {
 			st.EventsByType[in.Name] = n

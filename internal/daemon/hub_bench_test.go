@@ -15,6 +15,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/filter"
 	"github.com/magnet-tracer/magnet/internal/live"
+	"github.com/magnet-tracer/magnet/internal/record"
 	"github.com/magnet-tracer/magnet/pkg/magnetclient"
 )
 
@@ -116,6 +117,7 @@ func benchHub(b *testing.B, filters []magnetclient.Filter) {
 			// The recorder hands over ~200 events at a time at 200k
 			// events/s (one drain round per millisecond).
 			if n%200 == 0 {
+				snk.(record.DrainedSink).Drained(ts)
 				snk.Flush()
 			}
 		}

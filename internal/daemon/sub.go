@@ -23,6 +23,9 @@ import (
 type subSet struct {
 	all    []*sub
 	byType [256][]*sub
+	// users: some subscription of a client that does not see all wants
+	// the type (the hub holds events back for those).
+	users [256]bool
 }
 
 func newSubSet(subs map[uint64]*sub) *subSet {
@@ -41,6 +44,11 @@ func newSubSet(subs map[uint64]*sub) *subSet {
 			if s.f.WantsType(t) {
 				set.byType[t] = append(set.byType[t], s)
 			}
+		}
+	}
+	for t, list := range set.byType {
+		for _, s := range list {
+			set.users[t] = set.users[t] || !s.who.seesAll
 		}
 	}
 	return set

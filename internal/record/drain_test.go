@@ -531,3 +531,25 @@ func TestPassStopsAtItsStart(t *testing.T) {
 		t.Fatalf("pass with the clock behind = %d, %v; want 1", n, err)
 	}
 }
+
+// TestDrainComplete: after a pass, every record up to the time it says
+// complete (DrainedSink) was written: the pass's start, though the control
+// ring's younger records were written too.
+func TestDrainComplete(t *testing.T) {
+	m := newMemRecorder(t, &bytes.Buffer{}, 2, 4096)
+	for tm := uint64(10); tm <= 100; tm += 10 {
+		m.cpus[0].Output(ringRecord(event.SockSend, 32, tm, 5, nil))
+	}
+	m.cpus[1].Output(ringRecord(event.SockSend, 32, 54, 5, nil))
+	m.control.Output(ringRecord(event.ConnClose, 56, 70, 5, nil))
+	m.now = func() uint64 { return 55 }
+	if n, _, err := m.drain(); err != nil || n != 7 {
+		t.Fatalf("pass = %d, %v; want the conn_close and the 6 records before 55", n, err)
+	}
+	if m.complete != 55 {
+		t.Errorf("complete = %d after a pass that began at 55", m.complete)
+	}
+	if m.drained != nil {
+		t.Error("drained set for a sink that is no DrainedSink")
+	}
+}

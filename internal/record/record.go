@@ -162,6 +162,22 @@ type Sink interface {
 	Bytes() int64
 }
 
+// DrainedSink is a Sink that wants to know how complete the records it was
+// given are. The recorder writes its rings in drain order: the control
+// ring's records first (connection records before the events that need
+// them), then the per-CPU events rings merged by time, so a record can come
+// before older ones of other rings. After each pass over the rings, Drained
+// says up to which time every record the rings held was written: a sink
+// that keeps what it got back until then can pass records on in time order.
+// Only records whose program was still writing them when the pass read
+// their ring (microseconds, unless the program was preempted) and records
+// whose time precedes their making (tcp_xmit served at the device, up to
+// 1 ms: docs/EVENTS.md) can still come later.
+type DrainedSink interface {
+	Sink
+	Drained(completeNs uint64)
+}
+
 // fileSink is the Sink of an ordinary recording: the trace's blocks go to a
 // streamfile.Writer, which writes them from a goroutine of its own, so that
 // a file system that makes a write wait does not stop the drain, and around
@@ -612,6 +628,7 @@ type recorder struct {
 	devCheck    *devskip.Checker
 	devCheckErr error
 	w           Sink
+	drained     DrainedSink // w, when it wants to know how complete a pass was
 	hdr         *trace.Header
 	events      []*ring.Reader // one per CPU and area level (probe.EventRings)
 	control     *ring.Reader
@@ -621,6 +638,7 @@ type recorder struct {
 	// were attached (Result.CPU).
 	readyUser, readySystem time.Duration
 	heads                  []heapItem    // drain's merge of the events rings
+	complete               uint64        // the last pass wrote every record up to this time (DrainedSink)
 	cur                    []ringHead    // by CPU
 	bs                     blockSink     // w, when the drain may copy records into its blocks
 	now                    func() uint64 // the records' clock, now (monotonicClock)
@@ -667,6 +685,7 @@ type recorder struct {
 func newRecorder(cfg Config, w Sink, hdr *trace.Header) *recorder {
 	r := &recorder{cfg: cfg, w: w, hdr: hdr, tasks: map[uint32]taskKey{}, started: time.Now()}
 	r.bs, _ = w.(blockSink)
+	r.drained, _ = w.(DrainedSink)
 	r.now = monotonicClock()
 	r.taskSize = hdr.TypeByID(uint8(event.Task)).Size
 	r.lostSize = hdr.TypeByID(uint8(event.Lost)).Size
@@ -700,6 +719,9 @@ func (r *recorder) loop(ctx context.Context, cmdDone <-chan error, deadline <-ch
 		n, busy, err := r.drain()
 		if err != nil {
 			return err
+		}
+		if r.drained != nil && r.complete != 0 {
+			r.drained.Drained(r.complete)
 		}
 		// Timers right after a drain, before any wait: a Sink's Flush may
 		// stand for "everything produced until now is written" (the
@@ -907,6 +929,13 @@ func (r *recorder) drain() (n int, busy bool, err error) {
 		if len(h) > 1 && (h[1].time < next || len(h) > 2 && h[2].time < next) {
 			siftDown(h, 0)
 		}
+	}
+	// Every record up to the cutoff was written, but for those of rings
+	// the budget left unread, which are no older than the oldest head
+	// left.
+	r.complete = cutoff
+	if len(h) > 0 && h[0].time <= cutoff {
+		r.complete = h[0].time - 1
 	}
 	r.heads = h[:0]
 	return n, busy, nil

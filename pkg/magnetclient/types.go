@@ -68,6 +68,9 @@ type RecorderStatus struct {
 	// ProcessedNs is the time (CLOCK_MONOTONIC) up to which every event
 	// has been handed to the subscriptions.
 	ProcessedNs uint64 `json:"processed_ns"`
+	// OutOfOrder counts the records that came after younger ones had
+	// been handed on, and were handed on out of time order.
+	OutOfOrder uint64 `json:"out_of_order"`
 }
 
 // KernelSkipCount is the device program runs the kernel did not make on
@@ -138,8 +141,9 @@ type Connection struct {
 	Delivery    *Delivery   `json:"delivery,omitempty"`
 }
 
-// Owner is the process that owns a connection: that of its first
-// socket-layer event.
+// Owner is the process that owns a connection: the one whose system call
+// announced it (connect, listen, bind), or, for an accepted connection,
+// that of its first socket-layer event.
 type Owner struct {
 	PID  uint32 `json:"pid"`
 	Comm string `json:"comm"`
