@@ -639,6 +639,22 @@ func TestTCPStateThrottle(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF needs root")
 	}
+	// The rule is exact to check only while srtt stays below the 4 ms
+	// floor (above it the gap follows the live srtt, which tcp_rcv does
+	// not carry). A loaded machine can delay loopback ACKs past 4 ms:
+	// then the run proves nothing and is made again.
+	for try := 1; !throttleRun(t); try++ {
+		if try == 3 {
+			t.Fatal("loopback srtt reached 4 ms in 3 runs: the throttle's rule cannot be checked on this machine now")
+		}
+		t.Logf("run %d: loopback srtt reached 4 ms (a loaded machine); again", try)
+	}
+}
+
+// throttleRun makes one run of TestTCPStateThrottle and reports whether it
+// could judge it: false when srtt reached the 4 ms floor.
+func throttleRun(t *testing.T) bool {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -684,7 +700,8 @@ func TestTCPStateThrottle(t *testing.T) {
 			conn, at := binary.LittleEndian.Uint64(r[8:16]), binary.LittleEndian.Uint64(r[0:8])
 			states[[2]uint64{conn, at}] = true
 			if srtt := binary.LittleEndian.Uint32(r[40:44]); srtt >= gap/1000 {
-				t.Fatalf("srtt %d µs on loopback: the gap is not 4 ms", srtt)
+				t.Logf("srtt %d µs on loopback: the gap is not 4 ms", srtt)
+				return false
 			}
 		}
 	}
@@ -714,6 +731,7 @@ func TestTCPStateThrottle(t *testing.T) {
 		t.Fatalf("%d segments found a snapshot due, %d none: want both", due, quiet)
 	}
 	t.Logf("%d segments with a snapshot due, %d without", due, quiet)
+	return true
 }
 
 func b2i(b bool) int {
