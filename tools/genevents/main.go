@@ -83,7 +83,11 @@ func generateFrom(root string) ([]file, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", headerPath, err)
 	}
-	return h.generate()
+	files, err := h.generate()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", headerPath, err)
+	}
+	return files, nil
 }
 
 type enumerator struct {

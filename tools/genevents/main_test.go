@@ -220,3 +220,20 @@ func FuzzGenerate(f *testing.F) {
 		}
 	})
 }
+
+// What `go generate` prints for a malformed annotation names the file, the
+// line and the enumerator.
+func TestGenerateFromNamesFile(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bpf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(sample, " * hook: tp_btf/send", " * hooks: tp_btf/send", 1)
+	if err := os.WriteFile(filepath.Join(root, headerPath), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := generateFrom(root)
+	if want := `bpf/events.h: line 7: MG_SOCK_SEND: "hooks: tp_btf/send": want a field`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want it to start with %q", err, want)
+	}
+}
