@@ -34,6 +34,9 @@ func TestHookEventsNameHooks(t *testing.T) {
 			}
 		}
 	}
+	if !slices.Contains(xmitEvents, "tcp_xmit") {
+		t.Errorf("fentry's events %v lack tcp_xmit: Load could not move them between ip_egress, sockops and net_dev_queue", xmitEvents)
+	}
 	for _, ev := range xmitEvents {
 		if !slices.Contains(hookEvents["ip_egress"], ev) || !slices.Contains(hookEvents["tcp_segments"], ev) {
 			t.Errorf("%s: fentry writes it, but not both of its fallbacks (ip_egress, tcp_segments)", ev)
