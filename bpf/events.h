@@ -24,52 +24,250 @@
 #define MG_SNAP_LEN 128
 #define MG_NTYPES 32
 
-/* Event type ids: stable, written into every trace's dictionary. */
+/*
+ * Event type ids: stable, written into every trace's dictionary.
+ *
+ * The block comment before each event type is its catalogue entry, which
+ * tools/genevents turns into event.Catalogue and each probe hook's list of
+ * events (so `magnet status` and the trace dictionary need no Go edit):
+ *
+ *	group: the enum mg_group member, in lower case without MG_G_
+ *	programs: the programs (in bpf/layer, rows of probe.Hooks) that write
+ *	  it, comma-separated, or none; the first is its own hook, whose row
+ *	  in `magnet status` lists it before the events it also writes
+ *	hook: the kernel hook it comes from, in words
+ *	what: what it measures
+ *
+ * Each field starts a line with its key; a line indented further continues
+ * it (joined with one space). All four are required, once each; a missing or
+ * malformed one stops `go generate` with the line it is on. Each group of
+ * enum mg_group has one field, help: its line in `--events` help.
+ */
 enum mg_type {
 	MG_NONE = 0,
+	/*
+	 * group: sock
+	 * programs: sock_send_length
+	 * hook: tp_btf/sock_send_length
+	 * what: bytes the application handed to a TCP or UDP socket in one send call (size < 0:
+	 *   the call's error)
+	 */
 	MG_SOCK_SEND = 1,
+	/*
+	 * group: sock
+	 * programs: sock_recv_length
+	 * hook: tp_btf/sock_recv_length
+	 * what: bytes the application took from a socket in one receive call (MSG_PEEK excluded)
+	 */
 	MG_SOCK_RECV = 2,
+	/*
+	 * group: tcpsend
+	 * programs: tcp_sendmsg_locked
+	 * hook: tp_btf/tcp_sendmsg_locked
+	 * what: TCP takes data from a send call into an skb; size = bytes it can take in this step
+	 */
 	MG_TCP_SEND = 3,
+	/*
+	 * group: tcp
+	 * programs: tcp_xmit_fentry, ip_egress, tcp_segments
+	 * hook: fentry/__tcp_transmit_skb where allowed, else cgroup_skb/egress (sockops
+	 *   BPF_SOCK_OPS_HDR_OPT_LEN_CB without it); tp_btf/net_dev_queue with --xmit-at-device
+	 * what: a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags
+	 */
 	MG_TCP_XMIT = 4,
+	/*
+	 * group: tcp
+	 * programs: tcp_probe
+	 * hook: tp_btf/tcp_probe
+	 * what: a segment arriving at an established TCP socket from IP: seq, ack, payload bytes
+	 */
 	MG_TCP_RCV = 5,
+	/*
+	 * group: tcpstate
+	 * programs: tcp_probe, tcp_retransmit_skb, inet_sock_set_state
+	 * hook: tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state
+	 * what: snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits
+	 *   (once per srtt, and on every loss-recovery change)
+	 */
 	MG_TCP_STATE = 6,
+	/*
+	 * group: tcp
+	 * programs: tcp_retransmit_skb
+	 * hook: tp_btf/tcp_retransmit_skb
+	 * what: a segment TCP retransmits (size < 0: the transmit error)
+	 */
 	MG_TCP_RETRANS = 7,
+	/*
+	 * group: ip
+	 * programs: ip_egress
+	 * hook: cgroup_skb/egress
+	 * what: an IP packet leaving a socket (before fragmentation): id, TTL, TOS, length
+	 */
 	MG_IP_SEND = 8,
+	/*
+	 * group: ip
+	 * programs: ip_ingress
+	 * hook: cgroup_skb/ingress
+	 * what: an IP packet reaching a socket (after reassembly): id, TTL, TOS, length
+	 */
 	MG_IP_RECV = 9,
+	/*
+	 * group: dev
+	 * programs: net_dev_queue
+	 * hook: tp_btf/net_dev_queue
+	 * what: a packet handed to a device's qdisc (only where the tx queue has one that can
+	 *   queue: not on noqueue devices such as veth, lo)
+	 */
 	MG_DEV_QUEUE = 10,
+	/*
+	 * group: dev
+	 * programs: net_dev_start_xmit
+	 * hook: tp_btf/net_dev_start_xmit
+	 * what: a packet handed to the device driver
+	 */
 	MG_DEV_XMIT = 11,
+	/*
+	 * group: dev
+	 * programs: netif_receive_skb
+	 * hook: tp_btf/netif_receive_skb
+	 * what: a packet the device layer receives (after GRO)
+	 */
 	MG_DEV_RECV = 12,
+	/*
+	 * group: drop
+	 * programs: kfree_skb
+	 * hook: tp_btf/kfree_skb
+	 * what: a packet freed with a drop reason (enum skb_drop_reason)
+	 */
 	MG_DROP = 13,
+	/*
+	 * group: conn
+	 * programs: inet_sock_set_state, tcp_segments, udp_bind4, udp_bind6
+	 * hook: first sight of a socket at any hook
+	 * what: a TCP or UDP socket magnet has not seen before: protocol, addresses, ports
+	 */
 	MG_CONN_OPEN = 14,
+	/*
+	 * group: conn
+	 * programs: inet_sock_set_state, udp_release
+	 * hook: tp_btf/inet_sock_set_state (TCP_CLOSE), cgroup/sock_release (UDP)
+	 * what: a connection ends: bytes acked and received, retransmits
+	 */
 	MG_CONN_CLOSE = 15,
+	/*
+	 * group: sched
+	 * programs: sched_switch
+	 * hook: tp_btf/sched_switch
+	 * what: a context switch: prev is the event's task, next in the fields
+	 */
 	MG_SCHED_SWITCH = 16,
+	/*
+	 * group: sched
+	 * programs: sched_wakeup
+	 * hook: tp_btf/sched_wakeup
+	 * what: a task is woken
+	 */
 	MG_SCHED_WAKEUP = 17,
+	/*
+	 * group: sched
+	 * programs: sched_process_fork
+	 * hook: tp_btf/sched_process_fork
+	 * what: a task forks
+	 */
 	MG_SCHED_FORK = 18,
+	/*
+	 * group: sched
+	 * programs: sched_process_exit
+	 * hook: tp_btf/sched_process_exit
+	 * what: a task exits
+	 */
 	MG_SCHED_EXIT = 19,
+	/*
+	 * group: conn
+	 * programs: none
+	 * hook: ring buffer full
+	 * what: events dropped because a ring buffer was full: how many, of which types, on which
+	 *   CPU, between which times
+	 */
 	MG_LOST = 20,
+	/*
+	 * group: headers
+	 * programs: net_dev_start_xmit, netif_receive_skb
+	 * hook: tp_btf/net_dev_start_xmit, netif_receive_skb
+	 * what: the first 128 bytes of a packet at the device, from its link-layer header
+	 */
 	MG_HEADERS = 21,
-	MG_TASK = 22,  /* written by the recorder, not by BPF */
-	MG_IFACE = 23, /* an interface's name, the first time it is seen */
+	/*
+	 * group: conn
+	 * programs: none
+	 * hook: recorder
+	 * what: a thread's process id and command name, written before its first event
+	 */
+	MG_TASK = 22,
+	/*
+	 * group: conn
+	 * programs: none
+	 * hook: first sight of an interface
+	 * what: a network interface's name in a network namespace
+	 */
+	MG_IFACE = 23,
+	/*
+	 * group: rate
+	 * programs: tcp_xmit_fentry, ip_egress, tcp_segments, tcp_probe, inet_sock_set_state
+	 * hook: tp_btf/tcp_probe, the tcp_xmit hook (cgroup_skb/egress, fentry or sockops),
+	 *   inet_sock_set_state (the next hook after the ACK)
+	 * what: the kernel's delivery-rate sample after an ACK that delivered data: delivered,
+	 *   lost, rate_delivered segments over rate_interval_us, app-limited (size = segments
+	 *   newly delivered)
+	 */
 	MG_TCP_RATE = 24,
-	MG_CONN_SUMMARY = 25, /* written by the recorder from the summaries map (summary mode) */
+	/*
+	 * group: summary
+	 * programs: none
+	 * hook: recorder
+	 * what: summary mode (record --summary), from the summaries map: a connection's figures
+	 *   over one interval: bytes and segments read from its TCP socket, retransmissions,
+	 *   drops, srtt and cwnd histograms sampled at each read, IP and device packets if asked
+	 *   for (size = the interval in ms)
+	 */
+	MG_CONN_SUMMARY = 25,
 	MG_TYPE_MAX = 26,
 };
 
 /* Event groups, chosen at run time through the events_mask global. */
 enum mg_group {
+	/* help: socket layer: sock_send, sock_recv */
 	MG_G_SOCK = 1 << 0,
+	/* help: TCP: tcp_xmit, tcp_rcv, tcp_retrans */
 	MG_G_TCP = 1 << 1,
+	/* help: TCP state snapshots: tcp_state */
 	MG_G_TCPSTATE = 1 << 2,
+	/* help: IP layer (opt-in; dev_* carry the IP facts): ip_send, ip_recv */
 	MG_G_IP = 1 << 3,
+	/* help: device layer: dev_queue, dev_xmit, dev_recv */
 	MG_G_DEV = 1 << 4,
+	/* help: packet drops with the kernel's reason: drop */
 	MG_G_DROP = 1 << 5,
+	/* help: connection lifecycle: conn_open, conn_close (always on) */
 	MG_G_CONN = 1 << 6,
+	/* help: scheduler (opt-in): sched_switch, sched_wakeup, sched_fork, sched_exit */
 	MG_G_SCHED = 1 << 7,
+	/* help: packet headers at the device (opt-in): headers */
 	MG_G_HEADERS = 1 << 8,
+	/* help: the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate */
 	MG_G_RATE = 1 << 9,
-	MG_G_TCPSEND = 1 << 10, /* tcp_send: opt-in, one per skb fill */
-	MG_G_SUMMARY = 1 << 11, /* conn_summary: `record --summary`, not an events_mask bit */
-	MG_G_ACKS = 1 << 12,    /* ip and dev events of pure ACKs: opt-in */
+	/* help: TCP taking data from a send call, one per skb it fills (opt-in): tcp_send */
+	MG_G_TCPSEND = 1 << 10,
+	/*
+	 * help: per-connection figures per interval, written by record --summary instead of
+	 *   events: conn_summary
+	 */
+	MG_G_SUMMARY = 1 << 11,
+	/*
+	 * help: with ip and dev: their events for pure ACKs too (opt-in; tcp_xmit and tcp_rcv have
+	 *   every ACK)
+	 */
+	MG_G_ACKS = 1 << 12,
 };
 
 /* Common header of every record. */

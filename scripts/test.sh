@@ -18,13 +18,17 @@ install_staticcheck
 "$STATICCHECK" ./...
 
 echo "== BPF objects and events.h's Go side match bpf/ (go generate)"
-# tools/genevents writes internal/event/types_gen.go, internal/probe's
-# layouts_gen.go and bpf/events_btf.h; bpf2go the objects and their Go types.
+# tools/genevents writes internal/event/types_gen.go and catalogue_gen.go,
+# internal/probe's layouts_gen.go and hookevents_gen.go, and
+# bpf/events_btf.h; bpf2go the objects and their Go types. A generated file
+# never committed (untracked) fails too, not only one that changed.
 generated="internal/probe internal/kevent internal/event bpf/events_btf.h lab/internal/synthevent"
 go generate ./internal/probe ./internal/kevent ./lab/internal/synthevent
-if ! git diff --quiet -- $generated 2>/dev/null; then
+untracked=$(git ls-files --others --exclude-standard -- $generated | grep -E '_gen\.go$|_bpfel[^/]*$|events_btf\.h$' || true)
+if ! git diff --quiet -- $generated 2>/dev/null || [ -n "$untracked" ]; then
 	echo "generated files differ from the committed ones: commit the output of 'go generate ./internal/probe ./internal/kevent ./lab/internal/synthevent'"
 	git diff --stat -- $generated
+	[ -z "$untracked" ] || echo "not committed: $untracked"
 	exit 1
 fi
 

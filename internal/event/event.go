@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package event is magnet's event catalogue: every event type's id, name,
-// group, the kernel hook it comes from and what it measures. The binary
-// layouts come from bpf/events.h through the Go types bpf2go generates; this
-// package only names and describes them.
+// group, the kernel hook it comes from and what it measures. All of it is
+// written once, in bpf/events.h: the ids and groups in its enums, the rest in
+// the annotation comment before each enumerator, from which tools/genevents
+// generates types_gen.go and catalogue_gen.go (Catalogue, the groups' names
+// and help). The binary layouts come from the same header through the Go
+// types bpf2go generates; this package only names and describes them.
 package event
 
 import (
@@ -29,26 +32,6 @@ type Group uint32
 // cgroup_skb programs run for every packet of every cgroup, two runs and
 // two records per packet for a time stamp between TCP and the device.
 const DefaultGroups = GroupSock | GroupTCP | GroupTCPState | GroupDev | GroupDrop | GroupConn
-
-var groupNames = []struct {
-	name string
-	g    Group
-	help string
-}{
-	{"sock", GroupSock, "socket layer: sock_send, sock_recv"},
-	{"tcp", GroupTCP, "TCP: tcp_xmit, tcp_rcv, tcp_retrans"},
-	{"tcpstate", GroupTCPState, "TCP state snapshots: tcp_state"},
-	{"ip", GroupIP, "IP layer (opt-in; dev_* carry the IP facts): ip_send, ip_recv"},
-	{"dev", GroupDev, "device layer: dev_queue, dev_xmit, dev_recv"},
-	{"drop", GroupDrop, "packet drops with the kernel's reason: drop"},
-	{"conn", GroupConn, "connection lifecycle: conn_open, conn_close (always on)"},
-	{"sched", GroupSched, "scheduler (opt-in): sched_switch, sched_wakeup, sched_fork, sched_exit"},
-	{"headers", GroupHeaders, "packet headers at the device (opt-in): headers"},
-	{"rate", GroupRate, "the kernel's delivery-rate sample after each ACK (opt-in, one per ACK): tcp_rate"},
-	{"tcpsend", GroupTCPSend, "TCP taking data from a send call, one per skb it fills (opt-in): tcp_send"},
-	{"summary", GroupSummary, "per-connection figures per interval, written by record --summary instead of events: conn_summary"},
-	{"acks", GroupAcks, "with ip and dev: their events for pure ACKs too (opt-in; tcp_xmit and tcp_rcv have every ACK)"},
-}
 
 // ParseGroups parses a comma-separated --events value. "default" stands for
 // DefaultGroups and "all" for every group; a leading "-" removes a group
@@ -145,35 +128,6 @@ type Info struct {
 	// Hook is the kernel hook that produces it; Measures says what it means.
 	Hook     string
 	Measures string
-}
-
-// Catalogue lists every event type in id order.
-var Catalogue = []Info{
-	{SockSend, "sock_send", GroupSock, "tp_btf/sock_send_length", "bytes the application handed to a TCP or UDP socket in one send call (size < 0: the call's error)"},
-	{SockRecv, "sock_recv", GroupSock, "tp_btf/sock_recv_length", "bytes the application took from a socket in one receive call (MSG_PEEK excluded)"},
-	{TCPSend, "tcp_send", GroupTCPSend, "tp_btf/tcp_sendmsg_locked", "TCP takes data from a send call into an skb; size = bytes it can take in this step"},
-	{TCPXmit, "tcp_xmit", GroupTCP, "fentry/__tcp_transmit_skb where allowed, else cgroup_skb/egress (sockops BPF_SOCK_OPS_HDR_OPT_LEN_CB without it); tp_btf/net_dev_queue with --xmit-at-device", "a segment (or TSO super-segment) TCP hands down to IP: seq, payload bytes, flags"},
-	{TCPRcv, "tcp_rcv", GroupTCP, "tp_btf/tcp_probe", "a segment arriving at an established TCP socket from IP: seq, ack, payload bytes"},
-	{TCPState, "tcp_state", GroupTCPState, "tp_btf/tcp_probe, tcp_retransmit_skb, inet_sock_set_state", "snapshot of TCP's state: cwnd, ssthresh, srtt, windows, in flight, retransmits (once per srtt, and on every loss-recovery change)"},
-	{TCPRetrans, "tcp_retrans", GroupTCP, "tp_btf/tcp_retransmit_skb", "a segment TCP retransmits (size < 0: the transmit error)"},
-	{IPSend, "ip_send", GroupIP, "cgroup_skb/egress", "an IP packet leaving a socket (before fragmentation): id, TTL, TOS, length"},
-	{IPRecv, "ip_recv", GroupIP, "cgroup_skb/ingress", "an IP packet reaching a socket (after reassembly): id, TTL, TOS, length"},
-	{DevQueue, "dev_queue", GroupDev, "tp_btf/net_dev_queue", "a packet handed to a device's qdisc (only where the tx queue has one that can queue: not on noqueue devices such as veth, lo)"},
-	{DevXmit, "dev_xmit", GroupDev, "tp_btf/net_dev_start_xmit", "a packet handed to the device driver"},
-	{DevRecv, "dev_recv", GroupDev, "tp_btf/netif_receive_skb", "a packet the device layer receives (after GRO)"},
-	{Drop, "drop", GroupDrop, "tp_btf/kfree_skb", "a packet freed with a drop reason (enum skb_drop_reason)"},
-	{ConnOpen, "conn_open", GroupConn, "first sight of a socket at any hook", "a TCP or UDP socket magnet has not seen before: protocol, addresses, ports"},
-	{ConnClose, "conn_close", GroupConn, "tp_btf/inet_sock_set_state (TCP_CLOSE), cgroup/sock_release (UDP)", "a connection ends: bytes acked and received, retransmits"},
-	{SchedSwitch, "sched_switch", GroupSched, "tp_btf/sched_switch", "a context switch: prev is the event's task, next in the fields"},
-	{SchedWakeup, "sched_wakeup", GroupSched, "tp_btf/sched_wakeup", "a task is woken"},
-	{SchedFork, "sched_fork", GroupSched, "tp_btf/sched_process_fork", "a task forks"},
-	{SchedExit, "sched_exit", GroupSched, "tp_btf/sched_process_exit", "a task exits"},
-	{Lost, "lost", GroupConn, "ring buffer full", "events dropped because a ring buffer was full: how many, of which types, on which CPU, between which times"},
-	{Headers, "headers", GroupHeaders, "tp_btf/net_dev_start_xmit, netif_receive_skb", "the first 128 bytes of a packet at the device, from its link-layer header"},
-	{Task, "task", GroupConn, "recorder", "a thread's process id and command name, written before its first event"},
-	{Iface, "iface", GroupConn, "first sight of an interface", "a network interface's name in a network namespace"},
-	{TCPRate, "tcp_rate", GroupRate, "tp_btf/tcp_probe, the tcp_xmit hook (cgroup_skb/egress, fentry or sockops), inet_sock_set_state (the next hook after the ACK)", "the kernel's delivery-rate sample after an ACK that delivered data: delivered, lost, rate_delivered segments over rate_interval_us, app-limited (size = segments newly delivered)"},
-	{ConnSummary, "conn_summary", GroupSummary, "recorder", "summary mode (record --summary), from the summaries map: a connection's figures over one interval: bytes and segments read from its TCP socket, retransmissions, drops, srtt and cwnd histograms sampled at each read, IP and device packets if asked for (size = the interval in ms)"},
 }
 
 // ByType returns the catalogue entry of t.

@@ -41,44 +41,71 @@ type Hook struct {
 	Events  []string    // events it produces
 }
 
-// Hooks lists every hook magnet uses.
-var Hooks = []Hook{
-	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock, []string{"sock_send"}},
-	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock, []string{"sock_recv"}},
-	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend, []string{"tcp_send"}},
-	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate, []string{"tcp_xmit", "tcp_rate"}},
+// Hooks lists every hook magnet uses. Each row's Events are the events
+// whose annotation in bpf/events.h names its program (hookEvents): adding
+// an event to a program changes no row here.
+var Hooks = withEvents([]hookRow{
+	{"sock_send_length", "tp_btf", "sock_send_length", event.GroupSock},
+	{"sock_recv_length", "tp_btf", "sock_recv_length", event.GroupSock},
+	{"tcp_sendmsg_locked", "tp_btf", "tcp_sendmsg_locked", event.GroupTCPSend},
+	{"tcp_xmit_fentry", "fentry", "__tcp_transmit_skb", event.GroupTCP | event.GroupRate},
 	// Where fentry is refused, tcp_xmit (and the tcp_rate a segment
 	// carries out) is read at IP egress: once per skb, in a program that
 	// returns early for other packets, where sockops' per-segment callback
 	// ran 2.3 times per packet. Before sockops, so that it is attached
 	// first and sockops flags no socket. Load takes tcp_xmit from it when
 	// it does not serve it (fentry, --xmit-at-device, summary mode).
-	{"ip_egress", "cgroup_skb", "egress", event.GroupIP | event.GroupTCP | event.GroupRate, []string{"ip_send", "tcp_xmit", "tcp_rate"}},
-	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate, []string{"tcp_xmit", "conn_open", "tcp_rate"}},
-	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate, []string{"tcp_rcv", "tcp_state", "tcp_rate"}},
-	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP, []string{"tcp_retrans", "tcp_state"}},
-	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn, []string{"conn_open", "conn_close", "tcp_state", "tcp_rate"}},
-	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn, []string{"conn_close"}},
-	{"udp_bind4", "cgroup_sock", "post_bind4", event.GroupConn, []string{"conn_open"}},
-	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn, []string{"conn_open"}},
-	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP, []string{"ip_recv"}},
+	{"ip_egress", "cgroup_skb", "egress", event.GroupIP | event.GroupTCP | event.GroupRate},
+	{"tcp_segments", "sockops", "sockops", event.GroupTCP | event.GroupConn | event.GroupRate},
+	{"tcp_probe", "tp_btf", "tcp_probe", event.GroupTCP | event.GroupTCPState | event.GroupRate},
+	{"tcp_retransmit_skb", "tp_btf", "tcp_retransmit_skb", event.GroupTCP},
+	{"inet_sock_set_state", "tp_btf", "inet_sock_set_state", event.GroupConn},
+	{"udp_release", "cgroup_sock", "sock_release", event.GroupConn},
+	{"udp_bind4", "cgroup_sock", "post_bind4", event.GroupConn},
+	{"udp_bind6", "cgroup_sock", "post_bind6", event.GroupConn},
+	{"ip_ingress", "cgroup_skb", "ingress", event.GroupIP},
 	// With Options.XmitAtDevice, Load adds tcp_xmit and tcp_rate (and
 	// their groups) to net_dev_queue's and takes them from ip_egress's
 	// and sockops'.
-	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev, []string{"dev_queue"}},
-	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders, []string{"dev_xmit", "headers"}},
-	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders, []string{"dev_recv", "headers"}},
-	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop, []string{"drop"}},
+	{"net_dev_queue", "tp_btf", "net_dev_queue", event.GroupDev},
+	{"net_dev_start_xmit", "tp_btf", "net_dev_start_xmit", event.GroupDev | event.GroupHeaders},
+	{"netif_receive_skb", "tp_btf", "netif_receive_skb", event.GroupDev | event.GroupHeaders},
+	{"kfree_skb", "tp_btf", "kfree_skb", event.GroupDrop},
 	// Bare tracepoints (6.16+) bracketing __schedule(): no events of their
-	// own (so none listed: they serve no event), they time the switch
+	// own (no annotation in events.h names them), they time the switch
 	// that sched_switch records. Before it, so that they are attached
 	// first and detached last.
-	{"sched_entry_tp", "tp_btf", "sched_entry_tp", event.GroupSched, nil},
-	{"sched_exit_tp", "tp_btf", "sched_exit_tp", event.GroupSched, nil},
-	{"sched_switch", "tp_btf", "sched_switch", event.GroupSched, []string{"sched_switch"}},
-	{"sched_wakeup", "tp_btf", "sched_wakeup", event.GroupSched, []string{"sched_wakeup"}},
-	{"sched_process_fork", "tp_btf", "sched_process_fork", event.GroupSched, []string{"sched_fork"}},
-	{"sched_process_exit", "tp_btf", "sched_process_exit", event.GroupSched, []string{"sched_exit"}},
+	{"sched_entry_tp", "tp_btf", "sched_entry_tp", event.GroupSched},
+	{"sched_exit_tp", "tp_btf", "sched_exit_tp", event.GroupSched},
+	{"sched_switch", "tp_btf", "sched_switch", event.GroupSched},
+	{"sched_wakeup", "tp_btf", "sched_wakeup", event.GroupSched},
+	{"sched_process_fork", "tp_btf", "sched_process_fork", event.GroupSched},
+	{"sched_process_exit", "tp_btf", "sched_process_exit", event.GroupSched},
+})
+
+// hookRow is a row of Hooks as written: a Hook but for its Events.
+type hookRow struct {
+	program, kind, target string
+	groups                event.Group
+}
+
+// withEvents makes each row a Hook, with its Events from hookEvents.
+func withEvents(rows []hookRow) []Hook {
+	hooks := make([]Hook, len(rows))
+	for i, r := range rows {
+		hooks[i] = Hook{r.program, r.kind, r.target, r.groups, slices.Clone(hookEvents[r.program])}
+	}
+	return hooks
+}
+
+// xmitEvents are what the program serving tcp_xmit writes of it: the
+// preferred one's (fentry's) events, which ip_egress, sockops and, with
+// --xmit-at-device, net_dev_queue write only while they serve it.
+var xmitEvents = hookEvents["tcp_xmit_fentry"]
+
+// withoutXmit is events less xmitEvents.
+func withoutXmit(events []string) []string {
+	return slices.DeleteFunc(slices.Clone(events), func(ev string) bool { return slices.Contains(xmitEvents, ev) })
 }
 
 // timingFor names, for a hook that produces no event of its own, what it
@@ -332,12 +359,12 @@ func Load(opts Options) (*Probe, error) {
 		switch {
 		case st.Program == "net_dev_queue" && atDev:
 			st.Groups |= event.GroupTCP | event.GroupRate
-			st.Events = []string{"dev_queue", "tcp_xmit", "tcp_rate"}
+			st.Events = append(slices.Clone(st.Events), xmitEvents...)
 		case st.Program == "ip_egress" && !atIP:
 			st.Groups = event.GroupIP
-			st.Events = []string{"ip_send"}
+			st.Events = withoutXmit(st.Events)
 		case st.Program == "tcp_segments" && atIP:
-			st.Events = []string{"conn_open"}
+			st.Events = withoutXmit(st.Events)
 		}
 		if st.Groups&perPacket == 0 {
 			st.Reason = "not enabled"
@@ -436,7 +463,7 @@ func Load(opts Options) (*Probe, error) {
 		if i >= 0 && status[i].Attached {
 			for j := range status {
 				if status[j].Program == "tcp_segments" {
-					status[j].Events = []string{"conn_open"}
+					status[j].Events = withoutXmit(status[j].Events)
 				}
 			}
 		} else if v := p.coll.Variables[xmitVariable(server, xmitAt)]; v != nil {
@@ -449,7 +476,7 @@ func Load(opts Options) (*Probe, error) {
 			}
 			for j := range status {
 				if status[j].Program == "tcp_segments" {
-					status[j].Events = []string{"tcp_xmit", "conn_open", "tcp_rate"}
+					status[j].Events = slices.Clone(hookEvents["tcp_segments"])
 				}
 			}
 		}
