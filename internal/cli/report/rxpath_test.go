@@ -28,3 +28,28 @@ func TestRxPathConnections(t *testing.T) {
 		t.Errorf("report:\n%s\nwant it to end:\n%s", b.String(), want)
 	}
 }
+
+// TestRxPathConnectionsHTML: the HTML page has the same per-connection
+// figures and the pointer to --table polls.
+func TestRxPathConnectionsHTML(t *testing.T) {
+	rp := &analyze.RxPath{Trace: "rx.mgt", SpanS: 1, All: &analyze.RxCPU{CPU: -1}, Conns: []*analyze.RxConn{
+		{Conn: 7, Packets: 3, Polls: 2, PerPoll: 1.5, SharedPolls: 1, OutsidePolls: 1},
+	}}
+	var b bytes.Buffer
+	if err := page.Execute(&b, struct {
+		Rep     *analyze.Report
+		Plots   []string
+		Made    string
+		Summary func(*analyze.ConnReport) string
+	}{Rep: &analyze.Report{ReceivePath: []*analyze.RxPath{rp}}, Summary: summaryLine}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"<tr><td>7</td><td>3</td><td>2</td><td>1.5</td><td>1</td><td>1</td></tr>",
+		"<code>magnet export rx.mgt --table polls -f csv -o polls.csv</code>",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+}
