@@ -37,7 +37,7 @@ type pollRow struct {
 // ReadPolls reads the traces and places their connections' received
 // packets in NAPI polls with the walk that makes the report's receive
 // path. A trace set without a napi_poll event is an error that says how to
-// record them. The polls are held in memory (about 48 bytes each, and 16 a
+// record them. The polls are held in memory (40 bytes each, and 16 a
 // connection in a poll) to be written in time order across CPUs.
 func ReadPolls(ins []trace.Source) (*Polls, error) {
 	s, err := openStream(ins)
