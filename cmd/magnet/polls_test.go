@@ -23,14 +23,14 @@ import (
 // user would. The table and the report's receive path come from one walk:
 // per connection, the table's packets over its polls are the report's
 // packets, its polls the report's polls, those with another connection
-// the report's shared polls. Each poll is as many rows as napi_poll
-// events magnet parse lists, and delivered at most its work (GRO makes
-// one packet of several the driver took). tcpdump on the receiver's veth
-// is the witness of the connections' packets: a packet socket sees each
-// packet as the stack receives it after GRO, as dev_recv does, so each
-// connection's packets in and out of polls are what tcpdump captured
-// from its peer, less the pure ACKs dev_recv leaves out (the listener's:
-// the SYNs).
+// the report's shared polls. The polls are the napi_poll events magnet
+// parse lists and the event table holds (time, CPU, fields), each
+// delivering at most its work (GRO makes one packet of several the driver
+// took). tcpdump on the receiver's veth is the witness of the
+// connections' packets: a packet socket sees each packet as the stack
+// receives it after GRO, as dev_recv does, so each connection's packets in
+// and out of polls are what tcpdump captured from its peer, less the pure
+// ACKs dev_recv leaves out (the listener's: the SYNs).
 func TestExportPolls(t *testing.T) {
 	needRoot(t)
 	for _, tool := range []string{"iperf3", "tcpdump"} {
@@ -147,6 +147,32 @@ func TestExportPolls(t *testing.T) {
 	napi := strings.Count(magnet(t, "parse", "--types", "napi_poll", tr).stdout, "\tnapi_poll\t")
 	if len(polls) != napi || napi == 0 {
 		t.Errorf("%d polls in the table, %d napi_poll events in the trace", len(polls), napi)
+	}
+	// The polls are the event table's napi_poll rows: the same times,
+	// CPUs, devices, work and budgets.
+	evs := filepath.Join(dir, "napi.csv")
+	if r := magnet(t, "export", tr, "--types", "napi_poll", "-f", "csv", "--no-conns", "-o", evs); r.code != 0 {
+		t.Fatalf("export events: %s", r.stderr)
+	}
+	key := func(r map[string]any, at string) string {
+		return fmt.Sprint(r[at], r["cpu"], r["dev"], r["work"], r["budget"])
+	}
+	events := map[string]int{}
+	for _, r := range delimitedRows(t, evs, ',') {
+		r["dev"] = r["dev_name"]
+		events[key(r, "time_ns")]++
+	}
+	seen := map[uint64]bool{}
+	for _, r := range rows {
+		if id := num(r, "poll_id"); !seen[id] {
+			seen[id] = true
+			events[key(r, "poll_ns")]--
+		}
+	}
+	for k, n := range events {
+		if n != 0 {
+			t.Errorf("napi_poll %s: %d more in the event table than in the polls table", k, n)
+		}
 	}
 
 	// The report's receive path, from the same walk.
