@@ -268,6 +268,18 @@ func TestExportBadInput(t *testing.T) {
 	oneLineError(t, magnet(t, "export", exportFixture, "--table", "flows", "-f", "csv", "-o", filepath.Join(dir, "x.csv")), `unknown --table "flows"`)
 	oneLineError(t, magnet(t, "export", exportFixture, "--table", "journeys", "-f", "ulm", "-o", filepath.Join(dir, "x.ulm")), "write it as tsv, csv, jsonl or parquet")
 	oneLineError(t, magnet(t, "export", exportFixture, "--table", "journeys", "-f", "csv", "--types", "tcp_xmit", "-o", filepath.Join(dir, "x.csv")), "takes no event selection")
+	for _, f := range []string{"ulm", "pcapng", "perfetto"} {
+		oneLineError(t, magnet(t, "export", exportFixture, "--table", "polls", "-f", f, "-o", filepath.Join(dir, "x."+f)), "--table polls is a table: write it as tsv, csv, jsonl or parquet, not "+f)
+	}
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "polls", "-f", "csv", "--types", "napi_poll", "-o", filepath.Join(dir, "x.csv")), "takes no event selection")
+	oneLineError(t, magnet(t, "export", exportFixture, "tcp port 80", "--table", "polls", "-f", "csv", "-o", filepath.Join(dir, "x.csv")), "takes no event selection")
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "polls", "-f", "parquet", "--dataset", filepath.Join(dir, "ds")), "export --table polls to a file")
+	// A trace without napi_poll events: refused before the output is made.
+	out := filepath.Join(dir, "polls.csv")
+	oneLineError(t, magnet(t, "export", exportFixture, "--table", "polls", "-f", "csv", "-o", out), "no napi_poll events in bigendian.mgt: record with --groups default,irq,napi")
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s: %v, want no output for a refused table", out, err)
+	}
 }
 
 // TestExportJourneys runs the demo (a client sends 100 messages of 10,240

@@ -152,9 +152,9 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 		rx[i] = newRxTracker(src.h, src.offset)
 	}
 	kev := make([]map[string]uint64, len(s.srcs))
-	s.onOther = func(i int, rec trace.Record) {
+	s.onOther = func(i int, id uint64, rec trace.Record) {
 		if rx[i] != nil {
-			rx[i].other(rec)
+			rx[i].other(id, rec)
 		}
 		if rec.Type != nil && rec.Type.ID >= firstKernelID {
 			if kev[i] == nil {
@@ -219,7 +219,7 @@ func ModulationOf(ins []trace.Source, onlyConn uint64) (*Report, error) {
 	rep.Lost = s.lost
 	withSched := make([]bool, len(s.srcs))
 	for i, src := range s.srcs {
-		if rp := rx[i].finish(src.path, src.last-src.first); rp != nil {
+		if rp := rx[i].finish(src.path, src.last-src.first, nil); rp != nil {
 			rep.ReceivePath = append(rep.ReceivePath, rp)
 		}
 	}

@@ -56,7 +56,7 @@ func WritePerfettoOf(out io.Writer, ins []trace.Source) (int, error) {
 		cs.pf = &perfettoConn{haveSndUna: cs.src.dec.d[kTCPState].size > 0}
 	}
 	var kev []kernelMark
-	s.onOther = func(i int, rec trace.Record) {
+	s.onOther = func(i int, _ uint64, rec trace.Record) {
 		if m, ok := kernelMarkOf(s.srcs[i], rec); ok {
 			kev = append(kev, m)
 		}

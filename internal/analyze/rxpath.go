@@ -112,10 +112,20 @@ type RxCPU struct {
 // RxConn is how one connection's received packets (dev_recv) fell into
 // NAPI polls.
 type RxConn struct {
-	Conn    uint64  `json:"conn"`
+	Conn uint64 `json:"conn"`
+	// Packets is the connection's dev_recv placed in a poll: between the
+	// previous poll's end (or its NET_RX softirq's start) and a poll's end
+	// on the same CPU.
 	Packets uint64  `json:"packets"`
 	Polls   uint64  `json:"polls"`
 	PerPoll float64 `json:"packets_per_poll"`
+	// SharedPolls is how many of its polls delivered packets of other
+	// connections too: connections coalesced into one poll.
+	SharedPolls uint64 `json:"shared_polls"`
+	// OutsidePolls is its dev_recv placed in no poll: outside a NET_RX
+	// softirq with no poll before it on the CPU, after the last poll of
+	// a softirq, or before the first poll the recording saw on the CPU.
+	OutsidePolls uint64 `json:"outside_polls,omitempty"`
 }
 
 type rxKind uint8
@@ -131,12 +141,27 @@ const (
 
 type rxEvent struct {
 	t    uint64
-	conn uint64
-	v, w uint32 // irq or vec; napi_poll's work and budget (w)
-	bud  uint32
+	conn uint64 // dev_recv's connection; napi_poll's record id
+	v, w uint32 // irq or vec; napi_poll's work
+	bud  uint32 // napi_poll's budget
 	cpu  uint16
+	dev  uint16 // napi_poll's device, an index of rxTracker.devs
 	kind rxKind
 }
+
+// napiPoll is one NAPI poll as the walk placed packets in it.
+type napiPoll struct {
+	t, id        uint64 // its end on the timeline; its record's place in the trace
+	work, budget uint32
+	cpu          uint16
+	dev          string
+	// conns are the connections whose packets it delivered, in the order
+	// of their first packet in it.
+	conns []rxShare
+}
+
+// rxShare is a connection's packets in one poll.
+type rxShare struct{ conn, packets uint64 }
 
 // rxTracker gathers one trace's receive-path events as they are read (in
 // file order) and puts each CPU's in time order at the end.
@@ -144,7 +169,10 @@ type rxTracker struct {
 	kinds                  [256]rxKind
 	has                    [256]bool
 	irq, vec, work, budget [256]trace.Field
+	devName                [256]trace.Field
 	lostF                  []trace.Field
+	devs                   []string // napi_poll's device names, interned
+	devIndex               map[string]uint16
 	any                    bool
 	evs                    []rxEvent
 	lost                   uint64
@@ -153,7 +181,7 @@ type rxTracker struct {
 }
 
 func newRxTracker(h *trace.Header, offset int64) *rxTracker {
-	rt := &rxTracker{offset: offset}
+	rt := &rxTracker{offset: offset, devIndex: map[string]uint16{}}
 	for _, t := range h.Types {
 		var k rxKind
 		switch {
@@ -183,6 +211,7 @@ func newRxTracker(h *trace.Header, offset int64) *rxTracker {
 		rt.vec[t.ID], _ = t.Field("vec")
 		rt.work[t.ID], _ = t.Field("work")
 		rt.budget[t.ID], _ = t.Field("budget")
+		rt.devName[t.ID], _ = t.Field("dev_name")
 	}
 	if !rt.any {
 		return nil
@@ -191,8 +220,9 @@ func newRxTracker(h *trace.Header, offset int64) *rxTracker {
 	return rt
 }
 
-// other takes a record the report has no other use for.
-func (rt *rxTracker) other(rec trace.Record) {
+// other takes a record the report has no other use for; recID is its
+// place in its trace.
+func (rt *rxTracker) other(recID uint64, rec trace.Record) {
 	id := rec.TypeID()
 	if rec.Type != nil && rec.Type.Name == "kevent_lost" {
 		for _, f := range rt.lostF {
@@ -216,8 +246,24 @@ func (rt *rxTracker) other(rec trace.Record) {
 		w, _ := rec.FieldInt(rt.work[id])
 		b, _ := rec.FieldInt(rt.budget[id])
 		e.w, e.bud = uint32(max(w, 0)), uint32(max(b, 0))
+		e.conn, e.dev = recID, rt.devOf(rec, rt.devName[id])
 	}
 	rt.evs = append(rt.evs, e)
+}
+
+// devOf interns the device name napi_poll record rec carries in field f.
+func (rt *rxTracker) devOf(rec trace.Record, f trace.Field) uint16 {
+	name, _ := rec.Value(f).(string)
+	if i, ok := rt.devIndex[name]; ok {
+		return i
+	}
+	if len(rt.devs) > 0xffff {
+		return 0 // beyond any host's devices: the first name stands in
+	}
+	i := uint16(len(rt.devs))
+	rt.devs = append(rt.devs, name)
+	rt.devIndex[name] = i
+	return i
 }
 
 // dev takes a dev_recv of connection conn, at time t on cpu.
@@ -232,7 +278,13 @@ const (
 	vecNetRx = 3
 )
 
-func (rt *rxTracker) finish(path string, span uint64) *RxPath {
+// finish walks each CPU's events in time order, placing every dev_recv in
+// the poll it arrived in, and returns the trace's receive path. onPoll, if
+// not nil, is called with each poll, the connections' packets it delivered
+// included; the poll is valid only during the call. This walk is the one
+// place packets are put in polls: the report's figures and the polls
+// table (WritePolls) both come from it.
+func (rt *rxTracker) finish(path string, span uint64, onPoll func(*napiPoll)) *RxPath {
 	if rt == nil {
 		return nil
 	}
@@ -249,22 +301,24 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 	var cpu *RxCPU
 	var irqAt, softAt [4]uint64 // entry times; 0 = not inside
 	var irqNum uint32
-	var pollFrom uint64         // start of the poll that ends next
-	var napiNs uint64           // poll time of the NET_RX softirq under way
-	var pending map[uint64]bool // connections with packets since pollFrom
-	flushPoll := func() {
-		for c := range pending {
-			conns[c].Polls++
+	var pollFrom uint64 // start of the poll that ends next
+	var napiNs uint64   // poll time of the NET_RX softirq under way
+	// poll.conns gathers the connections' packets since pollFrom: the
+	// poll that ends next delivered them.
+	var poll napiPoll
+	unplaced := func() { // packets that no poll ends after
+		for _, sh := range poll.conns {
+			conns[sh.conn].OutsidePolls += sh.packets
 		}
-		clear(pending)
+		poll.conns = poll.conns[:0]
 	}
 	for i := range rt.evs {
 		e := &rt.evs[i]
 		if cpu == nil || int(e.cpu) != cpu.CPU {
+			unplaced()
 			cpu = &RxCPU{CPU: int(e.cpu)}
 			rp.CPUs = append(rp.CPUs, cpu)
 			irqAt, softAt, pollFrom, napiNs = [4]uint64{}, [4]uint64{}, 0, 0
-			pending = map[uint64]bool{}
 		}
 		switch e.kind {
 		case rxIRQEntry:
@@ -302,7 +356,7 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 			}
 			if e.v == vecNetRx {
 				pollFrom, napiNs = 0, 0
-				clear(pending) // packets outside a poll belong to none
+				unplaced() // after the softirq's last poll: in none
 			}
 		case rxPoll:
 			cpu.Polls++
@@ -317,7 +371,19 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				napiNs += e.t - pollFrom
 			}
 			pollFrom = e.t
-			flushPoll()
+			for _, sh := range poll.conns {
+				rc := conns[sh.conn]
+				rc.Packets += sh.packets
+				rc.Polls++
+				if len(poll.conns) > 1 {
+					rc.SharedPolls++
+				}
+			}
+			if onPoll != nil {
+				poll.t, poll.id, poll.work, poll.budget, poll.cpu, poll.dev = e.t, e.conn, e.w, e.bud, e.cpu, rt.devs[e.dev]
+				onPoll(&poll)
+			}
+			poll.conns = poll.conns[:0]
 		case rxDev:
 			rc := conns[e.conn]
 			if rc == nil {
@@ -325,12 +391,21 @@ func (rt *rxTracker) finish(path string, span uint64) *RxPath {
 				conns[e.conn] = rc
 				order = append(order, e.conn)
 			}
-			if pollFrom != 0 || softAt[vecNetRx] != 0 {
-				rc.Packets++
-				pending[e.conn] = true
+			if pollFrom == 0 && softAt[vecNetRx] == 0 {
+				rc.OutsidePolls++
+				break
 			}
+			k := 0
+			for k < len(poll.conns) && poll.conns[k].conn != e.conn {
+				k++
+			}
+			if k == len(poll.conns) {
+				poll.conns = append(poll.conns, rxShare{conn: e.conn})
+			}
+			poll.conns[k].packets++
 		}
 	}
+	unplaced()
 	share := func(ns uint64) float64 {
 		if span == 0 {
 			return 0

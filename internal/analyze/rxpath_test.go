@@ -58,13 +58,13 @@ func TestRxPathTimes(t *testing.T) {
 		rec(66, 500, 1, 2, 0),
 		rec(67, 600, 1, 2, 0),
 	} {
-		rt.other(r)
+		rt.other(0, r)
 	}
 	rt.dev(1100, 7, 0)
 	rt.dev(1200, 9, 0)
 	rt.dev(1500, 7, 0)
 	rt.dev(3000, 9, 0) // outside any softirq: in no poll
-	rp := rt.finish("x", 10000)
+	rp := rt.finish("x", 10000, nil)
 	if len(rp.CPUs) != 2 {
 		t.Fatalf("%d CPUs", len(rp.CPUs))
 	}
@@ -78,7 +78,7 @@ func TestRxPathTimes(t *testing.T) {
 	if rp.All.Packets != 72 || rp.All.NapiShare != 0.08 || rp.PacketsPerPoll[8] != 1 || rp.PacketsPerPoll[64] != 1 {
 		t.Errorf("all: %+v, per poll %v", rp.All, rp.PacketsPerPoll)
 	}
-	if len(rp.Conns) != 2 || *rp.Conns[0] != (RxConn{Conn: 7, Packets: 2, Polls: 2, PerPoll: 1}) || *rp.Conns[1] != (RxConn{Conn: 9, Packets: 1, Polls: 1, PerPoll: 1}) {
+	if len(rp.Conns) != 2 || *rp.Conns[0] != (RxConn{Conn: 7, Packets: 2, Polls: 2, PerPoll: 1, SharedPolls: 1}) || *rp.Conns[1] != (RxConn{Conn: 9, Packets: 1, Polls: 1, PerPoll: 1, SharedPolls: 1, OutsidePolls: 1}) {
 		t.Errorf("connections: %+v %+v", rp.Conns[0], rp.Conns[1])
 	}
 	if newRxTracker(&trace.Header{}, 0) != nil {
@@ -115,7 +115,7 @@ func TestRxPathNICs(t *testing.T) {
 		t.Errorf("veth0: %+v", v)
 	}
 	rt := newRxTracker(h, 0)
-	if rp := rt.finish("x", 1000); len(rp.NICs) != 2 {
+	if rp := rt.finish("x", 1000, nil); len(rp.NICs) != 2 {
 		t.Errorf("receive path NICs: %+v", rp.NICs)
 	}
 }

@@ -251,8 +251,9 @@ type stream struct {
 	// onEvent is called for every record, in time order.
 	onEvent func(e *ev)
 	// onOther, if set, is called with every record of no kind the stream
-	// knows (kernel events chosen at run time), in file order.
-	onOther func(src int, rec trace.Record)
+	// knows (kernel events chosen at run time), in file order, with its place
+	// in its trace.
+	onOther func(src int, id uint64, rec trace.Record)
 
 	lost   uint64
 	lostBy map[string]uint64
@@ -415,7 +416,7 @@ func (s *stream) advance(src *source) error {
 			// never reaches the next layer, which the hops must know.
 		case kOther:
 			if s.onOther != nil {
-				s.onOther(src.index, rec)
+				s.onOther(src.index, id, rec)
 			}
 			continue
 		}

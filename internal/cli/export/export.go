@@ -29,7 +29,7 @@ func New() *cobra.Command {
 	var selFlags archive.Flags
 	var evFlags evselect.Flags
 	cmd := &cobra.Command{
-		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto [--table events|journeys] -o OUT",
+		Use:   "export TRACE... [EXPRESSION] --format tsv|csv|jsonl|parquet|ulm|pcapng|perfetto [--table events|journeys|polls] -o OUT",
 		Short: "Export traces as typed tables (TSV, CSV, JSON lines, Parquet)",
 		Long: `Export the events of one or more traces as one table: the columns trace,
 time_ns (wall clock, ns since the Unix epoch, so several traces share one
@@ -54,6 +54,14 @@ event's place in its trace), empty where a layer was not recorded; the
 events are paired by the packet's identity as magnet report's hops are
 (docs/REPORT.md).
 
+--table polls writes one row per NAPI poll and connection whose received
+packets (dev_recv) it delivered, and one row (conn and packets empty) per
+poll that delivered none: trace, cpu, poll_ns (the poll's end), poll_id
+(the napi_poll event's place in its trace), dev, work, budget, conns (how
+many connections the poll delivered), conn and packets; the packets are
+placed in polls as magnet report's receive path places them. The traces
+need napi_poll events (record --groups default,irq,napi).
+
 A TRACE may be a file, the files of a rotated recording (one timeline), or a
 directory or archive, narrowed with --host, --since and --until.
 
@@ -64,6 +72,7 @@ it, --filter, --types and --groups select the events exported
   magnet export sender.mgt receiver.mgt --format csv -o both.csv
   duckdb -c "select event, count(*), sum(size) from 'ftp.parquet' group by event"
   magnet export both.mgt --table journeys -f parquet -o seg.parquet  # one row per segment
+  magnet export rx.mgt --table polls -f csv -o polls.csv   # which connections each NAPI poll delivered
   magnet export /srv/magnet-archive --host a,b --since 10:00 --until 10:05 -f parquet -o ten.parquet`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -74,17 +83,19 @@ it, --filter, --types and --groups select the events exported
 			if err := export.CheckFormat(format); err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
-			if table != "events" && table != "journeys" {
-				return fmt.Errorf("export: unknown --table %q (want events or journeys)", table)
+			if table != "events" && table != "journeys" && table != "polls" {
+				return fmt.Errorf("export: unknown --table %q (want events, journeys or polls)", table)
 			}
-			if table == "journeys" {
+			if table != "events" {
 				switch {
 				case format == "ulm" || format == "pcapng" || format == "perfetto":
-					return fmt.Errorf("export: --table journeys is a table: write it as tsv, csv, jsonl or parquet, not %s", format)
+					return fmt.Errorf("export: --table %s is a table: write it as tsv, csv, jsonl or parquet, not %s", table, format)
 				case ds.dir != "":
-					return fmt.Errorf("export: --dataset holds the events; export --table journeys to a file")
-				case evFlags.Active():
+					return fmt.Errorf("export: --dataset holds the events; export --table %s to a file", table)
+				case evFlags.Active() && table == "journeys":
 					return fmt.Errorf("export: --table journeys follows every layer of each segment: it takes no event selection")
+				case evFlags.Active():
+					return fmt.Errorf("export: --table polls places every connection's packets in every poll: it takes no event selection")
 				}
 			}
 			if ds.dir != "" {
@@ -121,8 +132,11 @@ it, --filter, --types and --groups select the events exported
 				return fmt.Errorf("export: %w", err)
 			}
 			defer export.CloseTables(srcs)
-			if table == "journeys" {
+			switch table {
+			case "journeys":
 				return writeJourneys(output, format, inputs, read, cmd.OutOrStdout())
+			case "polls":
+				return writePolls(output, format, inputs, read, cmd.OutOrStdout())
 			}
 			var headers []*trace.Header
 			for _, s := range srcs {
@@ -209,7 +223,7 @@ it, --filter, --types and --groups select the events exported
 	f.StringVarP(&format, "format", "f", "", "tsv, csv, jsonl, parquet, ulm (NetLogger), pcapng (packets of the headers group) or perfetto (Chrome JSON trace)")
 	f.StringVarP(&output, "output", "o", "", "file to write (- for standard output)")
 	f.StringVar(&connsOut, "conns-output", "", "where to write the connection table (default: OUT with .conns before the extension)")
-	f.StringVar(&table, "table", "events", "what to export: events (one row per event) or journeys (one row per data segment received, every layer's event)")
+	f.StringVar(&table, "table", "events", "what to export: events (one row per event), journeys (one row per data segment received, every layer's event) or polls (one row per NAPI poll and connection it delivered packets of)")
 	f.BoolVar(&noConns, "no-conns", false, "do not write the connection table")
 	f.BoolVar(&salvage, "salvage", false, "read on after damaged data: skip to the next valid block, and say how much was skipped")
 	selFlags.Register(f)
@@ -237,6 +251,34 @@ func writeJourneys(path, format string, traces []trace.Source, read []string, st
 	}
 	if n == 0 {
 		fmt.Fprintln(os.Stderr, "magnet: warning: no journeys: they need both ends of a TCP connection in the traces, recorded with the tcp, ip and dev groups")
+	}
+	return nil
+}
+
+// writePolls writes the polls table of the traces to path. The traces are
+// read first, so that a set without napi_poll events fails before the
+// output is created.
+func writePolls(path, format string, traces []trace.Source, read []string, stdout io.Writer) error {
+	p, err := analyze.ReadPolls(traces)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	err = writeFile(path, read, stdout, func(w io.Writer) error {
+		rw, err := export.NewRowWriter(format, export.PollTable(), w)
+		if err != nil {
+			return err
+		}
+		if _, err := p.Write(rw); err != nil {
+			rw.Close()
+			return err
+		}
+		return rw.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if p.Lost > 0 {
+		fmt.Fprintf(os.Stderr, "magnet: warning: %d irq/napi events were lost: polls are missing and their packets are counted in a later poll\n", p.Lost)
 	}
 	return nil
 }

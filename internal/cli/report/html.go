@@ -85,6 +85,10 @@ pre{background:#f8f8f8;padding:.5em}
 <h2>Receive path: time per CPU ({{.Trace}}, {{f2 .SpanS}} s)</h2>
 <table><tr><th>cpu</th><th>hard irq %</th><th>irqs</th><th>NET_RX %</th><th>softirqs</th><th>NET_TX %</th><th>softirqs</th><th>NAPI %</th><th>polls</th><th>packets</th><th>per poll mean</th><th>median</th><th>p99</th><th>full budget</th></tr>
 {{range .CPUs}}{{template "rx" .}}{{end}}{{template "rx" .All}}</table>
+{{if .Conns}}<table><tr><th>connection</th><th>packets in polls</th><th>polls</th><th>a poll</th><th>polls shared with other connections</th><th>packets in no poll</th></tr>
+{{range .Conns}}<tr><td>{{.Conn}}</td><td>{{.Packets}}</td><td>{{.Polls}}</td><td>{{f1 .PerPoll}}</td><td>{{.SharedPolls}}</td><td>{{.OutsidePolls}}</td></tr>
+{{end}}</table>
+<p>Each poll's connections: <code>magnet export {{.Trace}} --table polls -f csv -o polls.csv</code></p>{{end}}
 {{end}}
 <h2>Plots (busiest connection)</h2>
 {{range .Plots}}<div>{{.}}</div>{{end}}

@@ -47,7 +47,14 @@ func writeRxPath(w io.Writer, rp *analyze.RxPath) {
 		fmt.Fprintf(w, "  %s (hostcheck): %s\n", n.Name, coalescing(n))
 	}
 	for _, c := range rp.Conns {
-		fmt.Fprintf(w, "  connection %d: %d packets in %d polls (%.1f a poll)\n", c.Conn, c.Packets, c.Polls, c.PerPoll)
+		fmt.Fprintf(w, "  connection %d: %d packets in %d polls (%.1f a poll), %d of the polls shared with other connections", c.Conn, c.Packets, c.Polls, c.PerPoll, c.SharedPolls)
+		if c.OutsidePolls > 0 {
+			fmt.Fprintf(w, "; %d packets in no poll", c.OutsidePolls)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rp.Conns) > 0 {
+		fmt.Fprintf(w, "  each poll's connections: magnet export %s --table polls -f csv -o polls.csv\n", rp.Trace)
 	}
 	if rp.Lost > 0 {
 		fmt.Fprintf(w, "  warning: %d irq/napi events were lost: the figures are short\n", rp.Lost)
