@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package record_test
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/magnet-tracer/magnet/internal/event"
+	"github.com/magnet-tracer/magnet/internal/record"
+	"github.com/magnet-tracer/magnet/internal/trace"
+)
+
+// TestUDPFirstDatagram: a new UDP socket's first datagram reaches the
+// device before any socket-layer event of it (sock_send fires when
+// sendmsg returns), and a socket bound by connect() runs no post_bind
+// program: the device program meets a socket with no cookie yet. Every
+// UDP frame tcpdump captures leaving the sender's veth must still be a
+// dev_xmit of the sending socket's connection (and, with the ip group, an
+// ip_send of it), of the frame's length; the recorder counts no packet of
+// the client's netns unrecorded for want of a connection; the connection's
+// conn_open comes before its first event, and its owner is the sender
+// (the task of its first socket-layer event), not whatever task the
+// device ran on. Senders: magnet's workload (a Go program dialing a fresh
+// socket) and iperf3 -u; a quiet lab (no ARP, no IPv6) so that the veth
+// carries only the test's frames.
+func TestUDPFirstDatagram(t *testing.T) {
+	needRoot(t)
+	needTools(t, "iperf3", "tcpdump", "tshark")
+	for _, c := range []struct {
+		name   string
+		ns     string
+		groups event.Group
+		iperf3 bool
+	}{
+		{"go", "mgudp1g", event.DefaultGroups, false},
+		{"go+ip", "mgudp1i", event.DefaultGroups | event.GroupIP, false},
+		{"iperf3", "mgudp1p", event.DefaultGroups, true},
+		{"iperf3+ip", "mgudp1q", event.DefaultGroups | event.GroupIP, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lab := quietLab(t, c.ns)
+			var port int
+			var wait func()
+			var comm string
+			if c.iperf3 {
+				// iperf3 takes no port 0: the test's own.
+				port = uniquePort()
+				srv := iperf3Server(t, lab, lab.Server, port)
+				wait = func() { srv.Wait() }
+				comm = "iperf3"
+			} else {
+				srv, sc := serve(t, lab, lab.Server, "--proto", "udp", "--listen", netip.AddrPortFrom(lab.Server.Addr, 0).String(), "--count", "50", "--size", "700")
+				ap, err := netip.ParseAddrPort(strings.TrimPrefix(sc.Text(), "listening "))
+				if err != nil {
+					t.Fatalf("server said %q: %v", sc.Text(), err)
+				}
+				port = int(ap.Port())
+				wait = func() {
+					if !sc.Scan() || !strings.HasPrefix(sc.Text(), "received 35000 bytes") {
+						t.Errorf("server: %q, want all 50 datagrams of 700 bytes", sc.Text())
+					}
+					srv.Wait()
+				}
+				comm = "magnet"
+			}
+			capt := startCapture(t, lab, lab.Client, "udp port "+strconv.Itoa(port))
+			// The client's netns only: the recorder counts unrecorded packets
+			// of the recorded netns, and the quiet lab's client has no
+			// packet but the test's.
+			rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS, Port: port}, Groups: c.groups})
+			if c.iperf3 {
+				iperf3Client(t, lab, lab.Client, lab.Server.Addr, port, "-u", "-b", "10M", "-l", "1000", "-n", "100K")
+			} else {
+				run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "udp",
+					"--to", netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String(),
+					"--count", "50", "--size", "700", "--interval", "1ms"))
+			}
+			wait()
+			res := rec.stop(t)
+			frames := capt.stop(t)
+
+			// The frames out of the client, by source port (the socket).
+			out := map[uint16][]int{}
+			for _, f := range frames {
+				if f.proto == "udp" && f.src.Addr() == lab.Client.Addr && int(f.dst.Port()) == port {
+					out[f.src.Port()] = append(out[f.src.Port()], f.len)
+				}
+			}
+			if len(out) == 0 {
+				t.Fatal("tcpdump saw no datagram leave the client: the test compares nothing")
+			}
+			if n := res.Unrecorded["dev_no_connection"]; n != 0 {
+				t.Errorf("unrecorded dev_no_connection %d, want 0 (all: %v)", n, res.Unrecorded)
+			}
+			if res.Lost > 0 || res.Missed > 0 {
+				t.Logf("lost %d, missed %v: the comparison may be short", res.Lost, res.MissedBy)
+			}
+			cs := conns(t, rec.path)
+			for sport, lens := range out {
+				var id uint64
+				for _, cn := range cs {
+					if cn.Proto == "udp" && cn.NetNS == lab.Client.NetNSInode && cn.Local.Port() == sport {
+						if id != 0 {
+							t.Fatalf("two connections of local port %d", sport)
+						}
+						id = cn.ID
+						if cn.Comm != comm {
+							t.Errorf("socket of port %d: owner %d %q, want the sender %q", sport, cn.PID, cn.Comm, comm)
+						}
+					}
+				}
+				if id == 0 {
+					t.Fatalf("no connection of the client's UDP port %d (tcpdump: %d datagrams)", sport, len(lens))
+				}
+				var xmit, ipSend []int
+				first, open := -1, -1
+				i := 0
+				eachRecord(t, rec.path, func(r trace.Record) {
+					defer func() { i++ }()
+					if r.Conn() != id {
+						return
+					}
+					if r.Type.Name == "conn_open" {
+						if open < 0 {
+							open = i
+						}
+						return
+					}
+					if first < 0 {
+						first = i
+					}
+					switch r.Type.Name {
+					case "dev_xmit":
+						if ifx, _ := r.Uint("ifindex"); int(ifx) == lab.Client.IfIndex {
+							xmit = append(xmit, int(r.Size()))
+						}
+					case "ip_send":
+						ipSend = append(ipSend, int(r.Size())+14)
+					}
+				})
+				if open < 0 || first < open {
+					t.Errorf("socket %d: conn_open at record %d, its first event at %d", id, open, first)
+				}
+				if !slices.Equal(xmit, lens) {
+					t.Errorf("socket %d (port %d): dev_xmit lengths %v; tcpdump's frames %v", id, sport, brief(xmit), brief(lens))
+				}
+				if c.groups&event.GroupIP != 0 && !slices.Equal(ipSend, lens) {
+					t.Errorf("socket %d (port %d): ip_send lengths + 14 %v; tcpdump's frames %v", id, sport, brief(ipSend), brief(lens))
+				}
+				t.Logf("socket %d (port %d, %s): tcpdump %d datagrams out, dev_xmit %d, ip_send %d", id, sport, comm, len(lens), len(xmit), len(ipSend))
+			}
+		})
+	}
+}
+
+// brief shows a list of frame lengths as its first few and its count.
+func brief(l []int) string {
+	if len(l) <= 4 {
+		return fmt.Sprint(l)
+	}
+	return fmt.Sprintf("%v... (%d)", l[:4], len(l))
+}
