@@ -165,3 +165,110 @@ func brief(l []int) string {
 	}
 	return fmt.Sprintf("%v... (%d)", l[:4], len(l))
 }
+
+// TestTCPFirstSegment: sockops gives a connecting socket its cookie
+// before its SYN leaves (TCP_CONNECT_CB), whatever the groups. Where
+// sockops is not loaded (--disable-hook tcp_segments, or a kernel without it)
+// and the tcp group is off, nothing else does before the SYN (the state
+// change the recorder reads, to ESTABLISHED, comes after it): the SYN is
+// the first packet of a socket with no cookie at the device. Both ways,
+// the SYN tcpdump captures leaving the client's veth must be the
+// connection's first dev_xmit, of its length, after its conn_open, and
+// every frame of the connection but its pure ACKs (which the dev group
+// leaves out) a dev_xmit of it; nothing in the client's netns unrecorded
+// for want of a connection; the owner is the sender.
+func TestTCPFirstSegment(t *testing.T) {
+	needRoot(t)
+	needTools(t, "tcpdump", "tshark")
+	for _, c := range []struct {
+		name    string
+		ns      string
+		disable []string
+	}{
+		{"sockops", "mgtcp1s", nil},
+		{"no-sockops", "mgtcp1n", []string{"tcp_segments"}},
+	} {
+		t.Run(c.name, func(t *testing.T) { testTCPFirstSegment(t, c.ns, c.disable) })
+	}
+}
+
+func testTCPFirstSegment(t *testing.T, ns string, disable []string) {
+	lab := quietLab(t, ns)
+	srv, sc := serve(t, lab, lab.Server, "--proto", "tcp", "--listen", netip.AddrPortFrom(lab.Server.Addr, 0).String())
+	ap, err := netip.ParseAddrPort(strings.TrimPrefix(sc.Text(), "listening "))
+	if err != nil {
+		t.Fatalf("server said %q: %v", sc.Text(), err)
+	}
+	port := int(ap.Port())
+	capt := startCapture(t, lab, lab.Client, "tcp port "+strconv.Itoa(port))
+	rec := startRecording(t, record.Config{Filters: record.Filters{NetNS: lab.Client.NS, Port: port},
+		Groups: event.GroupSock | event.GroupDev | event.GroupConn, DisableHooks: disable})
+	run(t, lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "tcp", "--to", ap.String(), "--count", "20", "--size", "3000"))
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "received 60000 bytes") {
+		t.Errorf("server: %q, want 60000 bytes", sc.Text())
+	}
+	srv.Wait()
+	waitClosed(t, lab, port)
+	res := rec.stop(t)
+	frames := capt.stop(t)
+
+	var lens []int
+	var sport uint16
+	for _, f := range frames {
+		if f.src.Addr() != lab.Client.Addr || int(f.dst.Port()) != port {
+			continue
+		}
+		// SYN, FIN, RST or data: what the dev group records.
+		if f.flags&0x07 == 0 && f.payload == 0 {
+			continue
+		}
+		if f.flags&0x02 != 0 {
+			sport = f.src.Port()
+		}
+		lens = append(lens, f.len)
+	}
+	if sport == 0 || len(lens) == 0 {
+		t.Fatalf("tcpdump saw no SYN leave the client: %d frames", len(frames))
+	}
+	if n := res.Unrecorded["dev_no_connection"]; n != 0 {
+		t.Errorf("unrecorded dev_no_connection %d, want 0 (all: %v)", n, res.Unrecorded)
+	}
+	var id uint64
+	for _, cn := range conns(t, rec.path) {
+		if cn.Proto == "tcp" && cn.NetNS == lab.Client.NetNSInode && cn.Local.Port() == sport {
+			id = cn.ID
+			if cn.Comm != "magnet" {
+				t.Errorf("client socket: owner %d %q, want the sender", cn.PID, cn.Comm)
+			}
+		}
+	}
+	if id == 0 {
+		t.Fatalf("no connection of the client's port %d", sport)
+	}
+	var xmit []int
+	first, open, i := -1, -1, 0
+	eachRecord(t, rec.path, func(r trace.Record) {
+		defer func() { i++ }()
+		if r.Conn() != id {
+			return
+		}
+		switch {
+		case r.Type.Name == "conn_open":
+			if open < 0 {
+				open = i
+			}
+		case first < 0:
+			first = i
+		}
+		if r.Type.Name == "dev_xmit" {
+			xmit = append(xmit, int(r.Size()))
+		}
+	})
+	if open < 0 || first < open {
+		t.Errorf("conn_open at record %d, the connection's first event at %d", open, first)
+	}
+	if !slices.Equal(xmit, lens) {
+		t.Errorf("dev_xmit lengths %v; tcpdump's frames (SYN first, pure ACKs aside) %v", xmit, lens)
+	}
+	t.Logf("client socket %d (port %d): tcpdump %d frames (SYN of %d bytes first), dev_xmit %d", id, sport, len(lens), lens[0], len(xmit))
+}
