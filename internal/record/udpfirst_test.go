@@ -21,7 +21,7 @@ import (
 // program: the device program meets a socket with no cookie yet. Every
 // UDP frame tcpdump captures leaving the sender's veth must still be a
 // dev_xmit of the sending socket's connection (and, with the ip group, an
-// ip_send of it), of the frame's length; the recorder counts no packet of
+// ip_send of it; with a qdisc, a dev_queue), of the frame's length; the recorder counts no packet of
 // the client's netns unrecorded for want of a connection; the connection's
 // conn_open comes before its first event, and its owner is the sender
 // (the task of its first socket-layer event), not whatever task the
@@ -36,14 +36,22 @@ func TestUDPFirstDatagram(t *testing.T) {
 		ns     string
 		groups event.Group
 		iperf3 bool
+		tbf    bool // a qdisc on the client's veth: dev_queue too
 	}{
-		{"go", "mgudp1g", event.DefaultGroups, false},
-		{"go+ip", "mgudp1i", event.DefaultGroups | event.GroupIP, false},
-		{"iperf3", "mgudp1p", event.DefaultGroups, true},
-		{"iperf3+ip", "mgudp1q", event.DefaultGroups | event.GroupIP, true},
+		{"go", "mgudp1g", event.DefaultGroups, false, false},
+		{"go+ip", "mgudp1i", event.DefaultGroups | event.GroupIP, false, false},
+		{"go+tbf", "mgudp1t", event.DefaultGroups, false, true},
+		{"iperf3", "mgudp1p", event.DefaultGroups, true, false},
+		{"iperf3+ip", "mgudp1q", event.DefaultGroups | event.GroupIP, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lab := quietLab(t, c.ns)
+			if c.tbf {
+				// Faster than the sender: the qdisc holds datagrams
+				// without dropping any.
+				runIn(t, lab, lab.Client, "tc", "qdisc", "replace", "dev", lab.Client.Iface, "root", "tbf",
+					"rate", "100mbit", "burst", "64kb", "latency", "100ms")
+			}
 			var port int
 			var wait func()
 			var comm string
@@ -117,7 +125,7 @@ func TestUDPFirstDatagram(t *testing.T) {
 				if id == 0 {
 					t.Fatalf("no connection of the client's UDP port %d (tcpdump: %d datagrams)", sport, len(lens))
 				}
-				var xmit, ipSend []int
+				var xmit, queue, ipSend []int
 				first, open := -1, -1
 				i := 0
 				eachRecord(t, rec.path, func(r trace.Record) {
@@ -139,6 +147,10 @@ func TestUDPFirstDatagram(t *testing.T) {
 						if ifx, _ := r.Uint("ifindex"); int(ifx) == lab.Client.IfIndex {
 							xmit = append(xmit, int(r.Size()))
 						}
+					case "dev_queue":
+						if ifx, _ := r.Uint("ifindex"); int(ifx) == lab.Client.IfIndex {
+							queue = append(queue, int(r.Size()))
+						}
 					case "ip_send":
 						ipSend = append(ipSend, int(r.Size())+14)
 					}
@@ -149,10 +161,13 @@ func TestUDPFirstDatagram(t *testing.T) {
 				if !slices.Equal(xmit, lens) {
 					t.Errorf("socket %d (port %d): dev_xmit lengths %v; tcpdump's frames %v", id, sport, brief(xmit), brief(lens))
 				}
+				if c.tbf && !slices.Equal(queue, lens) {
+					t.Errorf("socket %d (port %d): dev_queue lengths %v; tcpdump's frames %v", id, sport, brief(queue), brief(lens))
+				}
 				if c.groups&event.GroupIP != 0 && !slices.Equal(ipSend, lens) {
 					t.Errorf("socket %d (port %d): ip_send lengths + 14 %v; tcpdump's frames %v", id, sport, brief(ipSend), brief(lens))
 				}
-				t.Logf("socket %d (port %d, %s): tcpdump %d datagrams out, dev_xmit %d, ip_send %d", id, sport, comm, len(lens), len(xmit), len(ipSend))
+				t.Logf("socket %d (port %d, %s): tcpdump %d datagrams out, dev_xmit %d, dev_queue %d, ip_send %d", id, sport, comm, len(lens), len(xmit), len(queue), len(ipSend))
 			}
 		})
 	}
