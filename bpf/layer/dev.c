@@ -304,8 +304,11 @@ static __always_inline void dev_event(struct sk_buff *skb, const struct net_devi
 	sk = skb->sk;
 	st = my_state();
 	why = MG_UNREC_DEV_SOCKET_FILTERED;
-	if (!ingress && sk && sk_is_full(sk))
-		conn = conn_of(st, sk, sk_cookie(sk), 0);
+	if (!ingress && sk && sk_is_full(sk)) {
+		__u64 cookie = sk_cookie(sk);
+
+		conn = cookie ? conn_of(st, sk, cookie, 0) : conn_first_packet(sk);
+	}
 	/* Not a connection's socket: the kernel's TCP control socket, which
 	 * sends the ACKs and resets of a TIME_WAIT socket or of none; found by
 	 * address like a packet received. */

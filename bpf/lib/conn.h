@@ -347,12 +347,47 @@ static __always_inline __u64 conn_of(struct cpu_state *st, struct sock *sk, __u6
 
 /*
  * The cookie the socket already has, for a socket reached through an skb:
- * every socket magnet attributes got one at its first socket- or TCP-layer
- * event, before any of its packets reached a device.
+ * a socket met at a socket- or TCP-layer event or at bind() has one. A new
+ * socket's first packet can reach the device before any of those: UDP's
+ * sock_send fires when sendmsg returns, after its datagram went down, and
+ * a socket bound by connect() or its first sendto() (an autobind) runs no
+ * post_bind program. conn_first_packet takes that case.
  */
 static __always_inline __u64 sk_cookie(const struct sock *sk)
 {
 	return sk->__sk_common.skc_cookie.counter;
+}
+
+/*
+ * The connection of a packet's socket that has no cookie yet (sk_cookie
+ * 0): give it its cookie and judge it as its first socket-layer event
+ * would (conn_slow), so that the packet and the ones after it are the
+ * connection's, its conn_open before them. It names no task: the task
+ * here need not be the socket's user (a softirq sending a datagram that
+ * waited for ARP, a qdisc run of another task's send); the connection's
+ * owner is then the task of its first socket-layer event, and under the
+ * pid filter the socket waits for it, as an accepted one does. Only
+ * packets of sockets without a cookie take this call: the per-packet path
+ * of known sockets is unchanged.
+ */
+static __noinline __u64 conn_first_packet(struct sock *sk)
+{
+	struct socket *so;
+	struct sock *s;
+
+	if (!is_connection(sk))
+		return 0;
+	/* The helper refuses skb->sk as the verifier types it (an RCU
+	 * pointer), and takes the same socket reached through its struct
+	 * socket. A socket without one (orphaned, or an accepted one not
+	 * accept()ed yet) is found by its addresses, as before. */
+	so = sk->sk_socket;
+	if (!so)
+		return 0;
+	s = so->sk;
+	if (!s)
+		return 0;
+	return conn_slow(s, bpf_get_socket_cookie(s), 0);
 }
 
 static __always_inline int sk_is_full(const struct sock *sk)

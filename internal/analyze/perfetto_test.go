@@ -207,9 +207,10 @@ func TestPerfettoTracksTruth(t *testing.T) {
 // namespaces (the receiver stops once it has them all, so none was lost)
 // and reads the Perfetto export: on the sending socket's tracks, one
 // sock_send instant per datagram of 1,000 bytes, and a dev_xmit of the
-// frame's length (1,042: 14 Ethernet, 20 IP, 8 UDP) for each the trace
-// has; on the receiving socket's, one dev_recv of the IP packet's length
-// (1,028: the device pulled the Ethernet header, EVENTS.md) and one
+// frame's length (1,042: 14 Ethernet, 20 IP, 8 UDP) for each, the new
+// socket's first included; on the receiving socket's, one dev_recv of the
+// IP packet's length (1,028: the device pulled the Ethernet header,
+// EVENTS.md) and one
 // sock_recv of 1,000 bytes per datagram: what the application sent and
 // the receiver's own count. The receiver reads without blocking: its
 // reads that found nothing are sock_recv instants too, their bytes the
@@ -288,13 +289,9 @@ func TestPerfettoUDPTruth(t *testing.T) {
 		b, _ := e.Args["bytes"].(float64)
 		got[e.Name][b]++
 	}
-	// The first datagram of the new socket reaches the device before the
-	// socket has a cookie (bpftrace: skc_cookie 0 at its
-	// net_dev_start_xmit, 8087609 at the next): magnet gives a socket its
-	// cookie at its first socket-layer event, and sock_send fires when
-	// sendmsg returns, after the packet went down. The recorder counts it
-	// unrecorded (dev_no_connection) although bpftrace sees
-	// net_dev_start_xmit 300 times. The export is held to the trace.
+	// Every datagram has its dev_xmit, the new socket's first included
+	// (it reaches the device before any socket-layer event of it: the
+	// device program takes the socket's cookie then).
 	var xmits int
 	r, err := trace.Open(path)
 	if err != nil {
@@ -310,13 +307,13 @@ func TestPerfettoUDPTruth(t *testing.T) {
 		}
 	}
 	r.Close()
-	if xmits < count-1 {
+	if xmits != count {
 		t.Errorf("the trace has %d dev_xmit of the %d datagrams", xmits, count)
 	}
 	eagain := got["sock_recv"][-float64(syscall.EAGAIN)]
 	delete(got["sock_recv"], -float64(syscall.EAGAIN))
 	want := map[string]map[float64]int{
-		"sock_send": {size: count}, "dev_xmit": {size + 42: xmits},
+		"sock_send": {size: count}, "dev_xmit": {size + 42: count},
 		"dev_recv": {size + 28: count}, "sock_recv": {size: count},
 	}
 	for layer, w := range want {
