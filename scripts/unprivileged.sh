@@ -17,4 +17,4 @@ chmod 755 "$copy"
 trap 'rm -f "$copy"' EXIT
 setpriv --reuid=65534 --regid=65534 --clear-groups \
 	env HOME="$dir" TMPDIR="$dir" GOCACHE="$dir/gocache" GOMODCACHE="$dir/gomod" \
-	GOPROXY=off GOFLAGS=-modcacherw "$copy" "$@"
+	GOPROXY=off GOFLAGS="-modcacherw -buildvcs=false" "$copy" "$@"

@@ -61,7 +61,7 @@ const fentryProbe = "tcp_sendmsg"
 // trampoline) although fn is in their BTF.
 func fentryLoads(fn string) error {
 	if os.Geteuid() != 0 {
-		return errors.New("not known: testing needs root")
+		return errors.New("whether this kernel accepts fentry programs is not known: testing needs root")
 	}
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: fn, License: "GPL",
