@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/magnet-tracer/magnet/internal/export"
-	"github.com/magnet-tracer/magnet/internal/trace"
 	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
@@ -26,16 +25,7 @@ func TestDatasetErrorApart(t *testing.T) {
 	}
 	start := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
 	h := tracegen.Header(t, "h", start)
-	path := filepath.Join(t.TempDir(), "h.mgt")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := trace.NewWriter(f, h, trace.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := tracegen.Create(t, "h.mgt", h)
 	// sock_send 1000 B, sock_send -ECONNRESET, sock_recv 10 B, sock_recv
 	// -EAGAIN, ten times over.
 	calls := []struct {

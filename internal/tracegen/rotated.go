@@ -4,6 +4,7 @@ package tracegen
 
 import (
 	"encoding/binary"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -37,6 +38,23 @@ func Record(h *trace.Header, typ string, at time.Time) []byte {
 	rec[30] = ty.ID
 	binary.NativeEndian.PutUint64(rec, uint64(at.UnixNano()-WallOffset))
 	return rec
+}
+
+// Create starts a trace of header h in a file name of a temporary
+// directory of the test; the file is closed at the end of the test.
+func Create(t testing.TB, name string, h *trace.Header) (path string, w *trace.Writer) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	w, err = trace.NewWriter(f, h, trace.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, w
 }
 
 // Rotated is a recording rotated into one-minute files under a clock the
