@@ -184,20 +184,9 @@ uprobe:%s:ngx_http_finalize_request /pid == %d/ { printf("F %%d\n", (int64)arg1)
 
 	out, ready := filepath.Join(dir, "x.mgt"), filepath.Join(dir, "ready")
 	// --pid: other tests may run an nginx of their own meanwhile.
-	rec := exec.Command(bin, "record", "-q", "-o", out, "--events", "conn", "--pid", strconv.Itoa(srv.Process.Pid),
-		"--uprobe", nginx+":ngx_http_finalize_request", "--ready-file", ready)
 	var recErr bytes.Buffer
-	rec.Stderr = &recErr
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if rec.ProcessState == nil {
-			rec.Process.Kill()
-			rec.Wait()
-		}
-	})
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec := startRecorder(t, &recErr, ready, "-q", "-o", out, "--events", "conn", "--pid", strconv.Itoa(srv.Process.Pid),
+		"--uprobe", nginx+":ngx_http_finalize_request")
 	const requests = 20
 	for i := 0; i < requests; i++ {
 		if !get() {

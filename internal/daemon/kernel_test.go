@@ -118,6 +118,21 @@ func startReal(t *testing.T, edit func(*Config)) *testDaemon {
 	return td
 }
 
+// systemUser adds a system user name (no home, no shell) for the test
+// and deletes it when the test ends.
+func systemUser(t *testing.T, name string) *user.User {
+	t.Helper()
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 // startSubscriber runs this test binary as cred with env set to the
 // daemon's socket (the binary's TestMain then acts as the client that env
 // names), and waits until it says it subscribed. It returns the client's
@@ -613,14 +628,7 @@ func TestUnprivilegedUser(t *testing.T) {
 		t.Skip("useradd not found")
 	}
 	name := fmt.Sprintf("mgtest%d", os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := systemUser(t, name)
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}

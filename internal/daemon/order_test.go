@@ -138,14 +138,7 @@ func newUserLab(t *testing.T, prefix string) *userLab {
 	}
 	ul := &userLab{t: t, lab: needKernel(t)}
 	name := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := systemUser(t, name)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	ul.u, ul.gid = u, uint32(gid)
 	ul.uid, _ = strconv.ParseUint(u.Uid, 10, 32)
