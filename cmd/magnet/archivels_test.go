@@ -3,7 +3,6 @@
 package main_test
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,53 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/event"
-	"github.com/magnet-tracer/magnet/internal/probe"
-	"github.com/magnet-tracer/magnet/internal/rotate"
-	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // rotatedRecording writes a recording of n one-minute files (a sock_send
 // a second) under dir and returns them, oldest first.
 func rotatedRecording(t *testing.T, dir string, n int) []string {
 	t.Helper()
-	types, err := event.Dictionary(probe.Layouts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
-	const offset = int64(1_000_000_000_000_000_000)
-	h := &trace.Header{Host: "h", StartWallNs: start.UnixNano(), Types: types, Clock: trace.Clock{WallOffsetNs: offset}}
-	p, err := rotate.ParsePattern(filepath.Join(dir, "%h-%n.mgt"), "h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := start
-	s, err := rotate.New(h, rotate.Options{Pattern: p, Interval: time.Minute, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	paths := []string{s.Path()}
-	send := h.TypeByName("sock_send")
-	rec := make([]byte, send.Size)
-	rec[30] = send.ID
-	for i := 0; i < n*60; i++ {
-		binary.NativeEndian.PutUint64(rec, uint64(now.UnixNano()-offset))
-		if err := s.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(time.Second)
-		if err := s.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if s.Path() != paths[len(paths)-1] {
-			paths = append(paths, s.Path())
-		}
-	}
-	if err := s.Close(nil); err != nil {
-		t.Fatal(err)
-	}
-	return paths
+	r := tracegen.NewRotated(t, dir, "h", "%h-%n.mgt", time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC))
+	r.EverySecond(r.Record("sock_send"), n*60)
+	return r.Close()
 }
 
 // TestArchiveLsMissingFiles: `magnet archive ls` says which files of a

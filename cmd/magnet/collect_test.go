@@ -49,17 +49,7 @@ ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
 	start := func() *exec.Cmd {
 		ready := filepath.Join(dir, "ready")
 		os.Remove(ready)
-		cmd := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-		})
+		cmd := runCollect(t, &logs, cfgPath, ready)
 		waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 		return cmd
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,17 +61,7 @@ targets:
 	}()
 	ready := filepath.Join(dir, "ready")
 	var logs lockedBuffer
-	svc := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
-	svc.Stderr = &logs
-	if err := svc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if svc.ProcessState == nil {
-			svc.Process.Kill()
-			svc.Wait()
-		}
-	}()
+	svc := runCollect(t, &logs, cfgPath, ready)
 	waitLong := func(what string, d time.Duration, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(d)

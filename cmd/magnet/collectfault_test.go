@@ -104,18 +104,7 @@ targets:
 	start := func(env ...string) *exec.Cmd {
 		ready := filepath.Join(dir, "ready")
 		os.Remove(ready)
-		cmd := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-		})
+		cmd := runCollect(t, &logs, cfgPath, ready, env...)
 		waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 		return cmd
 	}

@@ -61,6 +61,28 @@ func loopbackTransfer(t *testing.T, writes, size int) (int, func()) {
 	}
 }
 
+// runCollect starts `magnet collect --config cfgPath --ready-file ready`
+// with env added to its environment and its stderr to stderr; it is
+// killed at the end of the test unless the test waited for it.
+func runCollect(t *testing.T, stderr io.Writer, cfgPath, ready string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd
+}
+
 // startCollect runs `magnet collect` on config (no targets: files stay in
 // the spool) until it is ready.
 func startCollect(t *testing.T, dir, config string) (*exec.Cmd, *lockedBuffer) {
@@ -71,17 +93,7 @@ func startCollect(t *testing.T, dir, config string) (*exec.Cmd, *lockedBuffer) {
 	}
 	ready := filepath.Join(dir, "ready")
 	logs := &lockedBuffer{}
-	cmd := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	cmd := runCollect(t, logs, cfgPath, ready)
 	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 	return cmd, logs
 }

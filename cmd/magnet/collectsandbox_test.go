@@ -100,6 +100,25 @@ func TestCollectAsDeployed(t *testing.T) {
 	}
 }
 
+// sandboxCgroup makes a cgroup of this test process under root, named for
+// what, the cgroup systemd or a pod runtime makes for the service, and
+// opens it for UseCgroupFD. Both go at the end of the test, after the
+// test's own deferred kills have emptied the cgroup.
+func sandboxCgroup(t *testing.T, root, what string) (string, *os.File) {
+	t.Helper()
+	cg := filepath.Join(root, fmt.Sprintf("magnet-%s-test-%d", what, os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(cg) })
+	cgfd, err := os.Open(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cgfd.Close() })
+	return cg, cgfd
+}
+
 func deployedCase(t *testing.T, cgRoot, mode string) {
 	m := archivetest.StartMoto(t)
 	work := t.TempDir()
@@ -127,16 +146,7 @@ targets:
 	}
 
 	// The cgroup systemd makes for the service, or the pod's.
-	cg := filepath.Join(cgRoot, fmt.Sprintf("magnet-%s-test-%d", mode, os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(cg)
-	cgfd, err := os.Open(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cgfd.Close()
+	cg, cgfd := sandboxCgroup(t, cgRoot, mode)
 	args := []string{"--mount"}
 	if mode == "pod" {
 		args = append(args, "--cgroup")
@@ -302,16 +312,7 @@ func TestCollectSharedCgroupReadOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cg := filepath.Join(cgRoot, fmt.Sprintf("magnet-shared-test-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(cg)
-	cgfd, err := os.Open(cg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cgfd.Close()
+	_, cgfd := sandboxCgroup(t, cgRoot, "shared")
 	// The other process of the cgroup: the shell's.
 	other := exec.Command("sleep", "600")
 	other.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgfd.Fd())}

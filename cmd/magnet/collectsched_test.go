@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,17 +52,7 @@ ship: {interval: 200ms, retry_initial: 100ms, retry_max: 1s}
 	}
 	ready := filepath.Join(dir, "ready")
 	var logs bytes.Buffer
-	svc := exec.Command(bin, "collect", "--config", cfgPath, "--ready-file", ready)
-	svc.Stderr = &logs
-	if err := svc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if svc.ProcessState == nil {
-			svc.Process.Kill()
-			svc.Wait()
-		}
-	}()
+	svc := runCollect(t, &logs, cfgPath, ready)
 
 	// Every thread seen in the shipper's cgroup while the service runs.
 	shipper := map[uint64]bool{}

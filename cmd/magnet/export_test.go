@@ -371,26 +371,7 @@ func TestExportJourneys(t *testing.T) {
 	// cell is a null), in the same order.
 	want := delimitedRows(t, out, ',')
 	for _, f := range []string{"tsv", "jsonl", "parquet"} {
-		if f == "parquet" {
-			needPyarrow(t)
-		}
-		file := filepath.Join(dir, "j."+f)
-		if r := magnet(t, "export", tr, "--table", "journeys", "-f", f, "-o", file); r.code != 0 {
-			t.Fatalf("export %s: %s", f, r.stderr)
-		}
-		var got []map[string]any
-		switch f {
-		case "tsv":
-			got = delimitedRows(t, file, '\t')
-		case "jsonl":
-			b, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = jsonRows(t, string(b))
-		case "parquet":
-			got = parquetRows(t, file)
-		}
+		got := tableRows(t, tr, "journeys", f, filepath.Join(dir, "j."+f))
 		if len(got) != len(want) {
 			t.Errorf("%s: %d journeys, csv %d", f, len(got), len(want))
 			continue

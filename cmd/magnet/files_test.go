@@ -89,17 +89,8 @@ func TestRecordSameOutputTwice(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	out, ready := filepath.Join(dir, "same.mgt"), filepath.Join(dir, "ready")
-	rec := exec.Command(bin, "record", "-q", "-o", out, "--ready-file", ready)
 	var e bytes.Buffer
-	rec.Stderr = &e
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rec.Process.Kill()
-		rec.Wait()
-	}()
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec := startRecorder(t, &e, ready, "-q", "-o", out)
 	r := magnet(t, "record", "-q", "-o", out, "--duration", "1s")
 	oneLineError(t, r, fmt.Sprintf("%s (pid %d, magnet): output is being written by another process", out, rec.Process.Pid))
 	// Nor may an export or a chart replace it.
@@ -359,17 +350,8 @@ func TestPlotChainMissing(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(t.TempDir(), "ready")
 	port := 30000 + (os.Getpid()+11)%10000
-	rec := exec.Command(bin, "record", "-q", "--rotate-size", "1MiB", "-o", filepath.Join(dir, "c-%n.mgt"), "--port", fmt.Sprint(port), "--ready-file", ready)
 	var e bytes.Buffer
-	rec.Stderr = &e
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rec.Process.Kill()
-		rec.Wait()
-	}()
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec := startRecorder(t, &e, ready, "-q", "--rotate-size", "1MiB", "-o", filepath.Join(dir, "c-%n.mgt"), "--port", fmt.Sprint(port))
 	addr := fmt.Sprintf("%s:%d", lab.Server.Addr, port)
 	serveTCP(t, lab, addr)
 	// A second of flood is some 100,000 events, 4 MB of trace: four files

@@ -58,6 +58,29 @@ func jsonRows(t *testing.T, s string) []map[string]any {
 	return rows
 }
 
+// tableRows exports table of trace tr as format f (tsv, jsonl or
+// parquet) to file and reads its rows back as delimitedRows does; parquet
+// needs pyarrow (needPyarrow).
+func tableRows(t *testing.T, tr, table, f, file string) []map[string]any {
+	t.Helper()
+	if f == "parquet" {
+		needPyarrow(t)
+	}
+	if r := magnet(t, "export", tr, "--table", table, "-f", f, "-o", file); r.code != 0 {
+		t.Fatalf("export %s: %s", f, r.stderr)
+	}
+	switch f {
+	case "tsv":
+		return delimitedRows(t, file, '\t')
+	case "jsonl":
+		return jsonRows(t, readString(t, file))
+	case "parquet":
+		return parquetRows(t, file)
+	}
+	t.Fatalf("tableRows: no reader of %s", f)
+	return nil
+}
+
 // delimitedRows reads a tsv or csv export: every row as a map of its
 // non-empty cells.
 func delimitedRows(t *testing.T, file string, comma rune) []map[string]any {

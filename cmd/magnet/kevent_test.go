@@ -134,28 +134,6 @@ func TestRecordTracepointParse(t *testing.T) {
 	}
 }
 
-// nginxUprobeConf keeps everything nginx writes in dir; one process (no
-// master), so that the pid started is the pid that serves.
-const nginxUprobeConf = `daemon off;
-master_process off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 64; }
-http {
-	access_log %[1]s/access.log;
-	client_body_temp_path %[1]s/body;
-	proxy_temp_path %[1]s/proxy;
-	fastcgi_temp_path %[1]s/fastcgi;
-	uwsgi_temp_path %[1]s/uwsgi;
-	scgi_temp_path %[1]s/scgi;
-	server {
-		listen %[2]s;
-		root %[1]s/www;
-	}
-}
-`
-
 // TestUprobeNginx: the issue's own command, magnet record --uprobe
 // /usr/sbin/nginx:ngx_http_finalize_request, on an unmodified nginx
 // serving curl in a namespace of the test's. bpftrace on the same
@@ -174,23 +152,12 @@ func TestUprobeNginx(t *testing.T) {
 	}
 	lab := netlab.ForTest(t, netlab.Options{Name: "mgupng"})
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "www"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// The namespace is the test's own: a fixed port meets no other.
+	listen := lab.Server.Addr.String() + ":8080"
+	srv := netlab.StartNginx(t, lab.Server, nginx, dir, listen, "", nil)
 	if err := os.WriteFile(filepath.Join(dir, "www", "index.html"), []byte("magnet\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The namespace is the test's own: a fixed port meets no other.
-	listen := lab.Server.Addr.String() + ":8080"
-	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxUprobeConf, dir, listen)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv := lab.Command(lab.Server, nginx, "-c", conf, "-e", filepath.Join(dir, "error.log"))
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
 	get := func() bool {
 		return lab.Command(lab.Client, "curl", "-sS", "-o", "/dev/null", "--max-time", "5", "http://"+listen+"/").Run() == nil
 	}
@@ -217,20 +184,9 @@ uprobe:%s:ngx_http_finalize_request /pid == %d/ { printf("F %%d\n", (int64)arg1)
 
 	out, ready := filepath.Join(dir, "x.mgt"), filepath.Join(dir, "ready")
 	// --pid: other tests may run an nginx of their own meanwhile.
-	rec := exec.Command(bin, "record", "-q", "-o", out, "--events", "conn", "--pid", strconv.Itoa(srv.Process.Pid),
-		"--uprobe", nginx+":ngx_http_finalize_request", "--ready-file", ready)
 	var recErr bytes.Buffer
-	rec.Stderr = &recErr
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if rec.ProcessState == nil {
-			rec.Process.Kill()
-			rec.Wait()
-		}
-	})
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec := startRecorder(t, &recErr, ready, "-q", "-o", out, "--events", "conn", "--pid", strconv.Itoa(srv.Process.Pid),
+		"--uprobe", nginx+":ngx_http_finalize_request")
 	const requests = 20
 	for i := 0; i < requests; i++ {
 		if !get() {

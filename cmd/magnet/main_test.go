@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,16 +186,7 @@ func TestKilledRecorder(t *testing.T) {
 	dir := t.TempDir()
 	out, ready := filepath.Join(dir, "killed.mgt"), filepath.Join(dir, "ready")
 	port := 30000 + os.Getpid()%10000
-	rec := exec.Command(bin, "record", "-q", "-o", out, "--port", fmt.Sprint(port), "--ready-file", ready)
-	rec.Stderr = os.Stderr
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rec.Process.Kill()
-		rec.Wait()
-	}()
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	rec := startRecorder(t, os.Stderr, ready, "-q", "-o", out, "--port", fmt.Sprint(port))
 	st := statusOf(t, rec.Process.Pid)
 	if st == nil {
 		t.Fatalf("magnet status does not show the running recorder")
@@ -245,6 +237,26 @@ func statusOf(t *testing.T, pid int) map[string]any {
 		}
 	}
 	return nil
+}
+
+// startRecorder starts `magnet record args... --ready-file ready` with
+// its stderr to stderr and returns once it records; it is killed at the
+// end of the test unless the test waited for it.
+func startRecorder(t *testing.T, stderr io.Writer, ready string, args ...string) *exec.Cmd {
+	t.Helper()
+	rec := exec.Command(bin, append(append([]string{"record"}, args...), "--ready-file", ready)...)
+	rec.Stderr = stderr
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if rec.ProcessState == nil {
+			rec.Process.Kill()
+			rec.Wait()
+		}
+	})
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	return rec
 }
 
 func waitFor(t *testing.T, cond func() bool) {

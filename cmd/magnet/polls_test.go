@@ -250,22 +250,7 @@ func TestExportPolls(t *testing.T) {
 	// Every table format holds the CSV's rows.
 	want := fmt.Sprint(rows)
 	for _, f := range []string{"tsv", "jsonl", "parquet"} {
-		if f == "parquet" {
-			needPyarrow(t)
-		}
-		file := filepath.Join(dir, "polls."+f)
-		if r := magnet(t, "export", tr, "--table", "polls", "-f", f, "-o", file); r.code != 0 {
-			t.Fatalf("export %s: %s", f, r.stderr)
-		}
-		var got []map[string]any
-		switch f {
-		case "tsv":
-			got = delimitedRows(t, file, '\t')
-		case "jsonl":
-			got = jsonRows(t, readString(t, file))
-		case "parquet":
-			got = parquetRows(t, file)
-		}
+		got := tableRows(t, tr, "polls", f, filepath.Join(dir, "polls."+f))
 		if fmt.Sprint(got) != want {
 			t.Errorf("%s: %d rows differ from the csv's %d", f, len(got), len(rows))
 		}

@@ -5,8 +5,6 @@ package analyze
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/magnet-tracer/magnet/internal/export"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // pollRec is a record of pollTrace: a dev_recv of conn, or an irq/napi
@@ -48,16 +47,7 @@ func pollTrace(t *testing.T, recs []pollRec) string {
 		trace.EventType{ID: 66, Name: "softirq_exit", Group: "irq", Size: 48, Fields: []trace.Field{{Name: "vec", Offset: 44, Size: 4, Kind: trace.KindUint}}},
 	)
 	h := &trace.Header{Host: "test", Types: types}
-	path := filepath.Join(t.TempDir(), "rx.mgt")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := trace.NewWriter(f, h, trace.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := tracegen.Create(t, "rx.mgt", h)
 	ne := binary.NativeEndian
 	for _, c := range []uint64{1, 2} {
 		et := h.TypeByName("conn_open")

@@ -4,14 +4,13 @@ package analyze_test
 
 import (
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/magnet-tracer/magnet/internal/analyze"
 	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/probe"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 type rec struct {
@@ -40,16 +39,7 @@ func writeTrace(t testing.TB, recs []rec) string {
 	// Drop reasons as a kernel names them (enum skb_drop_reason).
 	h := &trace.Header{Host: "test", Types: types, Enums: map[string]map[string]string{
 		"drop_reason": {"2": "NOT_SPECIFIED", "4": "QUEUE_PURGE", "5": "TCP_OLD_DATA", "6": "QDISC_DROP", "7": "SOCKET_RCVBUFF"}}}
-	path := filepath.Join(t.TempDir(), "t.mgt")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := trace.NewWriter(f, h, trace.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, w := tracegen.Create(t, "t.mgt", h)
 	for _, r := range recs {
 		et := h.TypeByName(r.typ)
 		b := make([]byte, et.Size)

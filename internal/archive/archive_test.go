@@ -3,7 +3,6 @@
 package archive
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -12,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/event"
-	"github.com/magnet-tracer/magnet/internal/probe"
-	"github.com/magnet-tracer/magnet/internal/rotate"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 func TestParseTime(t *testing.T) {
@@ -44,37 +41,9 @@ func TestParseTime(t *testing.T) {
 // minute from start, each with one sock_send a second of its time.
 func recording(t *testing.T, dir, host string, start time.Time, files int) {
 	t.Helper()
-	types, err := event.Dictionary(probe.Layouts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const offset = int64(1_000_000_000_000_000_000) // wall = time_ns + offset
-	h := &trace.Header{Host: host, StartWallNs: start.UnixNano(), Types: types, Clock: trace.Clock{WallOffsetNs: offset}}
-	p, err := rotate.ParsePattern(filepath.Join(dir, "%h-%Y%m%dT%H%M%S.mgt"), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := start
-	s, err := rotate.New(h, rotate.Options{Pattern: p, Interval: time.Minute, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := h.TypeByName("sock_send")
-	rec := make([]byte, send.Size)
-	rec[30] = send.ID
-	for i := 0; i < files*60; i++ {
-		binary.NativeEndian.PutUint64(rec, uint64(now.UnixNano()-offset))
-		if err := s.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(time.Second)
-		if err := s.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(nil); err != nil {
-		t.Fatal(err)
-	}
+	r := tracegen.NewRotated(t, dir, host, "%h-%Y%m%dT%H%M%S.mgt", start)
+	r.EverySecond(r.Record("sock_send"), files*60)
+	r.Close()
 }
 
 func count(t *testing.T, src trace.Source) int {

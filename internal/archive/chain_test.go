@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/event"
-	"github.com/magnet-tracer/magnet/internal/probe"
-	"github.com/magnet-tracer/magnet/internal/rotate"
 	"github.com/magnet-tracer/magnet/internal/trace"
+	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
 // carryingRecording writes a rotated recording of files one-minute files
@@ -23,63 +21,12 @@ import (
 // with a carried copy of it. It returns the files, oldest first.
 func carryingRecording(t *testing.T, dir string, files int) []string {
 	t.Helper()
-	types, err := event.Dictionary(probe.Layouts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
-	const offset = int64(1_000_000_000_000_000_000)
-	h := &trace.Header{Host: "h", StartWallNs: start.UnixNano(), Types: types, Clock: trace.Clock{WallOffsetNs: offset}}
-	p, err := rotate.ParsePattern(filepath.Join(dir, "%h-%n.mgt"), "h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := start
-	var paths []string
-	s, err := rotate.New(h, rotate.Options{Pattern: p, Interval: time.Minute, Now: func() time.Time { return now },
-		OnStart: func(path string) { paths = append(paths, path) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	paths = append(paths, s.Path())
-	task := h.TypeByName("task")
-	rec := make([]byte, task.Size)
-	rec[30] = task.ID
-	binary.NativeEndian.PutUint64(rec, uint64(now.UnixNano()-offset))
-	binary.NativeEndian.PutUint32(rec[16:], 42)
-	if err := s.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	send := h.TypeByName("sock_send")
-	rec = make([]byte, send.Size)
-	rec[30] = send.ID
-	for i := 0; i < files*60; i++ {
-		binary.NativeEndian.PutUint64(rec, uint64(now.UnixNano()-offset))
-		if err := s.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(time.Second)
-		if err := s.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(nil); err != nil {
-		t.Fatal(err)
-	}
-	return compact(paths)
-}
-
-// compact drops repeated paths (OnStart may name the first file again).
-func compact(paths []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, p := range paths {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	return out
+	r := tracegen.NewRotated(t, dir, "h", "%h-%n.mgt", time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC))
+	task := r.Record("task")
+	binary.NativeEndian.PutUint32(task[16:], 42)
+	r.Write(task)
+	r.EverySecond(r.Record("sock_send"), files*60)
+	return r.Close()
 }
 
 // readAll reads a source to the end and returns its sock_send count and

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	"github.com/magnet-tracer/magnet/internal/archivetest"
 )
 
 // TestS3DayIndex: a listing reads one day index (HOST/DATE/.index.json)
@@ -24,22 +22,8 @@ import (
 // index does not parse. Counted by the store's requests, through the
 // client's transport.
 func TestS3DayIndex(t *testing.T) {
-	m := archivetest.StartMoto(t)
-	ct := &countingTransport{}
-	s3Transport = ct
-	defer func() { s3Transport = nil }()
-	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
-	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
-	t.Setenv("AWS_REGION", "us-east-1")
-	s, err := S3FromURL("s3://traces/site-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ct := countedS3(t, "s3://traces/site-a")
 	ctx := context.Background()
-	if err := s.Client.MakeBucket(ctx, "traces", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	put := func(key string, data []byte) {
 		t.Helper()
 		if _, err := s.Client.PutObject(ctx, "traces", key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {

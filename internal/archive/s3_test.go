@@ -43,27 +43,35 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func (c *countingTransport) reset() { c.gets.Store(0); c.lists.Store(0); c.traces.Store(0) }
 
+// countedS3 starts a moto S3 server with an empty bucket "traces" and
+// returns the store at url on it, its requests counted through ct.
+func countedS3(t *testing.T, url string) (s *S3, ct *countingTransport) {
+	t.Helper()
+	m := archivetest.StartMoto(t)
+	ct = &countingTransport{}
+	s3Transport = ct
+	t.Cleanup(func() { s3Transport = nil })
+	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
+	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
+	t.Setenv("AWS_REGION", "us-east-1")
+	s, err := S3FromURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client.MakeBucket(context.Background(), "traces", minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return s, ct
+}
+
 // TestS3ListsWhatIsAsked: archive queries on s3:// list the HOST/ and
 // HOST/DATE/ prefixes of the selection and read only those manifests (the
 // store's own request count, through the client's transport), and find the
 // same files as a read of the whole bucket.
 func TestS3ListsWhatIsAsked(t *testing.T) {
-	m := archivetest.StartMoto(t)
-	ct := &countingTransport{}
-	s3Transport = ct
-	defer func() { s3Transport = nil }()
-	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
-	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
-	t.Setenv("AWS_REGION", "us-east-1")
-	s, err := S3FromURL("s3://traces/site-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ct := countedS3(t, "s3://traces/site-a")
 	ctx := context.Background()
-	if err := s.Client.MakeBucket(ctx, "traces", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// 6 hosts x 5 days x 6 files of 4 hours (manifests only: listing
 	// reads nothing else).
 	const hosts, days, perDay = 6, 5, 6
@@ -138,22 +146,8 @@ func paths(cs []*Chain) []string {
 // TestS3SkipBeforeDownload: a file the caller says it has no use for
 // (Selection.Skip: already in a dataset) is never downloaded.
 func TestS3SkipBeforeDownload(t *testing.T) {
-	m := archivetest.StartMoto(t)
-	ct := &countingTransport{}
-	s3Transport = ct
-	defer func() { s3Transport = nil }()
-	t.Setenv("AWS_ENDPOINT_URL", m.Endpoint)
-	t.Setenv("AWS_ACCESS_KEY_ID", archivetest.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", archivetest.SecretKey)
-	t.Setenv("AWS_REGION", "us-east-1")
-	s, err := S3FromURL("s3://traces")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ct := countedS3(t, "s3://traces")
 	ctx := context.Background()
-	if err := s.Client.MakeBucket(ctx, "traces", minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	local := t.TempDir()
 	recording(t, local, "a", time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC), 4)
 	es, err := Scan(local)

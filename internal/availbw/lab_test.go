@@ -61,6 +61,23 @@ func dialIn(t *testing.T, h netlab.Host, cfg ClientConfig) (*Client, error) {
 	return c, err
 }
 
+// estimateIn runs one estimate from a client dialled from h's namespace,
+// bounded at 30 s, far beyond what a probe of these paths takes.
+func estimateIn(t *testing.T, h netlab.Host, cfg ClientConfig) *Result {
+	t.Helper()
+	c, err := dialIn(t, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Estimate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // rawSession opens a control connection from h and completes the
 // handshake by hand, proving secret (if any), with probe packets going to
 // port. It returns the connection, ready for stream requests.
@@ -236,16 +253,7 @@ func TestEstimateOnPath(t *testing.T) {
 	}
 	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobetest", BottleneckMbit: 50})
 	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9})
-	c, err := dialIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := c.Estimate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := estimateIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String()})
 	want := p.BottleneckBits(r.Params.PacketSize)
 	t.Logf("estimate %s [%s, %s], capacity %s, want %s; %d streams, %d bytes, %v, flags %v",
 		FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), FormatRate(r.Capacity), FormatRate(want),
@@ -282,16 +290,7 @@ func TestSessionLimitMidSearch(t *testing.T) {
 	// finer than the path's own variation keeps the search going until
 	// its fleets or bytes run out, far past the limit.
 	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9, MaxDuration: 400 * time.Millisecond})
-	c, err := dialIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String(), Params: Params{Resolution: 1e-4, MaxFleets: 1000, MaxBytes: 1e9, MaxDuration: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := c.Estimate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := estimateIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String(), Params: Params{Resolution: 1e-4, MaxFleets: 1000, MaxBytes: 1e9, MaxDuration: time.Minute}})
 	t.Logf("estimate %s [%s, %s], %d fleets, stopped %q, flags %v", FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), len(r.Fleets), r.Stopped, r.Flags)
 	if !strings.Contains(r.Stopped, "session time limit (400ms) reached") || len(r.Fleets) == 0 || r.ServerCPUSeconds != nil {
 		t.Errorf("stopped %q after %d fleets, server CPU %v: want the limit, some fleets, no CPU figure", r.Stopped, len(r.Fleets), r.ServerCPUSeconds)
@@ -341,16 +340,7 @@ func TestPacketRateBottleneckIsHostLimited(t *testing.T) {
 		t.Fatalf("tc: %v: %s", err, out)
 	}
 	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9})
-	c, err := dialIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := c.Estimate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := estimateIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String()})
 	t.Logf("estimate %s, capacity %s, half-size %s, trains sent at %s, limits %v, flags %v", FormatRate(r.Point),
 		FormatRate(r.Capacity), FormatRate(r.HalfCapacity), FormatRate(r.TrainSendRate), r.HostLimits, r.Flags)
 	if r.CapacityAtLeast {

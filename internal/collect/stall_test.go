@@ -96,17 +96,8 @@ func TestShipStalledTargetDelaysNoOther(t *testing.T) {
 		}
 	}()
 	spool(t, cfg, 2, false) // 3 finished files
-	s, err := NewShipper(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	tap := newLogTap()
-	s.Log = tap.log
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error)
-	go func() { ran <- s.Run(ctx, nil) }()
-	defer func() { cancel(); <-ran }()
+	s, tap, stop := runShipper(t, cfg)
+	defer stop()
 
 	start := time.Now()
 	tap.wait(t, 20*time.Second, 3, "shipped ", " to dir ")
@@ -181,6 +172,22 @@ func TestShipStalledTargetDelaysNoOther(t *testing.T) {
 	}
 }
 
+// runShipper starts a shipper of cfg whose log goes to the returned tap.
+// stop ends its run, then closes it.
+func runShipper(t *testing.T, cfg *Config) (s *Shipper, tap *logTap, stop func()) {
+	t.Helper()
+	s, err := NewShipper(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap = newLogTap()
+	s.Log = tap.log
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- s.Run(ctx, nil) }()
+	return s, tap, func() { cancel(); <-ran; s.Close() }
+}
+
 // TestShipTargetTimeoutAndBackoff: a target's own timeout bounds each
 // shipment to it (here far below ship.timeout), and its failures back off
 // on their own, doubling from ship.retry_initial up to ship.retry_max,
@@ -198,17 +205,8 @@ func TestShipTargetTimeoutAndBackoff(t *testing.T) {
 	m.Pause()
 	defer m.Resume()
 	spool(t, cfg, 2, false) // 3 finished files
-	s, err := NewShipper(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	tap := newLogTap()
-	s.Log = tap.log
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error)
-	go func() { ran <- s.Run(ctx, nil) }()
-	defer func() { cancel(); <-ran }()
+	s, tap, stop := runShipper(t, cfg)
+	defer stop()
 
 	start := time.Now()
 	tap.wait(t, 20*time.Second, 4, " to s3 failed (attempt ")

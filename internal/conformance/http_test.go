@@ -27,30 +27,6 @@ import (
 // fileSize is the body each HTTP scenario serves.
 const fileSize = 20 << 20
 
-// nginxConf is a configuration that keeps everything nginx writes in dir
-// and serves dir/www. One process (no master): the pid that listens is the
-// pid that serves. Its access log is nginx's own count of each request.
-const nginxConf = `daemon off;
-master_process off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 64; }
-http {
-	log_format counts "$bytes_sent $body_bytes_sent $request_length";
-	access_log %[1]s/access.log counts;
-	client_body_temp_path %[1]s/body;
-	proxy_temp_path %[1]s/proxy;
-	fastcgi_temp_path %[1]s/fastcgi;
-	uwsgi_temp_path %[1]s/uwsgi;
-	scgi_temp_path %[1]s/scgi;
-	server {
-		listen %[2]s;
-		root %[1]s/www;
-	}
-}
-`
-
 // TestNginxCurl serves a 20 MiB file with nginx to curl over the lab's
 // 100 Mbit/s link, with the listen directives people write: "[::]:PORT"
 // (IPv6 only, nginx's default for it) to an IPv6 client, "[::]:PORT
@@ -77,23 +53,12 @@ func TestNginxCurl(t *testing.T) {
 			lab := newLab(t, "mgconfn", 100)
 			p := port(5 + i)
 			dir := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(dir, "www"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			// nginx's access log: its own count of each request.
+			var se bytes.Buffer
+			srv := netlab.StartNginx(t, lab.Server, "nginx", dir, sc.listen(p), "$bytes_sent $body_bytes_sent $request_length", &se)
 			if err := os.WriteFile(filepath.Join(dir, "www", "big"), bytes.Repeat([]byte("magnet\n"), fileSize/7+1)[:fileSize], 0o644); err != nil {
 				t.Fatal(err)
 			}
-			conf := filepath.Join(dir, "nginx.conf")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, dir, sc.listen(p))), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			srv := exec.Command("nsenter", "--net=/run/netns/"+lab.Server.NS, "nginx", "-c", conf, "-e", filepath.Join(dir, "error.log"))
-			var se bytes.Buffer
-			srv.Stderr = &se
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { stopProc(srv) })
 			waitListening(t, lab.Server, p, "tcp")
 
 			nsC0, nsS0 := nstat(t, lab.Client), nstat(t, lab.Server)

@@ -118,6 +118,47 @@ func startReal(t *testing.T, edit func(*Config)) *testDaemon {
 	return td
 }
 
+// systemUser adds a system user name (no home, no shell) for the test
+// and deletes it when the test ends.
+func systemUser(t *testing.T, name string) *user.User {
+	t.Helper()
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// startSubscriber runs this test binary as cred with env set to the
+// daemon's socket (the binary's TestMain then acts as the client that env
+// names), and waits until it says it subscribed. It returns the client's
+// process, stdin and stdout.
+func startSubscriber(t *testing.T, who, env, sock string, cred *syscall.Credential) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	helper := exec.Command(testBin)
+	helper.Env = append(os.Environ(), env+"="+sock)
+	helper.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	stdin, _ := helper.StdinPipe()
+	stdout, _ := helper.StdoutPipe()
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		helper.Process.Kill()
+		helper.Wait()
+	})
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "subscribed\n" {
+		t.Fatalf("%s: %q %v", who, line, err)
+	}
+	return helper, stdin, out
+}
+
 // testPorts returns n ports below the ephemeral range, different for each
 // test process, so that filters by port select this test's traffic.
 func testPorts(n int) []uint16 {
@@ -587,14 +628,7 @@ func TestUnprivilegedUser(t *testing.T) {
 		t.Skip("useradd not found")
 	}
 	name := fmt.Sprintf("mgtest%d", os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := systemUser(t, name)
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -605,23 +639,7 @@ func TestUnprivilegedUser(t *testing.T) {
 	ports := testPorts(14)
 	userPort, rootPort := ports[12], ports[13]
 
-	helper := exec.Command(testBin)
-	helper.Env = append(os.Environ(), helperEnv+"="+td.sock)
-	helper.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	stdin, _ := helper.StdinPipe()
-	stdout, _ := helper.StdoutPipe()
-	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		helper.Process.Kill()
-		helper.Wait()
-	})
-	out := bufio.NewReader(stdout)
-	if line, err := out.ReadString('\n'); err != nil || line != "subscribed\n" {
-		t.Fatalf("user client: %q %v", line, err)
-	}
+	helper, stdin, out := startSubscriber(t, "user client", helperEnv, td.sock, cred)
 
 	// Two transfers on loopback, each from a client to a root server: one
 	// client runs as the user, the other as root.

@@ -138,14 +138,7 @@ func newUserLab(t *testing.T, prefix string) *userLab {
 	}
 	ul := &userLab{t: t, lab: needKernel(t)}
 	name := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := systemUser(t, name)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	ul.u, ul.gid = u, uint32(gid)
 	ul.uid, _ = strconv.ParseUint(u.Uid, 10, 32)
@@ -211,23 +204,7 @@ func TestUserStreamOrder(t *testing.T) {
 	td := startReal(t, func(c *Config) { c.Filter.Cgroup = cg.path })
 	c := td.client(t)
 
-	helper := exec.Command(testBin)
-	helper.Env = append(os.Environ(), orderEnv+"="+td.sock)
-	helper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: ul.gid}}
-	stdin, _ := helper.StdinPipe()
-	stdout, _ := helper.StdoutPipe()
-	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		helper.Process.Kill()
-		helper.Wait()
-	})
-	out := bufio.NewReader(stdout)
-	if line, err := out.ReadString('\n'); err != nil || line != "subscribed\n" {
-		t.Fatalf("order client: %q %v", line, err)
-	}
+	helper, stdin, out := startSubscriber(t, "order client", orderEnv, td.sock, &syscall.Credential{Uid: uint32(uid), Gid: ul.gid})
 	rootStream := collectStamped(must[*magnetclient.Stream](t)(c.Subscribe(context.Background(), magnetclient.Filter{}, 0)))
 	transfer := ul.transfer
 	userPort := transfer(true)

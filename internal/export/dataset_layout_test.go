@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/magnet-tracer/magnet/internal/event"
 	"github.com/magnet-tracer/magnet/internal/export"
-	"github.com/magnet-tracer/magnet/internal/probe"
-	"github.com/magnet-tracer/magnet/internal/trace"
 	"github.com/magnet-tracer/magnet/internal/tracegen"
 )
 
@@ -26,23 +23,9 @@ func TestDatasetErrorApart(t *testing.T) {
 	if err := exec.Command("python3", "-c", "import duckdb").Run(); err != nil {
 		t.Skip("duckdb not installed for python3 (scripts/deps.sh installs it)")
 	}
-	types, err := event.Dictionary(probe.Layouts())
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
-	const offset = int64(1_000_000_000_000_000_000)
-	h := &trace.Header{Host: "h", StartWallNs: start.UnixNano(), Types: types, Clock: trace.Clock{WallOffsetNs: offset}}
-	path := filepath.Join(t.TempDir(), "h.mgt")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := trace.NewWriter(f, h, trace.WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := tracegen.Header(t, "h", start)
+	path, w := tracegen.Create(t, "h.mgt", h)
 	// sock_send 1000 B, sock_send -ECONNRESET, sock_recv 10 B, sock_recv
 	// -EAGAIN, ten times over.
 	calls := []struct {
@@ -51,10 +34,7 @@ func TestDatasetErrorApart(t *testing.T) {
 	}{{"sock_send", 1000}, {"sock_send", -104}, {"sock_recv", 10}, {"sock_recv", -11}}
 	for i := 0; i < 40; i++ {
 		c := calls[i%len(calls)]
-		typ := h.TypeByName(c.event)
-		rec := make([]byte, typ.Size)
-		rec[30] = typ.ID
-		binary.NativeEndian.PutUint64(rec, uint64(start.UnixNano()-offset+int64(i)*1000))
+		rec := tracegen.Record(h, c.event, start.Add(time.Duration(i)*1000))
 		binary.NativeEndian.PutUint64(rec[8:], 7)
 		binary.NativeEndian.PutUint32(rec[20:], uint32(c.size))
 		if err := w.Write(rec); err != nil {

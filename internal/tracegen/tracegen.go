@@ -5,6 +5,8 @@
 // the real event dictionary. Benchmarks use them to measure the analyses on
 // traces of any size without a kernel, and tests use them where exact,
 // known timings are needed (per-hop delays, the wire between two traces).
+// Tests also build their own trace files (Create) and rotated recordings
+// under a clock they move (NewRotated) with it.
 //
 // Each connection sends packets of Segs×MSS bytes (one GSO packet each)
 // from the sender to the receiver: sock_send, tcp_send, tcp_xmit, ip_send,
