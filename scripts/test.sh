@@ -107,3 +107,5 @@ fuzz FuzzCompile 100000x ./internal/pcapfilter
 fuzz FuzzParseLinkDump 20000x ./internal/devskip
 fuzz FuzzParseProcNetLine 20000x ./internal/record
 fuzz FuzzParseProbe 20000x ./internal/availbw
+fuzz FuzzGenerate 100000x ./tools/genevents
+fuzz FuzzHubBatch 20000x ./internal/daemon
