@@ -167,7 +167,7 @@ func TestServerSecret(t *testing.T) {
 
 func TestServerGuards(t *testing.T) {
 	lab := netlab.ForTest(t, netlab.Options{Name: "bwprobetest"})
-	srv := startServer(t, lab.Server, ServerConfig{MaxRate: 20e6, MaxDuration: 400 * time.Millisecond})
+	srv := startServer(t, lab.Server, ServerConfig{MaxRate: 20e6, MaxDuration: 800 * time.Millisecond})
 	rcv := listenUDPIn(t, lab.Client)
 	port := rcv.LocalAddr().(*net.UDPAddr).Port
 	c, nc := rawSession(t, lab.Client, srv, "", port)
@@ -285,14 +285,16 @@ func TestSessionLimitMidSearch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("probes a namespace path")
 	}
-	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobelim", BottleneckMbit: 50})
+	// 20 Mbit/s: far below what even a briefly starved sender paces, so
+	// the search never ends host-limited before the limit cuts it.
+	p := netlab.PathForTest(t, netlab.PathOptions{Name: "bwprobelim", BottleneckMbit: 20})
 	// The capacity trains take some 60 ms of this path; a resolution
 	// finer than the path's own variation keeps the search going until
 	// its fleets or bytes run out, far past the limit.
-	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9, MaxDuration: 400 * time.Millisecond})
+	srv := startServer(t, p.Sender, ServerConfig{MaxRate: 100e9, MaxDuration: 800 * time.Millisecond})
 	r := estimateIn(t, p.Receiver, ClientConfig{Server: srv.Addr().String(), Params: Params{Resolution: 1e-4, MaxFleets: 1000, MaxBytes: 1e9, MaxDuration: time.Minute}})
 	t.Logf("estimate %s [%s, %s], %d fleets, stopped %q, flags %v", FormatRate(r.Point), FormatRate(r.Low), FormatRate(float64(r.High)), len(r.Fleets), r.Stopped, r.Flags)
-	if !strings.Contains(r.Stopped, "session time limit (400ms) reached") || len(r.Fleets) == 0 || r.ServerCPUSeconds != nil {
+	if !strings.Contains(r.Stopped, "session time limit (800ms) reached") || len(r.Fleets) == 0 || r.ServerCPUSeconds != nil {
 		t.Errorf("stopped %q after %d fleets, server CPU %v: want the limit, some fleets, no CPU figure", r.Stopped, len(r.Fleets), r.ServerCPUSeconds)
 	}
 	if r.Converged || len(r.Flags) == 0 {
