@@ -167,7 +167,7 @@ func TestServerSecret(t *testing.T) {
 
 func TestServerGuards(t *testing.T) {
 	lab := netlab.ForTest(t, netlab.Options{Name: "bwprobetest"})
-	srv := startServer(t, lab.Server, ServerConfig{MaxRate: 20e6, MaxDuration: 800 * time.Millisecond})
+	srv := startServer(t, lab.Server, ServerConfig{MaxRate: 20e6, MaxDuration: 400 * time.Millisecond})
 	rcv := listenUDPIn(t, lab.Client)
 	port := rcv.LocalAddr().(*net.UDPAddr).Port
 	c, nc := rawSession(t, lab.Client, srv, "", port)
