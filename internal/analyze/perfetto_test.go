@@ -3,12 +3,10 @@
 package analyze_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -222,40 +220,10 @@ func TestPerfettoUDPTruth(t *testing.T) {
 	const count, size = 300, 1000
 	var received int64
 	path := recordDuring(t, port, event.DefaultGroups, func() {
-		addr := netip.AddrPortFrom(lab.Server.Addr, uint16(port)).String()
-		srv := lab.Command(lab.Server, magnetBin, "workload", "serve", "--proto", "udp", "--listen", addr, "--count", strconv.Itoa(count), "--size", strconv.Itoa(size))
-		stdout, err := srv.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Stderr = os.Stderr
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if srv.ProcessState == nil {
-				srv.Process.Kill()
-				srv.Wait()
-			}
-		}()
-		sc := bufio.NewScanner(stdout)
-		if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening ") {
-			t.Fatalf("server did not start: %q", sc.Text())
-		}
 		// Paced: a burst could overflow the receiver's buffer, and the
 		// test wants every datagram delivered, not a loss to explain.
-		out, err := lab.Command(lab.Client, magnetBin, "workload", "send", "--proto", "udp", "--to", addr,
-			"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", "200us").CombinedOutput()
-		if err != nil {
-			t.Fatalf("send: %v\n%s", err, out)
-		}
-		if !sc.Scan() {
-			t.Fatal("server said nothing after the transfer")
-		}
-		if _, err := fmt.Sscanf(sc.Text(), "received %d bytes", &received); err != nil {
-			t.Fatalf("server: %q", sc.Text())
-		}
-		srv.Wait()
+		received = workloadTransfer(t, lab.Command, lab.Client, lab.Server, "udp", port, count, size, "200us",
+			"--count", strconv.Itoa(count), "--size", strconv.Itoa(size))
 	})
 	if received != count*size {
 		t.Fatalf("the receiver got %d bytes, want %d", received, count*size)

@@ -124,8 +124,16 @@ type command func(h netlab.Host, name string, args ...string) *exec.Cmd
 // back, and returns the bytes the receiver read.
 func transfer(t *testing.T, cmd command, snd, rcv netlab.Host, port, count, size int) int64 {
 	t.Helper()
+	return workloadTransfer(t, cmd, snd, rcv, "tcp", port, count, size, "0")
+}
+
+// workloadTransfer runs magnet workload serve on rcv (with serveArgs) and
+// send on snd over proto, count messages of size bytes interval apart, and
+// returns the bytes the server says it received.
+func workloadTransfer(t *testing.T, cmd command, snd, rcv netlab.Host, proto string, port, count, size int, interval string, serveArgs ...string) int64 {
+	t.Helper()
 	addr := netip.AddrPortFrom(rcv.Addr, uint16(port)).String()
-	srv := cmd(rcv, magnetBin, "workload", "serve", "--proto", "tcp", "--listen", addr)
+	srv := cmd(rcv, magnetBin, append([]string{"workload", "serve", "--proto", proto, "--listen", addr}, serveArgs...)...)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +152,8 @@ func transfer(t *testing.T, cmd command, snd, rcv netlab.Host, port, count, size
 	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "listening ") {
 		t.Fatalf("server did not start: %q", sc.Text())
 	}
-	out, err := cmd(snd, magnetBin, "workload", "send", "--proto", "tcp", "--to", addr,
-		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", "0").CombinedOutput()
+	out, err := cmd(snd, magnetBin, "workload", "send", "--proto", proto, "--to", addr,
+		"--count", strconv.Itoa(count), "--size", strconv.Itoa(size), "--interval", interval).CombinedOutput()
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
