@@ -5,6 +5,7 @@ package overhead
 import (
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/magnet-tracer/magnet/internal/event"
@@ -66,6 +67,33 @@ const (
 	PerfName      = "perf"
 	BpftraceName  = "bpftrace"
 )
+
+// GoalConfigs are the configurations the goals compare (with the noise
+// reference and what the floor is made of): the only ones Options.GoalReps
+// repeats.
+var GoalConfigs = []string{Baseline, Record, RecordSummary, RecordFlight, RecordFloor, RecordNoEmit, BaselineAgain, TcpdumpName}
+
+// goalConfigs keeps the configurations of cs that GoalConfigs names, in
+// their order.
+func goalConfigs(cs []Config) []Config {
+	var out []Config
+	for _, c := range cs {
+		if slices.Contains(GoalConfigs, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// configNamed is the configuration of cs called name, or nil.
+func configNamed(cs []Config, name string) *Config {
+	for i := range cs {
+		if cs[i].Name == name {
+			return &cs[i]
+		}
+	}
+	return nil
+}
 
 // recordModes are magnet record's modes, each a configuration; the goals
 // find them by name.

@@ -50,9 +50,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if r.Reps == 1 {
 		reps = "repetition"
 	}
+	if r.GoalReps > 0 {
+		reps += fmt.Sprintf(", then %d more of only the configurations the goals compare (%s), in the same order, so that the goals' intervals are narrower than the other rows' (the count fixed before the run)", r.GoalReps, strings.Join(GoalConfigs, ", "))
+	}
 	p("The workload is %s from one network namespace to another over a veth pair, %s. "+
 		"Each repetition runs every configuration once, in the order of the tables (interleaved), unpinned; "+
-		"%d %s of %gs. CPU is the busy time of all CPUs over each transfer: their elapsed time less /proc/stat's idle, iowait and steal, "+
+		"%d %s; each transfer %gs. CPU is the busy time of all CPUs over each transfer: their elapsed time less /proc/stat's idle, iowait and steal, "+
 		"which the kernel measures at each entry and exit of the idle loop (NO_HZ), to the microsecond; the busy columns (user, system, softirq) "+
 		"are only sampled at each tick and miss most of the interrupt and softirq time taken from idle, about a third of this workload's. "+
 		"Whatever ran is in it: the workload, the tracer, softirq, kernel threads, BPF programs. **CPU per GB** is that over the GB (10⁹ bytes) %s counted; "+
@@ -134,6 +137,16 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p("; what the system paid for recording, from the table above: **%.1f ms per GB** (record's CPU per GB less the baseline's, means)", added)
 		}
 		p(".\n")
+	}
+	if d := r.SummaryDiagnostic; d != nil {
+		p("\nSummary mode's programs, one transfer at %s recorded with `--summary=1s`, bpf_stats on (its goal by parts above counts these):\n\n", rate)
+		p("| program | type | runs | ns per run | ms per GB |\n|---|---|---:|---:|---:|\n")
+		var total float64
+		for _, pr := range d.Programs {
+			p("| %s | %s | %d | %.0f | %.3f |\n", pr.Name, pr.Type, pr.Runs, pr.NsPerRun, pr.NsPerGB/1e6)
+			total += pr.NsPerGB
+		}
+		p("\nProgram bodies together: **%.3f ms per GB**.\n", total/1e6)
 	}
 
 	if len(r.Unavailable) > 0 {

@@ -46,6 +46,12 @@ type Options struct {
 	// Reps is the number of repetitions; each runs every configuration
 	// once, in order.
 	Reps int
+	// GoalReps is the number of repetitions after those that run only
+	// the configurations the goals compare (GoalConfigs), so that the
+	// goals' intervals narrow without every configuration paying for it.
+	// Fixed before the run starts: stopping once a verdict looks decided
+	// would bias it.
+	GoalReps int
 	// Duration of each transfer (whole seconds: iperf3 -t).
 	Duration time.Duration
 	// Configs run at the fixed rate; Saturation on the unlimited veth
@@ -80,6 +86,9 @@ func Measure(ctx context.Context, opts Options) (*Report, error) {
 			return nil, errors.New("iperf3 not installed (bench/cost.sh installs it; or --workload magnet)")
 		}
 	}
+	if opts.GoalReps < 0 {
+		return nil, fmt.Errorf("want no negative number of goal repetitions, got %d", opts.GoalReps)
+	}
 	if opts.Reps < 1 || opts.Duration < time.Second || opts.RateMbit < 1 {
 		return nil, fmt.Errorf("want at least 1 repetition of 1s at 1 Mbit/s, got %d of %v at %d", opts.Reps, opts.Duration, opts.RateMbit)
 	}
@@ -107,8 +116,15 @@ func Measure(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	if opts.Diagnostic {
-		if err := m.diagnostic(ctx); err != nil {
+		if rep.Diagnostic, err = m.diagnostic(ctx, recordModes[0]); err != nil {
 			rep.Notes = append(rep.Notes, "diagnostic not run: "+err.Error())
+		}
+		// Summary mode's programs, for its cost by parts (goals): its
+		// whole-machine figure is below what the run's noise resolves.
+		if s := configNamed(opts.Configs, RecordSummary); s != nil {
+			if rep.SummaryDiagnostic, err = m.diagnostic(ctx, *s); err != nil {
+				rep.Notes = append(rep.Notes, "summary mode's diagnostic not run: "+err.Error())
+			}
 		}
 	}
 	rep.Ended = time.Now().UTC()
@@ -131,7 +147,8 @@ type measurer struct {
 }
 
 // phase builds a lab at rateMbit (0: unlimited) and runs configs, opts.Reps
-// times, interleaved.
+// times, interleaved, then those of them the goals compare opts.GoalReps
+// times more.
 func (m *measurer) phase(ctx context.Context, phase string, rateMbit int, configs []Config) error {
 	lab, err := netlab.New(netlab.Options{Name: "mgbench", RateMbit: rateMbit})
 	if err != nil {
@@ -143,8 +160,13 @@ func (m *measurer) phase(ctx context.Context, phase string, rateMbit int, config
 		return err
 	}
 	defer wl.close()
-	for r := 1; r <= m.opts.Reps; r++ {
-		for _, c := range configs {
+	goalOnly := goalConfigs(configs)
+	for r := 1; r <= m.opts.Reps+m.opts.GoalReps; r++ {
+		cs := configs
+		if r > m.opts.Reps {
+			cs = goalOnly
+		}
+		for _, c := range cs {
 			if why := c.unavailable(); why != "" {
 				m.rep.Unavailable[c.Name] = why
 				continue
@@ -169,7 +191,7 @@ func (m *measurer) workload(lab *netlab.Lab) (workload, error) {
 }
 
 func (m *measurer) log(r Run) {
-	reps := m.opts.Reps
+	reps := m.opts.Reps + m.opts.GoalReps
 	if r.Phase == PhaseDiagnostic {
 		reps = 1
 	}
@@ -259,25 +281,24 @@ func (m *measurer) runOne(ctx context.Context, lab *netlab.Lab, wl workload, c C
 	return run
 }
 
-// diagnostic runs magnet record's default groups once at the fixed rate
-// with bpf_stats on, and reads each program's runs and run time over the
-// transfer. Kept apart from the figures: bpf_stats itself adds two clock
-// reads to every program run.
-func (m *measurer) diagnostic(ctx context.Context) error {
-	rec := recordModes[0] // the default groups
+// diagnostic runs rec (one of magnet record's modes) once at the fixed
+// rate with bpf_stats on, and reads each program's runs and run time over
+// the transfer. Kept apart from the figures: bpf_stats itself adds two
+// clock reads to every program run.
+func (m *measurer) diagnostic(ctx context.Context, rec Config) (*Diagnostic, error) {
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
-		return fmt.Errorf("enable bpf_stats: %w", err)
+		return nil, fmt.Errorf("enable bpf_stats: %w", err)
 	}
 	defer stats.Close()
 	lab, err := netlab.New(netlab.Options{Name: "mgbench", RateMbit: m.opts.RateMbit})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer lab.Close()
 	wl, err := m.workload(lab)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer wl.close()
 	var before, after map[uint32]progCounts
@@ -289,11 +310,10 @@ func (m *measurer) diagnostic(ctx context.Context) error {
 	run.Phase, run.Rep = PhaseDiagnostic, 1
 	m.log(run)
 	if run.Err != "" {
-		return errors.New(run.Err)
+		return nil, errors.New(run.Err)
 	}
 	if err := errors.Join(perr, perr1); err != nil {
-		return err
+		return nil, err
 	}
-	m.rep.Diagnostic = &Diagnostic{Run: run, Programs: progDiff(before, after, float64(run.Received)/1e9)}
-	return nil
+	return &Diagnostic{Run: run, Programs: progDiff(before, after, float64(run.Received)/1e9)}, nil
 }

@@ -186,3 +186,84 @@ func TestNoiseReference(t *testing.T) {
 		t.Errorf("markdown lacks %q:\n%s", row, b.String())
 	}
 }
+
+// Summary mode by its parts: 2 ± ~0 ms per GB of recorder, 0.5 ms of
+// program bodies and 1,000 runs (at 1 µs each, 1 ms) over a 1 s/GB
+// baseline: 0.35 %, met; a recorder of 12 ms per GB is not.
+func TestSummaryByParts(t *testing.T) {
+	r := synthetic(t)
+	r.Configs = append(r.Configs, *configNamed(Configs(), RecordSummary))
+	for rep := 1; rep <= 3; rep++ {
+		r.Runs = append(r.Runs, Run{Phase: PhaseFixed, Rep: rep, Config: RecordSummary, Sent: 1e9, Received: 1e9,
+			Seconds: 1, BusyS: 1, TracerS: 0.002, Events: 8, TraceSent: -1, TraceRecv: -1})
+	}
+	r.SummaryDiagnostic = &Diagnostic{Run: Run{Received: 2e9}, Programs: []ProgStat{
+		{Name: "sockops", Runs: 1500, NsPerGB: 0.4e6}, {Name: "kfree_skb", Runs: 500, NsPerGB: 0.1e6}}}
+	r.summarize()
+	g := r.summaryByParts()
+	if g == nil || g.Verdict != "met" || !strings.HasPrefix(g.Measured, "+0.4 ± 0.0 %") ||
+		!strings.Contains(g.Measured, "1000 runs per GB counted at 1000 ns each") {
+		t.Fatalf("by parts: %+v", g)
+	}
+	for i := range r.Runs {
+		if r.Runs[i].Config == RecordSummary {
+			r.Runs[i].TracerS = 0.012
+		}
+	}
+	r.summarize()
+	if g := r.summaryByParts(); g.Verdict != "not met" {
+		t.Errorf("12 ms per GB of recorder: %+v", g)
+	}
+	// Without its diagnostic there is nothing to judge the parts by.
+	r.SummaryDiagnostic = nil
+	r.summarize()
+	if g := r.summaryByParts(); g != nil {
+		t.Errorf("no diagnostic: %+v", g)
+	}
+}
+
+// The flight recorder by its parts: its recorder process against the
+// default's, paired by repetition.
+func TestFlightByParts(t *testing.T) {
+	r := synthetic(t)
+	r.Configs = append(r.Configs, *configNamed(Configs(), RecordFlight))
+	for rep := 1; rep <= 3; rep++ {
+		// The record runs' recorder: 0.101-0.103 s per GB (synthetic's busy/10).
+		r.Runs = append(r.Runs, Run{Phase: PhaseFixed, Rep: rep, Config: RecordFlight, Sent: 1e9, Received: 1e9,
+			Seconds: 1, BusyS: 1.02, TracerS: 0.09 + 0.001*float64(rep), TraceSent: -1, TraceRecv: -1})
+	}
+	r.summarize()
+	var g *Goal
+	for i := range r.Goals {
+		if strings.Contains(r.Goals[i].Goal, "by its parts (the same programs") {
+			g = &r.Goals[i]
+		}
+	}
+	if g == nil || g.Verdict != "met" || !strings.Contains(g.Measured, "paired difference -10.00 ± 0.00 ms per GB") {
+		t.Fatalf("flight by parts: %+v", r.Goals)
+	}
+}
+
+// Goal repetitions run only the goals' configurations, and the figures
+// pair every repetition, the extra ones too.
+func TestGoalReps(t *testing.T) {
+	all := Configs()
+	var names []string
+	for _, c := range goalConfigs(all) {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "baseline,record,record-summary,record-flight,record-floor,record-noemit,baseline-again,tcpdump" {
+		t.Errorf("goal configurations: %v", names)
+	}
+	r := synthetic(t)
+	r.GoalReps = 2
+	for rep := 4; rep <= 5; rep++ {
+		r.Runs = append(r.Runs,
+			Run{Phase: PhaseFixed, Rep: rep, Config: Baseline, Sent: 1e9, Received: 1e9, Seconds: 1, BusyS: 1, TraceSent: -1, TraceRecv: -1},
+			Run{Phase: PhaseFixed, Rep: rep, Config: Record, Sent: 1e9, Received: 1e9, Seconds: 1, BusyS: 1.02, TraceSent: -1, TraceRecv: -1})
+	}
+	r.summarize()
+	if rec := r.row(r.Fixed, Record); rec.MoreCPU.N != 5 || !near(rec.MoreCPU.Mean, 2) {
+		t.Errorf("record over 3 + 2 repetitions: %+v", rec.MoreCPU)
+	}
+}

@@ -22,11 +22,11 @@ import (
 // New returns the bench command.
 func New() *cobra.Command {
 	var (
-		reps, rate, snaplen    int
-		duration               time.Duration
-		configs, satConfigs    string
-		workload, workDir, out string
-		diagnostic, asJSON     bool
+		reps, goalReps, rate, snaplen int
+		duration                      time.Duration
+		configs, satConfigs           string
+		workload, workDir, out        string
+		diagnostic, asJSON            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -66,7 +66,7 @@ configurations (bench/cost.sh installs them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := overhead.Options{
-				Workload: workload, RateMbit: rate, Reps: reps, Duration: duration,
+				Workload: workload, RateMbit: rate, Reps: reps, GoalReps: goalReps, Duration: duration,
 				Diagnostic: diagnostic, TcpdumpSnaplen: snaplen, WorkDir: workDir,
 				Log: cmd.ErrOrStderr(), Command: "magnet " + strings.Join(os.Args[1:], " "),
 			}
@@ -87,6 +87,7 @@ configurations (bench/cost.sh installs them).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 5, "repetitions; each runs every configuration once")
+	f.IntVar(&goalReps, "goal-reps", 0, "repetitions after --reps of only the configurations the goals compare ("+strings.Join(overhead.GoalConfigs, ", ")+"), to narrow their intervals")
 	f.DurationVar(&duration, "duration", 4*time.Second, "length of each transfer, whole seconds")
 	f.IntVar(&rate, "rate", 4000, "the fixed rate below saturation, Mbit/s (tc tbf on the veth)")
 	f.StringVar(&configs, "configs", strings.Join(overhead.Names(overhead.Configs()), ","), "configurations at the fixed rate, comma-separated (the baseline always runs)")
@@ -116,6 +117,8 @@ func checkFlags(opts *overhead.Options, configs, satConfigs string) error {
 	switch {
 	case opts.Reps < 1:
 		return fmt.Errorf("--reps %d: want at least 1", opts.Reps)
+	case opts.GoalReps < 0:
+		return fmt.Errorf("--goal-reps %d: want 0 or more", opts.GoalReps)
 	case opts.Duration < time.Second || opts.Duration%time.Second != 0:
 		return fmt.Errorf("--duration %v: want whole seconds, at least 1s (iperf3 -t)", opts.Duration)
 	case opts.RateMbit < 1:
