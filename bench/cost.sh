@@ -9,9 +9,12 @@
 # --reps 2 --duration 2s for a quick look, which is not the documented run).
 #
 # By default 5 repetitions of 4 s: every configuration at 4 Gbit/s, the
-# saturation configurations (docs/BENCH.md), and the bpf_stats diagnostic;
-# about 2.5 minutes per repetition on 2 vCPUs. The figures in RESULTS.md
-# come from `bench/cost.sh --reps 10`.
+# saturation configurations (docs/BENCH.md), and the bpf_stats diagnostics
+# (the default groups, summary mode); about 2.5 minutes per repetition on
+# 2 vCPUs. The figures in RESULTS.md come from
+# `bench/cost.sh --reps 8 --goal-reps 20` (about 45 minutes): 20 more
+# repetitions of only the configurations the goals compare, whose
+# differences are smaller than what 10 repetitions resolve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/cost.sh: run as root (network namespaces and BPF)" >&2; exit 1; }
