@@ -14,7 +14,9 @@
 # 2 vCPUs. The figures in RESULTS.md come from
 # `bench/cost.sh --reps 8 --goal-reps 20` (about 45 minutes): 20 more
 # repetitions of only the configurations the goals compare, whose
-# differences are smaller than what 10 repetitions resolve.
+# differences are smaller than what 10 repetitions resolve. bench/GOALS.md
+# comes from the goals' configurations alone in drawn orders (the command
+# is in its first lines and in docs/BENCH.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/cost.sh: run as root (network namespaces and BPF)" >&2; exit 1; }

@@ -51,10 +51,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		reps = "repetition"
 	}
 	if r.GoalReps > 0 {
-		reps += fmt.Sprintf(", then %d more of only the configurations the goals compare (%s), in the same order, so that the goals' intervals are narrower than the other rows' (the count fixed before the run)", r.GoalReps, strings.Join(GoalConfigs, ", "))
+		reps += fmt.Sprintf(", then %d more of only the configurations the goals compare (%s), so that the goals' intervals are narrower than the other rows' (the count fixed before the run)", r.GoalReps, strings.Join(GoalConfigs, ", "))
 	}
 	p("The workload is %s from one network namespace to another over a veth pair, %s. "+
-		"Each repetition runs every configuration once, in the order of the tables (interleaved), unpinned; "+
+		"Each repetition runs every configuration once, in an order drawn for each repetition (interleaved; seed %d, `--seed`), unpinned; "+
 		"%d %s; each transfer %gs. CPU is the busy time of all CPUs over each transfer: their elapsed time less /proc/stat's idle, iowait and steal, "+
 		"which the kernel measures at each entry and exit of the idle loop (NO_HZ), to the microsecond; the busy columns (user, system, softirq) "+
 		"are only sampled at each tick and miss most of the interrupt and softirq time taken from idle, about a third of this workload's. "+
@@ -64,7 +64,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		"Before each tracer starts, and again before its transfer begins, the bench waits (up to 5 s) for the machine to be quiet "+
 		"(at most 4 %% of all CPUs busy over 250 ms), so what one tracer leaves behind, or does while starting, does not land in the next transfer; "+
 		"`baseline-again` runs nothing a second time in each repetition, and its difference from the baseline is what this run's noise alone makes of a figure.\n\n",
-		work, phases, r.Reps, reps, r.Duration, counter)
+		work, phases, r.Seed, r.Reps, reps, r.Duration, counter)
 	if n := r.unsettled(); n > 0 {
 		p("**%d of %d runs began before the machine was quiet** (something else was running): their figures carry its CPU.\n\n", n, len(r.Runs))
 	}

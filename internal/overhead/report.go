@@ -103,7 +103,9 @@ type Report struct {
 	RateMbit int       `json:"rate_mbit"`
 	Reps     int       `json:"reps"`
 	// GoalReps: repetitions after Reps of the goals' configurations only.
-	GoalReps int     `json:"goal_reps,omitempty"`
+	GoalReps int `json:"goal_reps,omitempty"`
+	// Seed drew each repetition's order of the configurations.
+	Seed     uint64  `json:"seed"`
 	Duration float64 `json:"duration_s"`
 	// WorkDir is where the tracers wrote their files.
 	WorkDir string `json:"work_dir"`
@@ -126,7 +128,7 @@ type Report struct {
 func newReport(opts Options) *Report {
 	r := &Report{
 		Started: time.Now().UTC(), Command: opts.Command, Host: hostLine(),
-		Workload: opts.Workload, RateMbit: opts.RateMbit, Reps: opts.Reps, GoalReps: opts.GoalReps,
+		Workload: opts.Workload, RateMbit: opts.RateMbit, Reps: opts.Reps, GoalReps: opts.GoalReps, Seed: opts.Seed,
 		Duration: opts.Duration.Seconds(), Configs: opts.Configs, SatConfigs: opts.Saturation,
 		Unavailable: map[string]string{},
 	}

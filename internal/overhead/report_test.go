@@ -5,6 +5,7 @@ package overhead
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -265,5 +266,49 @@ func TestGoalReps(t *testing.T) {
 	r.summarize()
 	if rec := r.row(r.Fixed, Record); rec.MoreCPU.N != 5 || !near(rec.MoreCPU.Mean, 2) {
 		t.Errorf("record over 3 + 2 repetitions: %+v", rec.MoreCPU)
+	}
+}
+
+// Each repetition runs its configurations in an order of its own, drawn
+// from the seed: the same seed, the same orders.
+func TestRepOrders(t *testing.T) {
+	all := Configs()
+	a := repOrders(all, 6, 4, 7, PhaseFixed)
+	if len(a) != 10 {
+		t.Fatalf("%d repetitions", len(a))
+	}
+	names := func(cs []Config) string {
+		var n []string
+		for _, c := range cs {
+			n = append(n, c.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	firsts := map[string]bool{}
+	for i, cs := range a {
+		want := all
+		if i >= 6 {
+			want = goalConfigs(all)
+		}
+		got := slices.Clone(cs)
+		slices.SortFunc(got, func(x, y Config) int { return strings.Compare(x.Name, y.Name) })
+		w := slices.Clone(want)
+		slices.SortFunc(w, func(x, y Config) int { return strings.Compare(x.Name, y.Name) })
+		if names(got) != names(w) {
+			t.Errorf("repetition %d runs %s, want %s", i+1, names(cs), names(want))
+		}
+		firsts[cs[0].Name] = true
+	}
+	if len(firsts) < 3 {
+		t.Errorf("10 shuffled repetitions began with only %v", firsts)
+	}
+	b := repOrders(all, 6, 4, 7, PhaseFixed)
+	for i := range a {
+		if names(a[i]) != names(b[i]) {
+			t.Errorf("seed 7, repetition %d: %s then %s", i+1, names(a[i]), names(b[i]))
+		}
+	}
+	if c := repOrders(all, 6, 4, 8, PhaseFixed); names(c[0]) == names(a[0]) && names(c[1]) == names(a[1]) {
+		t.Errorf("seeds 7 and 8 drew the same orders")
 	}
 }

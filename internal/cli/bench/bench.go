@@ -23,6 +23,7 @@ import (
 func New() *cobra.Command {
 	var (
 		reps, goalReps, rate, snaplen int
+		seed                          uint64
 		duration                      time.Duration
 		configs, satConfigs           string
 		workload, workDir, out        string
@@ -35,7 +36,8 @@ func New() *cobra.Command {
 
 Builds two network namespaces joined by a veth pair and runs iperf3 from one
 to the other (--workload magnet: magnet's own flood) under each
-configuration, interleaved (each repetition runs every configuration once),
+configuration, interleaved (each repetition runs every configuration once, in
+an order of its own drawn from --seed),
 unpinned, --reps times of --duration:
 
   baseline          nothing recording
@@ -66,7 +68,7 @@ configurations (bench/cost.sh installs them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := overhead.Options{
-				Workload: workload, RateMbit: rate, Reps: reps, GoalReps: goalReps, Duration: duration,
+				Workload: workload, RateMbit: rate, Reps: reps, GoalReps: goalReps, Seed: seed, Duration: duration,
 				Diagnostic: diagnostic, TcpdumpSnaplen: snaplen, WorkDir: workDir,
 				Log: cmd.ErrOrStderr(), Command: "magnet " + strings.Join(os.Args[1:], " "),
 			}
@@ -88,6 +90,7 @@ configurations (bench/cost.sh installs them).`,
 	f := cmd.Flags()
 	f.IntVar(&reps, "reps", 5, "repetitions; each runs every configuration once")
 	f.IntVar(&goalReps, "goal-reps", 0, "repetitions after --reps of only the configurations the goals compare ("+strings.Join(overhead.GoalConfigs, ", ")+"), to narrow their intervals")
+	f.Uint64Var(&seed, "seed", 0, "seed of each repetition's random order of the configurations (0: drawn, and written in the report)")
 	f.DurationVar(&duration, "duration", 4*time.Second, "length of each transfer, whole seconds")
 	f.IntVar(&rate, "rate", 4000, "the fixed rate below saturation, Mbit/s (tc tbf on the veth)")
 	f.StringVar(&configs, "configs", strings.Join(overhead.Names(overhead.Configs()), ","), "configurations at the fixed rate, comma-separated (the baseline always runs)")
