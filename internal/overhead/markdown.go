@@ -125,12 +125,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("\n## Diagnostic: program bodies only (bpf_stats), not what the system pays\n\n")
 		p("One transfer at %s recorded with the default groups, bpf_stats on (which itself adds two clock reads per run: this run is in no figure above). "+
 			"Run time is the time inside each program's body as the kernel counts it; the hook's entry, trampolines, the kernel paths a hook turns on, cache misses and wake-ups are not in it.\n\n", rate)
-		p("| program | type | runs | ns per run | ms per GB |\n|---|---|---:|---:|---:|\n")
-		var total float64
-		for _, pr := range d.Programs {
-			p("| %s | %s | %d | %.0f | %.2f |\n", pr.Name, pr.Type, pr.Runs, pr.NsPerRun, pr.NsPerGB/1e6)
-			total += pr.NsPerGB
-		}
+		total := programTable(p, d.Programs, 2)
 		p("\nProgram bodies together: **%.1f ms per GB**", total/1e6)
 		if rec, base := r.row(r.Fixed, Record), r.row(r.Fixed, Baseline); rec != nil && base != nil && rec.CPUPerGB.N > 0 && base.CPUPerGB.N > 0 {
 			added := (rec.CPUPerGB.Mean - base.CPUPerGB.Mean) * 1e3
@@ -140,12 +135,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if d := r.SummaryDiagnostic; d != nil {
 		p("\nSummary mode's programs, one transfer at %s recorded with `--summary=1s`, bpf_stats on (its goal by parts above counts these):\n\n", rate)
-		p("| program | type | runs | ns per run | ms per GB |\n|---|---|---:|---:|---:|\n")
-		var total float64
-		for _, pr := range d.Programs {
-			p("| %s | %s | %d | %.0f | %.3f |\n", pr.Name, pr.Type, pr.Runs, pr.NsPerRun, pr.NsPerGB/1e6)
-			total += pr.NsPerGB
-		}
+		total := programTable(p, d.Programs, 3)
 		p("\nProgram bodies together: **%.3f ms per GB**.\n", total/1e6)
 	}
 
@@ -248,4 +238,16 @@ func (r *Report) unsettled() int {
 		}
 	}
 	return n
+}
+
+// programTable writes a diagnostic's programs, ms per GB to decimals
+// places, and returns their run time per GB (ns) together.
+func programTable(p func(string, ...any), progs []ProgStat, decimals int) float64 {
+	p("| program | type | runs | ns per run | ms per GB |\n|---|---|---:|---:|---:|\n")
+	var total float64
+	for _, pr := range progs {
+		p("| %s | %s | %d | %.0f | %.*f |\n", pr.Name, pr.Type, pr.Runs, pr.NsPerRun, decimals, pr.NsPerGB/1e6)
+		total += pr.NsPerGB
+	}
+	return total
 }

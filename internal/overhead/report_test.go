@@ -134,6 +134,7 @@ func TestGoalsFloor(t *testing.T) {
 func TestWriteMarkdown(t *testing.T) {
 	r := synthetic(t)
 	r.Diagnostic = &Diagnostic{Programs: []ProgStat{{Name: "mg_sock_send", Type: "tracing", Runs: 1000, NsPerRun: 50, NsPerGB: 5e6}}}
+	r.SummaryDiagnostic = &Diagnostic{Programs: []ProgStat{{Name: "tcp_segments", Type: "SockOps", Runs: 10, NsPerRun: 500, NsPerGB: 5e3}}}
 	var b bytes.Buffer
 	if err := r.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
@@ -150,6 +151,8 @@ func TestWriteMarkdown(t *testing.T) {
 		"## Diagnostic: program bodies only (bpf_stats), not what the system pays",
 		"| mg_sock_send | tracing | 1000 | 50 | 5.00 |",
 		"Program bodies together: **5.0 ms per GB**; what the system paid for recording, from the table above: **20.0 ms per GB**",
+		"| tcp_segments | SockOps | 10 | 500 | 0.005 |",
+		"Program bodies together: **0.005 ms per GB**.",
 		"- perf: perf not installed",
 		"- fixed, repetition 3, tcpdump: tcpdump: boom",
 		"record 3 of 3 exact",
