@@ -46,7 +46,7 @@ type Options struct {
 	// RateMbit is the fixed rate below saturation (tc tbf on the veth).
 	RateMbit int
 	// Reps is the number of repetitions; each runs every configuration
-	// once, in order.
+	// once, in an order of its own (repOrders).
 	Reps int
 	// GoalReps is the number of repetitions after those that run only
 	// the configurations the goals compare (GoalConfigs), so that the
