@@ -87,6 +87,19 @@ func TestExportPolls(t *testing.T) {
 		t.Fatalf("iperf3: %v %s", err, out)
 	}
 	srv.Wait()
+	// The client's last segments may still be in flight when both
+	// iperf3s have exited (a closed socket sends what it holds): stop
+	// recording only once no socket of the test's port is left but in
+	// TIME_WAIT, so that the recording saw every frame tcpdump will.
+	waitFor(t, func() bool {
+		for _, h := range []netlab.Host{lab.Client, lab.Server} {
+			out, err := lab.Command(h, "ss", "-Htan", "exclude", "time-wait", "( sport = :"+port+" or dport = :"+port+" )").Output()
+			if err != nil || strings.TrimSpace(string(out)) != "" {
+				return false
+			}
+		}
+		return true
+	})
 	rec.Process.Signal(os.Interrupt)
 	if err := rec.Wait(); err != nil {
 		t.Fatalf("record: %v", err)
